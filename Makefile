@@ -27,6 +27,8 @@ CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(CLI_SRC:cli/%.c=$(BUILD)/cli/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TOOL_SRC := $(wildcard tests/tool_*.c)
+TEST_BIN += $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
 
 all: $(BUILD)/libskiplm.a $(BUILD)/skiplm $(TEST_BIN)
 

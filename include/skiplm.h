@@ -163,4 +163,8 @@ int sk_write_atomic(const char *path, const void *data, size_t n);
 #ifdef __cplusplus
 }
 #endif
+
+/* Module parts of the public API (each declares sk_-prefixed names). */
+#include "skiplm_model.h"
+#include "skiplm_tok.h"
 #endif

@@ -1,0 +1,23 @@
+"""Tiny harness for the Python-side tests: check() prints PASS/FAIL lines that
+tests/run_tests.sh counts; finish() exits non-zero if anything failed."""
+import os, sys
+
+_failed = 0
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
+SKIPLM = os.environ.get("SKIPLM", os.path.join(BUILD, "skiplm"))
+
+
+def check(cond, name):
+    global _failed
+    if cond:
+        print("PASS " + name)
+    else:
+        _failed += 1
+        print("FAIL " + name)
+    sys.stdout.flush()
+    return cond
+
+
+def finish():
+    sys.exit(1 if _failed else 0)

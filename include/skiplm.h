@@ -137,18 +137,28 @@ typedef struct {
     sk_st_tensor *tensors; int n_tensors;
     char **meta_keys, **meta_vals; int n_meta;   /* __metadata__ (string -> string) */
     uint8_t *data; size_t data_size;             /* the data section (owned) */
+    char *path;                                  /* file name, for error messages (owned) */
 } sk_safetensors;
 
-/* Read and validate a whole file (sizes, offsets, dtypes, overlaps). */
+/* Read and validate a whole file: sizes, JSON header, dtypes, shapes, offsets (tensors
+ * must tile the data section exactly: no overlap, no hole), duplicate names, metadata
+ * values are strings. Errors: SK_EIO (cannot read) or SK_EFORMAT, message
+ * "<path>: [tensor 'name': ]<what>". On error *st is left empty (safe to sk_st_free).
+ * Data is little-endian, as in the format; tensor data may be unaligned in st->data. */
 int sk_st_read(const char *path, sk_safetensors *st);
 void sk_st_free(sk_safetensors *st);
 const sk_st_tensor *sk_st_find(const sk_safetensors *st, const char *name);
 const char *sk_st_meta(const sk_safetensors *st, const char *key);
-/* Copy a tensor into float32 (converting f16/bf16/f64), checking the expected element count. */
+/* Copy a tensor into float32 (converting f16/bf16/f64), checking the expected element count.
+ * A missing tensor, another dtype or n != number of elements: SK_EFORMAT naming the tensor,
+ * its shape and the expected count. */
 int sk_st_get_f32(const sk_safetensors *st, const char *name, float *dst, size_t n);
 
 /* Writer: collect tensors (data pointers must stay valid until sk_st_write), then write
- * atomically (temp file, fsync, rename). */
+ * atomically (temp file, fsync, rename). Tensors are written in insertion order, streamed
+ * from the caller's buffers (no copy); names must be non-empty unique UTF-8, metadata keys
+ * unique; metadata is written first as "__metadata__". sk_st_add copies name and shape.
+ * Add wider dtypes first if readers need aligned data (the official writer sorts so). */
 typedef struct sk_st_writer sk_st_writer;
 sk_st_writer *sk_st_writer_new(void);
 int sk_st_add(sk_st_writer *w, const char *name, sk_dtype dtype, int ndim,
@@ -157,7 +167,10 @@ int sk_st_add_meta(sk_st_writer *w, const char *key, const char *value);
 int sk_st_write(sk_st_writer *w, const char *path);
 void sk_st_writer_free(sk_st_writer *w);
 
-/* Write a whole buffer to path atomically: path.tmp, fsync, rename, fsync dir. */
+/* Write a whole buffer to path atomically: "<path>.tmp.<pid>", fsync, rename, fsync dir.
+ * On failure (SK_EIO, with strerror) the temp file is removed and the old file at path is
+ * left intact. Writing past `ulimit -f` raises SIGXFSZ, which kills the process unless
+ * ignored: set signal(SIGXFSZ, SIG_IGN) to get an EFBIG error instead (the CLI does). */
 int sk_write_atomic(const char *path, const void *data, size_t n);
 
 #ifdef __cplusplus

@@ -1,0 +1,158 @@
+/* File helpers: atomic whole-file writes and full reads.
+ *
+ * Atomic write protocol (sk_write_atomic, sk_write_atomic_chunks):
+ *   1. create "<path>.tmp.<pid>" (O_EXCL: never clobber someone else's file),
+ *   2. write everything (write(2) loops over partial writes and EINTR, in <= 1 GiB calls),
+ *   3. fsync and close it (close can report a deferred write error on NFS),
+ *   4. rename it over path (atomic on POSIX filesystems: readers see old or new file),
+ *   5. fsync the directory so the rename itself survives a crash.
+ * Any failure in 1-4 removes the temp file and leaves the old file at path untouched.
+ * A failure in 5 is reported too, but the new file is already in place.
+ * If path is a symbolic link, the link is replaced by a regular file. */
+#include "fileio.h"
+#include "skiplm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SK_IO_CHUNK ((size_t)1 << 30)
+
+static int write_all(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        size_t k = n < SK_IO_CHUNK ? n : SK_IO_CHUNK;
+        ssize_t w = write(fd, p, k);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) { errno = EIO; return -1; }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fsync the directory containing path. Filesystems that cannot fsync a directory
+ * (EINVAL/ENOTSUP) are not an error. */
+static int fsync_parent(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir;
+    if (!slash) dir = strdup(".");
+    else if (slash == path) dir = strdup("/");
+    else dir = strndup(path, (size_t)(slash - path));
+    if (!dir) { errno = ENOMEM; return -1; }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(dir);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc < 0 && (e == EINVAL || e == ENOTSUP)) return 0;
+    errno = e;
+    return rc;
+}
+
+int sk_write_atomic_chunks(const char *path, const sk_chunk *chunks, size_t n_chunks) {
+    if (!path || !*path) return sk_error(SK_EINVAL, "sk_write_atomic: empty path");
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 32);
+    if (!tmp) return sk_error(SK_ENOMEM, "%s: out of memory", path);
+    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST) {
+        /* A stale temp file of an earlier process with our pid (after a crash). */
+        unlink(tmp);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    }
+    if (fd < 0) {
+        int rc = sk_error(SK_EIO, "%s: cannot create temporary file %s: %s", path, tmp, strerror(errno));
+        free(tmp);
+        return rc;
+    }
+    const char *what = "write";
+    for (size_t i = 0; i < n_chunks; i++) {
+        if (chunks[i].n && write_all(fd, chunks[i].data, chunks[i].n) < 0) goto fail;
+    }
+    what = "fsync";
+    if (fsync(fd) < 0) goto fail;
+    what = "close";
+    {
+        int rc = close(fd);
+        fd = -1;
+        if (rc < 0) goto fail;
+    }
+    what = "rename";
+    if (rename(tmp, path) < 0) goto fail;
+    free(tmp);
+    if (fsync_parent(path) < 0)
+        return sk_error(SK_EIO, "%s: written, but fsync of its directory failed: %s", path, strerror(errno));
+    return SK_OK;
+
+fail:;
+    int e = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    int rc = sk_error(SK_EIO, "%s: %s failed: %s (previous file left unchanged)", path, what, strerror(e));
+    free(tmp);
+    return rc;
+}
+
+int sk_write_atomic(const char *path, const void *data, size_t n) {
+    sk_chunk c = { data, n };
+    return sk_write_atomic_chunks(path, &c, 1);
+}
+
+int sk_read_full(int fd, const char *path, void *buf, size_t n, const char *what) {
+    char *p = buf;
+    size_t got = 0;
+    while (got < n) {
+        size_t k = n - got < SK_IO_CHUNK ? n - got : SK_IO_CHUNK;
+        ssize_t r = read(fd, p + got, k);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return sk_error(SK_EIO, "%s: reading %s: %s", path, what, strerror(errno));
+        }
+        if (r == 0)
+            return sk_error(SK_EIO, "%s: reading %s: unexpected end of file after %zu of %zu bytes",
+                            path, what, got, n);
+        got += (size_t)r;
+    }
+    return SK_OK;
+}
+
+int sk_read_file(const char *path, uint8_t **data, size_t *n) {
+    *data = NULL;
+    *n = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return sk_error(SK_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) < 0) {
+        int rc = sk_error(SK_EIO, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return sk_error(SK_EIO, "%s: not a regular file", path);
+    }
+    size_t size = (size_t)sb.st_size;
+    uint8_t *buf = malloc(size + 1);
+    if (!buf) {
+        close(fd);
+        return sk_error(SK_ENOMEM, "%s: cannot allocate %zu bytes", path, size + 1);
+    }
+    int rc = sk_read_full(fd, path, buf, size, "file");
+    close(fd);
+    if (rc) { free(buf); return rc; }
+    buf[size] = 0;
+    *data = buf;
+    *n = size;
+    return SK_OK;
+}

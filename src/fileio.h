@@ -1,0 +1,32 @@
+/* Internal file helpers (fileio.c) and the in-memory safetensors parser (safetensors.c).
+ * Public: sk_write_atomic and sk_st_* in skiplm.h. */
+#ifndef SK_FILEIO_H
+#define SK_FILEIO_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skiplm.h"
+
+/* One piece of a file written by sk_write_atomic_chunks. */
+typedef struct { const void *data; size_t n; } sk_chunk;
+
+/* Write the concatenation of chunks to path atomically, without joining them in memory:
+ * "<path>.tmp.<pid>", write, fsync, close, rename over path, fsync the directory.
+ * On failure the temp file is removed, an existing file at path is left untouched, and
+ * SK_EIO is returned with "<path>: <what>: <strerror>". A process that writes past
+ * RLIMIT_FSIZE is killed by SIGXFSZ unless it ignores that signal (the CLI does); when
+ * ignored, the write fails with EFBIG and is reported like any other error. */
+int sk_write_atomic_chunks(const char *path, const sk_chunk *chunks, size_t n_chunks);
+
+/* Read exactly n bytes at the current position of fd into buf; SK_EIO (message names
+ * path and what) on a read error or early end of file. */
+int sk_read_full(int fd, const char *path, void *buf, size_t n, const char *what);
+
+/* Read a whole regular file into a fresh malloc'ed buffer (NUL-terminated, *n excludes
+ * the NUL). SK_EIO on open/read errors, SK_ENOMEM if it cannot be allocated. */
+int sk_read_file(const char *path, uint8_t **data, size_t *n);
+
+/* Parse a safetensors image held in memory (internal; used by sk_st_read's tests and the
+ * fuzzer). name is used in error messages. The data section is copied. */
+int sk_st_read_mem(const void *buf, size_t n, const char *name, sk_safetensors *st);
+#endif

@@ -1,0 +1,119 @@
+/* skiplm public API: model configuration, the decoder-only transformer, its weights.
+ * Included from skiplm.h. */
+#ifndef SKIPLM_MODEL_H
+#define SKIPLM_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ config */
+
+typedef enum { SK_GPT2 = 0, SK_LLAMA = 1 } sk_family;
+typedef enum { SK_GELU_ERF = 0, SK_GELU_TANH = 1 } sk_gelu;
+
+typedef struct {
+    sk_family family;
+    int n_layer, n_head, n_kv_head, n_embd;
+    int block_size;          /* maximum sequence length */
+    int vocab_size;          /* real vocabulary */
+    int padded_vocab_size;   /* rows of wte in memory (multiple of 64 >= vocab_size); 0 = derive */
+    int bias;                /* GPT-2: biases in Linear and LayerNorm */
+    float dropout;           /* on embeddings, attention weights, attention and MLP outputs */
+    sk_gelu gelu;            /* GPT-2 activation */
+    int n_skip_layer;        /* SLA: layer l's last n_skip_head heads read layer l-n_skip_layer's K/V */
+    int n_skip_head;
+    float norm_eps;          /* LayerNorm / RMSNorm epsilon */
+    /* Llama family (SPEC §3) */
+    float rope_theta;
+    int ffn_hidden;          /* SwiGLU hidden size; 0 = derive */
+} sk_config;
+
+/* Fill cfg from a preset name: "gpt2" (124M), "gpt2-medium" (350M), "gpt2-large" (774M),
+ * "nano" (4L/4H/128), "small" (6L/6H/384). vocab_size is set to GPT-2's 50257 for the
+ * gpt2* presets and left at 0 (to be given) for the small ones. */
+int sk_config_preset(sk_config *cfg, const char *name);
+/* Default values for every field (GPT-2 family, no SLA). */
+void sk_config_default(sk_config *cfg);
+/* Turn SLA on with the paper's 3/4 rule: n_skip_layer = 3L/4, n_skip_head = 3h/4. */
+void sk_config_sla_default(sk_config *cfg);
+/* Validate (and derive padded_vocab_size, n_kv_head, ffn_hidden). Errors name the field
+ * and the allowed range. */
+int sk_config_check(sk_config *cfg);
+/* Set a field by name from a string ("n_layer", "gelu" = erf|tanh, "bias" = 0|1, ...). */
+int sk_config_set(sk_config *cfg, const char *key, const char *value);
+/* One-line human description. */
+void sk_config_describe(const sk_config *cfg, char *buf, size_t n);
+
+/* Skip-Layer routing, the one place that decides who reads whose K/V:
+ * the K/V layer read by query head h of layer l (l itself, or l - n_skip_layer). */
+int sk_sla_source(const sk_config *cfg, int layer, int head);
+/* First query head that borrows (== n_head when the layer borrows nothing). */
+int sk_sla_split(const sk_config *cfg, int layer);
+/* 1 if some upper layer reads this layer's skip-head K/V. */
+int sk_sla_lends(const sk_config *cfg, int layer);
+
+/* ------------------------------------------------------------------- model */
+
+typedef struct sk_model sk_model;
+
+/* A named parameter tensor inside the one parameter buffer. */
+typedef struct {
+    char name[80];           /* nanoGPT / HF name, e.g. "transformer.h.0.attn.c_attn.weight" */
+    size_t offset, numel;    /* in floats, within sk_model_params() */
+    int ndim;
+    int64_t shape[2];        /* shape as stored in files (wte: vocab_size rows, not padded) */
+    int decay;               /* AdamW weight decay applies (matrices and embeddings) */
+} sk_tensor;
+
+/* New model with parameters initialised as nanoGPT does (N(0, 0.02), residual
+ * projections N(0, 0.02/sqrt(2L)), norms 1/0, biases 0) from seed. */
+int sk_model_new(sk_model **m, const sk_config *cfg, uint64_t seed);
+void sk_model_free(sk_model *m);
+const sk_config *sk_model_config(const sk_model *m);
+float *sk_model_params(sk_model *m);
+float *sk_model_grads(sk_model *m);       /* NULL until the first forward_backward */
+size_t sk_model_num_params(const sk_model *m);   /* floats in the buffer (padded vocab included) */
+const sk_tensor *sk_model_tensors(const sk_model *m, int *n);
+const sk_tensor *sk_model_tensor(const sk_model *m, const char *name);
+
+/* Reserve activations for batches up to (B, T); done lazily by the calls below.
+ * with_grads also reserves the gradient buffers. Returns SK_ENOMEM with the byte count
+ * if the request exceeds the memory limit (sk_set_memory_limit). */
+int sk_model_reserve(sk_model *m, int B, int T, int with_grads);
+/* Bytes of activations per token for training (forward saved + backward scratch). */
+size_t sk_model_activation_bytes(const sk_model *m, int B, int T, int with_grads);
+void sk_set_memory_limit(size_t bytes);   /* 0 = physical memory */
+
+/* Forward. inputs (B, T) token ids; targets (B, T) or NULL; a target < 0 is ignored.
+ * *loss = mean cross-entropy over the non-ignored targets (NaN if there are none).
+ * logits: NULL, or (B, T, vocab_size) to receive them. Inference mode: no dropout. */
+int sk_model_forward(sk_model *m, const int32_t *inputs, const int32_t *targets,
+                     int B, int T, float *loss, float *logits);
+/* Forward and backward in training mode: gradients of (loss * grad_scale) are ADDED to
+ * the gradient buffer (call sk_model_zero_grad first; accumulation across micro-steps
+ * works by not zeroing). Dropout uses dropout_seed. */
+int sk_model_forward_backward(sk_model *m, const int32_t *inputs, const int32_t *targets,
+                              int B, int T, float grad_scale, uint64_t dropout_seed,
+                              float *loss);
+void sk_model_zero_grad(sk_model *m);
+
+/* Weights as safetensors (SPEC §4): nanoGPT/HF names, config in __metadata__.
+ * lm_head.weight is tied to transformer.wte.weight and not stored twice. */
+int sk_model_save(const sk_model *m, const char *path);
+/* Load a file. Config comes from the metadata; fields given in override (non-NULL)
+ * take precedence (for files without skiplm metadata). */
+int sk_model_load(sk_model **m, const char *path, const sk_config *override);
+/* Read just the config from a weights file's metadata. */
+int sk_config_from_file(sk_config *cfg, const char *path);
+
+/* Per-phase timers (seconds, accumulated since the last reset). */
+typedef struct { double matmul, attention, norm, elementwise, classifier; } sk_phase_times;
+void sk_model_phase_times(const sk_model *m, sk_phase_times *t, int reset);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

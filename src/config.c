@@ -1,0 +1,165 @@
+/* Model configuration: defaults, presets, validation, parsing, and the Skip-Layer routing. */
+#include "skiplm.h"
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sk_config_default(sk_config *c) {
+    memset(c, 0, sizeof *c);
+    c->family = SK_GPT2;
+    c->n_layer = 4; c->n_head = 4; c->n_embd = 128; c->block_size = 256;
+    c->bias = 1; c->gelu = SK_GELU_ERF;
+    c->norm_eps = 1e-5f; c->rope_theta = 1e6f;
+}
+
+int sk_config_preset(sk_config *c, const char *name) {
+    sk_config_default(c);
+    struct { const char *name; int L, H, C, T, V; } p[] = {
+        {"gpt2", 12, 12, 768, 1024, 50257},
+        {"gpt2-medium", 24, 16, 1024, 1024, 50257},
+        {"gpt2-large", 36, 20, 1280, 1024, 50257},
+        {"nano", 4, 4, 128, 256, 0},
+        {"small", 6, 6, 384, 256, 0},
+    };
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
+        if (strcmp(name, p[i].name) == 0) {
+            c->n_layer = p[i].L; c->n_head = p[i].H; c->n_embd = p[i].C;
+            c->block_size = p[i].T; c->vocab_size = p[i].V;
+            return SK_OK;
+        }
+    }
+    return sk_error(SK_EINVAL, "unknown preset '%s' (known: gpt2, gpt2-medium, gpt2-large, nano, small)", name);
+}
+
+void sk_config_sla_default(sk_config *c) {
+    c->n_skip_layer = 3 * c->n_layer / 4;
+    int kvh = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+    int group = c->n_head / (kvh > 0 ? kvh : 1);
+    if (group < 1) group = 1;
+    /* 3/4 of the heads, rounded down to whole KV groups (at least one group). */
+    int nh = 3 * c->n_head / 4 / group * group;
+    c->n_skip_head = nh > 0 ? nh : group;
+}
+
+#define RANGE(field, lo, hi) do { \
+    if ((long long)c->field < (long long)(lo) || (long long)c->field > (long long)(hi)) \
+        return sk_error(SK_EINVAL, "config: %s = %lld is out of range [%lld, %lld]", #field, \
+                        (long long)c->field, (long long)(lo), (long long)(hi)); } while (0)
+
+int sk_config_check(sk_config *c) {
+    if (c->family != SK_GPT2 && c->family != SK_LLAMA)
+        return sk_error(SK_EINVAL, "config: family must be gpt2 or llama");
+    RANGE(n_layer, 1, 1024);
+    RANGE(n_head, 1, 1024);
+    RANGE(n_embd, 1, 65536);
+    RANGE(block_size, 1, 1 << 24);
+    RANGE(vocab_size, 1, 1 << 24);
+    if (c->n_embd % c->n_head)
+        return sk_error(SK_EINVAL, "config: n_embd (%d) must be a multiple of n_head (%d)", c->n_embd, c->n_head);
+    if (c->n_kv_head == 0) c->n_kv_head = c->n_head;
+    RANGE(n_kv_head, 1, c->n_head);
+    if (c->n_head % c->n_kv_head)
+        return sk_error(SK_EINVAL, "config: n_kv_head (%d) must divide n_head (%d)", c->n_kv_head, c->n_head);
+    if (c->family == SK_GPT2 && c->n_kv_head != c->n_head)
+        return sk_error(SK_EINVAL, "config: n_kv_head must equal n_head (%d) for the gpt2 family", c->n_head);
+    if (c->family == SK_LLAMA && (c->n_embd / c->n_head) % 2)
+        return sk_error(SK_EINVAL, "config: head size n_embd/n_head (%d) must be even for RoPE", c->n_embd / c->n_head);
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+        return sk_error(SK_EINVAL, "config: dropout = %g is out of range [0, 1)", c->dropout);
+    if (!(c->norm_eps > 0.0f && c->norm_eps < 1.0f))
+        return sk_error(SK_EINVAL, "config: norm_eps = %g is out of range (0, 1)", c->norm_eps);
+    if (!(c->rope_theta > 1.0f))
+        return sk_error(SK_EINVAL, "config: rope_theta = %g must be > 1", c->rope_theta);
+    if (c->bias != 0 && c->bias != 1) return sk_error(SK_EINVAL, "config: bias must be 0 or 1");
+    if (c->gelu != SK_GELU_ERF && c->gelu != SK_GELU_TANH)
+        return sk_error(SK_EINVAL, "config: gelu must be erf or tanh");
+    RANGE(n_skip_layer, 0, INT_MAX);
+    RANGE(n_skip_head, 0, c->n_head);
+    int group = c->n_head / c->n_kv_head;
+    if (c->n_skip_head % group)
+        return sk_error(SK_EINVAL, "config: n_skip_head (%d) must be a multiple of the KV group size n_head/n_kv_head (%d)",
+                        c->n_skip_head, group);
+    if (c->padded_vocab_size == 0) c->padded_vocab_size = (c->vocab_size + 63) / 64 * 64;
+    if (c->padded_vocab_size < c->vocab_size)
+        return sk_error(SK_EINVAL, "config: padded_vocab_size (%d) must be >= vocab_size (%d)",
+                        c->padded_vocab_size, c->vocab_size);
+    if (c->family == SK_LLAMA && c->ffn_hidden == 0) {
+        /* Llama's rule: 2/3 of 4C, rounded up to a multiple of 64. */
+        int h = 8 * c->n_embd / 3;
+        c->ffn_hidden = (h + 63) / 64 * 64;
+    }
+    if (c->family == SK_GPT2 && c->ffn_hidden == 0) c->ffn_hidden = 4 * c->n_embd;
+    RANGE(ffn_hidden, 1, 1 << 20);
+    return SK_OK;
+}
+
+static int parse_int(const char *key, const char *v, int *out) {
+    char *end; errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < INT_MIN || x > INT_MAX)
+        return sk_error(SK_EINVAL, "config: %s = '%s' is not an integer", key, v);
+    *out = (int)x;
+    return SK_OK;
+}
+static int parse_float(const char *key, const char *v, float *out) {
+    char *end; errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end)
+        return sk_error(SK_EINVAL, "config: %s = '%s' is not a number", key, v);
+    *out = (float)x;
+    return SK_OK;
+}
+
+int sk_config_set(sk_config *c, const char *k, const char *v) {
+    struct { const char *name; int *ip; float *fp; } f[] = {
+        {"n_layer", &c->n_layer, 0}, {"n_head", &c->n_head, 0}, {"n_kv_head", &c->n_kv_head, 0},
+        {"n_embd", &c->n_embd, 0}, {"block_size", &c->block_size, 0},
+        {"vocab_size", &c->vocab_size, 0}, {"padded_vocab_size", &c->padded_vocab_size, 0},
+        {"bias", &c->bias, 0}, {"n_skip_layer", &c->n_skip_layer, 0},
+        {"n_skip_head", &c->n_skip_head, 0}, {"ffn_hidden", &c->ffn_hidden, 0},
+        {"dropout", 0, &c->dropout}, {"norm_eps", 0, &c->norm_eps}, {"rope_theta", 0, &c->rope_theta},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (strcmp(k, f[i].name)) continue;
+        return f[i].ip ? parse_int(k, v, f[i].ip) : parse_float(k, v, f[i].fp);
+    }
+    if (!strcmp(k, "gelu")) {
+        if (!strcmp(v, "erf")) c->gelu = SK_GELU_ERF;
+        else if (!strcmp(v, "tanh")) c->gelu = SK_GELU_TANH;
+        else return sk_error(SK_EINVAL, "config: gelu = '%s' (allowed: erf, tanh)", v);
+        return SK_OK;
+    }
+    if (!strcmp(k, "family")) {
+        if (!strcmp(v, "gpt2")) c->family = SK_GPT2;
+        else if (!strcmp(v, "llama")) c->family = SK_LLAMA;
+        else return sk_error(SK_EINVAL, "config: family = '%s' (allowed: gpt2, llama)", v);
+        return SK_OK;
+    }
+    return sk_error(SK_EINVAL, "config: unknown field '%s'", k);
+}
+
+void sk_config_describe(const sk_config *c, char *buf, size_t n) {
+    snprintf(buf, n, "%s L=%d H=%d KV=%d C=%d T=%d V=%d bias=%d gelu=%s dropout=%g skip=%d/%d",
+             c->family == SK_GPT2 ? "gpt2" : "llama", c->n_layer, c->n_head, c->n_kv_head,
+             c->n_embd, c->block_size, c->vocab_size, c->bias, c->gelu == SK_GELU_TANH ? "tanh" : "erf",
+             c->dropout, c->n_skip_layer, c->n_skip_head);
+}
+
+/* ------------------------------------------------------ Skip-Layer routing
+ * SPEC §1, as the paper's listing: layer l >= n_skip_layer sends its last n_skip_head
+ * query heads to the OWN K/V of layer l - n_skip_layer (borrowing never chains). */
+
+static int sla_on(const sk_config *c) {
+    return c->n_skip_layer > 0 && c->n_skip_head > 0 && c->n_skip_layer < c->n_layer;
+}
+int sk_sla_split(const sk_config *c, int l) {
+    return sla_on(c) && l >= c->n_skip_layer ? c->n_head - c->n_skip_head : c->n_head;
+}
+int sk_sla_source(const sk_config *c, int l, int h) {
+    return h >= sk_sla_split(c, l) ? l - c->n_skip_layer : l;
+}
+int sk_sla_lends(const sk_config *c, int l) {
+    return sla_on(c) && l + c->n_skip_layer < c->n_layer;
+}

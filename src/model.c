@@ -1,0 +1,539 @@
+/* The decoder-only transformer: GPT-2/nanoGPT and Llama/minimind families with
+ * Skip-Layer Attention. The call sequence in forward() and backward() is the model. */
+#include "model.h"
+#include "ops.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------ parameters */
+
+static size_t sz_layer_qkv(const sk_model *m) { return (size_t)m->QKV * m->C; }
+
+/* Sizes of the stacked regions, in layout order. */
+enum { P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB, P_LN2W, P_LN2B,
+       P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, P_COUNT };
+
+static void param_sizes(const sk_model *m, size_t s[P_COUNT]) {
+    const sk_config *c = &m->cfg;
+    int gpt = c->family == SK_GPT2, b = gpt && c->bias;
+    size_t L = m->L, C = m->C, F = m->F;
+    s[P_WTE] = (size_t)m->Vp * C;
+    s[P_WPE] = gpt ? (size_t)c->block_size * C : 0;
+    s[P_LN1W] = L * C;              s[P_LN1B] = b ? L * C : 0;
+    s[P_QKVW] = L * sz_layer_qkv(m); s[P_QKVB] = b ? L * m->QKV : 0;
+    s[P_ATTPROJW] = L * C * C;      s[P_ATTPROJB] = b ? L * C : 0;
+    s[P_LN2W] = L * C;              s[P_LN2B] = b ? L * C : 0;
+    s[P_FCW] = L * (gpt ? F : 2 * F) * C; s[P_FCB] = b ? L * F : 0;
+    s[P_FCPROJW] = L * C * F;       s[P_FCPROJB] = b ? L * C : 0;
+    s[P_LNFW] = C;                  s[P_LNFB] = b ? C : 0;
+}
+
+void sk_params_views(const sk_model *m, float *base, sk_params *p) {
+    size_t s[P_COUNT];
+    param_sizes(m, s);
+    float **ptr[P_COUNT] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb,
+                            &p->attprojw, &p->attprojb, &p->ln2w, &p->ln2b, &p->fcw, &p->fcb,
+                            &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
+    for (int i = 0; i < P_COUNT; i++) {
+        *ptr[i] = s[i] ? base : NULL;
+        base += s[i];
+    }
+}
+
+static void add_tensor(sk_model *m, const char *name, const float *at, int ndim,
+                       int64_t d0, int64_t d1, int decay) {
+    sk_tensor *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->offset = (size_t)(at - m->params);
+    t->ndim = ndim; t->shape[0] = d0; t->shape[1] = ndim > 1 ? d1 : 1;
+    t->numel = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1);
+    t->decay = decay;
+}
+
+/* The file names of every tensor. Llama q/k rows are stored in our interleaved-pair
+ * RoPE order; checkpoint.c permutes them to HF's half-split order on export. */
+static void build_tensor_table(sk_model *m) {
+    const sk_config *c = &m->cfg;
+    const sk_params *p = &m->p;
+    int L = m->L, C = m->C, F = m->F;
+    m->tensors = calloc((size_t)16 * L + 8, sizeof(sk_tensor));
+    char n[80];
+    if (c->family == SK_GPT2) {
+        add_tensor(m, "transformer.wte.weight", p->wte, 2, c->vocab_size, C, 1);
+        add_tensor(m, "transformer.wpe.weight", p->wpe, 2, c->block_size, C, 1);
+        for (int l = 0; l < L; l++) {
+#define T1(suffix, ptr, d0) do { snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix); \
+            add_tensor(m, n, ptr, 1, d0, 0, 0); } while (0)
+#define T2(suffix, ptr, d0, d1) do { snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix); \
+            add_tensor(m, n, ptr, 2, d0, d1, 1); } while (0)
+            T1("ln_1.weight", p->ln1w + (size_t)l * C, C);
+            if (c->bias) T1("ln_1.bias", p->ln1b + (size_t)l * C, C);
+            T2("attn.c_attn.weight", p->qkvw + l * sz_layer_qkv(m), m->QKV, C);
+            if (c->bias) T1("attn.c_attn.bias", p->qkvb + (size_t)l * m->QKV, m->QKV);
+            T2("attn.c_proj.weight", p->attprojw + (size_t)l * C * C, C, C);
+            if (c->bias) T1("attn.c_proj.bias", p->attprojb + (size_t)l * C, C);
+            T1("ln_2.weight", p->ln2w + (size_t)l * C, C);
+            if (c->bias) T1("ln_2.bias", p->ln2b + (size_t)l * C, C);
+            T2("mlp.c_fc.weight", p->fcw + (size_t)l * F * C, F, C);
+            if (c->bias) T1("mlp.c_fc.bias", p->fcb + (size_t)l * F, F);
+            T2("mlp.c_proj.weight", p->fcprojw + (size_t)l * C * F, C, F);
+            if (c->bias) T1("mlp.c_proj.bias", p->fcprojb + (size_t)l * C, C);
+#undef T1
+#undef T2
+        }
+        add_tensor(m, "transformer.ln_f.weight", p->lnfw, 1, C, 0, 0);
+        if (c->bias) add_tensor(m, "transformer.ln_f.bias", p->lnfb, 1, C, 0, 0);
+    } else {
+        int hs = m->hs, qd = m->H * hs, kd = m->Hkv * hs;
+        add_tensor(m, "model.embed_tokens.weight", p->wte, 2, c->vocab_size, C, 1);
+        for (int l = 0; l < L; l++) {
+            const float *qkv = p->qkvw + l * sz_layer_qkv(m), *fc = p->fcw + (size_t)l * 2 * F * C;
+#define LT(suffix, ptr, nd, d0, d1) do { snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix); \
+            add_tensor(m, n, ptr, nd, d0, d1, nd > 1); } while (0)
+            LT("input_layernorm.weight", p->ln1w + (size_t)l * C, 1, C, 0);
+            LT("self_attn.q_proj.weight", qkv, 2, qd, C);
+            LT("self_attn.k_proj.weight", qkv + (size_t)qd * C, 2, kd, C);
+            LT("self_attn.v_proj.weight", qkv + (size_t)(qd + kd) * C, 2, kd, C);
+            LT("self_attn.o_proj.weight", p->attprojw + (size_t)l * C * C, 2, C, C);
+            LT("post_attention_layernorm.weight", p->ln2w + (size_t)l * C, 1, C, 0);
+            LT("mlp.gate_proj.weight", fc, 2, F, C);
+            LT("mlp.up_proj.weight", fc + (size_t)F * C, 2, F, C);
+            LT("mlp.down_proj.weight", p->fcprojw + (size_t)l * C * F, 2, C, F);
+#undef LT
+        }
+        add_tensor(m, "model.norm.weight", p->lnfw, 1, C, 0, 0);
+    }
+}
+
+static void init_weights(sk_model *m, uint64_t seed) {
+    sk_rng r = {seed};
+    const sk_config *c = &m->cfg;
+    float std_proj = 0.02f / sqrtf(2.0f * m->L);
+    memset(m->params, 0, m->n_params * sizeof(float));
+    for (int i = 0; i < m->n_tensors; i++) {
+        const sk_tensor *t = &m->tensors[i];
+        float *w = m->params + t->offset;
+        const char *nm = t->name;
+        int is_norm = strstr(nm, "ln_") || strstr(nm, "layernorm") || strstr(nm, "model.norm");
+        if (is_norm && strstr(nm, ".weight")) {
+            for (size_t k = 0; k < t->numel; k++) w[k] = 1.0f;
+        } else if (t->ndim == 2) {
+            int proj = strstr(nm, "c_proj.weight") || strstr(nm, "o_proj") || strstr(nm, "down_proj");
+            float std = proj ? std_proj : 0.02f;
+            for (size_t k = 0; k < t->numel; k++) w[k] = std * sk_rng_normal(&r);
+        }   /* biases stay 0 */
+    }
+    (void)c;
+}
+
+static size_t g_mem_limit = 0;
+void sk_set_memory_limit(size_t bytes) { g_mem_limit = bytes; }
+static size_t mem_limit(void) {
+    if (g_mem_limit) return g_mem_limit;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : (size_t)1 << 40;
+}
+
+static int check_alloc(size_t bytes, const char *what) {
+    size_t lim = mem_limit();
+    if (bytes > lim)
+        return sk_error(SK_ENOMEM, "%s needs %zu bytes (%.2f GiB) but the memory limit is %zu bytes (%.2f GiB)",
+                        what, bytes, bytes / 1073741824.0, lim, lim / 1073741824.0);
+    return SK_OK;
+}
+
+int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
+    *out = NULL;
+    sk_config cfg = *cfg_in;
+    int rc = sk_config_check(&cfg);
+    if (rc) return rc;
+    sk_model *m = calloc(1, sizeof *m);
+    if (!m) return sk_error(SK_ENOMEM, "out of memory");
+    m->cfg = cfg;
+    m->L = cfg.n_layer; m->C = cfg.n_embd; m->H = cfg.n_head; m->Hkv = cfg.n_kv_head;
+    m->hs = m->C / m->H; m->QKV = (m->H + 2 * m->Hkv) * m->hs;
+    m->F = cfg.ffn_hidden; m->Vp = cfg.padded_vocab_size;
+    size_t s[P_COUNT];
+    param_sizes(m, s);
+    for (int i = 0; i < P_COUNT; i++) m->n_params += s[i];
+    if ((rc = check_alloc(m->n_params * sizeof(float), "the parameters"))) { free(m); return rc; }
+    m->params = malloc(m->n_params * sizeof(float));
+    if (!m->params) {
+        rc = sk_error(SK_ENOMEM, "out of memory for %zu parameters", m->n_params);
+        free(m);
+        return rc;
+    }
+    sk_params_views(m, m->params, &m->p);
+    build_tensor_table(m);
+    if (cfg.family == SK_LLAMA) {
+        m->rope = malloc((size_t)cfg.block_size * m->hs * sizeof(float));
+        sk_rope_table(m->rope, cfg.block_size, m->hs, cfg.rope_theta);
+    }
+    m->lend_index = malloc(sizeof(int) * m->L);
+    for (int l = 0, k = 0; l < m->L; l++) m->lend_index[l] = sk_sla_lends(&cfg, l) ? k++ : -1;
+    init_weights(m, seed);
+    *out = m;
+    return SK_OK;
+}
+
+void sk_model_free(sk_model *m) {
+    if (!m) return;
+    free(m->params); free(m->grads); free(m->tensors); free(m->acts_mem);
+    free(m->lend_index); free(m->rope);
+    free(m);
+}
+
+const sk_config *sk_model_config(const sk_model *m) { return &m->cfg; }
+float *sk_model_params(sk_model *m) { return m->params; }
+float *sk_model_grads(sk_model *m) { return m->grads; }
+size_t sk_model_num_params(const sk_model *m) { return m->n_params; }
+const sk_tensor *sk_model_tensors(const sk_model *m, int *n) { *n = m->n_tensors; return m->tensors; }
+const sk_tensor *sk_model_tensor(const sk_model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+void sk_model_zero_grad(sk_model *m) {
+    if (m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
+}
+
+void sk_model_phase_times(const sk_model *m, sk_phase_times *t, int reset) {
+    *t = m->times;
+    if (reset) memset((void *)&m->times, 0, sizeof m->times);
+}
+
+/* ----------------------------------------------------------- activations */
+
+static int n_lenders(const sk_model *m) {
+    int k = 0;
+    for (int l = 0; l < m->L; l++) k += m->lend_index[l] >= 0;
+    return k;
+}
+
+/* Rows of the classifier chunk: about 16M floats of logits at most. */
+static int classifier_chunk(const sk_model *m, int N) {
+    int r = (int)((16u << 20) / (unsigned)m->Vp);
+    if (r < 16) r = 16;
+    return r < N ? r : N;
+}
+
+/* Lays out (or just counts, when base == NULL) the activations for (B, T). */
+static size_t acts_layout(const sk_model *m, int B, int T, int grads, float *base, sk_acts *a) {
+    size_t BT = (size_t)B * T, L = m->L, C = m->C, F = m->F;
+    size_t Ffc = m->cfg.family == SK_GPT2 ? F : 2 * F;
+    int gpt = m->cfg.family == SK_GPT2;
+    size_t sizes[32]; float **ptrs[32]; int n = 0;
+#define A(ptr, size) do { ptrs[n] = &a->ptr; sizes[n++] = (size); } while (0)
+    A(encoded, BT * C);
+    A(ln1, L * BT * C); A(ln1_mean, gpt ? L * BT : 0); A(ln1_rstd, L * BT);
+    A(qkv, L * BT * m->QKV);
+    A(atty, L * BT * C);
+    A(lse, L * BT * m->H);
+    A(res2, L * BT * C);
+    A(ln2, L * BT * C); A(ln2_mean, gpt ? L * BT : 0); A(ln2_rstd, L * BT);
+    A(fch, L * BT * Ffc);
+    A(fch_act, L * BT * F);
+    A(res3, L * BT * C);
+    A(lnf, BT * C); A(lnf_mean, gpt ? BT : 0); A(lnf_rstd, BT);
+    A(logits, (size_t)classifier_chunk(m, (int)BT) * m->Vp);
+    A(losses, BT);
+    if (grads) {
+        A(dres, BT * C); A(dbtc, BT * C); A(dbtc2, BT * C);
+        A(dfch, BT * Ffc); A(dfch_act, BT * F);
+        A(dqkv_lend, (size_t)n_lenders(m) * BT * m->QKV);
+        A(dqkv_own, BT * m->QKV);
+    }
+#undef A
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (base) *ptrs[i] = sizes[i] ? base + total : NULL;
+        total += (sizes[i] + 15) / 16 * 16;    /* 64-byte aligned views */
+    }
+    return total;
+}
+
+size_t sk_model_activation_bytes(const sk_model *m, int B, int T, int with_grads) {
+    sk_acts a;
+    return acts_layout(m, B, T, with_grads, NULL, &a) * sizeof(float);
+}
+
+int sk_model_reserve(sk_model *m, int B, int T, int with_grads) {
+    if (B < 1 || T < 1) return sk_error(SK_EINVAL, "batch size B=%d and sequence length T=%d must be >= 1", B, T);
+    if (T > m->cfg.block_size)
+        return sk_error(SK_EINVAL, "sequence length T=%d exceeds block_size=%d", T, m->cfg.block_size);
+    if (m->acts_mem && B == m->B && T == m->T && (m->acts_have_grads || !with_grads))
+        return SK_OK;
+    size_t floats = acts_layout(m, B, T, with_grads, NULL, &m->a);
+    size_t need = floats * sizeof(float) + m->n_params * sizeof(float) * ((with_grads && !m->grads) ? 2 : 1);
+    int rc = check_alloc(need, "the activations for this batch");
+    if (rc) return rc;
+    free(m->acts_mem);
+    m->acts_mem = aligned_alloc(64, floats * sizeof(float));
+    if (!m->acts_mem) return sk_error(SK_ENOMEM, "out of memory for %zu bytes of activations", floats * sizeof(float));
+    acts_layout(m, B, T, with_grads, m->acts_mem, &m->a);
+    m->acts_floats = floats;
+    m->B = B; m->T = T; m->acts_have_grads = with_grads;
+    m->chunk = classifier_chunk(m, B * T);
+    if (with_grads && !m->grads) {
+        m->grads = calloc(m->n_params, sizeof(float));
+        if (!m->grads) return sk_error(SK_ENOMEM, "out of memory for the gradients");
+        sk_params_views(m, m->grads, &m->g);
+    }
+    return SK_OK;
+}
+
+/* --------------------------------------------------------------- forward */
+
+#define TIMED(field, stmt) do { double t0_ = sk_now(); stmt; m->times.field += sk_now() - t0_; } while (0)
+
+/* Dropout streams: one per (layer, site); the embedding uses layer = L. */
+enum { DROP_ATTN_W = 0, DROP_ATTN_OUT = 1, DROP_MLP_OUT = 2 };
+static uint64_t drop_stream(int layer, int site) { return (uint64_t)layer * 4 + site + 1; }
+
+static size_t off_l(const sk_model *m, int l, size_t per) { (void)m; return (size_t)l * per; }
+
+/* The two attention calls of layer l: own heads [0, split) on the layer's own K/V, and
+ * the borrowed heads [split, H) on the K/V of layer sk_sla_source(l, split). */
+static void attn_desc(const sk_model *m, sk_attn *a, int l, int part, int B, int T,
+                      float dropout, uint64_t seed, int training) {
+    const sk_config *c = &m->cfg;
+    int split = sk_sla_split(c, l), group = m->H / m->Hkv, hs = m->hs;
+    int h0 = part == 0 ? 0 : split, nh = part == 0 ? split : m->H - split;
+    int src = part == 0 ? l : sk_sla_source(c, l, split);
+    size_t BT = (size_t)B * T;
+    const float *qkv_q = m->a.qkv + off_l(m, l, BT * m->QKV);
+    const float *qkv_kv = m->a.qkv + off_l(m, src, BT * m->QKV);
+    memset(a, 0, sizeof *a);
+    a->B = B; a->H = nh; a->Hkv = nh / group; a->Lq = T; a->Lk = T; a->D = hs;
+    long row = m->QKV;
+    a->q = qkv_q + (size_t)h0 * hs;                                 a->q_sb = T * row; a->q_sh = hs; a->q_st = row;
+    a->k = qkv_kv + (size_t)m->H * hs + (size_t)(h0 / group) * hs;  a->k_sb = T * row; a->k_sh = hs; a->k_st = row;
+    a->v = a->k + (size_t)m->Hkv * hs;                              a->v_sb = T * row; a->v_sh = hs; a->v_st = row;
+    a->out = m->a.atty + off_l(m, l, BT * m->C) + (size_t)h0 * hs;  a->o_sb = (long)T * m->C; a->o_sh = hs; a->o_st = m->C;
+    a->is_causal = 1;
+    a->dropout_p = dropout; a->training = training;
+    a->seed = sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) | ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
+    a->lse = m->a.lse + off_l(m, l, BT * m->H) + (size_t)B * h0 * T;
+}
+
+static int check_tokens(const sk_model *m, const int32_t *inputs, const int32_t *targets, size_t n) {
+    int V = m->cfg.vocab_size;
+    for (size_t i = 0; i < n; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V)
+            return sk_error(SK_EINVAL, "input token %d at position %zu is outside the vocabulary [0, %d)", inputs[i], i, V);
+        if (targets && targets[i] >= V)
+            return sk_error(SK_EINVAL, "target token %d at position %zu is outside the vocabulary [0, %d)", targets[i], i, V);
+    }
+    return SK_OK;
+}
+
+static void norm_forward(const sk_model *m, float *out, float *mean, float *rstd, const float *inp,
+                         const float *w, const float *b, int N) {
+    if (m->cfg.family == SK_GPT2) sk_layernorm_forward(out, mean, rstd, inp, w, b, N, m->C, m->cfg.norm_eps);
+    else sk_rmsnorm_forward(out, rstd, inp, w, N, m->C, m->cfg.norm_eps);
+}
+static void norm_backward(const sk_model *m, float *dinp, float *dw, float *db, const float *dout,
+                          const float *inp, const float *w, const float *mean, const float *rstd, int N) {
+    if (m->cfg.family == SK_GPT2) sk_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, m->C);
+    else sk_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, m->C);
+}
+
+/* Runs the blocks and the final norm; the classifier is done by the callers. */
+static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int training, uint64_t seed) {
+    const sk_config *c = &m->cfg;
+    const sk_params *p = &m->p;
+    sk_acts *a = &m->a;
+    int L = m->L, C = m->C, F = m->F, N = B * T, gpt = c->family == SK_GPT2;
+    int Ffc = gpt ? F : 2 * F;
+    size_t BT = (size_t)N;
+    float drop = training ? c->dropout : 0.0f;
+
+    TIMED(elementwise, sk_embed_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C));
+    sk_dropout(a->encoded, BT * C, drop, seed, drop_stream(L, 0));
+    for (int l = 0; l < L; l++) {
+        const float *x = l == 0 ? a->encoded : a->res3 + off_l(m, l - 1, BT * C);
+        float *ln1 = a->ln1 + off_l(m, l, BT * C), *qkv = a->qkv + off_l(m, l, BT * m->QKV);
+        float *atty = a->atty + off_l(m, l, BT * C), *res2 = a->res2 + off_l(m, l, BT * C);
+        float *ln2 = a->ln2 + off_l(m, l, BT * C), *fch = a->fch + off_l(m, l, BT * Ffc);
+        float *fch_act = a->fch_act + off_l(m, l, BT * F), *res3 = a->res3 + off_l(m, l, BT * C);
+        TIMED(norm, norm_forward(m, ln1, gpt ? a->ln1_mean + off_l(m, l, BT) : NULL, a->ln1_rstd + off_l(m, l, BT), x,
+                                 p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, N));
+        TIMED(matmul, sk_linear_forward(qkv, ln1, p->qkvw + l * sz_layer_qkv(m),
+                                        p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL, N, C, m->QKV));
+        if (!gpt) TIMED(elementwise, sk_rope(qkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
+        for (int part = 0; part < 2; part++) {
+            sk_attn d;
+            attn_desc(m, &d, l, part, B, T, drop, seed, training);
+            if (d.H == 0) continue;
+            int rc;
+            TIMED(attention, rc = sk_attn_forward(&d));
+            if (rc) return rc;
+        }
+        TIMED(matmul, sk_linear_forward(res2, atty, p->attprojw + (size_t)l * C * C,
+                                        p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, C));
+        sk_dropout(res2, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT));
+        TIMED(elementwise, sk_add_inplace(res2, x, BT * C));
+        TIMED(norm, norm_forward(m, ln2, gpt ? a->ln2_mean + off_l(m, l, BT) : NULL, a->ln2_rstd + off_l(m, l, BT), res2,
+                                 p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, N));
+        TIMED(matmul, sk_linear_forward(fch, ln2, p->fcw + (size_t)l * Ffc * C,
+                                        p->fcb ? p->fcb + (size_t)l * F : NULL, N, C, Ffc));
+        if (gpt) TIMED(elementwise, sk_gelu_forward(fch_act, fch, BT * F, c->gelu == SK_GELU_TANH));
+        else TIMED(elementwise, sk_swiglu_forward(fch_act, fch, N, F));
+        TIMED(matmul, sk_linear_forward(res3, fch_act, p->fcprojw + (size_t)l * C * F,
+                                        p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, C));
+        sk_dropout(res3, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT));
+        TIMED(elementwise, sk_add_inplace(res3, res2, BT * C));
+    }
+    TIMED(norm, norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3 + off_l(m, L - 1, BT * C),
+                             p->lnfw, p->lnfb, N));
+    return SK_OK;
+}
+
+/* Classifier over row chunks: logits = lnf @ wte^T, softmax cross-entropy over the real
+ * vocabulary. With dlnf != NULL it also writes the gradient of (scale * mean loss) into
+ * dlnf (N, C) and adds the wte gradient, so the (N, Vp) logits are never held whole. */
+static int classifier(sk_model *m, const int32_t *targets, int N, float *loss, float *logits_out,
+                      float *dlnf, float scale) {
+    int V = m->cfg.vocab_size, Vp = m->Vp, C = m->C;
+    sk_acts *a = &m->a;
+    size_t n_valid = 0;
+    if (targets) for (int i = 0; i < N; i++) n_valid += targets[i] >= 0;
+    float row_scale = n_valid ? scale / (float)n_valid : 0.0f;
+    for (int r0 = 0; r0 < N; r0 += m->chunk) {
+        int R = N - r0 < m->chunk ? N - r0 : m->chunk;
+        float *lg = a->logits;
+        TIMED(classifier, sk_gemm(0, 1, R, Vp, C, 1.0f, a->lnf + (size_t)r0 * C, C, m->p.wte, C, 0.0f, lg, Vp));
+        double t0 = sk_now();
+        if (logits_out)
+            for (int r = 0; r < R; r++) memcpy(logits_out + (size_t)(r0 + r) * V, lg + (size_t)r * Vp, sizeof(float) * V);
+        if (targets) {
+            #pragma omp parallel for schedule(static)
+            for (int r = 0; r < R; r++) {
+                float *z = lg + (size_t)r * Vp;
+                int tgt = targets[r0 + r];
+                float mx = -INFINITY;
+                for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+                float sum = 0.0f;
+                for (int v = 0; v < V; v++) sum += expf(z[v] - mx);
+                float lse = mx + logf(sum);
+                a->losses[r0 + r] = tgt >= 0 ? lse - z[tgt] : 0.0f;
+                if (dlnf) {
+                    float s = tgt >= 0 ? row_scale : 0.0f;
+                    for (int v = 0; v < V; v++) z[v] = s * expf(z[v] - lse);
+                    if (tgt >= 0) z[tgt] -= s;
+                    for (int v = V; v < Vp; v++) z[v] = 0.0f;
+                }
+            }
+        }
+        m->times.classifier += sk_now() - t0;
+        if (dlnf) {
+            TIMED(classifier, sk_gemm(0, 0, R, C, Vp, 1.0f, lg, Vp, m->p.wte, C, 0.0f, dlnf + (size_t)r0 * C, C));
+            TIMED(classifier, sk_gemm(1, 0, Vp, C, R, 1.0f, lg, Vp, a->lnf + (size_t)r0 * C, C, 1.0f, m->g.wte, C));
+        }
+    }
+    if (loss) {
+        double s = 0.0;
+        if (targets) for (int i = 0; i < N; i++) s += a->losses[i];
+        *loss = targets && n_valid ? (float)(s / (double)n_valid) : NAN;
+    }
+    return SK_OK;
+}
+
+int sk_model_forward(sk_model *m, const int32_t *inputs, const int32_t *targets,
+                     int B, int T, float *loss, float *logits) {
+    int rc = sk_model_reserve(m, B, T, m->acts_have_grads);
+    if (rc) return rc;
+    if ((rc = check_tokens(m, inputs, targets, (size_t)B * T))) return rc;
+    if ((rc = forward_blocks(m, inputs, B, T, 0, 0))) return rc;
+    return classifier(m, targets, B * T, loss, logits, NULL, 0.0f);
+}
+
+/* -------------------------------------------------------------- backward */
+
+static float *dqkv_of(sk_model *m, int l, size_t BT) {
+    int k = m->lend_index[l];
+    return k >= 0 ? m->a.dqkv_lend + (size_t)k * BT * m->QKV : m->a.dqkv_own;
+}
+
+static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uint64_t seed) {
+    const sk_config *c = &m->cfg;
+    const sk_params *p = &m->p;
+    sk_params *g = &m->g;
+    sk_acts *a = &m->a;
+    int L = m->L, C = m->C, F = m->F, N = B * T, gpt = c->family == SK_GPT2;
+    int Ffc = gpt ? F : 2 * F;
+    size_t BT = (size_t)N;
+    float drop = c->dropout;
+
+    /* a->dbtc holds dlnf from the classifier */
+    memset(a->dres, 0, BT * C * sizeof(float));
+    TIMED(norm, norm_backward(m, a->dres, g->lnfw, g->lnfb, a->dbtc, a->res3 + off_l(m, L - 1, BT * C),
+                              p->lnfw, a->lnf_mean, a->lnf_rstd, N));
+    if (a->dqkv_lend) memset(a->dqkv_lend, 0, (size_t)n_lenders(m) * BT * m->QKV * sizeof(float));
+    for (int l = L - 1; l >= 0; l--) {
+        const float *x = l == 0 ? a->encoded : a->res3 + off_l(m, l - 1, BT * C);
+        const float *ln1 = a->ln1 + off_l(m, l, BT * C), *atty = a->atty + off_l(m, l, BT * C);
+        const float *res2 = a->res2 + off_l(m, l, BT * C), *ln2 = a->ln2 + off_l(m, l, BT * C);
+        const float *fch = a->fch + off_l(m, l, BT * Ffc), *fch_act = a->fch_act + off_l(m, l, BT * F);
+        /* MLP: res3 = res2 + drop(fcproj(act(fc(norm2(res2))))) */
+        memcpy(a->dbtc, a->dres, BT * C * sizeof(float));
+        sk_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT));
+        TIMED(matmul, sk_linear_backward(a->dfch_act, g->fcprojw + (size_t)l * C * F,
+                                         g->fcprojb ? g->fcprojb + (size_t)l * C : NULL, a->dbtc, fch_act,
+                                         p->fcprojw + (size_t)l * C * F, N, F, C));
+        if (gpt) TIMED(elementwise, sk_gelu_backward(a->dfch, fch, a->dfch_act, BT * F, c->gelu == SK_GELU_TANH));
+        else TIMED(elementwise, sk_swiglu_backward(a->dfch, fch, a->dfch_act, N, F));
+        TIMED(matmul, sk_linear_backward(a->dbtc2, g->fcw + (size_t)l * Ffc * C, g->fcb ? g->fcb + (size_t)l * F : NULL,
+                                         a->dfch, ln2, p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
+        TIMED(norm, norm_backward(m, a->dres, g->ln2w + (size_t)l * C, g->ln2b ? g->ln2b + (size_t)l * C : NULL,
+                                  a->dbtc2, res2, p->ln2w + (size_t)l * C,
+                                  gpt ? a->ln2_mean + off_l(m, l, BT) : NULL, a->ln2_rstd + off_l(m, l, BT), N));
+        /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))) */
+        memcpy(a->dbtc, a->dres, BT * C * sizeof(float));
+        sk_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT));
+        TIMED(matmul, sk_linear_backward(a->dbtc2, g->attprojw + (size_t)l * C * C,
+                                         g->attprojb ? g->attprojb + (size_t)l * C : NULL, a->dbtc, atty,
+                                         p->attprojw + (size_t)l * C * C, N, C, C));
+        float *dqkv = dqkv_of(m, l, BT);
+        if (m->lend_index[l] < 0) memset(dqkv, 0, BT * m->QKV * sizeof(float));
+        for (int part = 0; part < 2; part++) {
+            sk_attn d;
+            attn_desc(m, &d, l, part, B, T, drop, seed, 1);
+            if (d.H == 0) continue;
+            int src = part == 0 ? l : sk_sla_source(c, l, sk_sla_split(c, l));
+            float *dsrc = dqkv_of(m, src, BT);
+            /* dq/dk/dv share the strides of q/k/v; translate the pointers into the gradient buffers */
+            float *dq = dqkv + (d.q - (a->qkv + off_l(m, l, BT * m->QKV)));
+            float *dk = dsrc + (d.k - (a->qkv + off_l(m, src, BT * m->QKV)));
+            float *dv = dsrc + (d.v - (a->qkv + off_l(m, src, BT * m->QKV)));
+            const float *dout = a->dbtc2 + (d.out - (a->atty + off_l(m, l, BT * C)));
+            int rc;
+            TIMED(attention, rc = sk_attn_backward(&d, dout, dq, dk, dv));
+            if (rc) return rc;
+        }
+        if (!gpt) TIMED(elementwise, sk_rope(dqkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 1));
+        TIMED(matmul, sk_linear_backward(a->dbtc, g->qkvw + l * sz_layer_qkv(m), g->qkvb ? g->qkvb + (size_t)l * m->QKV : NULL,
+                                         dqkv, ln1, p->qkvw + l * sz_layer_qkv(m), N, C, m->QKV));
+        TIMED(norm, norm_backward(m, a->dres, g->ln1w + (size_t)l * C, g->ln1b ? g->ln1b + (size_t)l * C : NULL,
+                                  a->dbtc, x, p->ln1w + (size_t)l * C,
+                                  gpt ? a->ln1_mean + off_l(m, l, BT) : NULL, a->ln1_rstd + off_l(m, l, BT), N));
+    }
+    sk_dropout(a->dres, BT * C, drop, seed, drop_stream(L, 0));
+    TIMED(elementwise, sk_embed_backward(g->wte, g->wpe, a->dres, inputs, B, T, C));
+    return SK_OK;
+}
+
+int sk_model_forward_backward(sk_model *m, const int32_t *inputs, const int32_t *targets,
+                              int B, int T, float grad_scale, uint64_t dropout_seed, float *loss) {
+    if (!targets) return sk_error(SK_EINVAL, "forward_backward needs targets");
+    int rc = sk_model_reserve(m, B, T, 1);
+    if (rc) return rc;
+    if ((rc = check_tokens(m, inputs, targets, (size_t)B * T))) return rc;
+    if ((rc = forward_blocks(m, inputs, B, T, 1, dropout_seed))) return rc;
+    if ((rc = classifier(m, targets, B * T, loss, NULL, m->a.dbtc, grad_scale))) return rc;
+    return backward_blocks(m, inputs, B, T, dropout_seed);
+}

@@ -1,0 +1,61 @@
+/* Internal layout of sk_model: one parameter buffer with named views, one gradient
+ * buffer with the same views, and activations planned up front for (B, T). */
+#ifndef SK_MODEL_INTERNAL_H
+#define SK_MODEL_INTERNAL_H
+#include "skiplm.h"
+
+/* Stacked per-layer tensors: (L, ...) so one pointer + layer offset reaches any layer.
+ * GPT-2:  fc = c_fc (F, C),               fcproj = c_proj (C, F)
+ * Llama:  fc = [w1; w3] stacked (2F, C),  fcproj = w2 (C, F); no biases, no ln*b, no wpe. */
+typedef struct {
+    float *wte;                  /* (Vp, C) */
+    float *wpe;                  /* (block_size, C) or NULL */
+    float *ln1w, *ln1b;          /* (L, C) */
+    float *qkvw, *qkvb;          /* (L, QKV, C), (L, QKV); QKV = (H + 2*Hkv) * hs */
+    float *attprojw, *attprojb;  /* (L, C, C), (L, C) */
+    float *ln2w, *ln2b;          /* (L, C) */
+    float *fcw, *fcb;            /* (L, F or 2F, C), (L, F) */
+    float *fcprojw, *fcprojb;    /* (L, C, F), (L, C) */
+    float *lnfw, *lnfb;          /* (C) */
+} sk_params;
+
+typedef struct {
+    float *encoded;                       /* (B, T, C) */
+    float *ln1, *ln1_mean, *ln1_rstd;     /* (L, B, T, C), (L, B, T) x2 */
+    float *qkv;                           /* (L, B, T, QKV) */
+    float *atty;                          /* (L, B, T, C) attention output before c_proj */
+    float *lse;                           /* (L, B, H, T) */
+    float *res2;                          /* (L, B, T, C) residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch;                           /* (L, B, T, F or 2F) before the activation */
+    float *fch_act;                       /* (L, B, T, F) */
+    float *res3;                          /* (L, B, T, C) residual after MLP = block output */
+    float *lnf, *lnf_mean, *lnf_rstd;     /* (B, T, C), (B, T) x2 */
+    float *logits;                        /* (chunk, Vp) classifier scratch */
+    float *losses;                        /* (B, T) */
+    /* backward */
+    float *dres, *dbtc, *dbtc2;           /* (B, T, C) */
+    float *dfch, *dfch_act;               /* (B, T, F or 2F), (B, T, F) */
+    float *dqkv_lend;                     /* (n_lenders, B, T, QKV): layers whose K/V are borrowed */
+    float *dqkv_own;                      /* (B, T, QKV) scratch for the others */
+} sk_acts;
+
+struct sk_model {
+    sk_config cfg;
+    int L, C, H, Hkv, hs, QKV, F, Vp;
+    float *params; size_t n_params;
+    float *grads;
+    sk_params p, g;
+    sk_tensor *tensors; int n_tensors;
+    /* activations */
+    int B, T, acts_have_grads, chunk;
+    float *acts_mem; size_t acts_floats;
+    sk_acts a;
+    int *lend_index;                      /* layer -> index into dqkv_lend, or -1 */
+    float *rope;                          /* (block_size, hs/2, 2) cos/sin for Llama */
+    sk_phase_times times;
+};
+
+/* Views of the parameter/gradient buffers (set by the model, used by checkpoints). */
+void sk_params_views(const sk_model *m, float *base, sk_params *p);
+#endif

@@ -1,0 +1,85 @@
+/* Layer ops as forward/backward pairs over raw float arrays (llm.c style).
+ * Backward functions ACCUMULATE (+=) into their gradient outputs.
+ * N = number of rows (tokens, B*T). */
+#ifndef SK_OPS_H
+#define SK_OPS_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* out (N, OC) = inp (N, IC) @ w^T + b,  w (OC, IC), b (OC) or NULL. */
+void sk_linear_forward(float *out, const float *inp, const float *w, const float *b,
+                       int N, int IC, int OC);
+/* dinp (N, IC) = dout @ w (overwritten; may be NULL);
+ * dw (OC, IC) += dout^T @ inp;  db (OC) += colsum(dout) (db may be NULL). */
+void sk_linear_backward(float *dinp, float *dw, float *db, const float *dout,
+                        const float *inp, const float *w, int N, int IC, int OC);
+/* C (M, N) = alpha * op(A) op(B) + beta * C, row-major; the one GEMM entry point. */
+void sk_gemm(int transA, int transB, int M, int N, int K, float alpha,
+             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* LayerNorm over the last dim C: out = (x - mean) * rstd * w + b (b may be NULL).
+ * Saves mean, rstd (N). */
+void sk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C, float eps);
+void sk_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, const float *mean,
+                           const float *rstd, int N, int C);
+
+/* GELU, exact (erf) or tanh approximation. */
+void sk_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx);
+/* dinp = gelu'(inp) * dout  (overwrites, may alias dout) */
+void sk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx);
+
+/* out (B, T, C) = wte[tok] + wpe[t] (wpe may be NULL) */
+void sk_embed_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
+                      int B, int T, int C);
+void sk_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok,
+                       int B, int T, int C);
+
+/* Inverted dropout keyed by a counter hash: element i of stream s is kept iff
+ * hash(seed, s, i) >= p * 2^32, then scaled by 1/(1-p). In place; the backward is
+ * the same call on the gradient. p == 0 is a no-op. */
+void sk_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t stream);
+/* The keep test itself (shared with attention). */
+static inline uint32_t sk_hash32(uint64_t seed, uint64_t stream, uint64_t i) {
+    uint64_t z = seed ^ (stream * 0x9E3779B97F4A7C15ULL) ^ (i * 0xD1B54A32D192ED03ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (uint32_t)(z >> 32);
+}
+
+/* y += x */
+void sk_add_inplace(float *y, const float *x, size_t n);
+
+/* Sum over rows of a (N, C) matrix, added into out (C), in a fixed order that does
+ * not depend on the thread count. */
+void sk_colsum_add(float *out, const float *x, int N, int C);
+
+/* Deterministic generator for initialisation (splitmix64 + Box-Muller). */
+typedef struct { uint64_t s; } sk_rng;
+uint64_t sk_rng_u64(sk_rng *r);
+float sk_rng_uniform(sk_rng *r);          /* [0, 1) */
+float sk_rng_normal(sk_rng *r);
+
+double sk_now(void);                      /* monotonic seconds */
+#endif
+
+/* RMSNorm: out = w * x / sqrt(mean(x^2) + eps). Saves rstd (N). */
+void sk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
+                        int N, int C, float eps);
+void sk_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, const float *rstd, int N, int C);
+
+/* RoPE on n_heads heads of size hs inside rows of width row (heads start at col0):
+ * pairs (x[2j], x[2j+1]) of the head at position pos0 + t are rotated by angle
+ * (pos0 + t) * theta^(-2j/hs); table (max_pos, hs/2, 2) holds (cos, sin).
+ * inverse = 1 rotates back (the backward pass). x is (B, T, row). */
+void sk_rope_table(float *table, int max_pos, int hs, float theta);
+void sk_rope(float *x, const float *table, int B, int T, int row, int col0, int n_heads,
+             int hs, int pos0, int inverse);
+
+/* SwiGLU on h (N, 2F) = [a | b]: out (N, F) = silu(a) * b. */
+void sk_swiglu_forward(float *out, const float *h, int N, int F);
+/* dh (N, 2F) = gradients of a and b (overwritten). */
+void sk_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F);

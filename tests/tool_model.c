@@ -1,0 +1,74 @@
+/* Test driver for the PyTorch comparisons (tests/test_gpt2_torch.py).
+ *   tool_model run  WEIGHTS BATCH OUT   forward + backward on BATCH (I32 "inputs", "targets"
+ *                                       of shape (B, T)); OUT holds "logits", "loss",
+ *                                       "loss_fb" (from forward_backward) and "grad.<name>".
+ *   tool_model init OUT SEED key=value...   random model with that config, saved to OUT. */
+#include "skiplm.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int die(void) { fprintf(stderr, "tool_model: %s\n", sk_last_error()); return 1; }
+
+static int32_t *get_i32(const sk_safetensors *st, const char *name, int64_t *B, int64_t *T) {
+    const sk_st_tensor *t = sk_st_find(st, name);
+    if (!t || t->dtype != SK_I32 || t->ndim != 2) return NULL;
+    *B = t->shape[0]; *T = t->shape[1];
+    int32_t *x = malloc(t->nbytes);
+    memcpy(x, st->data + t->offset, t->nbytes);
+    return x;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 4 && !strcmp(argv[1], "init")) {
+        sk_config cfg;
+        sk_config_default(&cfg);
+        for (int i = 4; i < argc; i++) {
+            char *eq = strchr(argv[i], '=');
+            if (!eq) { fprintf(stderr, "bad arg %s\n", argv[i]); return 1; }
+            *eq = 0;
+            if (sk_config_set(&cfg, argv[i], eq + 1)) return die();
+        }
+        sk_model *m;
+        if (sk_model_new(&m, &cfg, strtoull(argv[3], NULL, 10))) return die();
+        if (sk_model_save(m, argv[2])) return die();
+        sk_model_free(m);
+        return 0;
+    }
+    if (argc != 5 || strcmp(argv[1], "run")) {
+        fprintf(stderr, "usage: tool_model run WEIGHTS BATCH OUT | init OUT SEED k=v...\n");
+        return 2;
+    }
+    sk_model *m;
+    if (sk_model_load(&m, argv[2], NULL)) return die();
+    sk_safetensors bt;
+    if (sk_st_read(argv[3], &bt)) return die();
+    int64_t B, T, B2, T2;
+    int32_t *inp = get_i32(&bt, "inputs", &B, &T), *tgt = get_i32(&bt, "targets", &B2, &T2);
+    if (!inp || !tgt || B != B2 || T != T2) { fprintf(stderr, "bad batch file\n"); return 1; }
+    const sk_config *c = sk_model_config(m);
+    size_t nl = (size_t)B * T * c->vocab_size;
+    float *logits = malloc(nl * sizeof(float));
+    float loss, loss_fb;
+    if (sk_model_forward(m, inp, tgt, (int)B, (int)T, &loss, logits)) return die();
+    sk_model_zero_grad(m);
+    if (sk_model_forward_backward(m, inp, tgt, (int)B, (int)T, 1.0f, 0, &loss_fb)) return die();
+    sk_st_writer *w = sk_st_writer_new();
+    int64_t ls[3] = {B, T, c->vocab_size}, one[1] = {1};
+    sk_st_add(w, "logits", SK_F32, 3, ls, logits);
+    sk_st_add(w, "loss", SK_F32, 1, one, &loss);
+    sk_st_add(w, "loss_fb", SK_F32, 1, one, &loss_fb);
+    int n;
+    const sk_tensor *ts = sk_model_tensors(m, &n);
+    char (*names)[96] = malloc(sizeof(*names) * n);
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], 96, "grad.%s", ts[i].name);
+        sk_st_add(w, names[i], SK_F32, ts[i].ndim, ts[i].shape, sk_model_grads(m) + ts[i].offset);
+    }
+    if (sk_st_write(w, argv[4])) return die();
+    sk_st_writer_free(w);
+    free(names); free(logits); free(inp); free(tgt);
+    sk_st_free(&bt);
+    sk_model_free(m);
+    return 0;
+}

@@ -106,6 +106,11 @@ int sk_model_save(const sk_model *m, const char *path);
 /* Load a file. Config comes from the metadata; fields given in override (non-NULL)
  * take precedence (for files without skiplm metadata). */
 int sk_model_load(sk_model **m, const char *path, const sk_config *override);
+/* The same, with extra tensors and metadata already added to `extra` by the caller (a
+ * checkpoint adds its optimizer state); the writer is not freed. */
+int sk_model_save_with(const sk_model *m, const char *path, sk_st_writer *extra);
+/* Build the model from an already parsed file (path is for messages). */
+int sk_model_load_st(sk_model **m, const sk_safetensors *st, const char *path, const sk_config *override);
 /* Read just the config from a weights file's metadata. */
 int sk_config_from_file(sk_config *cfg, const char *path);
 

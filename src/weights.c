@@ -102,8 +102,10 @@ static int is_rope_proj(const sk_model *m, const char *name, int *n_heads) {
 
 /* ------------------------------------------------------------ save / load */
 
-int sk_model_save(const sk_model *m, const char *path) {
-    sk_st_writer *w = sk_st_writer_new();
+int sk_model_save(const sk_model *m, const char *path) { return sk_model_save_with(m, path, NULL); }
+
+int sk_model_save_with(const sk_model *m, const char *path, sk_st_writer *extra) {
+    sk_st_writer *w = extra ? extra : sk_st_writer_new();
     if (!w) return sk_error(SK_ENOMEM, "out of memory");
     int rc = write_config_meta(w, &m->cfg);
     float **tmp = calloc(m->n_tensors, sizeof(float *));
@@ -120,17 +122,26 @@ int sk_model_save(const sk_model *m, const char *path) {
         rc = sk_st_add(w, t->name, SK_F32, t->ndim, t->shape, data);
     }
     if (!rc) rc = sk_st_write(w, path);
-    sk_st_writer_free(w);
+    if (!extra) sk_st_writer_free(w);
     for (int i = 0; i < m->n_tensors; i++) free(tmp[i]);
     free(tmp);
     return rc;
 }
 
 int sk_model_load(sk_model **out, const char *path, const sk_config *override) {
-    *out = NULL;
     sk_safetensors st;
+    *out = NULL;
     int rc = sk_st_read(path, &st);
     if (rc) return rc;
+    rc = sk_model_load_st(out, &st, path, override);
+    sk_st_free(&st);
+    return rc;
+}
+
+int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path, const sk_config *override) {
+    *out = NULL;
+    const sk_safetensors st = *stp;
+    int rc;
     sk_config cfg;
     if ((rc = config_from_st(&cfg, &st, path))) goto done;
     if (override) {
@@ -197,6 +208,5 @@ int sk_model_load(sk_model **out, const char *path, const sk_config *override) {
     if (rc) sk_model_free(m);
     else *out = m;
 done:
-    sk_st_free(&st);
     return rc;
 }

@@ -1,0 +1,160 @@
+/* Option parsing shared by the subcommands. */
+#include "cli.h"
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_fail(const char *cmd) {
+    fprintf(stderr, "skiplm %s: %s\n", cmd, sk_last_error());
+    return 1;
+}
+
+void cli_usage(const char *cmd, const char *synopsis, const cli_opt *opts, int has_cfg) {
+    fprintf(stderr, "usage: skiplm %s %s\n\noptions:\n", cmd, synopsis);
+    for (const cli_opt *o = opts; o && o->name; o++) {
+        const char *arg = o->type == 'b' ? "" : o->type == 's' ? " STR" : o->type == 'f' ? " X" : " N";
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s", o->name, arg);
+        fprintf(stderr, "  %-24s %s\n", left, o->help);
+    }
+    if (has_cfg) {
+        fprintf(stderr, "\nmodel options:\n"
+                "  --preset NAME            gpt2 | gpt2-medium | gpt2-large | nano | small\n"
+                "  --sla                    Skip-Layer Attention with the paper's 3/4 rule\n"
+                "  --FIELD VALUE            any config field: n_layer n_head n_kv_head n_embd block_size\n"
+                "                           vocab_size bias dropout gelu(erf|tanh) n_skip_layer n_skip_head\n"
+                "                           family(gpt2|llama) norm_eps rope_theta ffn_hidden\n");
+    }
+}
+
+static int set_opt(const cli_opt *o, const char *v) {
+    char *end;
+    errno = 0;
+    switch (o->type) {
+    case 's': *(const char **)o->dst = v; return 0;
+    case 'i': {
+        long x = strtol(v, &end, 10);
+        if (errno || end == v || *end || x < INT_MIN || x > INT_MAX) return -1;
+        *(int *)o->dst = (int)x; return 0;
+    }
+    case 'u': {
+        if (*v == '-') return -1;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (errno || end == v || *end) return -1;
+        *(uint64_t *)o->dst = x; return 0;
+    }
+    case 'f': {
+        double x = strtod(v, &end);
+        if (errno || end == v || *end) return -1;
+        *(float *)o->dst = (float)x; return 0;
+    }
+    }
+    return -1;
+}
+
+int cli_parse(int argc, char **argv, const char *cmd, const char *synopsis, const cli_opt *opts,
+              char **pos, int max_pos, int *n_pos, sk_config *cfg, int *cfg_given) {
+    int np = 0, preset_done = 0;
+    if (cfg_given) *cfg_given = 0;
+    /* the preset goes first so that the other fields override it */
+    if (cfg)
+        for (int i = 1; i < argc; i++) {
+            const char *v = NULL;
+            if (!strcmp(argv[i], "--preset") && i + 1 < argc) v = argv[i + 1];
+            else if (!strncmp(argv[i], "--preset=", 9)) v = argv[i] + 9;
+            if (v) {
+                if (sk_config_preset(cfg, v)) { fprintf(stderr, "skiplm %s: %s\n", cmd, sk_last_error()); return 2; }
+                preset_done = 1;
+                if (cfg_given) *cfg_given = 1;
+            }
+        }
+    (void)preset_done;
+    int sla = 0;
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { cli_usage(cmd, synopsis, opts, cfg != NULL); return 1; }
+        if (strncmp(a, "--", 2) || a[2] == 0) {
+            if (np >= max_pos) {
+                fprintf(stderr, "skiplm %s: unexpected argument '%s'\n", cmd, a);
+                cli_usage(cmd, synopsis, opts, cfg != NULL);
+                return 2;
+            }
+            pos[np++] = a;
+            continue;
+        }
+        char name[64];
+        const char *val = NULL, *eq = strchr(a + 2, '=');
+        size_t nl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        if (nl >= sizeof name) nl = sizeof name - 1;
+        memcpy(name, a + 2, nl); name[nl] = 0;
+        if (eq) val = eq + 1;
+        const cli_opt *o = NULL;
+        for (const cli_opt *p = opts; p && p->name; p++) if (!strcmp(p->name, name)) o = p;
+        if (o) {
+            if (o->type == 'b') {
+                if (val) { fprintf(stderr, "skiplm %s: --%s takes no value\n", cmd, name); return 2; }
+                *(int *)o->dst = 1;
+                continue;
+            }
+            if (!val) {
+                if (i + 1 >= argc) { fprintf(stderr, "skiplm %s: --%s needs a value\n", cmd, name); return 2; }
+                val = argv[++i];
+            }
+            if (set_opt(o, val)) {
+                fprintf(stderr, "skiplm %s: --%s: '%s' is not a valid %s\n", cmd, name, val,
+                        o->type == 'f' ? "number" : o->type == 'u' ? "non-negative integer" : "integer");
+                return 2;
+            }
+            continue;
+        }
+        if (cfg) {
+            if (!strcmp(name, "preset")) { if (!val) i++; continue; }
+            if (!strcmp(name, "sla")) { sla = 1; if (cfg_given) *cfg_given = 1; continue; }
+            for (char *p = name; *p; p++) if (*p == '-') *p = '_';
+            if (!val) {
+                if (i + 1 >= argc) { fprintf(stderr, "skiplm %s: --%s needs a value\n", cmd, name); return 2; }
+                val = argv[++i];
+            }
+            if (sk_config_set(cfg, name, val)) {
+                fprintf(stderr, "skiplm %s: %s\n", cmd, sk_last_error());
+                if (strstr(sk_last_error(), "unknown field")) cli_usage(cmd, synopsis, opts, 1);
+                return 2;
+            }
+            if (cfg_given) *cfg_given = 1;
+            continue;
+        }
+        fprintf(stderr, "skiplm %s: unknown option --%s\n", cmd, name);
+        cli_usage(cmd, synopsis, opts, 0);
+        return 2;
+    }
+    if (sla && cfg) {
+        /* fill what was not given with the paper's 3/4 rule */
+        sk_config d = *cfg;
+        sk_config_sla_default(&d);
+        if (cfg->n_skip_layer == 0) cfg->n_skip_layer = d.n_skip_layer;
+        if (cfg->n_skip_head == 0) cfg->n_skip_head = d.n_skip_head;
+    }
+    if (n_pos) *n_pos = np;
+    return 0;
+}
+
+int cli_read_file(const char *path, char **data, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return sk_error(SK_EIO, "%s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) { cap *= 2; char *nb = realloc(buf, cap); if (!nb) { free(buf); fclose(f); return sk_error(SK_ENOMEM, "%s: out of memory", path); } buf = nb; }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) { free(buf); return sk_error(SK_EIO, "%s: read error", path); }
+    buf[n] = 0;
+    *data = buf; *len = n;
+    return SK_OK;
+}

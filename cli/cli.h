@@ -1,0 +1,37 @@
+/* The skiplm command-line tool: a thin client of the library, one file per subcommand.
+ * Shared option parsing; every command returns its exit status. */
+#ifndef SK_CLI_H
+#define SK_CLI_H
+#include "skiplm.h"
+#include <stdint.h>
+
+/* Option table entry. type: 's' string, 'i' int, 'f' float, 'u' uint64, 'b' flag (no value). */
+typedef struct {
+    const char *name;        /* without the leading "--" */
+    char type;
+    void *dst;
+    const char *help;
+} cli_opt;
+
+/* Parses argv[1..] against opts ("--name value" or "--name=value"). Positional arguments
+ * go to pos (at most max_pos). If cfg is non-NULL, model options are accepted too:
+ * --preset NAME, --sla (paper's 3/4 rule), and --FIELD VALUE for every config field
+ * (e.g. --n_layer 4, --n-skip-layer 9, --gelu tanh). Returns 0, or prints the error and
+ * usage and returns 2. "--help" prints usage and returns 1. */
+int cli_parse(int argc, char **argv, const char *cmd, const char *synopsis, const cli_opt *opts,
+              char **pos, int max_pos, int *n_pos, sk_config *cfg, int *cfg_given);
+void cli_usage(const char *cmd, const char *synopsis, const cli_opt *opts, int has_cfg);
+/* Prints "skiplm CMD: <message from the library>" to stderr and returns 1. */
+int cli_fail(const char *cmd);
+/* Reads a whole file (NUL-terminated). */
+int cli_read_file(const char *path, char **data, size_t *len);
+
+int cmd_info(int argc, char **argv);
+int cmd_init(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_prepare(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
+#endif

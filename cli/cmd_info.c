@@ -1,0 +1,71 @@
+/* skiplm info / init: describe a config or a weights file; write a fresh model. */
+#include "cli.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void describe(const sk_config *c, int B, int T) {
+    char buf[256];
+    sk_config_describe(c, buf, sizeof buf);
+    printf("config: %s\n", buf);
+    sk_model *m;
+    if (sk_model_new(&m, c, 0)) { printf("(cannot build: %s)\n", sk_last_error()); return; }
+    int n;
+    const sk_tensor *ts = sk_model_tensors(m, &n);
+    size_t real = 0;
+    for (int i = 0; i < n; i++) real += ts[i].numel;
+    printf("parameters: %zu (%.2fM; buffer %zu floats with the padded vocabulary %d)\n", real, real / 1e6,
+           sk_model_num_params(m), sk_model_config(m)->padded_vocab_size);
+    size_t act = sk_model_activation_bytes(m, B, T, 1);
+    printf("training memory at B=%d T=%d: activations %.1f MiB (%zu bytes per token), params+grads+adam %.1f MiB\n",
+           B, T, act / 1048576.0, act / ((size_t)B * T), 4.0 * sk_model_num_params(m) * 4 / 1048576.0);
+    printf("skip-layer routing (K/V source layer of each head group):\n");
+    for (int l = 0; l < c->n_layer; l++) {
+        int split = sk_sla_split(sk_model_config(m), l);
+        printf("  layer %2d: heads 0-%d -> layer %d", l, split - 1, l);
+        if (split < c->n_head) printf(", heads %d-%d -> layer %d", split, c->n_head - 1, sk_sla_source(sk_model_config(m), l, split));
+        if (sk_sla_lends(sk_model_config(m), l)) printf("   (lends K/V)");
+        printf("\n");
+    }
+    sk_model_free(m);
+}
+
+int cmd_info(int argc, char **argv) {
+    int B = 1, T = 0;
+    cli_opt opts[] = {
+        {"batch", 'i', &B, "batch size for the memory estimate (1)"},
+        {"seq", 'i', &T, "sequence length for the memory estimate (block_size)"},
+        {0},
+    };
+    sk_config cfg;
+    sk_config_default(&cfg);
+    char *pos[1]; int np, given;
+    int rc = cli_parse(argc, argv, "info", "[WEIGHTS] [model options]", opts, pos, 1, &np, &cfg, &given);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (np == 1) {
+        sk_config fc;
+        if (sk_config_from_file(&fc, pos[0])) return cli_fail("info");
+        cfg = fc;
+    }
+    if (cfg.vocab_size == 0) cfg.vocab_size = 50257;
+    if (sk_config_check(&cfg)) return cli_fail("info");
+    describe(&cfg, B, T > 0 ? T : cfg.block_size);
+    return 0;
+}
+
+int cmd_init(int argc, char **argv) {
+    uint64_t seed = 1337;
+    cli_opt opts[] = {{"seed", 'u', &seed, "initialisation seed (1337)"}, {0}};
+    sk_config cfg;
+    sk_config_default(&cfg);
+    char *pos[1]; int np, given;
+    int rc = cli_parse(argc, argv, "init", "OUT.safetensors [model options]", opts, pos, 1, &np, &cfg, &given);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (np != 1) { fprintf(stderr, "skiplm init: give the output path\n"); return 2; }
+    if (cfg.vocab_size == 0) { fprintf(stderr, "skiplm init: give --vocab_size (or a gpt2 preset)\n"); return 2; }
+    sk_model *m;
+    if (sk_model_new(&m, &cfg, seed) || sk_model_save(m, pos[0])) return cli_fail("init");
+    printf("wrote %s (%zu parameters)\n", pos[0], sk_model_num_params(m));
+    sk_model_free(m);
+    return 0;
+}

@@ -3,6 +3,7 @@
 and files written by the C writer are read by Python bit-exactly. Uses build/tests/tool_st."""
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -53,6 +54,13 @@ def bits_equal(a, b):
 
 def main():
     tmp = tempfile.mkdtemp(prefix="sk_st_torch_")
+    try:
+        run(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(tmp):
     g = torch.Generator().manual_seed(1234)
     special = torch.tensor([0.0, -0.0, 1.0, -2.5, 65504.0, 6e-8, 1e-5, float("inf"), float("-inf"), float("nan")])
     tensors = {

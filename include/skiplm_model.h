@@ -118,6 +118,28 @@ int sk_config_from_file(sk_config *cfg, const char *path);
 typedef struct { double matmul, attention, norm, elementwise, classifier; } sk_phase_times;
 void sk_model_phase_times(const sk_model *m, sk_phase_times *t, int reset);
 
+/* -------------------------------------------------------------- inference
+ *
+ * KV cache: per layer, K and V of the KV heads that some layer will read, for positions
+ * 0..max_T-1. With SLA, a layer that borrows its skip heads and lends nothing computes
+ * and stores only its own heads' K/V; the borrowed heads read the lower layer's cache. */
+typedef struct sk_kvcache sk_kvcache;
+int sk_kvcache_new(sk_kvcache **kv, const sk_model *m, int max_T);
+void sk_kvcache_free(sk_kvcache *kv);
+size_t sk_kvcache_bytes(const sk_kvcache *kv);            /* bytes of cached K/V */
+size_t sk_kvcache_bytes_full(const sk_kvcache *kv);       /* same model without SLA's savings */
+int sk_kvcache_pos(const sk_kvcache *kv);                 /* tokens in the cache */
+void sk_kvcache_reset(sk_kvcache *kv);
+/* Append n tokens at positions pos..pos+n-1 (pos = tokens already cached) and write the
+ * logits (vocab_size) of the last one. */
+int sk_model_decode(sk_model *m, sk_kvcache *kv, const int32_t *tokens, int n, float *logits);
+
+/* Sampling from logits (vocab_size): temperature 0 = greedy (argmax, lowest id on ties);
+ * else softmax(logits / temperature) restricted to the top_k most likely (0 = all) and to
+ * the smallest set whose probability reaches top_p (1 = all). rng_state advances. */
+int sk_sample_token(const float *logits, int V, float temperature, int top_k, float top_p,
+                    uint64_t *rng_state);
+
 #ifdef __cplusplus
 }
 #endif

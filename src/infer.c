@@ -1,0 +1,201 @@
+/* Cached inference: decode tokens one chunk at a time against a KV cache, and sampling.
+ * The layer sequence mirrors forward_blocks() in model.c; the Skip-Layer routing comes
+ * from the same sk_sla_* functions. */
+#include "model.h"
+#include "ops.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SK_DECODE_CHUNK 64   /* tokens per decode pass (longer prompts go in chunks) */
+
+struct sk_kvcache {
+    int L, max_T, pos, hs;
+    int *n_store;            /* KV heads stored per layer (heads 0..n_store-1) */
+    float **k, **v;          /* per layer (max_T, n_store, hs) */
+    float *mem; size_t floats, floats_full;
+    /* scratch for one chunk */
+    float *x, *ln, *q, *att, *tmp, *fch, *act, *logits_all;
+};
+
+/* Heads of layer l's own K/V that some layer reads: all of them, unless the layer
+ * borrows its skip heads (then those of its own are unused) and lends nothing. */
+static int kv_heads_stored(const sk_model *m, int l) {
+    int split = sk_sla_split(&m->cfg, l), group = m->H / m->Hkv;
+    if (split < m->H && !sk_sla_lends(&m->cfg, l)) return split / group;
+    return m->Hkv;
+}
+
+int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) {
+    *out = NULL;
+    if (max_T < 1 || max_T > m->cfg.block_size)
+        return sk_error(SK_EINVAL, "KV cache length %d must be in [1, block_size=%d]", max_T, m->cfg.block_size);
+    sk_kvcache *kv = calloc(1, sizeof *kv);
+    if (!kv) return sk_error(SK_ENOMEM, "out of memory");
+    kv->L = m->L; kv->max_T = max_T; kv->hs = m->hs;
+    kv->n_store = calloc(m->L, sizeof(int));
+    kv->k = calloc(m->L, sizeof(float *));
+    kv->v = calloc(m->L, sizeof(float *));
+    for (int l = 0; l < m->L; l++) {
+        kv->n_store[l] = kv_heads_stored(m, l);
+        kv->floats += 2 * (size_t)max_T * kv->n_store[l] * m->hs;
+        kv->floats_full += 2 * (size_t)max_T * m->Hkv * m->hs;
+    }
+    int ch = SK_DECODE_CHUNK, Ffc = m->cfg.family == SK_GPT2 ? m->F : 2 * m->F;
+    size_t scratch = (size_t)ch * (4 * m->C + (size_t)m->H * m->hs + Ffc + m->F) + m->Vp;
+    kv->mem = malloc((kv->floats + scratch) * sizeof(float));
+    if (!kv->mem || !kv->n_store || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
+    float *p = kv->mem;
+    for (int l = 0; l < m->L; l++) {
+        size_t n = (size_t)max_T * kv->n_store[l] * m->hs;
+        kv->k[l] = p; p += n;
+        kv->v[l] = p; p += n;
+    }
+    kv->x = p; p += (size_t)ch * m->C;
+    kv->ln = p; p += (size_t)ch * m->C;
+    kv->att = p; p += (size_t)ch * m->C;
+    kv->tmp = p; p += (size_t)ch * m->C;
+    kv->q = p; p += (size_t)ch * m->H * m->hs;
+    kv->fch = p; p += (size_t)ch * Ffc;
+    kv->act = p; p += (size_t)ch * m->F;
+    kv->logits_all = p;
+    *out = kv;
+    return SK_OK;
+}
+
+void sk_kvcache_free(sk_kvcache *kv) {
+    if (!kv) return;
+    free(kv->n_store); free(kv->k); free(kv->v); free(kv->mem);
+    free(kv);
+}
+size_t sk_kvcache_bytes(const sk_kvcache *kv) { return kv->floats * sizeof(float); }
+size_t sk_kvcache_bytes_full(const sk_kvcache *kv) { return kv->floats_full * sizeof(float); }
+int sk_kvcache_pos(const sk_kvcache *kv) { return kv->pos; }
+void sk_kvcache_reset(sk_kvcache *kv) { kv->pos = 0; }
+
+static void norm(const sk_model *m, float *out, const float *x, const float *w, const float *b, int n, float *stat) {
+    if (m->cfg.family == SK_GPT2) sk_layernorm_forward(out, stat, stat + n, x, w, b, n, m->C, m->cfg.norm_eps);
+    else sk_rmsnorm_forward(out, stat, x, w, n, m->C, m->cfg.norm_eps);
+}
+
+static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, float *logits) {
+    const sk_config *c = &m->cfg;
+    const sk_params *p = &m->p;
+    int C = m->C, F = m->F, H = m->H, Hkv = m->Hkv, hs = m->hs, gpt = c->family == SK_GPT2;
+    int Ffc = gpt ? F : 2 * F, pos0 = kv->pos, group = H / Hkv;
+    float stat[2 * SK_DECODE_CHUNK];
+    for (int i = 0; i < n; i++) {
+        const float *e = p->wte + (size_t)tok[i] * C;
+        for (int j = 0; j < C; j++) kv->x[(size_t)i * C + j] = e[j] + (p->wpe ? p->wpe[(size_t)(pos0 + i) * C + j] : 0.0f);
+    }
+    for (int l = 0; l < m->L; l++) {
+        const float *qkvw = p->qkvw + (size_t)l * m->QKV * C, *qkvb = p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL;
+        int ns = kv->n_store[l];
+        norm(m, kv->ln, kv->x, p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, n, stat);
+        /* q for all heads; k and v only for the stored heads, written straight into the cache */
+        sk_linear_forward(kv->q, kv->ln, qkvw, qkvb, n, C, H * hs);
+        float *kc = kv->k[l] + (size_t)pos0 * ns * hs, *vc = kv->v[l] + (size_t)pos0 * ns * hs;
+        sk_linear_forward(kc, kv->ln, qkvw + (size_t)H * hs * C, qkvb ? qkvb + H * hs : NULL, n, C, ns * hs);
+        sk_linear_forward(vc, kv->ln, qkvw + (size_t)(H + Hkv) * hs * C, qkvb ? qkvb + (H + Hkv) * hs : NULL, n, C, ns * hs);
+        if (!gpt) {
+            sk_rope(kv->q, m->rope, 1, n, H * hs, 0, H, hs, pos0, 0);
+            sk_rope(kc, m->rope, 1, n, ns * hs, 0, ns, hs, pos0, 0);
+        }
+        int split = sk_sla_split(c, l);
+        for (int part = 0; part < 2; part++) {
+            int h0 = part ? split : 0, nh = part ? H - split : split;
+            if (nh == 0) continue;
+            int src = part ? sk_sla_source(c, l, split) : l, kvh0 = h0 / group, sn = kv->n_store[src];
+            sk_attn a;
+            memset(&a, 0, sizeof a);
+            a.B = 1; a.H = nh; a.Hkv = nh / group; a.Lq = n; a.Lk = pos0 + n; a.D = hs;
+            a.q = kv->q + (size_t)h0 * hs;  a.q_sb = 0; a.q_sh = hs; a.q_st = H * hs;
+            a.k = kv->k[src] + (size_t)kvh0 * hs; a.k_sb = 0; a.k_sh = hs; a.k_st = (long)sn * hs;
+            a.v = kv->v[src] + (size_t)kvh0 * hs; a.v_sb = 0; a.v_sh = hs; a.v_st = (long)sn * hs;
+            a.out = kv->att + (size_t)h0 * hs; a.o_sb = 0; a.o_sh = hs; a.o_st = C;
+            a.is_causal = 1; a.causal_offset = pos0;
+            int rc = sk_attn_forward(&a);
+            if (rc) return rc;
+        }
+        sk_linear_forward(kv->tmp, kv->att, p->attprojw + (size_t)l * C * C, p->attprojb ? p->attprojb + (size_t)l * C : NULL, n, C, C);
+        sk_add_inplace(kv->x, kv->tmp, (size_t)n * C);
+        norm(m, kv->ln, kv->x, p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, n, stat);
+        sk_linear_forward(kv->fch, kv->ln, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n, C, Ffc);
+        if (gpt) sk_gelu_forward(kv->act, kv->fch, (size_t)n * F, c->gelu == SK_GELU_TANH);
+        else sk_swiglu_forward(kv->act, kv->fch, n, F);
+        sk_linear_forward(kv->tmp, kv->act, p->fcprojw + (size_t)l * C * F, p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F, C);
+        sk_add_inplace(kv->x, kv->tmp, (size_t)n * C);
+    }
+    kv->pos += n;
+    if (logits) {
+        /* only the last token's logits are needed */
+        norm(m, kv->ln, kv->x + (size_t)(n - 1) * C, p->lnfw, p->lnfb, 1, stat);
+        sk_gemm(0, 1, 1, m->Vp, C, 1.0f, kv->ln, C, p->wte, C, 0.0f, kv->logits_all, m->Vp);
+        memcpy(logits, kv->logits_all, sizeof(float) * c->vocab_size);
+    }
+    return SK_OK;
+}
+
+int sk_model_decode(sk_model *m, sk_kvcache *kv, const int32_t *tokens, int n, float *logits) {
+    if (n < 1) return sk_error(SK_EINVAL, "decode needs at least one token");
+    if (kv->L != m->L || kv->hs != m->hs) return sk_error(SK_EINVAL, "KV cache was made for another model");
+    if (kv->pos + n > kv->max_T)
+        return sk_error(SK_EINVAL, "KV cache holds %d positions; %d + %d tokens do not fit", kv->max_T, kv->pos, n);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+            return sk_error(SK_EINVAL, "token %d at position %d is outside the vocabulary [0, %d)", tokens[i], i, m->cfg.vocab_size);
+    for (int i = 0; i < n; i += SK_DECODE_CHUNK) {
+        int k = n - i < SK_DECODE_CHUNK ? n - i : SK_DECODE_CHUNK;
+        int rc = decode_chunk(m, kv, tokens + i, k, i + k == n ? logits : NULL);
+        if (rc) return rc;
+    }
+    return SK_OK;
+}
+
+/* ---------------------------------------------------------------- sampling */
+
+typedef struct { float p; int id; } prob_id;
+static int by_prob_desc(const void *a, const void *b) {
+    const prob_id *x = a, *y = b;
+    return x->p < y->p ? 1 : x->p > y->p ? -1 : x->id - y->id;
+}
+
+int sk_sample_token(const float *logits, int V, float temperature, int top_k, float top_p, uint64_t *rng) {
+    int best = 0;
+    for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
+    if (temperature <= 0.0f) return best;
+    prob_id *pi = malloc(sizeof(prob_id) * V);
+    if (!pi) return best;
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        pi[i].id = i;
+        pi[i].p = expf((logits[i] - logits[best]) / temperature);
+        sum += pi[i].p;
+    }
+    int n = V;
+    if ((top_k > 0 && top_k < V) || top_p < 1.0f) {
+        qsort(pi, V, sizeof *pi, by_prob_desc);
+        if (top_k > 0 && top_k < n) n = top_k;
+        double kept = 0;
+        for (int i = 0; i < n; i++) kept += pi[i].p;
+        if (top_p < 1.0f) {
+            double acc = 0;
+            for (int i = 0; i < n; i++) {
+                acc += pi[i].p;
+                if (acc >= top_p * kept) { n = i + 1; break; }
+            }
+        }
+        sum = 0;
+        for (int i = 0; i < n; i++) sum += pi[i].p;
+    }
+    sk_rng r = {*rng};
+    double u = (sk_rng_u64(&r) >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+    *rng = r.s;
+    int pick = pi[n - 1].id;
+    for (int i = 0; i < n; i++) {
+        acc += pi[i].p;
+        if (u < acc) { pick = pi[i].id; break; }
+    }
+    free(pi);
+    return pick;
+}

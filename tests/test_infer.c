@@ -1,0 +1,90 @@
+/* KV-cache decoding: greedy generation with the cache equals generation by full
+ * recomputation token for token, and the cached logits equal the full forward's; with and
+ * without SLA, GPT-2 and Llama families. Also checks the cache saving of SLA and sampling. */
+#include "test.h"
+#include "skiplm.h"
+
+static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new) {
+    sk_model *m;
+    if (sk_model_new(&m, &cfg, 42)) { CHECK(0, "%s: model: %s", name, sk_last_error()); return; }
+    /* larger random weights than the init so the greedy path is not trivial */
+    float *p = sk_model_params(m);
+    unsigned long long s = 7;
+    int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
+    for (int i = 0; i < nt; i++) if (ts[i].ndim == 2) { fill_uniform(p + ts[i].offset, ts[i].numel, &s);
+        for (size_t k = 0; k < ts[i].numel; k++) p[ts[i].offset + k] *= 0.3f; }
+    int V = cfg.vocab_size, T = prompt_len + n_new;
+    int32_t *seq = calloc(T, sizeof(int32_t));
+    for (int i = 0; i < prompt_len; i++) seq[i] = (i * 7 + 3) % V;
+    float *lg = malloc(sizeof(float) * V), *full = malloc(sizeof(float) * (size_t)T * V);
+    sk_kvcache *kv;
+    CHECK(sk_kvcache_new(&kv, m, T) == 0, "%s: cache allocated", name);
+    int same = 1, n = prompt_len;
+    double maxd = 0;
+    CHECK(sk_model_decode(m, kv, seq, prompt_len, lg) == 0, "%s: prefill %d tokens", name, prompt_len);
+    for (int step = 0; step < n_new; step++) {
+        /* full recomputation over seq[0..n) */
+        sk_model_forward(m, seq, NULL, 1, n, NULL, full);
+        const float *last = full + (size_t)(n - 1) * V;
+        double d = max_abs_diff(lg, last, V);
+        if (d > maxd) maxd = d;
+        int a = sk_sample_token(lg, V, 0, 0, 1, NULL), b = sk_sample_token(last, V, 0, 0, 1, NULL);
+        if (a != b) same = 0;
+        seq[n++] = a;
+        if (step + 1 < n_new && sk_model_decode(m, kv, seq + n - 1, 1, lg)) { CHECK(0, "%s: decode: %s", name, sk_last_error()); break; }
+    }
+    CHECK(same, "%s: greedy tokens with the cache equal full recomputation (%d new)", name, n_new);
+    CHECK(maxd <= 1e-4, "%s: cached logits max abs diff %.2e vs full forward", name, maxd);
+    printf("   %s: cache %zu bytes, without SLA's saving %zu bytes\n", name, sk_kvcache_bytes(kv), sk_kvcache_bytes_full(kv));
+    if (cfg.n_skip_layer > 0 && cfg.n_skip_head > 0 && cfg.n_skip_layer < cfg.n_layer)
+        CHECK(sk_kvcache_bytes(kv) < sk_kvcache_bytes_full(kv), "%s: SLA cache is smaller (%zu < %zu)", name,
+              sk_kvcache_bytes(kv), sk_kvcache_bytes_full(kv));
+    else
+        CHECK(sk_kvcache_bytes(kv) == sk_kvcache_bytes_full(kv), "%s: no saving without SLA", name);
+    /* overflow is refused */
+    int32_t t0 = 0;
+    while (sk_kvcache_pos(kv) < T) sk_model_decode(m, kv, &t0, 1, lg);
+    CHECK(sk_model_decode(m, kv, &t0, 1, lg) != 0 && strstr(sk_last_error(), "do not fit"), "%s: full cache refused: %s", name, sk_last_error());
+    int32_t bad = V;
+    sk_kvcache_reset(kv);
+    CHECK(sk_model_decode(m, kv, &bad, 1, lg) != 0 && strstr(sk_last_error(), "outside the vocabulary"), "%s: out-of-vocab token refused", name);
+    sk_kvcache_free(kv);
+    free(seq); free(lg); free(full);
+    sk_model_free(m);
+}
+
+int main(void) {
+    sk_config c;
+    sk_config_default(&c);
+    c.n_layer = 4; c.n_head = 4; c.n_embd = 32; c.vocab_size = 50; c.block_size = 160;
+    run_case("gpt2 baseline", c, 5, 20);
+    c.n_skip_layer = 2; c.n_skip_head = 2;
+    run_case("gpt2 sla 2/2", c, 70, 12);    /* prompt longer than one decode chunk */
+    c.n_skip_layer = 1; c.n_skip_head = 4;
+    run_case("gpt2 sla 1/4 (all heads)", c, 3, 15);
+    sk_config_default(&c);
+    c.family = SK_LLAMA; c.n_layer = 4; c.n_head = 4; c.n_kv_head = 2; c.n_embd = 32; c.vocab_size = 50;
+    c.block_size = 64; c.bias = 0; c.norm_eps = 1e-6f;
+    run_case("llama gqa", c, 4, 20);
+    c.n_skip_layer = 3; c.n_skip_head = 2;
+    run_case("llama gqa sla 3/2", c, 9, 20);
+
+    /* sampling: greedy, top-k 1 = greedy, seeded reproducibility, top-p keeps the head */
+    float lg[5] = {0.1f, 2.0f, -1.0f, 1.9f, 0.0f};
+    CHECK(sk_sample_token(lg, 5, 0, 0, 1, NULL) == 1, "greedy picks the argmax");
+    uint64_t r1 = 5, r2 = 5; int same = 1, cnt[5] = {0};
+    for (int i = 0; i < 2000; i++) {
+        int a = sk_sample_token(lg, 5, 1.0f, 0, 1.0f, &r1), b = sk_sample_token(lg, 5, 1.0f, 0, 1.0f, &r2);
+        same &= a == b; cnt[a]++;
+    }
+    CHECK(same, "same seed, same samples");
+    double z = expf(0.1f) + expf(2.0f) + expf(-1.0f) + expf(1.9f) + expf(0.0f);
+    CHECK(fabs(cnt[1] / 2000.0 - expf(2.0f) / z) < 0.04, "temperature-1 frequency of the top token %.3f ~ %.3f", cnt[1] / 2000.0, expf(2.0f) / z);
+    int ok = 1; uint64_t r = 9;
+    for (int i = 0; i < 500; i++) { int a = sk_sample_token(lg, 5, 1.0f, 2, 1.0f, &r); ok &= a == 1 || a == 3; }
+    CHECK(ok, "top-k 2 only draws the two most likely tokens");
+    ok = 1;
+    for (int i = 0; i < 500; i++) ok &= sk_sample_token(lg, 5, 1.0f, 0, 0.3f, &r) == 1;
+    CHECK(ok, "top-p 0.3 keeps only the most likely token");
+    TEST_END();
+}

@@ -1,0 +1,789 @@
+/* Tokenizers: GPT-2 byte-level BPE and a character-level tokenizer (docs/data.md).
+ *
+ * Sections: UTF-8 and character classes | hash tables | the tokenizer object |
+ * GPT-2 loading | GPT-2 pre-tokenization and BPE | character tokenizer | common API.
+ *
+ * The GPT-2 encoder reproduces npm gpt-3-encoder's encode() id for id, quirks included:
+ *  - pre-tokenization is its regex with the `u` flag, so \s, \p{L} and \p{N} are
+ *    JavaScript's classes (src/unicode_tables.h, generated from Node);
+ *  - a pair's merge rank is looked up under the string key first + "," + second (a JS
+ *    object keyed by an array), so a pair such as ("\",", "\"") shares the rank of the
+ *    merge ("\"", ",\""). Eleven such pairs exist in GPT-2's vocab.bpe;
+ *  - among pairs of equal rank the last one in the word is merged (all its occurrences,
+ *    left to right). */
+#include "skiplm.h"
+#include "fileio.h"
+#include "json.h"
+#include "unicode_tables.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ------------------------------------------------- UTF-8 and character classes */
+
+enum { CL_O = 0, CL_L = 1, CL_N = 2, CL_S = 3 };   /* other, letter, number, JS \s */
+#define CP_INVALID 0xFFFFFFFFu
+
+/* Decode one code point at s[0..n) (n >= 1). Returns its byte length; an invalid or
+ * truncated sequence, an overlong form, a surrogate or a value > 0x10FFFF gives length 1
+ * and CP_INVALID. */
+static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
+    uint8_t c = s[0];
+    if (c < 0x80) { *cp = c; return 1; }
+    size_t len; uint32_t v, min;
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; v = c & 0x1F; min = 0x80; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; v = c & 0x0F; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; v = c & 0x07; min = 0x10000; }
+    else { *cp = CP_INVALID; return 1; }
+    if (n < len) { *cp = CP_INVALID; return 1; }
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) { *cp = CP_INVALID; return 1; }
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) { *cp = CP_INVALID; return 1; }
+    *cp = v;
+    return len;
+}
+
+static size_t utf8_encode(uint32_t cp, uint8_t *o) {
+    if (cp < 0x80) { o[0] = (uint8_t)cp; return 1; }
+    if (cp < 0x800) { o[0] = (uint8_t)(0xC0 | (cp >> 6)); o[1] = (uint8_t)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        o[0] = (uint8_t)(0xE0 | (cp >> 12)); o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (uint8_t)(0x80 | (cp & 0x3F)); return 3;
+    }
+    o[0] = (uint8_t)(0xF0 | (cp >> 18)); o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+static int in_ranges(const uint32_t (*r)[2], int n, uint32_t cp) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < r[mid][0]) hi = mid - 1;
+        else if (cp > r[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+static int cp_class(uint32_t cp) {
+    if (cp < 128) {
+        if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return CL_L;
+        if (cp >= '0' && cp <= '9') return CL_N;
+        if (cp == ' ' || (cp >= 9 && cp <= 13)) return CL_S;
+        return CL_O;
+    }
+    if (cp == CP_INVALID) return CL_O;     /* an invalid byte behaves like punctuation */
+    if (in_ranges(sk_uni_letter, SK_UNI_N_LETTER, cp)) return CL_L;
+    if (in_ranges(sk_uni_number, SK_UNI_N_NUMBER, cp)) return CL_N;
+    if (in_ranges(sk_uni_space, SK_UNI_N_SPACE, cp)) return CL_S;
+    return CL_O;
+}
+
+/* Class of the character at s[i] (i < n); its end goes to *next. */
+static int class_at(const uint8_t *s, size_t n, size_t i, size_t *next) {
+    if (s[i] < 128) { *next = i + 1; return cp_class(s[i]); }
+    uint32_t cp;
+    *next = i + utf8_decode(s + i, n - i, &cp);
+    return cp_class(cp);
+}
+
+/* Exposed for tests/tool_tok.c (not in the public header): class of a code point,
+ * 0 other, 1 letter, 2 number, 3 space. */
+int sk_tok_unicode_class_(uint32_t cp) { return cp_class(cp); }
+const char *sk_tok_unicode_version_(void) { return SK_UNICODE_VERSION; }
+
+/* ------------------------------------------------------------- hash tables */
+
+static uint64_t hash_bytes(const uint8_t *s, size_t n) {
+    uint64_t h = 1469598103934665603ULL;               /* FNV-1a, then a finalizer */
+    for (size_t i = 0; i < n; i++) { h ^= s[i]; h *= 1099511628211ULL; }
+    h ^= h >> 33; h *= 0xff51afd7ed558ccdULL; h ^= h >> 33;
+    return h;
+}
+static uint64_t hash_u64(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+    return x;
+}
+static size_t pow2_at_least(size_t n) { size_t p = 16; while (p < n) p <<= 1; return p; }
+
+typedef struct { uint64_t key; int32_t rank, merged; } pair_slot;   /* key = a<<32 | b */
+
+/* BPE cache entry: a word's bytes live in cache_bytes, its ids in cache_ids. */
+typedef struct { uint64_t h; uint32_t w_off, w_len, i_off, i_n; } cache_slot;
+#define CACHE_MAX_WORD 64
+#define CACHE_MAX_ENTRIES (1u << 20)
+
+/* ------------------------------------------------------- the tokenizer object */
+
+enum { KIND_GPT2 = 1, KIND_CHAR = 2 };
+
+struct sk_tokenizer {
+    int kind;
+    int vocab_size;
+    int eot;
+    /* token bytes, for decoding: token i is pool[off[i] .. off[i]+len[i]) + NUL */
+    char *pool; size_t pool_len, pool_cap;
+    uint32_t *off, *len;
+    /* GPT-2 */
+    int32_t *vocab_tab; size_t vocab_mask;     /* open addressing over ids, -1 empty */
+    pair_slot *pairs; size_t pair_mask;        /* rank -1: empty */
+    int32_t byte_id[256];
+    cache_slot *cache; size_t cache_mask, cache_count;
+    uint8_t *cache_bytes; size_t cb_len, cb_cap;
+    int32_t *cache_ids; size_t ci_len, ci_cap;
+    /* char: code points by id, and (cp, id) sorted by cp for lookup */
+    uint32_t *cps;
+    uint32_t (*sorted)[2];
+    int32_t ascii_id[128];
+};
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q) return 1;
+    *p = q; *cap = c;
+    return 0;
+}
+
+static sk_tokenizer *tok_new(int kind, int vocab_size) {
+    sk_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->kind = kind; t->vocab_size = vocab_size; t->eot = -1;
+    t->off = calloc((size_t)vocab_size + 1, sizeof *t->off);
+    t->len = calloc((size_t)vocab_size + 1, sizeof *t->len);
+    if (!t->off || !t->len) { sk_tok_free(t); return NULL; }
+    return t;
+}
+
+static int pool_set(sk_tokenizer *t, int id, const void *bytes, size_t n) {
+    if (grow((void **)&t->pool, &t->pool_cap, t->pool_len + n + 1, 1)) return 1;
+    memcpy(t->pool + t->pool_len, bytes, n);
+    t->pool[t->pool_len + n] = 0;
+    t->off[id] = (uint32_t)t->pool_len; t->len[id] = (uint32_t)n;
+    t->pool_len += n + 1;
+    return 0;
+}
+
+void sk_tok_free(sk_tokenizer *t) {
+    if (!t) return;
+    free(t->pool); free(t->off); free(t->len); free(t->vocab_tab); free(t->pairs);
+    free(t->cache); free(t->cache_bytes); free(t->cache_ids); free(t->cps); free(t->sorted);
+    free(t);
+}
+
+/* ------------------------------------------------------------- GPT-2 loading */
+
+/* GPT-2 shows each byte as a printable character: bytes '!'..'~', 0xA1..0xAC and
+ * 0xAE..0xFF stand for themselves, the other 68 map to U+0100.. in byte order. */
+static void byte_alphabet(uint32_t enc[256], int16_t dec[324]) {
+    int n = 0;
+    for (int i = 0; i < 324; i++) dec[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        int keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        enc[b] = keep ? (uint32_t)b : (uint32_t)(256 + n++);
+        dec[enc[b]] = (int16_t)b;
+    }
+}
+
+/* Map a GPT-2 display string (UTF-8) to raw bytes in out (capacity >= slen). Returns the
+ * length, or (size_t)-1 if it holds a character outside the byte alphabet. */
+static size_t undisplay(const int16_t dec[324], const char *s, size_t slen, uint8_t *out) {
+    size_t o = 0;
+    for (size_t i = 0; i < slen;) {
+        uint32_t cp;
+        i += utf8_decode((const uint8_t *)s + i, slen - i, &cp);
+        if (cp >= 324 || dec[cp] < 0) return (size_t)-1;
+        out[o++] = (uint8_t)dec[cp];
+    }
+    return o;
+}
+
+static int32_t vocab_find(const sk_tokenizer *t, const uint8_t *s, size_t n) {
+    size_t i = (size_t)hash_bytes(s, n) & t->vocab_mask;
+    for (;;) {
+        int32_t id = t->vocab_tab[i];
+        if (id < 0) return -1;
+        if (t->len[id] == n && memcmp(t->pool + t->off[id], s, n) == 0) return id;
+        i = (i + 1) & t->vocab_mask;
+    }
+}
+/* Insert id (its bytes already in the pool); returns the existing id on a duplicate. */
+static int32_t vocab_insert(sk_tokenizer *t, int32_t id) {
+    const uint8_t *s = (const uint8_t *)t->pool + t->off[id];
+    size_t n = t->len[id];
+    size_t i = (size_t)hash_bytes(s, n) & t->vocab_mask;
+    for (;;) {
+        int32_t e = t->vocab_tab[i];
+        if (e < 0) { t->vocab_tab[i] = id; return -1; }
+        if (t->len[e] == n && memcmp(t->pool + t->off[e], s, n) == 0) return e;
+        i = (i + 1) & t->vocab_mask;
+    }
+}
+
+static pair_slot *pair_find(const sk_tokenizer *t, int32_t a, int32_t b) {
+    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    size_t i = (size_t)hash_u64(key) & t->pair_mask;
+    for (;;) {
+        pair_slot *p = &t->pairs[i];
+        if (p->rank < 0 || p->key == key) return p;
+        i = (i + 1) & t->pair_mask;
+    }
+}
+
+/* Print-safe copy of a token for error messages (control bytes as \xNN, cut at 40). */
+static const char *show(const char *s, size_t n, char *buf, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (o > 40) { memcpy(buf + o, "...", 3); o += 3; break; }
+        if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else if (c == '"' || c == '\\') { buf[o++] = '\\'; buf[o++] = (char)c; }
+        else buf[o++] = (char)c;
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+static int load_encoder(sk_tokenizer **out, const char *path, const int16_t dec[324]) {
+    uint8_t *text; size_t n;
+    int rc = sk_read_file(path, &text, &n);
+    if (rc) return rc;                     /* "<path>: cannot open: ..." */
+    sk_json j; char err[256];
+    if (sk_json_parse((const char *)text, n, &j, err, sizeof err)) {
+        free(text);
+        return sk_error(SK_EFORMAT, "%s: invalid JSON: %s", path, err);
+    }
+    free(text);
+    if (j.type != SK_JSON_OBJ || j.n == 0) {
+        sk_json_free(&j);
+        return sk_error(SK_EFORMAT, "%s: expected a non-empty JSON object mapping tokens to ids", path);
+    }
+    int V = j.n;
+    sk_tokenizer *t = tok_new(KIND_GPT2, V);
+    uint8_t *seen = calloc((size_t)V, 1);
+    uint8_t *buf = malloc(1024);
+    size_t buf_cap = 1024;
+    char sh[64];
+    rc = SK_OK;
+    if (!t || !seen || !buf) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+    t->vocab_mask = pow2_at_least((size_t)V * 2) - 1;
+    t->vocab_tab = malloc((t->vocab_mask + 1) * sizeof *t->vocab_tab);
+    if (!t->vocab_tab) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+    memset(t->vocab_tab, 0xff, (t->vocab_mask + 1) * sizeof *t->vocab_tab);
+    for (int i = 0; i < V; i++) {
+        const sk_json *v = &j.items[i];
+        const char *key = j.keys[i]; size_t klen = j.key_lens[i];
+        if (v->type != SK_JSON_NUM || v->num != (double)(long long)v->num) {
+            rc = sk_error(SK_EFORMAT, "%s: entry %d (\"%s\"): id is not an integer", path, i,
+                          show(key, klen, sh, sizeof sh));
+            goto done;
+        }
+        if (v->num < 0 || v->num >= V) {
+            rc = sk_error(SK_EFORMAT, "%s: entry %d (\"%s\"): id %.0f out of range [0, %d)", path, i,
+                          show(key, klen, sh, sizeof sh), v->num, V);
+            goto done;
+        }
+        int id = (int)v->num;
+        if (seen[id]) {
+            rc = sk_error(SK_EFORMAT, "%s: entry %d (\"%s\"): duplicate id %d", path, i,
+                          show(key, klen, sh, sizeof sh), id);
+            goto done;
+        }
+        seen[id] = 1;
+        if (klen > buf_cap) {
+            free(buf); buf_cap = klen; buf = malloc(buf_cap);
+            if (!buf) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+        }
+        size_t bl = klen ? undisplay(dec, key, klen, buf) : 0;
+        if (klen == 0 || bl == (size_t)-1) {
+            rc = sk_error(SK_EFORMAT, "%s: entry %d (\"%s\"): %s", path, i, show(key, klen, sh, sizeof sh),
+                          klen ? "character outside GPT-2's byte alphabet" : "empty token");
+            goto done;
+        }
+        if (pool_set(t, id, buf, bl)) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+        int32_t dup = vocab_insert(t, id);
+        if (dup >= 0) {
+            rc = sk_error(SK_EFORMAT, "%s: entry %d (\"%s\"): same token as id %d", path, i,
+                          show(key, klen, sh, sizeof sh), dup);
+            goto done;
+        }
+        if (klen == 13 && memcmp(key, "<|endoftext|>", 13) == 0) t->eot = id;
+    }
+    for (int b = 0; b < 256; b++) {
+        uint8_t c = (uint8_t)b;
+        t->byte_id[b] = vocab_find(t, &c, 1);
+        if (t->byte_id[b] < 0) {
+            rc = sk_error(SK_EFORMAT, "%s: no token for byte 0x%02x (GPT-2 needs all 256 single bytes)", path, b);
+            goto done;
+        }
+    }
+done:
+    sk_json_free(&j);
+    free(seen); free(buf);
+    if (rc) { sk_tok_free(t); return rc; }
+    *out = t;
+    return SK_OK;
+}
+
+static int pair_put(sk_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t merged) {
+    pair_slot *p = pair_find(t, a, b);
+    p->key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    p->rank = rank; p->merged = merged;
+    return 0;
+}
+
+static int load_merges(sk_tokenizer *t, const char *path, const int16_t dec[324]) {
+    uint8_t *text; size_t n;
+    int rc = sk_read_file(path, &text, &n);
+    if (rc) return rc;
+    size_t n_lines = 1;
+    for (size_t i = 0; i < n; i++) n_lines += text[i] == '\n';
+    t->pair_mask = pow2_at_least(n_lines * 3) - 1;
+    t->pairs = malloc((t->pair_mask + 1) * sizeof *t->pairs);
+    uint8_t *key = malloc(2 * n + 8), *tmp = malloc(2 * n + 8);
+    if (!t->pairs || !key || !tmp) { free(text); free(key); free(tmp); return sk_error(SK_ENOMEM, "%s: out of memory", path); }
+    for (size_t i = 0; i <= t->pair_mask; i++) t->pairs[i].rank = -1;
+    char sh[64], sh2[64];
+    int rank = 0, line_no = 0;
+    rc = SK_OK;
+    for (size_t pos = 0; pos < n;) {
+        size_t e = pos;
+        while (e < n && text[e] != '\n') e++;
+        const char *line = (const char *)text + pos;
+        size_t ll = e - pos;
+        line_no++;
+        pos = e + 1;
+        if (ll && line[ll - 1] == '\r') ll--;
+        if (line_no == 1 && ll >= 8 && memcmp(line, "#version", 8) == 0) continue;
+        const char *sp = memchr(line, ' ', ll);
+        if (!sp || sp == line || sp == line + ll - 1 || memchr(sp + 1, ' ', (size_t)(line + ll - sp - 1))) {
+            rc = sk_error(SK_EFORMAT, "%s:%d: malformed merge line \"%s\" (expected two tokens separated by one space)",
+                          path, line_no, show(line, ll, sh, sizeof sh));
+            break;
+        }
+        size_t la = (size_t)(sp - line), lb = ll - la - 1;
+        size_t ra = undisplay(dec, line, la, key);
+        size_t rb = ra == (size_t)-1 ? ra : undisplay(dec, sp + 1, lb, key + ra + 1);
+        if (ra == (size_t)-1 || rb == (size_t)-1) {
+            rc = sk_error(SK_EFORMAT, "%s:%d: merge \"%s\": character outside GPT-2's byte alphabet",
+                          path, line_no, show(line, ll, sh, sizeof sh));
+            break;
+        }
+        int32_t a = vocab_find(t, key, ra), b = vocab_find(t, key + ra + 1, rb);
+        memcpy(tmp, key, ra); memcpy(tmp + ra, key + ra + 1, rb);
+        int32_t m = vocab_find(t, tmp, ra + rb);
+        if (a < 0 || b < 0 || m < 0) {
+            const char *which = a < 0 ? line : b < 0 ? sp + 1 : NULL;
+            size_t wl = a < 0 ? la : lb;
+            if (which)
+                rc = sk_error(SK_EFORMAT, "%s:%d: merge \"%s\" refers to unknown token \"%s\"", path, line_no,
+                              show(line, ll, sh, sizeof sh), show(which, wl, sh2, sizeof sh2));
+            else
+                rc = sk_error(SK_EFORMAT, "%s:%d: merge \"%s\": the merged token is not in the encoder",
+                              path, line_no, show(line, ll, sh, sizeof sh));
+            break;
+        }
+        /* The JS key first + "," + second: every split of it at a comma into two known
+         * tokens whose concatenation is known gets this rank (later lines overwrite). */
+        key[ra] = ',';
+        size_t kl = ra + 1 + rb;
+        for (size_t p = 0; p < kl; p++) {
+            if (key[p] != ',') continue;
+            int32_t x = vocab_find(t, key, p), y = vocab_find(t, key + p + 1, kl - p - 1);
+            if (x < 0 || y < 0) continue;
+            memcpy(tmp, key, p); memcpy(tmp + p, key + p + 1, kl - p - 1);
+            int32_t xy = vocab_find(t, tmp, kl - 1);
+            if (xy >= 0) pair_put(t, x, y, rank, xy);
+        }
+        rank++;
+    }
+    free(text); free(key); free(tmp);
+    if (!rc && rank == 0) rc = sk_error(SK_EFORMAT, "%s: no merges", path);
+    return rc;
+}
+
+int sk_tok_load_gpt2(sk_tokenizer **out, const char *encoder_json, const char *vocab_bpe) {
+    uint32_t enc[256]; int16_t dec[324];
+    byte_alphabet(enc, dec);
+    sk_tokenizer *t = NULL;
+    int rc = load_encoder(&t, encoder_json, dec);
+    if (rc) return rc;
+    rc = load_merges(t, vocab_bpe, dec);
+    if (rc) { sk_tok_free(t); return rc; }
+    *out = t;
+    return SK_OK;
+}
+
+int sk_tok_load_gpt2_dir(sk_tokenizer **out, const char *dir) {
+    size_t n = strlen(dir) + 32;
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) { free(a); free(b); return sk_error(SK_ENOMEM, "out of memory"); }
+    snprintf(a, n, "%s/encoder.json", dir);
+    snprintf(b, n, "%s/vocab.bpe", dir);
+    int rc = sk_tok_load_gpt2(out, a, b);
+    free(a); free(b);
+    return rc;
+}
+
+/* ------------------------------------------- GPT-2 pre-tokenization and BPE */
+
+/* End of the regex match that starts at s[i] (i < n):
+ * 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+static size_t pretok_next(const uint8_t *s, size_t n, size_t i) {
+    if (s[i] == '\'' && i + 1 < n) {
+        uint8_t a = s[i + 1];
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+        if (i + 2 < n) {
+            uint8_t b = s[i + 2];
+            if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+        }
+    }
+    size_t j, k;
+    int c = class_at(s, n, i, &j);
+    size_t p = i;
+    int pc = c;
+    if (s[i] == ' ' && j < n) {            /* " ?" then a letter, number or other run */
+        size_t j2;
+        int c2 = class_at(s, n, j, &j2);
+        if (c2 != CL_S) { p = j; pc = c2; }
+    }
+    if (pc != CL_S) {
+        size_t e;
+        class_at(s, n, p, &e);
+        while (e < n && class_at(s, n, e, &k) == pc) e = k;
+        return e;
+    }
+    /* whitespace run [i, e); last character starts at last */
+    size_t e = j, last = i;
+    while (e < n && class_at(s, n, e, &k) == CL_S) { last = e; e = k; }
+    if (e == n || last == i) return e;   /* \s+(?!\S) takes it all at the end; one char: \s+ */
+    return last;                          /* \s+(?!\S) backs off one character */
+}
+
+static int out_push(int32_t **ids, size_t *n, size_t *cap, const int32_t *src, size_t k) {
+    if (grow((void **)ids, cap, *n + k, sizeof **ids)) return 1;
+    memcpy(*ids + *n, src, k * sizeof *src);
+    *n += k;
+    return 0;
+}
+
+/* BPE of one pre-token w[0..len): writes len or fewer ids to syms (capacity len) and
+ * returns how many; ranks is scratch of len ints. */
+static size_t bpe_word(const sk_tokenizer *t, const uint8_t *w, size_t len, int32_t *syms, int32_t *ranks) {
+    size_t n = len;
+    for (size_t i = 0; i < n; i++) syms[i] = t->byte_id[w[i]];
+    while (n > 1) {
+        int32_t best = INT32_MAX;
+        size_t at = 0;
+        for (size_t i = 0; i + 1 < n; i++) {
+            const pair_slot *p = pair_find(t, syms[i], syms[i + 1]);
+            ranks[i] = p->rank < 0 ? INT32_MAX : p->rank;
+            if (ranks[i] <= best && ranks[i] != INT32_MAX) { best = ranks[i]; at = i; }
+        }
+        if (best == INT32_MAX) break;
+        int32_t first = syms[at], second = syms[at + 1];
+        int32_t merged = pair_find(t, first, second)->merged;
+        size_t o = 0;
+        for (size_t i = 0; i < n;) {
+            if (i + 1 < n && syms[i] == first && syms[i + 1] == second) { syms[o++] = merged; i += 2; }
+            else syms[o++] = syms[i++];
+        }
+        n = o;
+    }
+    return n;
+}
+
+static void cache_clear(sk_tokenizer *t) {
+    if (t->cache) memset(t->cache, 0, (t->cache_mask + 1) * sizeof *t->cache);
+    t->cache_count = 0; t->cb_len = 0; t->ci_len = 0;
+}
+
+/* Cached word lookup; slot index or (size_t)-1 on a miss (then *ins is where to insert). */
+static size_t cache_find(const sk_tokenizer *t, const uint8_t *w, size_t len, uint64_t h, size_t *ins) {
+    size_t i = (size_t)h & t->cache_mask;
+    for (;;) {
+        const cache_slot *c = &t->cache[i];
+        if (c->w_len == 0) { *ins = i; return (size_t)-1; }
+        if (c->h == h && c->w_len == len && memcmp(t->cache_bytes + c->w_off, w, len) == 0) return i;
+        i = (i + 1) & t->cache_mask;
+    }
+}
+
+static int cache_add(sk_tokenizer *t, size_t slot, const uint8_t *w, size_t len, uint64_t h,
+                     const int32_t *ids, size_t k) {
+    if (grow((void **)&t->cache_bytes, &t->cb_cap, t->cb_len + len, 1)) return 1;
+    if (grow((void **)&t->cache_ids, &t->ci_cap, t->ci_len + k, sizeof *t->cache_ids)) return 1;
+    memcpy(t->cache_bytes + t->cb_len, w, len);
+    memcpy(t->cache_ids + t->ci_len, ids, k * sizeof *ids);
+    cache_slot *c = &t->cache[slot];
+    c->h = h; c->w_off = (uint32_t)t->cb_len; c->w_len = (uint32_t)len;
+    c->i_off = (uint32_t)t->ci_len; c->i_n = (uint32_t)k;
+    t->cb_len += len; t->ci_len += k;
+    t->cache_count++;
+    return 0;
+}
+
+static int cache_grow(sk_tokenizer *t) {
+    size_t ncap = t->cache ? (t->cache_mask + 1) * 2 : 1u << 14;
+    cache_slot *nc = calloc(ncap, sizeof *nc);
+    if (!nc) return 1;
+    if (t->cache) {
+        for (size_t i = 0; i <= t->cache_mask; i++) {
+            cache_slot c = t->cache[i];
+            if (!c.w_len) continue;
+            size_t j = (size_t)c.h & (ncap - 1);
+            while (nc[j].w_len) j = (j + 1) & (ncap - 1);
+            nc[j] = c;
+        }
+    }
+    free(t->cache);
+    t->cache = nc; t->cache_mask = ncap - 1;
+    return 0;
+}
+
+static int gpt2_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
+    int32_t stack_syms[2 * CACHE_MAX_WORD];
+    int32_t *heap = NULL;
+    size_t heap_cap = 0;
+    for (size_t i = 0; i < n;) {
+        size_t e = pretok_next(s, n, i);
+        const uint8_t *w = s + i;
+        size_t len = e - i;
+        i = e;
+        if (len == 1) {
+            if (out_push(ids, cnt, cap, &t->byte_id[w[0]], 1)) goto oom;
+            continue;
+        }
+        if (len <= CACHE_MAX_WORD) {
+            if (!t->cache || (t->cache_count + 1) * 2 > t->cache_mask + 1) {
+                if (t->cache_count >= CACHE_MAX_ENTRIES) cache_clear(t);
+                else if (cache_grow(t)) goto oom;
+            }
+            uint64_t h = hash_bytes(w, len) | 1;
+            size_t ins = 0, hit = cache_find(t, w, len, h, &ins);
+            if (hit != (size_t)-1) {
+                const cache_slot *c = &t->cache[hit];
+                if (out_push(ids, cnt, cap, t->cache_ids + c->i_off, c->i_n)) goto oom;
+                continue;
+            }
+            size_t k = bpe_word(t, w, len, stack_syms, stack_syms + CACHE_MAX_WORD);
+            if (out_push(ids, cnt, cap, stack_syms, k)) goto oom;
+            if (cache_add(t, ins, w, len, h, stack_syms, k)) goto oom;
+            continue;
+        }
+        if (grow((void **)&heap, &heap_cap, 2 * len, sizeof *heap)) goto oom;
+        size_t k = bpe_word(t, w, len, heap, heap + len);
+        if (out_push(ids, cnt, cap, heap, k)) goto oom;
+    }
+    free(heap);
+    return SK_OK;
+oom:
+    free(heap);
+    return sk_error(SK_ENOMEM, "tokenizer: out of memory");
+}
+
+/* ------------------------------------------------------- character tokenizer */
+
+static int cmp_u32pair(const void *a, const void *b) {
+    const uint32_t *x = a, *y = b;          /* by code point, then id */
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/* Build the lookup structures from t->cps (vocab_size entries). Fails on duplicates. */
+static int char_index(sk_tokenizer *t, const char *what) {
+    int V = t->vocab_size;
+    t->sorted = malloc((size_t)V * sizeof *t->sorted);
+    if (!t->sorted) return sk_error(SK_ENOMEM, "%s: out of memory", what);
+    for (int i = 0; i < 128; i++) t->ascii_id[i] = -1;
+    for (int i = 0; i < V; i++) {
+        uint8_t b[4];
+        size_t bl = utf8_encode(t->cps[i], b);
+        if (pool_set(t, i, b, bl)) return sk_error(SK_ENOMEM, "%s: out of memory", what);
+        t->sorted[i][0] = t->cps[i]; t->sorted[i][1] = (uint32_t)i;
+        if (t->cps[i] < 128) t->ascii_id[t->cps[i]] = i;
+    }
+    qsort(t->sorted, (size_t)V, sizeof *t->sorted, cmp_u32pair);
+    for (int i = 1; i < V; i++)
+        if (t->sorted[i][0] == t->sorted[i - 1][0])
+            return sk_error(SK_EFORMAT, "%s: character U+%04X appears twice (ids %u and %u)", what,
+                            t->sorted[i][0], t->sorted[i - 1][1], t->sorted[i][1]);
+    return SK_OK;
+}
+
+int sk_tok_build_char(sk_tokenizer **out, const char *text, size_t len) {
+    uint8_t *seen = calloc(0x110000 / 8, 1);
+    if (!seen) return sk_error(SK_ENOMEM, "char tokenizer: out of memory");
+    const uint8_t *s = (const uint8_t *)text;
+    int V = 0;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t k = utf8_decode(s + i, len - i, &cp);
+        if (cp == CP_INVALID) {
+            free(seen);
+            return sk_error(SK_EFORMAT, "char tokenizer: invalid UTF-8 at byte offset %zu (byte 0x%02x)", i, s[i]);
+        }
+        if (!(seen[cp >> 3] & (1u << (cp & 7)))) { seen[cp >> 3] |= (uint8_t)(1u << (cp & 7)); V++; }
+        i += k;
+    }
+    if (V == 0) { free(seen); return sk_error(SK_EINVAL, "char tokenizer: empty training text"); }
+    sk_tokenizer *t = tok_new(KIND_CHAR, V);
+    if (!t || !(t->cps = malloc((size_t)V * sizeof *t->cps))) {
+        free(seen); sk_tok_free(t);
+        return sk_error(SK_ENOMEM, "char tokenizer: out of memory");
+    }
+    int k = 0;
+    for (uint32_t cp = 0; cp < 0x110000; cp++)
+        if (seen[cp >> 3] & (1u << (cp & 7))) t->cps[k++] = cp;
+    free(seen);
+    int rc = char_index(t, "char tokenizer");
+    if (rc) { sk_tok_free(t); return rc; }
+    *out = t;
+    return SK_OK;
+}
+
+int sk_tok_save_char(const sk_tokenizer *t, const char *path) {
+    if (!t || t->kind != KIND_CHAR) return sk_error(SK_EINVAL, "%s: only a char tokenizer can be saved", path);
+    char *buf = NULL; size_t len = 0, cap = 0;
+    const char *head = "{\"type\": \"char\", \"vocab\": [";
+    int bad = grow((void **)&buf, &cap, strlen(head) + 1, 1);
+    if (!bad) { memcpy(buf, head, strlen(head)); len = strlen(head); }
+    for (int i = 0; i < t->vocab_size && !bad; i++) {
+        if (i && !(bad = grow((void **)&buf, &cap, len + 2, 1))) { buf[len++] = ','; buf[len++] = i % 16 ? ' ' : '\n'; }
+        if (!bad) bad = sk_json_write_str(&buf, &len, &cap, t->pool + t->off[i], t->len[i]);
+    }
+    if (!bad) bad = grow((void **)&buf, &cap, len + 3, 1);
+    if (bad) { free(buf); return sk_error(SK_ENOMEM, "%s: out of memory", path); }
+    memcpy(buf + len, "]}\n", 3); len += 3;
+    int rc = sk_write_atomic(path, buf, len);
+    free(buf);
+    return rc;
+}
+
+int sk_tok_load_char(sk_tokenizer **out, const char *path) {
+    uint8_t *text; size_t n;
+    int rc = sk_read_file(path, &text, &n);
+    if (rc) return rc;
+    sk_json j; char err[256];
+    if (sk_json_parse((const char *)text, n, &j, err, sizeof err)) {
+        free(text);
+        return sk_error(SK_EFORMAT, "%s: invalid JSON: %s", path, err);
+    }
+    free(text);
+    const sk_json *type = j.type == SK_JSON_OBJ ? sk_json_get(&j, "type") : NULL;
+    const sk_json *vocab = j.type == SK_JSON_OBJ ? sk_json_get(&j, "vocab") : NULL;
+    sk_tokenizer *t = NULL;
+    if (!type || type->type != SK_JSON_STR || strcmp(type->str, "char") != 0) {
+        rc = sk_error(SK_EFORMAT, "%s: not a char vocabulary (expected {\"type\": \"char\", \"vocab\": [...]})", path);
+        goto done;
+    }
+    if (!vocab || vocab->type != SK_JSON_ARR || vocab->n == 0) {
+        rc = sk_error(SK_EFORMAT, "%s: \"vocab\" must be a non-empty array of one-character strings", path);
+        goto done;
+    }
+    t = tok_new(KIND_CHAR, vocab->n);
+    if (!t || !(t->cps = malloc((size_t)vocab->n * sizeof *t->cps))) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+    for (int i = 0; i < vocab->n; i++) {
+        const sk_json *e = &vocab->items[i];
+        uint32_t cp = CP_INVALID;
+        if (e->type == SK_JSON_STR && e->str_len > 0 &&
+            utf8_decode((const uint8_t *)e->str, e->str_len, &cp) != e->str_len) cp = CP_INVALID;
+        if (cp == CP_INVALID) {
+            rc = sk_error(SK_EFORMAT, "%s: vocab entry %d is not a string of exactly one character", path, i);
+            goto done;
+        }
+        t->cps[i] = cp;
+    }
+    rc = char_index(t, path);
+done:
+    sk_json_free(&j);
+    if (rc) { sk_tok_free(t); return rc; }
+    *out = t;
+    return SK_OK;
+}
+
+static int32_t char_lookup(const sk_tokenizer *t, uint32_t cp) {
+    if (cp < 128) return t->ascii_id[cp];
+    int lo = 0, hi = t->vocab_size - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < t->sorted[mid][0]) hi = mid - 1;
+        else if (cp > t->sorted[mid][0]) lo = mid + 1;
+        else return (int32_t)t->sorted[mid][1];
+    }
+    return -1;
+}
+
+static int char_encode(const sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
+    if (grow((void **)ids, cap, *cnt + n, sizeof **ids)) return sk_error(SK_ENOMEM, "tokenizer: out of memory");
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t k = utf8_decode(s + i, n - i, &cp);
+        if (cp == CP_INVALID)
+            return sk_error(SK_EINVAL, "char tokenizer: invalid UTF-8 at byte offset %zu (byte 0x%02x)", i, s[i]);
+        int32_t id = char_lookup(t, cp);
+        if (id < 0) {
+            char sh[8] = {0};
+            if (cp >= 0x20 && cp != 0x7f) memcpy(sh, s + i, k);
+            return sk_error(SK_EINVAL, "char tokenizer: character U+%04X '%s' at byte offset %zu is not in the vocabulary",
+                            cp, sh, i);
+        }
+        (*ids)[(*cnt)++] = id;
+        i += k;
+    }
+    return SK_OK;
+}
+
+/* ---------------------------------------------------------------- common API */
+
+int sk_tok_load(sk_tokenizer **tok, const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return sk_error(SK_EIO, "%s: no such tokenizer file or directory", path);
+    if (S_ISDIR(st.st_mode)) return sk_tok_load_gpt2_dir(tok, path);
+    return sk_tok_load_char(tok, path);
+}
+
+int sk_tok_vocab_size(const sk_tokenizer *t) { return t->vocab_size; }
+int sk_tok_eot(const sk_tokenizer *t) { return t->eot; }
+const char *sk_tok_kind(const sk_tokenizer *t) { return t->kind == KIND_GPT2 ? "gpt2" : "char"; }
+
+int sk_tok_encode(sk_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n, size_t *cap) {
+    if (!t || (!text && len)) return sk_error(SK_EINVAL, "sk_tok_encode: null argument");
+    if (t->kind == KIND_GPT2) return gpt2_encode(t, (const uint8_t *)text, len, ids, n, cap);
+    return char_encode(t, (const uint8_t *)text, len, ids, n, cap);
+}
+
+const char *sk_tok_decode_one(const sk_tokenizer *t, int32_t id, size_t *len) {
+    if (id < 0 || id >= t->vocab_size) {
+        sk_error(SK_EINVAL, "token id %d out of range [0, %d)", (int)id, t->vocab_size);
+        if (len) *len = 0;
+        return NULL;
+    }
+    if (len) *len = t->len[id];
+    return t->pool + t->off[id];
+}
+
+int sk_tok_decode(const sk_tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *len) {
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->vocab_size)
+            return sk_error(SK_EINVAL, "token id %d at position %zu out of range [0, %d)", (int)ids[i], i, t->vocab_size);
+        total += t->len[ids[i]];
+    }
+    char *o = malloc(total + 1);
+    if (!o) return sk_error(SK_ENOMEM, "decode: out of memory");
+    size_t p = 0;
+    for (size_t i = 0; i < n; i++) { memcpy(o + p, t->pool + t->off[ids[i]], t->len[ids[i]]); p += t->len[ids[i]]; }
+    o[p] = 0;
+    *out = o;
+    if (len) *len = p;
+    return SK_OK;
+}

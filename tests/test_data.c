@@ -1,0 +1,261 @@
+/* Token shards and the data loader: round trips, headerless files, refusal of damaged
+ * files with clear messages, vocabulary checks, loader order, resume and rank slicing. */
+#include "skiplm.h"
+#include "test.h"
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+static char *P(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *p = buf[k++ & 7];
+    snprintf(p, 512, "%s/%s", tmpdir, name);
+    return p;
+}
+static void write_raw(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+static char *read_raw(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END); long sz = ftell(f); fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)sz + 1);
+    if (fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); fclose(f); return NULL; }
+    fclose(f);
+    *n = (size_t)sz;
+    return b;
+}
+
+static void expect_open_fails(const char *what, const char *path, const char *needle) {
+    sk_shard s;
+    int rc = sk_shard_open(&s, path);
+    const char *m = sk_last_error();
+    CHECK(rc != 0 && strstr(m, path) && strstr(m, needle), "%s refused: %s", what, rc ? m : "(opened)");
+    if (!rc) sk_shard_close(&s);
+}
+
+static void test_shards(void) {
+    size_t n = 1000;
+    int32_t *ids = malloc(n * sizeof *ids);
+    for (size_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919) % 65536);
+    ids[3] = 65535; ids[4] = 0;
+    const char *a = P("a.bin");
+    int rc = sk_shard_write(a, ids, n);
+    CHECK(rc == 0, "write shard %s", rc ? sk_last_error() : "");
+    size_t sz = 0;
+    char *raw = read_raw(a, &sz);
+    const int32_t *h = (const int32_t *)raw;
+    CHECK(raw && sz == 1024 + 2 * n && h[0] == 20240520 && h[1] == 1 && h[2] == (int32_t)n && h[3] == 0 && h[255] == 0,
+          "shard layout: 256 int32 header (magic, version 1, count) + uint16 tokens (%zu bytes)", sz);
+    sk_shard s;
+    rc = sk_shard_open(&s, a);
+    int same = rc == 0 && s.n == n && !s.headerless;
+    for (size_t i = 0; same && i < n; i++) same = s.tokens[i] == (uint16_t)ids[i];
+    CHECK(same, "shard round trip (%zu tokens)", n);
+    size_t pos = 0; int val = 0;
+    CHECK(rc == 0 && sk_shard_check_vocab(&s, 65536, &pos, &val) == 0, "all tokens < 65536");
+    rc = sk_shard_check_vocab(&s, 50257, &pos, &val);
+    size_t first = 0;
+    while (ids[first] < 50257) first++;
+    CHECK(rc == SK_EFORMAT && pos == first && val == ids[first] && strstr(sk_last_error(), a) &&
+          strstr(sk_last_error(), "outside the vocabulary"),
+          "vocab check finds the first token >= 50257 at %zu (value %d): %s", pos, val, sk_last_error());
+    sk_shard_close(&s);
+
+    /* headerless nanoGPT file */
+    uint16_t raw16[6] = {1, 2, 3, 50256, 0, 65535};
+    write_raw(P("raw.bin"), raw16, sizeof raw16);
+    rc = sk_shard_open(&s, P("raw.bin"));
+    CHECK(rc == 0 && s.headerless && s.n == 6 && s.tokens[3] == 50256 && s.tokens[5] == 65535,
+          "headerless uint16 file read as 6 tokens");
+    if (!rc) sk_shard_close(&s);
+
+    /* empty shard is valid */
+    rc = sk_shard_write(P("empty.bin"), ids, 0);
+    CHECK(rc == 0 && sk_shard_open(&s, P("empty.bin")) == 0 && s.n == 0, "shard of 0 tokens");
+    sk_shard_close(&s);
+
+    /* damaged files */
+    write_raw(P("trunc.bin"), raw, sz - 10);
+    expect_open_fails("truncated shard", P("trunc.bin"), "header says 1000 tokens but file holds 995");
+    write_raw(P("odd.bin"), raw, sz - 1);
+    expect_open_fails("shard with half a token", P("odd.bin"), "header says 1000 tokens but file holds 999 and a half");
+    char *big = malloc(sz + 4);
+    memcpy(big, raw, sz); memset(big + sz, 0, 4);
+    write_raw(P("long.bin"), big, sz + 4);
+    expect_open_fails("shard with trailing data", P("long.bin"), "header says 1000 tokens but file holds 1002");
+    free(big);
+    write_raw(P("hdr.bin"), raw, 600);
+    expect_open_fails("truncated header", P("hdr.bin"), "truncated header");
+    int32_t *hw = (int32_t *)raw;
+    hw[1] = 2;
+    write_raw(P("v2.bin"), raw, sz);
+    expect_open_fails("version 2", P("v2.bin"), "unsupported shard version 2");
+    hw[1] = 1; hw[0] = 20240521;
+    write_raw(P("magic.bin"), raw, sz - 1);
+    expect_open_fails("bad magic, odd size", P("magic.bin"), "no shard header");
+    hw[0] = 20240520; hw[2] = -5;
+    write_raw(P("neg.bin"), raw, sz);
+    expect_open_fails("negative count", P("neg.bin"), "header says -5 tokens");
+    write_raw(P("zero.bin"), raw, 0);
+    expect_open_fails("empty file", P("zero.bin"), "empty file");
+    expect_open_fails("missing file", P("missing.bin"), "cannot open");
+    free(raw);
+
+    /* write refuses ids that do not fit uint16, and leaves no file */
+    ids[10] = 65536;
+    rc = sk_shard_write(P("big.bin"), ids, n);
+    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), "65536") && strstr(sk_last_error(), "position 10") &&
+          access(P("big.bin"), F_OK) != 0, "write refuses id 65536: %s", sk_last_error());
+    ids[10] = -1;
+    rc = sk_shard_write(P("big.bin"), ids, n);
+    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), "-1"), "write refuses id -1: %s", sk_last_error());
+    free(ids);
+}
+
+/* shards of sequential tokens so a window's content tells where it came from */
+static const char *shard_paths[3];
+static void make_loader_shards(void) {
+    size_t lens[3] = {1001, 517, 2050};
+    uint16_t base = 0;
+    for (int k = 0; k < 3; k++) {
+        int32_t *ids = malloc(lens[k] * sizeof *ids);
+        for (size_t i = 0; i < lens[k]; i++) ids[i] = (int32_t)((base + i) % 60000);
+        char name[32]; snprintf(name, sizeof name, "l%d.bin", k);
+        shard_paths[k] = strdup(P(name));
+        sk_shard_write(shard_paths[k], ids, lens[k]);
+        free(ids);
+        base = (uint16_t)(base + 10000);
+    }
+}
+
+static sk_loader *open_loader(int B, int T, int shuffle, uint64_t seed, int rank, int ws) {
+    sk_loader_cfg cfg = {.B = B, .T = T, .seed = seed, .shuffle = shuffle, .rank = rank, .world_size = ws, .vocab_size = 50257};
+    sk_loader *L = NULL;
+    if (sk_loader_open(&L, shard_paths, 3, &cfg)) { printf("   open: %s\n", sk_last_error()); return NULL; }
+    return L;
+}
+
+static void test_loader(void) {
+    make_loader_shards();
+    int T = 16, B = 4;
+    sk_loader *L = open_loader(B, T, 0, 1, 0, 1);
+    uint64_t N = L ? sk_loader_n_windows(L) : 0;
+    CHECK(L && N == 1000 / 16 + 516 / 16 + 2049 / 16, "window count (n-1)/T per shard: %llu", (unsigned long long)N);
+    if (!L) return;
+    /* sequential: windows are consecutive, neighbours share one token, targets = inputs shifted */
+    int32_t *b1 = malloc((size_t)B * (T + 1) * sizeof *b1), *x = malloc((size_t)B * T * 4), *y = malloc((size_t)B * T * 4);
+    sk_loader_next(L, b1);
+    int ok = 1;
+    for (int r = 0; r < B; r++)
+        for (int t = 0; t <= T; t++) ok &= b1[r * (T + 1) + t] == r * T + t;
+    CHECK(ok, "sequential order: window k holds tokens [k*T, k*T+T]");
+    sk_loader_next_xy(L, x, y);
+    ok = 1;
+    for (int r = 0; r < B; r++)
+        for (int t = 0; t < T; t++) ok &= x[r * T + t] == (B + r) * T + t && y[r * T + t] == (B + r) * T + t + 1;
+    CHECK(ok, "next_xy: targets are inputs shifted by one");
+    sk_loader_free(L);
+
+    /* shuffled: deterministic, each epoch a permutation of all windows, epochs differ */
+    uint64_t steps = (2 * N + B - 1) / B;
+    int32_t *first = malloc(steps * B * sizeof *first), *again = malloc(steps * B * sizeof *again);
+    sk_loader *L1 = open_loader(B, T, 1, 1234, 0, 1), *L2 = open_loader(B, T, 1, 1234, 0, 1), *L3 = open_loader(B, T, 1, 99, 0, 1);
+    int det = 1, diffseed = 0;
+    for (uint64_t s = 0; s < steps; s++) {
+        int32_t b2[4 * 17], b3[4 * 17];
+        sk_loader_next(L1, b1); sk_loader_next(L2, b2); sk_loader_next(L3, b3);
+        det &= !memcmp(b1, b2, sizeof b2);
+        diffseed |= memcmp(b1, b3, sizeof b3) != 0;
+        for (int r = 0; r < B; r++) first[s * B + r] = b1[r * (T + 1)];
+    }
+    CHECK(det && diffseed, "shuffled order is deterministic for a seed and differs for another seed");
+    CHECK(sk_loader_epoch(L1) == (steps * B) / N, "epoch counter %llu", (unsigned long long)sk_loader_epoch(L1));
+    /* every window exactly once per epoch: first tokens of an epoch are distinct and N of them */
+    int perm_ok = 1;
+    for (int e = 0; e < 2; e++) {
+        uint8_t *seen = calloc(70000, 1);
+        for (uint64_t i = 0; i < N; i++) {
+            int32_t v = first[e * N + i];
+            if (seen[v]) perm_ok = 0;
+            seen[v] = 1;
+        }
+        free(seen);
+    }
+    int epochs_differ = memcmp(first, first + N, N * sizeof *first) != 0;
+    int not_sorted = 0;
+    for (uint64_t i = 1; i < N; i++) not_sorted |= first[i] < first[i - 1];
+    CHECK(perm_ok && epochs_differ && not_sorted, "each epoch visits every window once, in a new shuffled order");
+
+    /* save the position mid-way, restore into a fresh loader, continue identically */
+    sk_loader *A = open_loader(B, T, 1, 7, 0, 1);
+    for (int s = 0; s < 37; s++) sk_loader_next(A, b1);
+    sk_loader_pos pos;
+    sk_loader_get_pos(A, &pos);
+    sk_loader *C = open_loader(B, T, 1, 7, 0, 1);
+    int rc = sk_loader_set_pos(C, &pos);
+    int cont = rc == 0;
+    for (int s = 0; s < 60 && cont; s++) {
+        int32_t b2[4 * 17];
+        sk_loader_next(A, b1); sk_loader_next(C, b2);
+        cont = !memcmp(b1, b2, sizeof b2);
+    }
+    CHECK(cont && pos.consumed == 37 * 4, "restored position continues identically (across an epoch boundary)");
+    sk_loader *D = open_loader(B, 8, 1, 7, 0, 1);
+    rc = sk_loader_set_pos(D, &pos);
+    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), "T=16"), "position from other data refused: %s", sk_last_error());
+    sk_loader *E = open_loader(B, T, 1, 8, 0, 1);
+    rc = sk_loader_set_pos(E, &pos);
+    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), "seed"), "position with another seed refused: %s", sk_last_error());
+    sk_loader_free(A); sk_loader_free(C); sk_loader_free(D); sk_loader_free(E);
+
+    /* 3 ranks with B=4 read disjoint windows whose union, step by step, is one process with B=12 */
+    int W = 3;
+    sk_loader *G = open_loader(B * W, T, 1, 5, 0, 1), *R[3];
+    for (int r = 0; r < W; r++) R[r] = open_loader(B, T, 1, 5, r, W);
+    int32_t *gb = malloc((size_t)B * W * (T + 1) * sizeof *gb);
+    int union_ok = 1;
+    for (int s = 0; s < 40 && union_ok; s++) {
+        sk_loader_next(G, gb);
+        for (int r = 0; r < W; r++) {
+            sk_loader_next(R[r], b1);
+            union_ok &= !memcmp(b1, gb + (size_t)r * B * (T + 1), (size_t)B * (T + 1) * sizeof *b1);
+        }
+    }
+    CHECK(union_ok, "rank r of %d reads block r of the single-process batch of %d windows (40 steps)", W, B * W);
+    sk_loader_get_pos(R[1], &pos);
+    CHECK(pos.consumed == 40ULL * B * W, "ranks count consumed windows globally (%llu)", (unsigned long long)pos.consumed);
+    sk_loader_free(G);
+    for (int r = 0; r < W; r++) sk_loader_free(R[r]);
+
+    /* errors */
+    sk_loader_cfg cfg = {.B = 2, .T = 600, .seed = 1, .shuffle = 1};
+    sk_loader *Z = NULL;
+    rc = sk_loader_open(&Z, shard_paths, 3, &cfg);
+    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), shard_paths[1]) && strstr(sk_last_error(), "517 tokens") &&
+          strstr(sk_last_error(), "601"), "shard shorter than one window refused: %s", sk_last_error());
+    cfg.T = 16; cfg.vocab_size = 15000;
+    rc = sk_loader_open(&Z, shard_paths, 3, &cfg);
+    CHECK(rc == SK_EFORMAT && strstr(sk_last_error(), shard_paths[2]) && strstr(sk_last_error(), "outside the vocabulary"),
+          "loader checks tokens against vocab_size: %s", sk_last_error());
+    cfg.vocab_size = 0; cfg.rank = 3; cfg.world_size = 3;
+    rc = sk_loader_open(&Z, shard_paths, 3, &cfg);
+    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), "rank 3"), "rank outside world refused: %s", sk_last_error());
+    free(b1); free(x); free(y); free(first); free(again); free(gb);
+    sk_loader_free(L1); sk_loader_free(L2); sk_loader_free(L3);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sk_test_data.%d", (int)getpid());
+    mkdir(tmpdir, 0700);
+    test_shards();
+    test_loader();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) {}
+    TEST_END();
+}

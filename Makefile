@@ -54,3 +54,10 @@ clean:
 	rm -rf build build-san
 
 .PHONY: all test clean
+
+# Attention benchmark (not part of `all`): make bench-attention
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libskiplm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
+bench-attention: $(BUILD)/bench/bench_attention
+.PHONY: bench-attention

@@ -51,15 +51,20 @@ int sk_error(int code, const char *fmt, ...)
  *
  * Masking: a boolean mask (1 = may attend, PyTorch's meaning) of rank 2 (Lq, Lk),
  * rank 3 (B|1, Lq, Lk) or rank 4 (B|1, H|1, Lq, Lk) that broadcasts; mask_shape holds the
- * full rank-4 broadcast shape (use 1 for broadcast dims; sk_attn_set_mask fills it).
+ * full rank-4 broadcast shape (use 1 for broadcast dims, Lq = 1 for a (B, 1, Lk) padding
+ * mask; sk_attn_set_mask fills it). Rank 3 is PyTorch's meaning for (B, L, D) inputs; for
+ * a rank-3 mask that PyTorch would align with H, pass it as rank 4 (1, H, Lq, Lk).
  * is_causal: query i may attend key j iff j <= i + causal_offset (offset 0 is PyTorch's
  * top-left tril; a KV-cache decode step of queries at positions p.. uses offset p).
- * A query row whose keys are all masked has output 0, weights 0 and zero gradients
- * (PyTorch's math path gives NaN there; see README).
+ * A query row whose keys are all masked has output 0, weights 0, lse = +INFINITY and zero
+ * gradients (PyTorch's math path gives NaN there; see docs/attention.md).
  *
  * Dropout (training only, p in [0, 1)): each weight is kept with probability 1-p and
  * scaled by 1/(1-p). The keep decision is a hash of (seed, b, h, i, j), so the backward
- * pass regenerates it and a run is reproducible for a given seed.
+ * pass regenerates it and a run is reproducible for a given seed. Returned weights are
+ * the ones applied to v, i.e. after dropout (as PyTorch 1.13 returns them).
+ *
+ * Results are bit-identical for any OpenMP thread count. out must not alias q, k, v.
  */
 typedef struct {
     int B, H, Hkv, Lq, Lk, D;       /* Hkv = H for plain multi-head attention */
@@ -90,7 +95,8 @@ int sk_attn_set_mask(sk_attn *a, const uint8_t *mask, int rank, const int *shape
  * "Explicit attn_mask should not be set when is_causal=True". */
 int sk_attn_check(const sk_attn *a);
 int sk_attn_forward(const sk_attn *a);
-/* Gradients, accumulated (+=) into dq, dk, dv which share the strides of q, k, v.
+/* Gradients, accumulated (+=) into dq, dk, dv which share the strides of q, k, v (any
+ * of them may be NULL to skip it; they may be views of one fused buffer).
  * Needs a->out and a->lse from the forward pass. dout has the strides of out. */
 int sk_attn_backward(const sk_attn *a, const float *dout, float *dq, float *dk, float *dv);
 /* Plain reference (materialises the Lq x Lk scores); same contract, for tests. */
@@ -114,7 +120,9 @@ typedef struct {
 } sk_mha_grads;
 size_t sk_mha_cache_floats(const sk_mha *m, int B, int Lq, int Lk);
 /* attn carries mask / causal / dropout / weights options; its shape and tensor fields are
- * filled by the call. cache must hold sk_mha_cache_floats() floats. */
+ * filled by the call. cache must hold sk_mha_cache_floats() floats (q, k, v, att, lse).
+ * Backward accumulates (+=) into dq_in, dkv_in (either may be NULL; for self-attention
+ * they may be the same buffer) and the grads in g. */
 int sk_mha_forward(const sk_mha *m, sk_attn *attn, int B, int Lq, int Lk,
                    const float *q_in, const float *kv_in, float *out, float *cache);
 int sk_mha_backward(const sk_mha *m, const sk_attn *attn, int B, int Lq, int Lk,

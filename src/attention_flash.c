@@ -1,0 +1,433 @@
+/* Fused attention: tiled forward with an online softmax and a recomputing backward,
+ * FlashAttention-2 style. Never holds an Lq x Lk matrix: per thread only a few
+ * BQ x BK / BQ x D tiles (about 100 KiB at D = 64), plus lse and D_i = rowsum(dout*out)
+ * of size (B, H, Lq).
+ *
+ * Determinism: every output element is produced by exactly one work item, in a fixed
+ * order that depends only on the shapes (never on the thread count or the schedule), so
+ * results are bit-identical for any number of OpenMP threads and from run to run.
+ *   forward   : items (b, h, query tile), keys in increasing tiles;
+ *   backward 1: dq, items (b, h, query tile), keys in increasing tiles;
+ *   backward 2: dk, dv, items (b, kv head, key tile), looping over the query heads of the
+ *               group and all query tiles in order; no atomics, no cross-thread sums.
+ */
+#include "skiplm.h"
+#include "attention_internal.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define BQ 64          /* query rows per tile */
+#define BK 64          /* keys per tile */
+#define NC 32          /* columns held in registers by the micro-kernel */
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+
+/* exp(x) for x <= ~88, branch-free so that loops over it vectorise (Cephes expf
+ * polynomial, within 2 ulp of expf); x < -87.3 (including -inf) gives exactly 0. */
+static inline float sk_fexp(float x) {
+    float xc = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
+    float fn = floorf(xc * 1.44269504088896341f + 0.5f);
+    float r = fmaf(fn, -0.693359375f, xc);
+    r = fmaf(fn, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float y = fmaf(p * r, r, r) + 1.0f;
+    int32_t bits = ((int32_t)fn + 127) << 23;
+    float sc;
+    memcpy(&sc, &bits, sizeof sc);
+    return x < -87.3f ? 0.0f : y * sc;
+}
+
+/* C (M x N, ldc) = or += A (M x K, lda) * Bm (K x N, ldb). Register-blocked 4 rows x NC
+ * columns; the sum over k is always in increasing order. */
+static void gemm(float *restrict C, int ldc, const float *restrict A, int lda,
+                 const float *restrict Bm, int ldb, int M, int N, int K, int acc_in) {
+    int i = 0;
+    for (; i + 4 <= M; i += 4) {
+        int c = 0;
+        for (; c + NC <= N; c += NC) {
+            float acc[4][NC];
+            for (int r = 0; r < 4; r++)
+                for (int t = 0; t < NC; t++) acc[r][t] = acc_in ? C[(size_t)(i + r) * ldc + c + t] : 0.0f;
+            const float *a0 = A + (size_t)i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+            for (int k = 0; k < K; k++) {
+                const float *b = Bm + (size_t)k * ldb + c;
+                float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+                for (int t = 0; t < NC; t++) {
+                    acc[0][t] = fmaf(x0, b[t], acc[0][t]);
+                    acc[1][t] = fmaf(x1, b[t], acc[1][t]);
+                    acc[2][t] = fmaf(x2, b[t], acc[2][t]);
+                    acc[3][t] = fmaf(x3, b[t], acc[3][t]);
+                }
+            }
+            for (int r = 0; r < 4; r++)
+                for (int t = 0; t < NC; t++) C[(size_t)(i + r) * ldc + c + t] = acc[r][t];
+        }
+        for (; c < N; c++)
+            for (int r = 0; r < 4; r++) {
+                float s = acc_in ? C[(size_t)(i + r) * ldc + c] : 0.0f;
+                for (int k = 0; k < K; k++) s = fmaf(A[(size_t)(i + r) * lda + k], Bm[(size_t)k * ldb + c], s);
+                C[(size_t)(i + r) * ldc + c] = s;
+            }
+    }
+    for (; i < M; i++) {
+        float *ci = C + (size_t)i * ldc;
+        if (!acc_in) for (int t = 0; t < N; t++) ci[t] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            float x = A[(size_t)i * lda + k];
+            const float *b = Bm + (size_t)k * ldb;
+            for (int t = 0; t < N; t++) ci[t] = fmaf(x, b[t], ci[t]);
+        }
+    }
+}
+
+/* Row i (global) of a strided head into dst[0..D), optionally scaled. */
+static inline void load_row(float *restrict dst, const float *restrict src, int D, float s) {
+    for (int t = 0; t < D; t++) dst[t] = src[t] * s;
+}
+
+/* Keys [j0, j0+nk) of one head: transposed (D x BK) and/or row-major (BK x D), zero-padded. */
+static void load_keys(float *restrict T, float *restrict R, const float *base, long st,
+                      int j0, int nk, int D) {
+    if (T) {
+        for (int t = 0; t < D; t++) for (int j = nk; j < BK; j++) T[t * BK + j] = 0.0f;
+        for (int j = 0; j < nk; j++) {
+            const float *src = base + (long)(j0 + j) * st;
+            for (int t = 0; t < D; t++) T[t * BK + j] = src[t];
+        }
+    }
+    if (R) {
+        for (int j = 0; j < nk; j++) memcpy(R + (size_t)j * D, base + (long)(j0 + j) * st, sizeof(float) * D);
+        memset(R + (size_t)nk * D, 0, sizeof(float) * (size_t)(BK - nk) * D);
+    }
+}
+
+/* Mask one score row s[0..BK) of global query i against keys j0.. (nk valid): -inf where
+ * not allowed. Returns the number of allowed keys in the tile (0 => row all masked). */
+static inline void mask_row(float *restrict s, const sk_attn_plan *P, int b, int h, int i, int j0, int nk) {
+    int lim = nk;
+    if (P->causal) {
+        long l = (long)i + P->off - j0 + 1;
+        lim = l < 0 ? 0 : (l < nk ? (int)l : nk);
+    }
+    for (int j = lim; j < BK; j++) s[j] = -INFINITY;
+    if (P->mask) {
+        const uint8_t *m = P->mask + b * P->m_sb + h * P->m_sh + i * P->m_si + j0 * P->m_sj;
+        for (int j = 0; j < nk; j++) if (!m[j * P->m_sj]) s[j] = -INFINITY;
+    }
+}
+
+/* Key range [0, jend) that query rows [i0, i0+nq) can see under the causal rule. */
+static inline int key_end(const sk_attn_plan *P, int Lk, int i0, int nq) {
+    if (!P->causal) return Lk;
+    long e = (long)i0 + nq - 1 + P->off + 1;
+    return e < 0 ? 0 : (e < Lk ? (int)e : Lk);
+}
+
+static float *alloc_ws(size_t n) {
+    return aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
+}
+
+/* ------------------------------------------------------------------ forward */
+
+static void fwd_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int qt, float *ws, float *lse_out) {
+    const int D = a->D, Lq = a->Lq, Lk = a->Lk;
+    const int i0 = qt * BQ, nq = imin(BQ, Lq - i0), hk = h / P->group;
+    float *Q = ws, *Kt = Q + BQ * D, *V = Kt + D * BK, *S = V + BK * D, *O = S + BQ * BK;
+    float *m = O + BQ * D, *l = m + BQ;
+    const float *qb = a->q + b * a->q_sb + h * a->q_sh;
+    const float *kb = a->k + b * a->k_sb + hk * a->k_sh;
+    const float *vb = a->v + b * a->v_sb + hk * a->v_sh;
+    for (int i = 0; i < nq; i++) load_row(Q + i * D, qb + (long)(i0 + i) * a->q_st, D, P->scale);
+    memset(O, 0, sizeof(float) * BQ * D);
+    for (int i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+    const int jend = key_end(P, Lk, i0, nq);
+    for (int j0 = 0; j0 < jend; j0 += BK) {
+        const int nk = imin(BK, jend - j0);
+        load_keys(Kt, NULL, kb, a->k_st, j0, nk, D);
+        load_keys(NULL, V, vb, a->v_st, j0, nk, D);
+        gemm(S, BK, Q, D, Kt, BK, nq, BK, D, 0);
+        for (int i = 0; i < nq; i++) {
+            float *s = S + i * BK;
+            mask_row(s, P, b, h, i0 + i, j0, nk);
+            float mx = -INFINITY;
+            for (int j = 0; j < BK; j++) mx = s[j] > mx ? s[j] : mx;
+            float mnew = mx > m[i] ? mx : m[i];
+            if (mnew == -INFINITY) {          /* nothing visible yet in this row */
+                for (int j = 0; j < BK; j++) s[j] = 0.0f;
+                continue;
+            }
+            float alpha = sk_fexp(m[i] - mnew), sum = 0.0f;
+            for (int j = 0; j < BK; j++) { s[j] = sk_fexp(s[j] - mnew); sum += s[j]; }
+            l[i] = l[i] * alpha + sum;
+            m[i] = mnew;
+            if (alpha != 1.0f) for (int t = 0; t < D; t++) O[i * D + t] *= alpha;
+            if (P->dropout) {
+                uint64_t rk = sk_attn_rowkey(P, b, h, i0 + i);
+                for (int j = 0; j < nk; j++) s[j] = sk_attn_keep(P, rk, j0 + j) ? s[j] * P->inv_keep : 0.0f;
+            }
+        }
+        gemm(O, D, S, BK, V, D, nq, D, nk, 1);
+    }
+    for (int i = 0; i < nq; i++) {
+        float *o = a->out + b * a->o_sb + h * a->o_sh + (long)(i0 + i) * a->o_st;
+        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        for (int t = 0; t < D; t++) o[t] = O[i * D + t] * inv;
+        if (lse_out) lse_out[((size_t)b * a->H + h) * Lq + i0 + i] = l[i] > 0.0f ? m[i] + logf(l[i]) : INFINITY;
+    }
+}
+
+/* Weights from the saved lse: W = exp(s - lse) * dropout, per head or averaged (sum, / H).
+ * Items are (b, query row), heads summed in order. */
+static void weights_pass(const sk_attn *a, const sk_attn_plan *P, const float *lse) {
+    const int B = a->B, H = a->H, Lq = a->Lq, Lk = a->Lk, D = a->D;
+    long n_items = (long)B * Lq;
+    int fail = 0;
+    #pragma omp parallel
+    {
+        float *qs = alloc_ws((size_t)D + BK);
+        if (!qs) {
+            #pragma omp atomic write
+            fail = 1;
+        }
+        #pragma omp for schedule(dynamic, 16)
+        for (long it = 0; it < n_items; it++) {
+            if (!qs) continue;
+            int b = (int)(it / Lq), i = (int)(it % Lq);
+            float *wavg = a->weights_avg ? a->weights + ((size_t)b * Lq + i) * Lk : NULL;
+            if (wavg) memset(wavg, 0, sizeof(float) * Lk);
+            for (int h = 0; h < H; h++) {
+                int hk = h / P->group;
+                float *w = wavg ? NULL : a->weights + (((size_t)b * H + h) * Lq + i) * Lk;
+                load_row(qs, a->q + b * a->q_sb + h * a->q_sh + (long)i * a->q_st, D, P->scale);
+                float L = lse[((size_t)b * H + h) * Lq + i];
+                uint64_t rk = P->dropout ? sk_attn_rowkey(P, b, h, i) : 0;
+                const float *kb = a->k + b * a->k_sb + hk * a->k_sh;
+                for (int j = 0; j < Lk; j++) {
+                    float x = 0.0f;
+                    if (sk_attn_allowed(P, b, h, i, j) && L != INFINITY) {
+                        const float *kj = kb + (long)j * a->k_st;
+                        float s = 0.0f;
+                        for (int t = 0; t < D; t++) s = fmaf(qs[t], kj[t], s);
+                        x = sk_fexp(s - L);
+                        if (P->dropout) x = sk_attn_keep(P, rk, j) ? x * P->inv_keep : 0.0f;
+                    }
+                    if (wavg) wavg[j] += x; else w[j] = x;
+                }
+            }
+            if (wavg) for (int j = 0; j < Lk; j++) wavg[j] /= (float)H;
+        }
+        free(qs);
+    }
+    (void)fail;
+}
+
+int sk_attn_forward(const sk_attn *a) {
+    int rc = sk_attn_check(a);
+    if (rc) return rc;
+    sk_attn_plan P;
+    sk_attn_plan_init(&P, a);
+    const int B = a->B, H = a->H, Lq = a->Lq, D = a->D;
+    float *lse = a->lse, *tmp_lse = NULL;
+    if (!lse && a->weights) {
+        tmp_lse = malloc(sizeof(float) * (size_t)B * H * Lq);
+        if (!tmp_lse) return sk_error(SK_ENOMEM, "attention: out of memory for lse");
+        lse = tmp_lse;
+    }
+    const int nqt = (Lq + BQ - 1) / BQ;
+    const long n_items = (long)B * H * nqt;
+    const size_t ws_n = (size_t)BQ * D * 2 + (size_t)D * BK + (size_t)BK * D + (size_t)BQ * BK + 2 * BQ;
+    int fail = 0;
+    #pragma omp parallel
+    {
+        float *ws = alloc_ws(ws_n);
+        if (!ws) {
+            #pragma omp atomic write
+            fail = 1;
+        }
+        /* heaviest (last, under causal) query tiles first */
+        #pragma omp for schedule(dynamic, 1)
+        for (long it = 0; it < n_items; it++) {
+            if (!ws) continue;
+            int qt = nqt - 1 - (int)(it % nqt);
+            int bh = (int)(it / nqt);
+            fwd_item(a, &P, bh / H, bh % H, qt, ws, lse);
+        }
+        free(ws);
+    }
+    if (!fail && a->weights) weights_pass(a, &P, lse);
+    free(tmp_lse);
+    if (fail) return sk_error(SK_ENOMEM, "attention: out of memory for tile workspace");
+    return SK_OK;
+}
+
+/* ----------------------------------------------------------------- backward */
+
+/* Elementwise middle of the backward for one (query tile, key tile): from scores S and
+ * dP = dO V^T compute P = exp(S - lse) (0 where masked), and dS = P * (Z dP - D_i), where
+ * Z is the dropout factor. Writes dS into S (row-major) and, if PdT/dST are given, the
+ * transposes of Z*P and dS (BK x BQ). */
+static void bwd_elementwise(const sk_attn_plan *P, int b, int h, int i0, int nq, int j0, int nk,
+                            float *restrict S, const float *restrict dP, const float *restrict lse,
+                            const float *restrict Di, float *restrict PdT, float *restrict dST) {
+    for (int i = 0; i < nq; i++) {
+        float *s = S + i * BK;
+        const float *dp = dP + i * BK;
+        mask_row(s, P, b, h, i0 + i, j0, nk);
+        const float L = lse[i], di = Di[i];
+        float z[BK];
+        if (P->dropout) {
+            uint64_t rk = sk_attn_rowkey(P, b, h, i0 + i);
+            for (int j = 0; j < BK; j++) z[j] = (j < nk && sk_attn_keep(P, rk, j0 + j)) ? P->inv_keep : 0.0f;
+        } else {
+            for (int j = 0; j < BK; j++) z[j] = 1.0f;
+        }
+        for (int j = 0; j < BK; j++) {
+            float p = sk_fexp(s[j] - L);          /* s = -inf or L = +inf => 0 */
+            float ds = p * (z[j] * dp[j] - di);
+            if (PdT) { PdT[j * BQ + i] = p * z[j]; dST[j * BQ + i] = ds; }
+            s[j] = ds;
+        }
+    }
+}
+
+static void bwd_dq_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int qt,
+                        const float *dout, const float *Dall, float *dq, float *ws) {
+    const int D = a->D, Lq = a->Lq, Lk = a->Lk;
+    const int i0 = qt * BQ, nq = imin(BQ, Lq - i0), hk = h / P->group;
+    float *Q = ws, *dO = Q + BQ * D, *Kt = dO + BQ * D, *Vt = Kt + D * BK, *K = Vt + D * BK;
+    float *S = K + BK * D, *dP = S + BQ * BK, *dQ = dP + BQ * BK;
+    const float *qb = a->q + b * a->q_sb + h * a->q_sh;
+    const float *kb = a->k + b * a->k_sb + hk * a->k_sh;
+    const float *vb = a->v + b * a->v_sb + hk * a->v_sh;
+    const float *ob = dout + b * a->o_sb + h * a->o_sh;
+    const float *lse = a->lse + ((size_t)b * a->H + h) * Lq + i0;
+    const float *Di = Dall + ((size_t)b * a->H + h) * Lq + i0;
+    for (int i = 0; i < nq; i++) {
+        load_row(Q + i * D, qb + (long)(i0 + i) * a->q_st, D, P->scale);
+        load_row(dO + i * D, ob + (long)(i0 + i) * a->o_st, D, 1.0f);
+    }
+    memset(dQ, 0, sizeof(float) * BQ * D);
+    const int jend = key_end(P, Lk, i0, nq);
+    for (int j0 = 0; j0 < jend; j0 += BK) {
+        const int nk = imin(BK, jend - j0);
+        load_keys(Kt, K, kb, a->k_st, j0, nk, D);
+        load_keys(Vt, NULL, vb, a->v_st, j0, nk, D);
+        gemm(S, BK, Q, D, Kt, BK, nq, BK, D, 0);
+        gemm(dP, BK, dO, D, Vt, BK, nq, BK, D, 0);
+        bwd_elementwise(P, b, h, i0, nq, j0, nk, S, dP, lse, Di, NULL, NULL);
+        gemm(dQ, D, S, BK, K, D, nq, D, nk, 1);
+    }
+    for (int i = 0; i < nq; i++) {
+        float *g = dq + b * a->q_sb + h * a->q_sh + (long)(i0 + i) * a->q_st;
+        for (int t = 0; t < D; t++) g[t] += P->scale * dQ[i * D + t];
+    }
+}
+
+static void bwd_dkv_item(const sk_attn *a, const sk_attn_plan *P, int b, int hk, int kt,
+                         const float *dout, const float *Dall, float *dk, float *dv, float *ws) {
+    const int D = a->D, Lq = a->Lq, Lk = a->Lk;
+    const int j0 = kt * BK, nk = imin(BK, Lk - j0);
+    float *Q = ws, *dO = Q + BQ * D, *Kt = dO + BQ * D, *Vt = Kt + D * BK;
+    float *S = Vt + D * BK, *dP = S + BQ * BK, *PdT = dP + BQ * BK, *dST = PdT + BK * BQ;
+    float *dK = dST + BK * BQ, *dV = dK + BK * D;
+    load_keys(Kt, NULL, a->k + b * a->k_sb + hk * a->k_sh, a->k_st, j0, nk, D);
+    load_keys(Vt, NULL, a->v + b * a->v_sb + hk * a->v_sh, a->v_st, j0, nk, D);
+    memset(dK, 0, sizeof(float) * BK * D);
+    memset(dV, 0, sizeof(float) * BK * D);
+    /* first query that sees key j0 under the causal rule: i + off >= j0 */
+    int istart = 0;
+    if (P->causal) {
+        long s = (long)j0 - P->off;
+        if (s >= Lq) goto done;
+        istart = s < 0 ? 0 : (int)(s / BQ) * BQ;
+    }
+    for (int h = hk * P->group; h < (hk + 1) * P->group; h++) {
+        const float *qb = a->q + b * a->q_sb + h * a->q_sh;
+        const float *ob = dout + b * a->o_sb + h * a->o_sh;
+        const float *lse = a->lse + ((size_t)b * a->H + h) * Lq;
+        const float *Di = Dall + ((size_t)b * a->H + h) * Lq;
+        for (int i0 = istart; i0 < Lq; i0 += BQ) {
+            const int nq = imin(BQ, Lq - i0);
+            for (int i = 0; i < nq; i++) {
+                load_row(Q + i * D, qb + (long)(i0 + i) * a->q_st, D, P->scale);
+                load_row(dO + i * D, ob + (long)(i0 + i) * a->o_st, D, 1.0f);
+            }
+            gemm(S, BK, Q, D, Kt, BK, nq, BK, D, 0);
+            gemm(dP, BK, dO, D, Vt, BK, nq, BK, D, 0);
+            bwd_elementwise(P, b, h, i0, nq, j0, nk, S, dP, lse + i0, Di + i0, PdT, dST);
+            gemm(dV, D, PdT, BQ, dO, D, nk, D, nq, 1);   /* dV += (Z P)^T dO */
+            gemm(dK, D, dST, BQ, Q, D, nk, D, nq, 1);    /* dK += dS^T (scale q) */
+        }
+    }
+done:
+    for (int j = 0; j < nk; j++) {
+        if (dk) { float *g = dk + b * a->k_sb + hk * a->k_sh + (long)(j0 + j) * a->k_st;
+                  for (int t = 0; t < D; t++) g[t] += dK[j * D + t]; }
+        if (dv) { float *g = dv + b * a->v_sb + hk * a->v_sh + (long)(j0 + j) * a->v_st;
+                  for (int t = 0; t < D; t++) g[t] += dV[j * D + t]; }
+    }
+}
+
+int sk_attn_backward(const sk_attn *a, const float *dout, float *dq, float *dk, float *dv) {
+    int rc = sk_attn_check(a);
+    if (rc) return rc;
+    if (!dout) return sk_error(SK_EINVAL, "attention backward: dout is NULL");
+    if (!a->lse) return sk_error(SK_EINVAL, "attention backward: a->lse is NULL (save it in the forward pass)");
+    sk_attn_plan P;
+    sk_attn_plan_init(&P, a);
+    const int B = a->B, H = a->H, Hkv = a->Hkv, Lq = a->Lq, Lk = a->Lk, D = a->D;
+    /* D_i = rowsum(dout * out), (B, H, Lq) */
+    float *Dall = malloc(sizeof(float) * (size_t)B * H * Lq);
+    if (!Dall) return sk_error(SK_ENOMEM, "attention backward: out of memory");
+    #pragma omp parallel for schedule(static)
+    for (long r = 0; r < (long)B * H * Lq; r++) {
+        int b = (int)(r / ((long)H * Lq)), h = (int)(r / Lq % H), i = (int)(r % Lq);
+        const float *o = a->out + b * a->o_sb + h * a->o_sh + (long)i * a->o_st;
+        const float *g = dout + b * a->o_sb + h * a->o_sh + (long)i * a->o_st;
+        float s = 0.0f;
+        for (int t = 0; t < D; t++) s = fmaf(o[t], g[t], s);
+        Dall[r] = s;
+    }
+    const size_t ws_n = (size_t)BQ * D * 2 + (size_t)D * BK * 2 + (size_t)BK * D * 2 +
+                        (size_t)BQ * BK * 4 + (size_t)BQ * D;
+    int fail = 0;
+    const int nqt = (Lq + BQ - 1) / BQ, nkt = (Lk + BK - 1) / BK;
+    #pragma omp parallel
+    {
+        float *ws = alloc_ws(ws_n);
+        if (!ws) {
+            #pragma omp atomic write
+            fail = 1;
+        }
+        if (dq) {
+            #pragma omp for schedule(dynamic, 1)
+            for (long it = 0; it < (long)B * H * nqt; it++) {
+                if (!ws) continue;
+                int qt = nqt - 1 - (int)(it % nqt), bh = (int)(it / nqt);
+                bwd_dq_item(a, &P, bh / H, bh % H, qt, dout, Dall, dq, ws);
+            }
+        }
+        if (dk || dv) {
+            #pragma omp for schedule(dynamic, 1)
+            for (long it = 0; it < (long)B * Hkv * nkt; it++) {
+                if (!ws) continue;
+                int kt = (int)(it % nkt), bh = (int)(it / nkt);
+                bwd_dkv_item(a, &P, bh / Hkv, bh % Hkv, kt, dout, Dall, dk, dv, ws);
+            }
+        }
+        free(ws);
+    }
+    free(Dall);
+    if (fail) return sk_error(SK_ENOMEM, "attention backward: out of memory for tile workspace");
+    return SK_OK;
+}

@@ -188,4 +188,5 @@ int sk_write_atomic(const char *path, const void *data, size_t n);
 /* Module parts of the public API (each declares sk_-prefixed names). */
 #include "skiplm_model.h"
 #include "skiplm_tok.h"
+#include "skiplm_train.h"
 #endif

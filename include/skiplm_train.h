@@ -1,0 +1,146 @@
+/* skiplm public API: the optimizer (AdamW, schedule, clipping) and the trainer (step,
+ * validation, checkpoints with exact resume). Included from skiplm.h; see docs/training.md. */
+#ifndef SKIPLM_TRAIN_H
+#define SKIPLM_TRAIN_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------- optimizer
+ *
+ * The parameter buffer is walked as a list of spans: pieces of the named tensors of at
+ * most SK_SPAN_FLOATS floats, in buffer order, each with the tensor's decay flag. Floats
+ * that belong to no tensor (the padded vocabulary rows of wte) are in no span: the
+ * optimizer never touches them, so they stay zero. The span list depends only on the
+ * model layout, never on the thread count: reductions over it (the gradient norm) sum
+ * one double per span, in span order, and are bit-identical for any number of threads. */
+#define SK_SPAN_FLOATS 8192
+
+typedef struct {
+    size_t offset, n;        /* floats within the parameter buffer */
+    int decay;               /* decoupled weight decay applies */
+} sk_span;
+
+/* Split tensors (offset/numel/decay, as sk_model_tensors gives them) into spans.
+ * *spans is malloc'd (free() it). */
+int sk_spans_build(const sk_tensor *tensors, int n_tensors, sk_span **spans, int *n_spans);
+
+/* AdamW hyperparameters; defaults (sk_adamw_default) are nanoGPT's:
+ * lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1. */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+} sk_adamw_cfg;
+void sk_adamw_default(sk_adamw_cfg *c);
+
+/* One AdamW step, exactly torch.optim.AdamW (PyTorch 1.13, single-tensor path), t >= 1
+ * the step count after this update:
+ *     p *= 1 - lr*wd                      (spans with decay only)
+ *     m  = b1*m + (1-b1)*g
+ *     v  = b2*v + (1-b2)*g*g
+ *     p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+ * lr overrides c->lr (the scheduled value). One fused pass, OpenMP over spans. */
+void sk_adamw_step(float *params, const float *grads, float *m, float *v,
+                   const sk_span *spans, int n_spans, const sk_adamw_cfg *c, double lr, long t);
+
+/* Global L2 norm of the gradients over the spans, accumulated in double, deterministic
+ * (independent of the thread count). */
+double sk_grad_norm(const float *grads, const sk_span *spans, int n_spans);
+/* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6); if coef < 1 the
+ * gradients are multiplied by it. Returns the coefficient applied (1 if none). */
+float sk_clip_grads(float *grads, const sk_span *spans, int n_spans, double norm, float max_norm);
+
+/* nanoGPT's schedule: lr*(it+1)/(warmup+1) for it < warmup, then cosine from lr down to
+ * min_lr at it = decay_iters, then min_lr. it counts optimizer steps from 0. */
+typedef struct {
+    double lr, min_lr;
+    long warmup, decay_iters;
+} sk_lr_sched;
+double sk_lr_at(const sk_lr_sched *s, long it);
+
+/* --------------------------------------------------------------- trainer */
+
+typedef struct {
+    int steps;               /* optimizer steps in the whole run */
+    int B, T;                /* micro-batch */
+    int accum;               /* micro-steps per optimizer step (tokens/step = accum*B*T) */
+    float lr, min_lr;
+    int warmup, lr_decay_steps;   /* lr_decay_steps 0 = steps */
+    float beta1, beta2, eps, weight_decay;
+    float grad_clip;         /* 0 = no clipping */
+    uint64_t seed;           /* model init, dropout and shuffling */
+    int shuffle;             /* data order (0: sequential windows) */
+    int skip_nonfinite;      /* skip the update of a step with a non-finite loss / grad norm */
+    int eval_every, eval_batches;   /* validation every N steps (0 = never) */
+    int ckpt_every;          /* checkpoint every N steps (0 = only at the end) */
+} sk_train_cfg;
+/* Defaults: nanoGPT's optimizer, B 8, T 0 (= block_size), accum 1, warmup 0, clip 1.0,
+ * seed 1337, shuffle 1, eval every 100 steps on 10 batches, checkpoint every 500. */
+void sk_train_default(sk_train_cfg *c);
+
+/* What one step did. */
+typedef struct {
+    int step;                /* 1-based index of the step just done */
+    float loss;              /* mean training loss over the micro-steps */
+    double lr, grad_norm;
+    int skipped;             /* 1: non-finite, the update was skipped */
+    uint64_t tokens;         /* tokens processed by this step */
+} sk_step_info;
+
+typedef struct sk_trainer sk_trainer;
+
+/* The gradient hook runs after backward and before clipping/update, once per step, on
+ * the whole gradient buffer (n floats) and the step's mean loss: data parallelism puts
+ * its all-reduce (mean over ranks) here. A non-zero return aborts the step. */
+typedef int (*sk_grad_hook)(float *grads, size_t n, float *loss, void *ctx);
+
+/* A trainer over model m (not owned) reading batches from train (not owned), and
+ * validation batches from val (may be NULL; not owned). The loaders must have been
+ * opened with B and T of cfg. Allocates gradients and the AdamW state (zero). */
+int sk_trainer_new(sk_trainer **tr, sk_model *m, const sk_train_cfg *cfg, sk_loader *train, sk_loader *val);
+void sk_trainer_free(sk_trainer *tr);
+void sk_trainer_set_grad_hook(sk_trainer *tr, sk_grad_hook fn, void *ctx);
+/* Steps done so far (0 for a fresh trainer, the checkpoint's step after a resume). */
+int sk_trainer_step_count(const sk_trainer *tr);
+int sk_trainer_skipped(const sk_trainer *tr);   /* steps whose update was skipped */
+
+/* One optimizer step: accum micro-steps of forward+backward (grad_scale 1/accum, dropout
+ * seeded by (seed, step, micro-step): stateless, so a resumed run draws the same masks),
+ * hook, gradient norm, NaN guard, clipping, scheduled AdamW update.
+ * A non-finite loss or gradient norm returns SK_ENUM with "step N: non-finite <what>"
+ * and leaves the parameters untouched, unless cfg.skip_nonfinite (then info->skipped). */
+int sk_trainer_step(sk_trainer *tr, sk_step_info *info);
+/* Mean loss over eval_batches fixed validation batches (the first ones of val, the same
+ * at every evaluation). */
+int sk_trainer_eval(sk_trainer *tr, float *val_loss);
+
+/* Checkpoint: one safetensors file with the model (as sk_model_save, so eval/sample read
+ * it directly), "optim.m" and "optim.v" (F32, flat over the whole parameter buffer) and
+ * metadata "train.*": step, Adam step count, skipped steps, loader position, seed and
+ * every hyperparameter; extra_meta (NULL-terminated key/value pairs, may be NULL) is
+ * added as is (the CLI records the tokenizer). Written atomically. */
+int sk_trainer_save(const sk_trainer *tr, const char *path, const char *const *extra_meta);
+
+/* Resume from a parsed checkpoint: the model config must equal m's and the hyperparameters
+ * those of the trainer (except eval_every, eval_batches, ckpt_every) or SK_EINVAL names the
+ * first differing field and both values. Restores parameters (bit-exact), m, v, the step
+ * counters and the train loader's position. Nothing is written. */
+int sk_trainer_resume(sk_trainer *tr, const sk_safetensors *ckpt, const char *path);
+
+/* Read the hyperparameters stored in a checkpoint into *cfg (fields absent from the file
+ * are left as they are). */
+int sk_train_cfg_from_st(sk_train_cfg *cfg, const sk_safetensors *ckpt, const char *path);
+/* Compare two model configs / two training configs; on a difference returns SK_EINVAL
+ * with "<what>: field '<name>' is <a> in <a_name> but <b> in <b_name>". */
+int sk_config_diff(const sk_config *a, const sk_config *b, const char *a_name, const char *b_name);
+int sk_train_cfg_diff(const sk_train_cfg *a, const sk_train_cfg *b, const char *a_name, const char *b_name);
+
+/* Stateless 64-bit seed for micro-step `micro` of step `step` of a run seeded `seed`. */
+uint64_t sk_dropout_seed(uint64_t seed, long step, int micro);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,366 @@
+/* The trainer: one optimizer step (gradient accumulation, hook for the data-parallel
+ * all-reduce, NaN guard, clipping, scheduled AdamW), validation on fixed batches, and
+ * checkpoints (one safetensors file: model + AdamW moments + metadata) with exact resume.
+ *
+ * Exact resume: everything a step depends on is either in the checkpoint (parameters,
+ * m, v, step, Adam step count, loader position) or a pure function of (seed, step)
+ * (dropout masks, the data order, the learning rate). Nothing else carries state, so a
+ * resumed run performs the same float operations as an uninterrupted one. */
+#include "skiplm.h"
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sk_trainer {
+    sk_model *m;
+    sk_train_cfg cfg;
+    sk_loader *train, *val;
+    sk_span *spans; int n_spans;
+    size_t n_params;
+    float *mom, *vel;          /* AdamW first and second moments, (n_params) */
+    int32_t *x, *y;            /* one micro-batch (B, T) */
+    int step;                  /* optimizer steps done (including skipped ones) */
+    long adam_t;               /* updates applied: AdamW's step count */
+    int skipped;
+    sk_grad_hook hook; void *hook_ctx;
+};
+
+/* ------------------------------------------------------------ config */
+
+void sk_train_default(sk_train_cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->steps = 1000; c->B = 8; c->T = 0; c->accum = 1;
+    c->lr = 6e-4f; c->min_lr = 6e-5f; c->warmup = 0; c->lr_decay_steps = 0;
+    c->beta1 = 0.9f; c->beta2 = 0.95f; c->eps = 1e-8f; c->weight_decay = 0.1f;
+    c->grad_clip = 1.0f; c->seed = 1337; c->shuffle = 1;
+    c->eval_every = 100; c->eval_batches = 10; c->ckpt_every = 500;
+}
+
+/* Every hyperparameter, for metadata and comparisons. trajectory = 1: changes the
+ * numbers a run computes, so a resume must not change it. */
+typedef struct { const char *key; char type; size_t off; int trajectory; } tfield;
+#define TF(f, t, traj) { #f, t, offsetof(sk_train_cfg, f), traj }
+static const tfield TFIELDS[] = {
+    TF(steps, 'i', 1), TF(B, 'i', 1), TF(T, 'i', 1), TF(accum, 'i', 1),
+    TF(lr, 'f', 1), TF(min_lr, 'f', 1), TF(warmup, 'i', 1), TF(lr_decay_steps, 'i', 1),
+    TF(beta1, 'f', 1), TF(beta2, 'f', 1), TF(eps, 'f', 1), TF(weight_decay, 'f', 1),
+    TF(grad_clip, 'f', 1), TF(seed, 'u', 1), TF(shuffle, 'i', 1), TF(skip_nonfinite, 'i', 0),
+    TF(eval_every, 'i', 0), TF(eval_batches, 'i', 0), TF(ckpt_every, 'i', 0),
+};
+#undef TF
+#define N_TFIELDS (int)(sizeof TFIELDS / sizeof TFIELDS[0])
+
+static void tfield_str(const sk_train_cfg *c, const tfield *f, char *buf, size_t n) {
+    const char *p = (const char *)c + f->off;
+    if (f->type == 'i') snprintf(buf, n, "%d", *(const int *)p);
+    else if (f->type == 'u') snprintf(buf, n, "%" PRIu64, *(const uint64_t *)p);
+    else snprintf(buf, n, "%.9g", (double)*(const float *)p);   /* round-trips a float */
+}
+
+static int tfield_parse(sk_train_cfg *c, const tfield *f, const char *v) {
+    char *end;
+    char *p = (char *)c + f->off;
+    if (f->type == 'i') { long x = strtol(v, &end, 10); if (*end || end == v) return -1; *(int *)p = (int)x; }
+    else if (f->type == 'u') { unsigned long long x = strtoull(v, &end, 10); if (*end || end == v) return -1; *(uint64_t *)p = x; }
+    else { float x = strtof(v, &end); if (*end || end == v) return -1; *(float *)p = x; }
+    return 0;
+}
+
+int sk_train_cfg_from_st(sk_train_cfg *c, const sk_safetensors *st, const char *path) {
+    char key[64];
+    for (int i = 0; i < N_TFIELDS; i++) {
+        snprintf(key, sizeof key, "train.%s", TFIELDS[i].key);
+        const char *v = sk_st_meta(st, key);
+        if (v && tfield_parse(c, &TFIELDS[i], v))
+            return sk_error(SK_EFORMAT, "%s: metadata %s = '%s' is not a valid number", path, key, v);
+    }
+    return SK_OK;
+}
+
+int sk_train_cfg_diff(const sk_train_cfg *a, const sk_train_cfg *b, const char *an, const char *bn) {
+    char va[64], vb[64];
+    for (int i = 0; i < N_TFIELDS; i++) {
+        if (!TFIELDS[i].trajectory) continue;
+        tfield_str(a, &TFIELDS[i], va, sizeof va);
+        tfield_str(b, &TFIELDS[i], vb, sizeof vb);
+        if (strcmp(va, vb))
+            return sk_error(SK_EINVAL, "training hyperparameter '%s' is %s in %s but %s in %s",
+                            TFIELDS[i].key, va, an, vb, bn);
+    }
+    return SK_OK;
+}
+
+int sk_config_diff(const sk_config *a, const sk_config *b, const char *an, const char *bn) {
+#define CI(f) if (a->f != b->f) return sk_error(SK_EINVAL, "model config field '%s' is %d in %s but %d in %s", #f, (int)a->f, an, (int)b->f, bn)
+#define CF(f) if (a->f != b->f) return sk_error(SK_EINVAL, "model config field '%s' is %.9g in %s but %.9g in %s", #f, (double)a->f, an, (double)b->f, bn)
+    if (a->family != b->family)
+        return sk_error(SK_EINVAL, "model config field 'family' is %s in %s but %s in %s",
+                        a->family == SK_GPT2 ? "gpt2" : "llama", an, b->family == SK_GPT2 ? "gpt2" : "llama", bn);
+    CI(n_layer); CI(n_head); CI(n_kv_head); CI(n_embd); CI(block_size); CI(vocab_size);
+    CI(padded_vocab_size); CI(bias); CF(dropout);
+    if (a->gelu != b->gelu)
+        return sk_error(SK_EINVAL, "model config field 'gelu' is %s in %s but %s in %s",
+                        a->gelu == SK_GELU_TANH ? "tanh" : "erf", an, b->gelu == SK_GELU_TANH ? "tanh" : "erf", bn);
+    CI(n_skip_layer); CI(n_skip_head); CF(norm_eps);
+    if (a->family == SK_LLAMA) { CF(rope_theta); CI(ffn_hidden); }
+#undef CI
+#undef CF
+    return SK_OK;
+}
+
+uint64_t sk_dropout_seed(uint64_t seed, long step, int micro) {
+    uint64_t x = seed ^ ((uint64_t)step * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)(micro + 1) << 48);
+    x += 0x632be59bd9b4e019ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* ------------------------------------------------------------ trainer */
+
+void sk_trainer_free(sk_trainer *tr) {
+    if (!tr) return;
+    free(tr->spans); free(tr->mom); free(tr->vel); free(tr->x); free(tr->y);
+    free(tr);
+}
+
+int sk_trainer_new(sk_trainer **out, sk_model *m, const sk_train_cfg *cfg, sk_loader *train, sk_loader *val) {
+    *out = NULL;
+    const sk_train_cfg *c = cfg;
+    if (c->steps < 1) return sk_error(SK_EINVAL, "steps = %d must be >= 1", c->steps);
+    if (c->B < 1 || c->T < 1) return sk_error(SK_EINVAL, "batch %d and sequence length %d must be >= 1", c->B, c->T);
+    if (c->accum < 1) return sk_error(SK_EINVAL, "gradient accumulation %d must be >= 1", c->accum);
+    if (!(c->lr >= 0) || !(c->min_lr >= 0)) return sk_error(SK_EINVAL, "lr %g and min_lr %g must be >= 0", c->lr, c->min_lr);
+    if (c->warmup < 0 || c->lr_decay_steps < 0) return sk_error(SK_EINVAL, "warmup and lr_decay_steps must be >= 0");
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
+        return sk_error(SK_EINVAL, "betas (%g, %g) must be in [0, 1)", c->beta1, c->beta2);
+    if (!(c->eps > 0)) return sk_error(SK_EINVAL, "eps %g must be > 0", c->eps);
+    if (!(c->weight_decay >= 0)) return sk_error(SK_EINVAL, "weight decay %g must be >= 0", c->weight_decay);
+    if (!(c->grad_clip >= 0)) return sk_error(SK_EINVAL, "grad clip %g must be >= 0 (0 = off)", c->grad_clip);
+    if (c->eval_every < 0 || c->eval_batches < 0 || c->ckpt_every < 0)
+        return sk_error(SK_EINVAL, "eval_every, eval_batches and ckpt_every must be >= 0");
+    if (!train) return sk_error(SK_EINVAL, "no training data");
+    if (sk_loader_n_windows(train) < (uint64_t)c->B)
+        return sk_error(SK_EINVAL, "the training data holds %" PRIu64 " windows of %d tokens, fewer than one batch of %d",
+                        sk_loader_n_windows(train), c->T + 1, c->B);
+    int rc = sk_model_reserve(m, c->B, c->T, 1);
+    if (rc) return rc;
+    sk_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return sk_error(SK_ENOMEM, "out of memory");
+    tr->m = m; tr->cfg = *c; tr->train = train; tr->val = val;
+    if (!tr->cfg.lr_decay_steps) tr->cfg.lr_decay_steps = tr->cfg.steps;
+    tr->n_params = sk_model_num_params(m);
+    int nt;
+    const sk_tensor *ts = sk_model_tensors(m, &nt);
+    size_t BT = (size_t)c->B * c->T;
+    if ((rc = sk_spans_build(ts, nt, &tr->spans, &tr->n_spans))) { sk_trainer_free(tr); return rc; }
+    tr->mom = calloc(tr->n_params, sizeof(float));
+    tr->vel = calloc(tr->n_params, sizeof(float));
+    tr->x = malloc(BT * sizeof(int32_t));
+    tr->y = malloc(BT * sizeof(int32_t));
+    if (!tr->mom || !tr->vel || !tr->x || !tr->y) {
+        sk_trainer_free(tr);
+        return sk_error(SK_ENOMEM, "out of memory for the optimizer state (%zu parameters)", sk_model_num_params(m));
+    }
+    *out = tr;
+    return SK_OK;
+}
+
+void sk_trainer_set_grad_hook(sk_trainer *tr, sk_grad_hook fn, void *ctx) { tr->hook = fn; tr->hook_ctx = ctx; }
+int sk_trainer_step_count(const sk_trainer *tr) { return tr->step; }
+int sk_trainer_skipped(const sk_trainer *tr) { return tr->skipped; }
+
+int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
+    const sk_train_cfg *c = &tr->cfg;
+    sk_model *m = tr->m;
+    memset(info, 0, sizeof *info);
+    if (tr->step >= c->steps) return sk_error(SK_EINVAL, "all %d steps are done", c->steps);
+    /* 1. forward + backward over the micro-steps; gradients of loss/accum add up */
+    sk_model_zero_grad(m);
+    double loss_sum = 0;
+    const float scale = 1.0f / (float)c->accum;
+    for (int k = 0; k < c->accum; k++) {
+        float l;
+        int rc = sk_loader_next_xy(tr->train, tr->x, tr->y);
+        if (!rc) rc = sk_model_forward_backward(m, tr->x, tr->y, c->B, c->T, scale,
+                                                sk_dropout_seed(c->seed, tr->step, k), &l);
+        if (rc) return sk_error(rc, "step %d: %s", tr->step + 1, sk_last_error());
+        loss_sum += l;
+    }
+    float loss = (float)(loss_sum / c->accum);
+    float *g = sk_model_grads(m);
+    /* 2. hook point: data parallelism all-reduces (averages) the gradients here */
+    if (tr->hook) {
+        int rc = tr->hook(g, tr->n_params, &loss, tr->hook_ctx);
+        if (rc) return rc;
+    }
+    /* 3. NaN guard, clipping, update */
+    double norm = sk_grad_norm(g, tr->spans, tr->n_spans);
+    sk_lr_sched sch = {c->lr, c->min_lr, c->warmup, c->lr_decay_steps};
+    double lr = sk_lr_at(&sch, tr->step);
+    info->step = tr->step + 1;
+    info->loss = loss; info->lr = lr; info->grad_norm = norm;
+    info->tokens = (uint64_t)c->accum * c->B * c->T;
+    if (!isfinite(loss) || !isfinite(norm)) {
+        const char *what = !isfinite(loss) && !isfinite(norm) ? "loss and gradient norm" : !isfinite(loss) ? "loss" : "gradient norm";
+        if (!c->skip_nonfinite)
+            return sk_error(SK_ENUM, "step %d: non-finite %s (loss %g, gradient norm %g); the parameters "
+                            "were not updated", tr->step + 1, what, (double)loss, norm);
+        tr->skipped++; tr->step++;
+        info->skipped = 1;
+        return SK_OK;
+    }
+    if (c->grad_clip > 0) sk_clip_grads(g, tr->spans, tr->n_spans, norm, c->grad_clip);
+    sk_adamw_cfg ac = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay};
+    tr->adam_t++;
+    sk_adamw_step(sk_model_params(m), g, tr->mom, tr->vel, tr->spans, tr->n_spans, &ac, lr, tr->adam_t);
+    tr->step++;
+    return SK_OK;
+}
+
+int sk_trainer_eval(sk_trainer *tr, float *val_loss) {
+    *val_loss = NAN;
+    const sk_train_cfg *c = &tr->cfg;
+    if (!tr->val) return sk_error(SK_EINVAL, "no validation data");
+    uint64_t nb = sk_loader_n_windows(tr->val) / (uint64_t)c->B;
+    if (nb > (uint64_t)c->eval_batches) nb = (uint64_t)c->eval_batches;
+    if (nb == 0) return sk_error(SK_EINVAL, "the validation data holds fewer windows than one batch of %d", c->B);
+    sk_loader_pos pos;
+    sk_loader_get_pos(tr->val, &pos);
+    pos.consumed = 0;                      /* the same fixed batches every time */
+    int rc = sk_loader_set_pos(tr->val, &pos);
+    double sum = 0;
+    for (uint64_t i = 0; !rc && i < nb; i++) {
+        float l;
+        rc = sk_loader_next_xy(tr->val, tr->x, tr->y);
+        if (!rc) rc = sk_model_forward(tr->m, tr->x, tr->y, c->B, c->T, &l, NULL);
+        sum += l;
+    }
+    if (rc) return rc;
+    *val_loss = (float)(sum / (double)nb);
+    return SK_OK;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+/* 64-bit hash of a float buffer (word-wise, FNV-like with a final mix): a checksum of the
+ * state, stored in the metadata, so a checkpoint whose data bytes changed is refused. */
+static uint64_t hash_floats(uint64_t h, const float *x, size_t n) {
+    const uint32_t *w = (const uint32_t *)(const void *)x;
+    for (size_t i = 0; i < n; i++) h = (h ^ w[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static uint64_t state_checksum(const float *p, const float *m, const float *v, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = hash_floats(h, p, n);
+    h = hash_floats(h, m, n);
+    h = hash_floats(h, v, n);
+    return h;
+}
+
+int sk_trainer_save(const sk_trainer *tr, const char *path, const char *const *extra_meta) {
+    sk_st_writer *w = sk_st_writer_new();
+    if (!w) return sk_error(SK_ENOMEM, "out of memory");
+    int64_t shape[1] = {(int64_t)tr->n_params};
+    int rc = sk_st_add(w, "optim.m", SK_F32, 1, shape, tr->mom);
+    if (!rc) rc = sk_st_add(w, "optim.v", SK_F32, 1, shape, tr->vel);
+    char key[64], val[64];
+    for (int i = 0; !rc && i < N_TFIELDS; i++) {
+        snprintf(key, sizeof key, "train.%s", TFIELDS[i].key);
+        tfield_str(&tr->cfg, &TFIELDS[i], val, sizeof val);
+        rc = sk_st_add_meta(w, key, val);
+    }
+    sk_loader_pos pos;
+    sk_loader_get_pos(tr->train, &pos);
+    struct { const char *k; uint64_t v; } st[] = {
+        {"train.step", (uint64_t)tr->step}, {"train.adam_t", (uint64_t)tr->adam_t},
+        {"train.skipped", (uint64_t)tr->skipped},
+        {"train.loader.consumed", pos.consumed}, {"train.loader.seed", pos.seed},
+        {"train.loader.n_windows", pos.n_windows}, {"train.loader.T", (uint64_t)pos.T},
+        {"train.checksum", state_checksum(sk_model_params(tr->m), tr->mom, tr->vel, tr->n_params)},
+    };
+    for (size_t i = 0; !rc && i < sizeof st / sizeof st[0]; i++) {
+        snprintf(val, sizeof val, "%" PRIu64, st[i].v);
+        rc = sk_st_add_meta(w, st[i].k, val);
+    }
+    for (int i = 0; !rc && extra_meta && extra_meta[i]; i += 2)
+        if (extra_meta[i + 1]) rc = sk_st_add_meta(w, extra_meta[i], extra_meta[i + 1]);
+    if (!rc) rc = sk_model_save_with(tr->m, path, w);
+    sk_st_writer_free(w);
+    if (rc) return sk_error(rc, "checkpoint not written: %s", sk_last_error());
+    return SK_OK;
+}
+
+static int meta_u64(const sk_safetensors *st, const char *path, const char *key, uint64_t *out) {
+    const char *v = sk_st_meta(st, key);
+    if (!v) return sk_error(SK_EFORMAT, "%s: not a training checkpoint (metadata '%s' is missing)", path, key);
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (end == v || *end) return sk_error(SK_EFORMAT, "%s: metadata %s = '%s' is not an integer", path, key, v);
+    *out = x;
+    return SK_OK;
+}
+
+int sk_trainer_resume(sk_trainer *tr, const sk_safetensors *ckpt, const char *path) {
+    uint64_t step = 0, adam_t = 0, skipped = 0, sum = 0, T = 0;
+    sk_loader_pos pos = {0};
+    int rc;
+    if ((rc = meta_u64(ckpt, path, "train.step", &step)) || (rc = meta_u64(ckpt, path, "train.adam_t", &adam_t)) ||
+        (rc = meta_u64(ckpt, path, "train.skipped", &skipped)) ||
+        (rc = meta_u64(ckpt, path, "train.loader.consumed", &pos.consumed)) ||
+        (rc = meta_u64(ckpt, path, "train.loader.seed", &pos.seed)) ||
+        (rc = meta_u64(ckpt, path, "train.loader.n_windows", &pos.n_windows)) ||
+        (rc = meta_u64(ckpt, path, "train.loader.T", &T)) ||
+        (rc = meta_u64(ckpt, path, "train.checksum", &sum)))
+        return rc;
+    pos.T = (int64_t)T;
+    /* the same model and the same trajectory */
+    sk_model *cm;
+    if ((rc = sk_model_load_st(&cm, ckpt, path, NULL))) return rc;
+    char name[512];
+    snprintf(name, sizeof name, "the checkpoint %s", path);
+    if ((rc = sk_config_diff(sk_model_config(cm), sk_model_config(tr->m), name, "this run"))) goto done;
+    sk_train_cfg fc = tr->cfg;
+    if ((rc = sk_train_cfg_from_st(&fc, ckpt, path))) goto done;
+    if ((rc = sk_train_cfg_diff(&fc, &tr->cfg, name, "this run"))) goto done;
+    if (step > (uint64_t)tr->cfg.steps || adam_t > step || skipped > step) {
+        rc = sk_error(SK_EFORMAT, "%s: inconsistent counters (step %" PRIu64 ", adam_t %" PRIu64 ", skipped %" PRIu64 ")",
+                      path, step, adam_t, skipped);
+        goto done;
+    }
+    size_t n = tr->n_params;
+    if (sk_model_num_params(cm) != n) { rc = sk_error(SK_EFORMAT, "%s: parameter count differs", path); goto done; }
+    float *mo = malloc(n * sizeof(float)), *ve = malloc(n * sizeof(float));
+    if (!mo || !ve) { free(mo); free(ve); rc = sk_error(SK_ENOMEM, "out of memory"); goto done; }
+    if ((rc = sk_st_get_f32(ckpt, "optim.m", mo, n)) || (rc = sk_st_get_f32(ckpt, "optim.v", ve, n))) {
+        free(mo); free(ve);
+        rc = sk_error(rc, "%s", sk_last_error());
+        goto done;
+    }
+    if (state_checksum(sk_model_params(cm), mo, ve, n) != sum) {
+        free(mo); free(ve);
+        rc = sk_error(SK_EFORMAT, "%s: checksum mismatch: the parameters or optimizer state were altered "
+                      "after the checkpoint was written", path);
+        goto done;
+    }
+    sk_loader_pos old;
+    sk_loader_get_pos(tr->train, &old);
+    if ((rc = sk_loader_set_pos(tr->train, &pos))) {
+        free(mo); free(ve);
+        rc = sk_error(rc, "%s: %s", path, sk_last_error());
+        goto done;
+    }
+    /* commit */
+    memcpy(sk_model_params(tr->m), sk_model_params(cm), n * sizeof(float));
+    memcpy(tr->mom, mo, n * sizeof(float));
+    memcpy(tr->vel, ve, n * sizeof(float));
+    free(mo); free(ve);
+    tr->step = (int)step; tr->adam_t = (long)adam_t; tr->skipped = (int)skipped;
+done:
+    sk_model_free(cm);
+    return rc;
+}

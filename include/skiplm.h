@@ -36,6 +36,9 @@ int sk_error(int code, const char *fmt, ...)
 #endif
     ;
 
+/* Monotonic clock in seconds (for timings). */
+double sk_now(void);
+
 /* --------------------------------------------------------------- attention
  *
  * Scaled dot-product attention with PyTorch's contract (SPEC §2):

@@ -49,7 +49,7 @@ HARD = [
     "trailing\n", " \u00a0 x\u00a0y", "\u3000\u3000x", "x\u2028y\u2029z", "\u0085NEL \u0085", "\u200b zero\u200bwidth",
     "\u1680ogham\u180emongolian\u202fnarrow\u205fmath\ufeffbom", "\ufeffBOM at start", "\r\n\r\n", "\x0b\x0c x",
     "'s 't 're 've 'm 'll 'd", "'S 'T 'RE 'Ve 'LL", "don't", "I'M", "we'll've", "''s", "'''", "rock 'n' roll", "'", "x'",
-    "it's 'sup", "'s's", " 's", "\u2019s curly",
+    "it's 'sup", "IT'S 'Sup ISN'T WE'LL AMERICA'S O'Sullivan D'Tour", "'s's", " 's", "\u2019s curly",
     "123456789", "1 2  3", " 42abc", "\u0661\u0662\u0663 \u0664\u0665\u0666", "\u00bd \u2153 \u216b", "\u00b2\u00b3",
     "0x1F 3.14 -5e10", "\U0001d7d8\U0001d7d9\U0001d7da",
     "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440", "\u0393\u03b5\u03b9\u03ac \u03c3\u03bf\u03c5",

@@ -1,0 +1,396 @@
+/* skiplm train: train a model from scratch (or from --init weights), with validation,
+ * periodic checkpoints, exact resume, a live progress line and a JSON-lines log.
+ * Everything is checked before anything is written: a bad option, a missing or empty
+ * shard, a token outside the vocabulary or too little data leaves the output untouched. */
+#include "cli.h"
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define UNSET_I INT_MIN
+#define UNSET_U UINT64_MAX
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int file_exists(const char *p) { struct stat s; return stat(p, &s) == 0; }
+static int is_dir(const char *p) { struct stat s; return stat(p, &s) == 0 && S_ISDIR(s.st_mode); }
+
+static int mkdir_p(const char *dir) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') { *p = 0; if (mkdir(buf, 0777) && errno != EEXIST) return -1; *p = '/'; }
+    if (mkdir(buf, 0777) && errno != EEXIST) return -1;
+    return is_dir(buf) ? 0 : -1;
+}
+
+/* Find the value of --name / --name=value in argv before the full parse. */
+static const char *prescan(int argc, char **argv, const char *name) {
+    size_t n = strlen(name);
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) || strncmp(argv[i] + 2, name, n)) continue;
+        if (argv[i][2 + n] == '=') return argv[i] + 3 + n;
+        if (argv[i][2 + n] == 0 && i + 1 < argc) return argv[i + 1];
+    }
+    return NULL;
+}
+
+/* Rewrite the log keeping the complete lines of steps <= last_step (a resumed run
+ * continues the log of its checkpoint, without the steps that will be redone). */
+static int trim_log(const char *path, int last_step) {
+    char *data; size_t len;
+    if (!file_exists(path)) return 0;
+    if (cli_read_file(path, &data, &len)) return -1;
+    char *out = malloc(len + 1);
+    size_t o = 0;
+    for (char *line = data; *line;) {
+        char *nl = strchr(line, '\n');
+        if (!nl) break;                        /* a torn last line */
+        const char *s = strstr(line, "\"step\":");
+        if (s && s < nl && atoi(s + 7) <= last_step) { memcpy(out + o, line, nl - line + 1); o += nl - line + 1; }
+        line = nl + 1;
+    }
+    int rc = sk_write_atomic(path, out, o);
+    free(out); free(data);
+    return rc ? -1 : 0;
+}
+
+static void fmt_time(double s, char *buf, size_t n) {
+    if (!(s >= 0) || s > 1e8) { snprintf(buf, n, "?"); return; }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60) snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, n, "%lds", t);
+}
+
+int cmd_train(int argc, char **argv) {
+    const char *data = NULL, *train_path = NULL, *val_path = NULL, *tok_path = NULL, *out = NULL;
+    const char *resume = NULL, *init = NULL;
+    int steps = UNSET_I, B = UNSET_I, T = UNSET_I, tps = UNSET_I, accum = UNSET_I, warmup = UNSET_I,
+        decay = UNSET_I, eval_every = UNSET_I, eval_batches = UNSET_I, ckpt_every = UNSET_I,
+        shuffle = UNSET_I, skip_nonfinite = 0, print_every = 10, overwrite = 0;
+    float lr = NAN, min_lr = NAN, wd = NAN, b1 = NAN, b2 = NAN, eps = NAN, clip = NAN;
+    uint64_t seed = UNSET_U;
+    cli_opt opts[] = {
+        {"data", 's', &data, "directory with train.bin, val.bin and the tokenizer (as skiplm prepare writes)"},
+        {"train", 's', &train_path, "training shard (instead of --data)"},
+        {"val", 's', &val_path, "validation shard (instead of --data; optional)"},
+        {"tokenizer", 's', &tok_path, "tokenizer: char vocabulary JSON or GPT-2 directory (default: found in --data)"},
+        {"out", 's', &out, "output directory: ckpt.safetensors, log.jsonl (out)"},
+        {"resume", 's', &resume, "continue from a checkpoint (file or run directory)"},
+        {"init", 's', &init, "start from these weights instead of a random init"},
+        {"overwrite", 'b', &overwrite, "allow starting a fresh run over an existing checkpoint in --out"},
+        {"steps", 'i', &steps, "optimizer steps (1000)"},
+        {"batch", 'i', &B, "sequences per micro-batch (8)"},
+        {"seq", 'i', &T, "sequence length (block_size)"},
+        {"tokens-per-step", 'i', &tps, "tokens per optimizer step, a multiple of batch*seq (batch*seq)"},
+        {"grad-accum", 'i', &accum, "micro-steps per optimizer step (alternative to --tokens-per-step)"},
+        {"lr", 'f', &lr, "peak learning rate (6e-4)"},
+        {"min-lr", 'f', &min_lr, "final learning rate of the cosine decay (lr/10)"},
+        {"warmup", 'i', &warmup, "linear warmup steps (0)"},
+        {"lr-decay-steps", 'i', &decay, "cosine decay length in steps (steps)"},
+        {"weight-decay", 'f', &wd, "AdamW decoupled weight decay on matrices and embeddings (0.1)"},
+        {"beta1", 'f', &b1, "AdamW beta1 (0.9)"},
+        {"beta2", 'f', &b2, "AdamW beta2 (0.95)"},
+        {"eps", 'f', &eps, "AdamW epsilon (1e-8)"},
+        {"grad-clip", 'f', &clip, "clip the global gradient norm to this (1.0; 0 = off)"},
+        {"eval-every", 'i', &eval_every, "validation loss every N steps (100; 0 = only at the end)"},
+        {"eval-batches", 'i', &eval_batches, "validation batches, the same ones each time (10)"},
+        {"ckpt-every", 'i', &ckpt_every, "checkpoint every N steps (500; 0 = only at the end)"},
+        {"seed", 'u', &seed, "seed of the init, dropout and data order (1337)"},
+        {"shuffle", 'i', &shuffle, "1: seeded shuffled windows, 0: sequential windows (1)"},
+        {"skip-nonfinite", 'b', &skip_nonfinite, "skip the update of a step whose loss or gradient is not finite"},
+        {"print-every", 'i', &print_every, "progress line every N steps when stderr is not a terminal (10)"},
+        {0},
+    };
+    const char *syn = "--data DIR | --train FILE [--val FILE]  [options]";
+    /* The model config starts from the checkpoint / init weights when there are any, so
+     * that model options given with them are checked against the file. */
+    const char *r0 = prescan(argc, argv, "resume"), *i0 = prescan(argc, argv, "init");
+    char ckpt_path[4096] = "";
+    sk_safetensors ck = {0};
+    sk_model *m = NULL;
+    sk_config cfg;
+    sk_config_default(&cfg);
+    cfg.vocab_size = 0;
+    if (r0 && i0) { fprintf(stderr, "skiplm train: --resume and --init exclude each other\n"); return 2; }
+    if (r0) {
+        snprintf(ckpt_path, sizeof ckpt_path, is_dir(r0) ? "%s/ckpt.safetensors" : "%s", r0);
+        if (sk_st_read(ckpt_path, &ck) || sk_model_load_st(&m, &ck, ckpt_path, NULL)) {
+            fprintf(stderr, "skiplm train: cannot resume: %s\n", sk_last_error());
+            sk_st_free(&ck);
+            return 1;
+        }
+        if (!sk_st_meta(&ck, "train.step")) {
+            fprintf(stderr, "skiplm train: cannot resume: %s is a weights file, not a training checkpoint "
+                    "(use --init to start from it)\n", ckpt_path);
+            sk_st_free(&ck); sk_model_free(m);
+            return 1;
+        }
+        cfg = *sk_model_config(m);
+    } else if (i0) {
+        if (sk_model_load(&m, i0, NULL)) return cli_fail("train");
+        cfg = *sk_model_config(m);
+    }
+    char *pos[4]; int np, cfg_given = 0;
+    int rc = cli_parse(argc, argv, "train", syn, opts, pos, 0, &np, &cfg, &cfg_given);
+    if (rc) { sk_st_free(&ck); sk_model_free(m); return rc == 1 ? 0 : rc; }
+    int status = 1;
+    sk_tokenizer *tok = NULL;
+    sk_loader *Ltr = NULL, *Lval = NULL;
+    sk_trainer *tr = NULL;
+    FILE *log = NULL;
+#define FAIL(...) do { fprintf(stderr, "skiplm train: " __VA_ARGS__); fputc('\n', stderr); goto done; } while (0)
+#define FAIL_LIB() do { cli_fail("train"); goto done; } while (0)
+
+    /* ---- hyperparameters: defaults < checkpoint < command line (which must agree with a checkpoint) */
+    sk_train_cfg tc, ck_tc;
+    sk_train_default(&tc);
+    if (r0) { if (sk_train_cfg_from_st(&tc, &ck, ckpt_path)) FAIL_LIB(); ck_tc = tc; }
+    int min_lr_given = !isnan(min_lr);
+#define SETI(v, f) if (v != UNSET_I) tc.f = v
+#define SETF(v, f) if (!isnan(v)) tc.f = v
+    SETI(steps, steps); SETI(B, B); SETI(T, T); SETI(warmup, warmup); SETI(decay, lr_decay_steps);
+    SETI(eval_every, eval_every); SETI(eval_batches, eval_batches); SETI(ckpt_every, ckpt_every);
+    SETI(shuffle, shuffle);
+    SETF(lr, lr); SETF(min_lr, min_lr); SETF(wd, weight_decay); SETF(b1, beta1); SETF(b2, beta2);
+    SETF(eps, eps); SETF(clip, grad_clip);
+    if (seed != UNSET_U) tc.seed = seed;
+    if (skip_nonfinite) tc.skip_nonfinite = 1;
+    if (!r0 && !min_lr_given) tc.min_lr = tc.lr / 10;
+    if (!r0 && tc.T == 0) tc.T = cfg.block_size;
+    /* option ranges */
+    if (tc.steps < 1) FAIL("--steps must be >= 1 (got %d)", tc.steps);
+    if (tc.B < 1) FAIL("--batch must be >= 1 (got %d)", tc.B);
+    if (tc.T < 1) FAIL("--seq must be >= 1 (got %d)", tc.T);
+    if (tc.T > cfg.block_size) FAIL("--seq %d exceeds the model's block_size %d (give --block_size)", tc.T, cfg.block_size);
+    if (tc.shuffle != 0 && tc.shuffle != 1) FAIL("--shuffle must be 0 or 1 (got %d)", tc.shuffle);
+    if (!(tc.lr >= 0) || !isfinite(tc.lr)) FAIL("--lr must be a finite number >= 0");
+    if (!(tc.min_lr >= 0) || tc.min_lr > tc.lr) FAIL("--min-lr must be in [0, lr]");
+    if (tc.warmup < 0) FAIL("--warmup must be >= 0");
+    if (tc.lr_decay_steps < 0) FAIL("--lr-decay-steps must be >= 0");
+    if (!(tc.weight_decay >= 0)) FAIL("--weight-decay must be >= 0");
+    if (!(tc.beta1 >= 0 && tc.beta1 < 1) || !(tc.beta2 >= 0 && tc.beta2 < 1)) FAIL("--beta1 and --beta2 must be in [0, 1)");
+    if (!(tc.eps > 0)) FAIL("--eps must be > 0");
+    if (!(tc.grad_clip >= 0)) FAIL("--grad-clip must be >= 0 (0 = off)");
+    if (tc.eval_every < 0 || tc.eval_batches < 0 || tc.ckpt_every < 0) FAIL("--eval-every, --eval-batches and --ckpt-every must be >= 0");
+    if (print_every < 1) FAIL("--print-every must be >= 1");
+    {
+        long bt = (long)tc.B * tc.T;
+        if (tps != UNSET_I && accum != UNSET_I) FAIL("give --tokens-per-step or --grad-accum, not both");
+        if (tps != UNSET_I) {
+            if (tps < 1 || tps % bt) FAIL("--tokens-per-step %d must be a positive multiple of batch*seq = %ld", tps, bt);
+            tc.accum = (int)(tps / bt);
+        } else if (accum != UNSET_I) {
+            if (accum < 1) FAIL("--grad-accum must be >= 1");
+            tc.accum = accum;
+        } else if (!r0) tc.accum = 1;
+    }
+    if (tc.lr_decay_steps == 0) tc.lr_decay_steps = tc.steps;
+
+    /* ---- data and tokenizer */
+    char trb[4096], vab[4096], tokb[4096];
+    if (data) {
+        if (train_path) FAIL("give --data DIR or --train FILE, not both");
+        if (!is_dir(data)) FAIL("--data %s: no such directory", data);
+        snprintf(trb, sizeof trb, "%s/train.bin", data); train_path = trb;
+        snprintf(vab, sizeof vab, "%s/val.bin", data);
+        if (!val_path) val_path = vab;
+        if (!file_exists(train_path)) FAIL("%s is missing (run skiplm prepare first)", train_path);
+        if (!file_exists(val_path)) FAIL("%s is missing (run skiplm prepare first)", val_path);
+        if (!tok_path) {
+            const char *cand[] = {"tokenizer.json", "vocab.json", "encoder.json"};
+            for (int i = 0; i < 3 && !tok_path; i++) {
+                snprintf(tokb, sizeof tokb, "%s/%s", data, cand[i]);
+                if (file_exists(tokb)) {
+                    if (i == 2) snprintf(tokb, sizeof tokb, "%s", data);   /* GPT-2: the directory */
+                    tok_path = tokb;
+                }
+            }
+        }
+    } else if (!train_path && !r0) {
+        FAIL("give --data DIR (train.bin, val.bin) or --train FILE");
+    }
+    if (!train_path && r0) {
+        const char *d = sk_st_meta(&ck, "train.data_train");
+        if (!d) FAIL("give the training data (--data or --train) to resume");
+        snprintf(trb, sizeof trb, "%s", d); train_path = trb;
+        const char *v = sk_st_meta(&ck, "train.data_val");
+        if (v && !val_path) { snprintf(vab, sizeof vab, "%s", v); val_path = vab; }
+        const char *t = sk_st_meta(&ck, "tokenizer");
+        if (t && !tok_path) { snprintf(tokb, sizeof tokb, "%s", t); tok_path = tokb; }
+    }
+    if (tok_path && sk_tok_load(&tok, tok_path)) FAIL_LIB();
+    /* vocabulary: the model's, else the tokenizer's, else the data's largest id + 1 */
+    if (cfg.vocab_size <= 0) {
+        if (tok) cfg.vocab_size = sk_tok_vocab_size(tok);
+        else {
+            sk_shard s;
+            int maxid = -1;
+            const char *ps[2] = {train_path, val_path};
+            for (int i = 0; i < 2; i++) {
+                if (!ps[i]) continue;
+                if (sk_shard_open(&s, ps[i])) FAIL_LIB();
+                for (size_t k = 0; k < s.n; k++) if (s.tokens[k] > maxid) maxid = s.tokens[k];
+                sk_shard_close(&s);
+            }
+            cfg.vocab_size = maxid + 1;
+            fprintf(stderr, "skiplm train: no tokenizer given: vocab_size %d from the data (largest token id + 1)\n", cfg.vocab_size);
+        }
+    } else if (tok && sk_tok_vocab_size(tok) > cfg.vocab_size) {
+        FAIL("the tokenizer has %d tokens but the model's vocab_size is %d", sk_tok_vocab_size(tok), cfg.vocab_size);
+    }
+    if (sk_config_check(&cfg)) FAIL_LIB();
+    if (m && sk_config_diff(sk_model_config(m), &cfg, r0 ? "the checkpoint" : "the --init weights", "the command line")) {
+        fprintf(stderr, "skiplm train: %s; nothing was written\n", sk_last_error());
+        goto done;
+    }
+    if (r0 && sk_train_cfg_diff(&ck_tc, &tc, "the checkpoint", "the command line")) {
+        fprintf(stderr, "skiplm train: cannot resume: %s (resuming must not change the training run; "
+                "nothing was written)\n", sk_last_error());
+        goto done;
+    }
+    sk_loader_cfg lc = {.B = tc.B, .T = tc.T, .seed = tc.seed, .shuffle = tc.shuffle, .vocab_size = cfg.vocab_size};
+    if (sk_loader_open(&Ltr, &train_path, 1, &lc)) FAIL_LIB();
+    if (sk_loader_n_windows(Ltr) < (uint64_t)tc.B)
+        FAIL("%s holds %" PRIu64 " windows of %d tokens, fewer than one batch of %d (lower --batch or --seq)",
+             train_path, sk_loader_n_windows(Ltr), tc.T + 1, tc.B);
+    if (val_path) {
+        sk_loader_cfg vc = lc;
+        vc.shuffle = 0;
+        if (sk_loader_open(&Lval, &val_path, 1, &vc)) FAIL_LIB();
+        uint64_t nw = sk_loader_n_windows(Lval);
+        if (nw < (uint64_t)tc.B)
+            FAIL("%s holds %" PRIu64 " windows of %d tokens, fewer than one batch of %d (lower --batch or --seq)",
+                 val_path, nw, tc.T + 1, tc.B);
+        if (nw / tc.B < (uint64_t)tc.eval_batches)
+            fprintf(stderr, "skiplm train: note: %s has %" PRIu64 " batches, fewer than --eval-batches %d: using them all\n",
+                    val_path, nw / tc.B, tc.eval_batches);
+    }
+
+    /* ---- model, trainer, resume */
+    if (!m && sk_model_new(&m, &cfg, tc.seed)) FAIL_LIB();
+    if (sk_trainer_new(&tr, m, &tc, Ltr, Lval)) FAIL_LIB();
+    if (r0 && sk_trainer_resume(tr, &ck, ckpt_path)) {
+        fprintf(stderr, "skiplm train: cannot resume: %s; nothing was written\n", sk_last_error());
+        goto done;
+    }
+    sk_st_free(&ck);
+    memset(&ck, 0, sizeof ck);
+
+    /* ---- output directory: only now is anything written */
+    char outb[4096], ckp[4200], logp[4200];
+    if (!out) {
+        if (r0) {
+            snprintf(outb, sizeof outb, "%s", ckpt_path);
+            char *sl = strrchr(outb, '/');
+            if (sl) *sl = 0; else snprintf(outb, sizeof outb, ".");
+            out = outb;
+        } else out = "out";
+    }
+    snprintf(ckp, sizeof ckp, "%s/ckpt.safetensors", out);
+    snprintf(logp, sizeof logp, "%s/log.jsonl", out);
+    if (!r0 && file_exists(ckp) && !overwrite)
+        FAIL("%s already exists: continue it with --resume %s, or give another --out (or --overwrite)", ckp, out);
+    if (mkdir_p(out)) FAIL("cannot create the output directory %s: %s", out, strerror(errno));
+    if (r0) { if (trim_log(logp, sk_trainer_step_count(tr))) FAIL_LIB(); }
+    log = fopen(logp, r0 ? "a" : "w");
+    if (!log) FAIL("cannot write %s: %s", logp, strerror(errno));
+
+    char desc[256];
+    sk_config_describe(&cfg, desc, sizeof desc);
+    fprintf(stderr, "skiplm train: %s, %.2fM parameters\n", desc, sk_model_num_params(m) / 1e6);
+    fprintf(stderr, "skiplm train: %d steps of %d x %d x %d = %d tokens, lr %g -> %g (warmup %d, decay %d), wd %g, clip %g, seed %" PRIu64 "%s\n",
+            tc.steps, tc.accum, tc.B, tc.T, tc.accum * tc.B * tc.T, tc.lr, tc.min_lr, tc.warmup,
+            tc.lr_decay_steps, tc.weight_decay, tc.grad_clip, tc.seed, tc.shuffle ? "" : ", sequential data");
+    if (r0) fprintf(stderr, "skiplm train: resumed %s at step %d\n", ckpt_path, sk_trainer_step_count(tr));
+
+    const char *meta[] = {"tokenizer", tok_path, "tokenizer_kind", tok ? sk_tok_kind(tok) : NULL,
+                          "train.data_train", train_path, "train.data_val", val_path, NULL, NULL};
+    int tty = isatty(2);
+    double t_start = now_s(), ema_ms = 0;
+    int start_step = sk_trainer_step_count(tr), last_ckpt = start_step;
+    float last_val = NAN, last_loss = NAN;
+    while (sk_trainer_step_count(tr) < tc.steps) {
+        double t0 = now_s();
+        sk_step_info info;
+        if (sk_trainer_step(tr, &info)) {
+            if (tty) fputc('\n', stderr);
+            fprintf(stderr, "skiplm train: stopped: %s\n", sk_last_error());
+            fprintf(stderr, "skiplm train: the last good checkpoint is %s (step %d)%s\n", ckp, last_ckpt,
+                    last_ckpt == 0 && !r0 ? " -- none was written yet" : "; continue with --resume, adding "
+                    "--skip-nonfinite to skip such steps");
+            goto done;
+        }
+        double ms = (now_s() - t0) * 1e3;
+        int s = info.step;
+        last_loss = info.loss;
+        float val = NAN;
+        int do_eval = Lval && tc.eval_batches > 0 && ((tc.eval_every > 0 && s % tc.eval_every == 0) || s == tc.steps);
+        if (do_eval && sk_trainer_eval(tr, &val)) FAIL_LIB();
+        if (do_eval) last_val = val;
+        fprintf(log, "{\"step\":%d,\"loss\":%.6g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%" PRIu64 ",\"ms\":%.2f",
+                s, isfinite(info.loss) ? info.loss : -1.0, info.lr, isfinite(info.grad_norm) ? info.grad_norm : -1.0,
+                (uint64_t)s * info.tokens, ms);
+        if (do_eval) fprintf(log, ",\"val_loss\":%.6g", val);
+        if (info.skipped) fprintf(log, ",\"skipped\":1");
+        fprintf(log, "}\n");
+        fflush(log);
+        /* progress */
+        ema_ms = ema_ms == 0 ? ms : 0.9 * ema_ms + 0.1 * ms;
+        double elapsed = now_s() - t_start;
+        double eta = elapsed / (s - start_step) * (tc.steps - s);
+        char etab[32];
+        fmt_time(eta, etab, sizeof etab);
+        char line[256];
+        int n = snprintf(line, sizeof line, "step %d/%d  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  ETA %s",
+                         s, tc.steps, info.loss, info.lr, info.grad_norm, info.tokens / (ema_ms / 1e3), etab);
+        if (do_eval) n += snprintf(line + n, sizeof line - n, "  val %.4f", val);
+        if (info.skipped) n += snprintf(line + n, sizeof line - n, "  SKIPPED (non-finite; %d so far)", sk_trainer_skipped(tr));
+        if (tty) fprintf(stderr, "\r\033[K%s%s", line, do_eval || info.skipped ? "\n" : "");
+        else if (s % print_every == 0 || do_eval || info.skipped || s == tc.steps || s == start_step + 1)
+            fprintf(stderr, "%s\n", line);
+        /* checkpoint */
+        if ((tc.ckpt_every > 0 && s % tc.ckpt_every == 0) || s == tc.steps) {
+            if (sk_trainer_save(tr, ckp, meta)) {
+                if (tty) fputc('\n', stderr);
+                fprintf(stderr, "skiplm train: %s\nskiplm train: stopped at step %d; the previous checkpoint (step %d) is intact\n",
+                        sk_last_error(), s, last_ckpt);
+                goto done;
+            }
+            last_ckpt = s;
+        }
+    }
+    if (tty) fputc('\n', stderr);
+    {
+        double el = now_s() - t_start;
+        int done_steps = tc.steps - start_step;
+        fprintf(stderr, "skiplm train: done: %d steps in %.1f s (%.0f tokens/s), final loss %.4f",
+                done_steps, el, done_steps * (double)tc.accum * tc.B * tc.T / (el > 0 ? el : 1), last_loss);
+        if (!isnan(last_val)) fprintf(stderr, ", val loss %.4f", last_val);
+        if (sk_trainer_skipped(tr)) fprintf(stderr, ", %d steps skipped (non-finite)", sk_trainer_skipped(tr));
+        fprintf(stderr, "\nskiplm train: checkpoint %s, log %s\n", ckp, logp);
+    }
+    status = 0;
+done:
+    if (log) fclose(log);
+    sk_trainer_free(tr);
+    sk_loader_free(Ltr); sk_loader_free(Lval);
+    sk_tok_free(tok);
+    sk_model_free(m);
+    sk_st_free(&ck);
+    return status;
+#undef FAIL
+#undef FAIL_LIB
+}

@@ -1,0 +1,152 @@
+"""Llama family against PyTorch references (tests/ref/llama_ref.py):
+
+1. A MiniMind-style model (RoPE through the complex view of adjacent pairs) writes random
+   weights with HF Llama names (q/k rows permuted to HF's half layout); skiplm loads them:
+   loss, logits and every gradient must match (same tolerances as the GPT-2 engine).
+2. HF's formulation (rotate_half) reads a file skiplm wrote and gets skiplm's logits.
+3. RoPE's relative-position property: q_m . k_n depends only on m - n.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "ref"))
+from sktest import BUILD, check, finish  # noqa: E402
+from llama_ref import (Llama, LlamaConfig, config_from_metadata, halves_to_pairs,  # noqa: E402
+                       load_file_into, precompute_freqs_cis, to_file)
+import st  # noqa: E402
+
+TOOL = os.path.join(BUILD, "tests", "tool_model")
+torch.set_num_threads(1)
+
+CONFIGS = [
+    ("mha", dict(n_layer=2, n_head=4, n_kv_head=4, n_embd=32, ffn_hidden=64), 2, 11),
+    ("gqa", dict(n_layer=3, n_head=4, n_kv_head=2, n_embd=32, ffn_hidden=96), 2, 13),
+    ("gqa-sla", dict(n_layer=4, n_head=4, n_kv_head=2, n_embd=32, ffn_hidden=96, n_skip_layer=1, n_skip_head=2), 2, 9),
+    ("mqa-sla-all", dict(n_layer=4, n_head=4, n_kv_head=1, n_embd=32, ffn_hidden=64, n_skip_layer=2, n_skip_head=4), 1, 17),
+    ("sla-3of4-theta1e4", dict(n_layer=4, n_head=4, n_kv_head=4, n_embd=32, ffn_hidden=64, n_skip_layer=3,
+                               n_skip_head=3, rope_theta=1e4), 2, 21),
+    ("long-T", dict(n_layer=2, n_head=2, n_kv_head=1, n_embd=16, ffn_hidden=32, block_size=150, n_skip_layer=1,
+                    n_skip_head=2), 1, 149),
+]
+
+
+def run_tool(*args):
+    r = subprocess.run([TOOL, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stderr)
+    return r.returncode == 0
+
+
+def direction1(name, kw, B, T, tmp):
+    cfg = LlamaConfig(**kw)
+    torch.manual_seed(0)
+    model = Llama(cfg)
+    model.randomize(seed=77)
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
+    tgt = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
+    tgt[0, 0] = -1
+    w, b, o = (os.path.join(tmp, f"{name}.{s}.safetensors") for s in "wbo")
+    st.save_file(to_file(model), w, metadata=cfg.metadata())
+    st.save_file({"inputs": idx.int(), "targets": tgt.int()}, b)
+    logits, loss = model(idx, tgt)
+    loss.backward()
+    if not check(run_tool("run", w, b, o), f"{name}: skiplm ran"):
+        return
+    out, _ = st.load_file(o)
+    rel = abs(out["loss"].item() - loss.item()) / loss.item()
+    check(rel <= 1e-5, f"{name}: loss {out['loss'].item():.7f} vs torch {loss.item():.7f} (rel {rel:.1e})")
+    d = (out["logits"] - logits.detach()).abs().max().item()
+    check(d <= 1e-4, f"{name}: logits max abs diff {d:.2e}")
+    worst, wn = 0.0, ""
+    for pname, p in model.named_parameters():
+        if pname == "lm_head.weight":
+            continue
+        gc = out["grad." + pname]       # skiplm's gradient in its own (pair) row order
+        tol = 1e-4 * max(1.0, p.grad.abs().max().item())
+        diff = (gc - p.grad).abs().max().item()
+        if diff > tol:
+            check(False, f"{name}: grad {pname} max abs diff {diff:.2e} > {tol:.1e}")
+        if diff / tol > worst:
+            worst, wn = diff / tol, pname
+    check(worst <= 1.0, f"{name}: all gradients within tolerance (worst {worst:.3f} of tol at {wn})")
+
+
+def direction2(tmp):
+    path = os.path.join(tmp, "c_llama.safetensors")
+    ok = run_tool("init", path, "11", "family=llama", "n_layer=3", "n_head=4", "n_kv_head=2", "n_embd=32",
+                  "vocab_size=61", "block_size=32", "bias=0", "norm_eps=1e-6", "n_skip_layer=1", "n_skip_head=2")
+    if not check(ok, "skiplm init wrote a llama model"):
+        return
+    tensors, md = st.load_file(path)
+    cfg = config_from_metadata(md)
+    check(cfg.n_kv_head == 2 and cfg.ffn_hidden == 128 and cfg.n_skip_head == 2,
+          f"llama config in metadata (kv {cfg.n_kv_head}, ffn {cfg.ffn_hidden} = 8C/3 rounded up to 64)")
+    check("model.layers.0.self_attn.q_proj.weight" in tensors and "model.layers.2.mlp.down_proj.weight" in tensors,
+          "HF Llama tensor names")
+    for p in tensors.values():
+        p.mul_(5.0)                      # larger weights so RoPE placement matters more
+    st.save_file(tensors, path, metadata=md)
+    hf = Llama(cfg, halves=True)
+    load_file_into(hf, tensors)
+    mm = Llama(cfg, halves=False)
+    load_file_into(mm, tensors)
+    g = torch.Generator().manual_seed(8)
+    idx = torch.randint(0, 61, (2, 25), generator=g)
+    tgt = torch.randint(0, 61, (2, 25), generator=g)
+    b, o = os.path.join(tmp, "c_b.safetensors"), os.path.join(tmp, "c_o.safetensors")
+    st.save_file({"inputs": idx.int(), "targets": tgt.int()}, b)
+    if not check(run_tool("run", path, b, o), "skiplm ran on its llama file"):
+        return
+    out, _ = st.load_file(o)
+    with torch.no_grad():
+        lh, _ = hf(idx)
+        lm, _ = mm(idx)
+    d1 = (out["logits"] - lh).abs().max().item()
+    d2 = (out["logits"] - lm).abs().max().item()
+    check(d1 <= 1e-4, f"HF-style rotate_half on skiplm's file: logits max abs diff {d1:.2e}")
+    check(d2 <= 1e-4, f"MiniMind-style complex RoPE on skiplm's file: logits max abs diff {d2:.2e}")
+    # the permutation matters: HF code on un-permuted rows would be wrong
+    bad = {k: (halves_to_pairs(v, cfg.n_head) if k.endswith("q_proj.weight") else v) for k, v in tensors.items()}
+    hf_bad = Llama(cfg, halves=True)
+    load_file_into(hf_bad, bad)
+    with torch.no_grad():
+        lb, _ = hf_bad(idx)
+    check((lb - lh).abs().max().item() > 1e-3, "a file without the q/k permutation would give HF other logits")
+
+
+def rope_relative():
+    d, theta = 16, 1e6
+    fc = precompute_freqs_cis(d, 64, theta)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(d, generator=g, dtype=torch.float64)
+    k = torch.randn(d, generator=g, dtype=torch.float64)
+
+    def rot(x, p):
+        xc = torch.view_as_complex(x.view(-1, 2).contiguous())
+        return torch.view_as_real(xc * fc[p].to(torch.complex128)).flatten()
+
+    base = {}
+    worst = 0.0
+    for m in range(0, 40, 3):
+        for n in range(0, m + 1, 2):
+            s = torch.dot(rot(q, m), rot(k, n)).item()
+            if (m - n) in base:
+                worst = max(worst, abs(s - base[m - n]))
+            else:
+                base[m - n] = s
+    check(worst < 1e-5, f"RoPE scores depend only on m - n (max deviation {worst:.1e})")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    for name, kw, B, T in CONFIGS:
+        direction1(name, kw, B, T, tmp)
+    direction2(tmp)
+rope_relative()
+finish()

@@ -340,10 +340,10 @@ int cmd_train(int argc, char **argv) {
         int do_eval = Lval && tc.eval_batches > 0 && ((tc.eval_every > 0 && s % tc.eval_every == 0) || s == tc.steps);
         if (do_eval && sk_trainer_eval(tr, &val)) FAIL_LIB();
         if (do_eval) last_val = val;
-        fprintf(log, "{\"step\":%d,\"loss\":%.6g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%" PRIu64 ",\"ms\":%.2f",
+        fprintf(log, "{\"step\":%d,\"loss\":%.8g,\"lr\":%.8g,\"grad_norm\":%.8g,\"tokens\":%" PRIu64 ",\"ms\":%.2f",
                 s, isfinite(info.loss) ? info.loss : -1.0, info.lr, isfinite(info.grad_norm) ? info.grad_norm : -1.0,
                 (uint64_t)s * info.tokens, ms);
-        if (do_eval) fprintf(log, ",\"val_loss\":%.6g", val);
+        if (do_eval) fprintf(log, ",\"val_loss\":%.8g", val);
         if (info.skipped) fprintf(log, ",\"skipped\":1");
         fprintf(log, "}\n");
         fflush(log);

@@ -26,6 +26,9 @@ typedef struct {
     int n_skip_layer;        /* SLA: layer l's last n_skip_head heads read layer l-n_skip_layer's K/V */
     int n_skip_head;
     float norm_eps;          /* LayerNorm / RMSNorm epsilon */
+    int sinusoidal;          /* 1: fixed sinusoidal positions added to the embeddings, replacing
+                                learned positions (gpt2) or RoPE (llama) */
+    int relu;                /* 1: two-layer ReLU MLP, replacing GELU (gpt2) or SwiGLU (llama) */
     /* Llama family (SPEC §3) */
     float rope_theta;
     int ffn_hidden;          /* SwiGLU hidden size; 0 = derive */

@@ -73,6 +73,9 @@ int sk_config_check(sk_config *c) {
     if (!(c->rope_theta > 1.0f))
         return sk_error(SK_EINVAL, "config: rope_theta = %g must be > 1", c->rope_theta);
     if (c->bias != 0 && c->bias != 1) return sk_error(SK_EINVAL, "config: bias must be 0 or 1");
+    if (c->sinusoidal != 0 && c->sinusoidal != 1) return sk_error(SK_EINVAL, "config: sinusoidal must be 0 or 1");
+    if (c->relu != 0 && c->relu != 1) return sk_error(SK_EINVAL, "config: relu must be 0 or 1");
+    if (c->sinusoidal && c->n_embd % 2) return sk_error(SK_EINVAL, "config: n_embd (%d) must be even for sinusoidal positions", c->n_embd);
     if (c->gelu != SK_GELU_ERF && c->gelu != SK_GELU_TANH)
         return sk_error(SK_EINVAL, "config: gelu must be erf or tanh");
     RANGE(n_skip_layer, 0, INT_MAX);
@@ -85,12 +88,12 @@ int sk_config_check(sk_config *c) {
     if (c->padded_vocab_size < c->vocab_size)
         return sk_error(SK_EINVAL, "config: padded_vocab_size (%d) must be >= vocab_size (%d)",
                         c->padded_vocab_size, c->vocab_size);
-    if (c->family == SK_LLAMA && c->ffn_hidden == 0) {
+    if (c->family == SK_LLAMA && c->ffn_hidden == 0 && !c->relu) {
         /* Llama's rule: 2/3 of 4C, rounded up to a multiple of 64. */
         int h = 8 * c->n_embd / 3;
         c->ffn_hidden = (h + 63) / 64 * 64;
     }
-    if (c->family == SK_GPT2 && c->ffn_hidden == 0) c->ffn_hidden = 4 * c->n_embd;
+    if (c->ffn_hidden == 0) c->ffn_hidden = 4 * c->n_embd;
     RANGE(ffn_hidden, 1, 1 << 20);
     return SK_OK;
 }
@@ -119,6 +122,7 @@ int sk_config_set(sk_config *c, const char *k, const char *v) {
         {"vocab_size", &c->vocab_size, 0}, {"padded_vocab_size", &c->padded_vocab_size, 0},
         {"bias", &c->bias, 0}, {"n_skip_layer", &c->n_skip_layer, 0},
         {"n_skip_head", &c->n_skip_head, 0}, {"ffn_hidden", &c->ffn_hidden, 0},
+        {"sinusoidal", &c->sinusoidal, 0}, {"relu", &c->relu, 0},
         {"dropout", 0, &c->dropout}, {"norm_eps", 0, &c->norm_eps}, {"rope_theta", 0, &c->rope_theta},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
@@ -141,9 +145,11 @@ int sk_config_set(sk_config *c, const char *k, const char *v) {
 }
 
 void sk_config_describe(const sk_config *c, char *buf, size_t n) {
-    snprintf(buf, n, "%s L=%d H=%d KV=%d C=%d T=%d V=%d bias=%d gelu=%s dropout=%g skip=%d/%d",
+    snprintf(buf, n, "%s L=%d H=%d KV=%d C=%d F=%d T=%d V=%d bias=%d mlp=%s pos=%s dropout=%g skip=%d/%d",
              c->family == SK_GPT2 ? "gpt2" : "llama", c->n_layer, c->n_head, c->n_kv_head,
-             c->n_embd, c->block_size, c->vocab_size, c->bias, c->gelu == SK_GELU_TANH ? "tanh" : "erf",
+             c->n_embd, c->ffn_hidden, c->block_size, c->vocab_size, c->bias,
+             c->relu ? "relu" : c->family == SK_LLAMA ? "swiglu" : c->gelu == SK_GELU_TANH ? "gelu-tanh" : "gelu",
+             c->sinusoidal ? "sinusoidal" : c->family == SK_LLAMA ? "rope" : "learned",
              c->dropout, c->n_skip_layer, c->n_skip_head);
 }
 

@@ -41,7 +41,7 @@ int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) {
         kv->floats += 2 * (size_t)max_T * kv->n_store[l] * m->hs;
         kv->floats_full += 2 * (size_t)max_T * m->Hkv * m->hs;
     }
-    int ch = SK_DECODE_CHUNK, Ffc = m->cfg.family == SK_GPT2 ? m->F : 2 * m->F;
+    int ch = SK_DECODE_CHUNK, Ffc = m->gated ? 2 * m->F : m->F;
     size_t scratch = (size_t)ch * (4 * m->C + (size_t)m->H * m->hs + Ffc + m->F) + m->Vp;
     kv->mem = malloc((kv->floats + scratch) * sizeof(float));
     if (!kv->mem || !kv->n_store || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
@@ -81,12 +81,13 @@ static void norm(const sk_model *m, float *out, const float *x, const float *w, 
 static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, float *logits) {
     const sk_config *c = &m->cfg;
     const sk_params *p = &m->p;
-    int C = m->C, F = m->F, H = m->H, Hkv = m->Hkv, hs = m->hs, gpt = c->family == SK_GPT2;
-    int Ffc = gpt ? F : 2 * F, pos0 = kv->pos, group = H / Hkv;
+    int C = m->C, F = m->F, H = m->H, Hkv = m->Hkv, hs = m->hs;
+    int Ffc = m->gated ? 2 * F : F, pos0 = kv->pos, group = H / Hkv;
+    const float *wpe = p->wpe ? p->wpe : m->sinus;
     float stat[2 * SK_DECODE_CHUNK];
     for (int i = 0; i < n; i++) {
         const float *e = p->wte + (size_t)tok[i] * C;
-        for (int j = 0; j < C; j++) kv->x[(size_t)i * C + j] = e[j] + (p->wpe ? p->wpe[(size_t)(pos0 + i) * C + j] : 0.0f);
+        for (int j = 0; j < C; j++) kv->x[(size_t)i * C + j] = e[j] + (wpe ? wpe[(size_t)(pos0 + i) * C + j] : 0.0f);
     }
     for (int l = 0; l < m->L; l++) {
         const float *qkvw = p->qkvw + (size_t)l * m->QKV * C, *qkvb = p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL;
@@ -97,7 +98,7 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
         float *kc = kv->k[l] + (size_t)pos0 * ns * hs, *vc = kv->v[l] + (size_t)pos0 * ns * hs;
         sk_linear_forward(kc, kv->ln, qkvw + (size_t)H * hs * C, qkvb ? qkvb + H * hs : NULL, n, C, ns * hs);
         sk_linear_forward(vc, kv->ln, qkvw + (size_t)(H + Hkv) * hs * C, qkvb ? qkvb + (H + Hkv) * hs : NULL, n, C, ns * hs);
-        if (!gpt) {
+        if (m->rope) {
             sk_rope(kv->q, m->rope, 1, n, H * hs, 0, H, hs, pos0, 0);
             sk_rope(kc, m->rope, 1, n, ns * hs, 0, ns, hs, pos0, 0);
         }
@@ -121,8 +122,7 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
         sk_add_inplace(kv->x, kv->tmp, (size_t)n * C);
         norm(m, kv->ln, kv->x, p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, n, stat);
         sk_linear_forward(kv->fch, kv->ln, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n, C, Ffc);
-        if (gpt) sk_gelu_forward(kv->act, kv->fch, (size_t)n * F, c->gelu == SK_GELU_TANH);
-        else sk_swiglu_forward(kv->act, kv->fch, n, F);
+        sk_mlp_act_forward(m, kv->act, kv->fch, n);
         sk_linear_forward(kv->tmp, kv->act, p->fcprojw + (size_t)l * C * F, p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F, C);
         sk_add_inplace(kv->x, kv->tmp, (size_t)n * C);
     }

@@ -21,12 +21,12 @@ static void param_sizes(const sk_model *m, size_t s[P_COUNT]) {
     int gpt = c->family == SK_GPT2, b = gpt && c->bias;
     size_t L = m->L, C = m->C, F = m->F;
     s[P_WTE] = (size_t)m->Vp * C;
-    s[P_WPE] = gpt ? (size_t)c->block_size * C : 0;
+    s[P_WPE] = gpt && !c->sinusoidal ? (size_t)c->block_size * C : 0;
     s[P_LN1W] = L * C;              s[P_LN1B] = b ? L * C : 0;
     s[P_QKVW] = L * sz_layer_qkv(m); s[P_QKVB] = b ? L * m->QKV : 0;
     s[P_ATTPROJW] = L * C * C;      s[P_ATTPROJB] = b ? L * C : 0;
     s[P_LN2W] = L * C;              s[P_LN2B] = b ? L * C : 0;
-    s[P_FCW] = L * (gpt ? F : 2 * F) * C; s[P_FCB] = b ? L * F : 0;
+    s[P_FCW] = L * (m->gated ? 2 * F : F) * C; s[P_FCB] = b ? L * F : 0;
     s[P_FCPROJW] = L * C * F;       s[P_FCPROJB] = b ? L * C : 0;
     s[P_LNFW] = C;                  s[P_LNFB] = b ? C : 0;
 }
@@ -63,7 +63,7 @@ static void build_tensor_table(sk_model *m) {
     char n[80];
     if (c->family == SK_GPT2) {
         add_tensor(m, "transformer.wte.weight", p->wte, 2, c->vocab_size, C, 1);
-        add_tensor(m, "transformer.wpe.weight", p->wpe, 2, c->block_size, C, 1);
+        if (p->wpe) add_tensor(m, "transformer.wpe.weight", p->wpe, 2, c->block_size, C, 1);
         for (int l = 0; l < L; l++) {
 #define T1(suffix, ptr, d0) do { snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix); \
             add_tensor(m, n, ptr, 1, d0, 0, 0); } while (0)
@@ -90,7 +90,7 @@ static void build_tensor_table(sk_model *m) {
         int hs = m->hs, qd = m->H * hs, kd = m->Hkv * hs;
         add_tensor(m, "model.embed_tokens.weight", p->wte, 2, c->vocab_size, C, 1);
         for (int l = 0; l < L; l++) {
-            const float *qkv = p->qkvw + l * sz_layer_qkv(m), *fc = p->fcw + (size_t)l * 2 * F * C;
+            const float *qkv = p->qkvw + l * sz_layer_qkv(m), *fc = p->fcw + (size_t)l * (m->gated ? 2 : 1) * F * C;
 #define LT(suffix, ptr, nd, d0, d1) do { snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix); \
             add_tensor(m, n, ptr, nd, d0, d1, nd > 1); } while (0)
             LT("input_layernorm.weight", p->ln1w + (size_t)l * C, 1, C, 0);
@@ -100,7 +100,7 @@ static void build_tensor_table(sk_model *m) {
             LT("self_attn.o_proj.weight", p->attprojw + (size_t)l * C * C, 2, C, C);
             LT("post_attention_layernorm.weight", p->ln2w + (size_t)l * C, 1, C, 0);
             LT("mlp.gate_proj.weight", fc, 2, F, C);
-            LT("mlp.up_proj.weight", fc + (size_t)F * C, 2, F, C);
+            if (m->gated) LT("mlp.up_proj.weight", fc + (size_t)F * C, 2, F, C);
             LT("mlp.down_proj.weight", p->fcprojw + (size_t)l * C * F, 2, C, F);
 #undef LT
         }
@@ -156,6 +156,7 @@ int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
     m->L = cfg.n_layer; m->C = cfg.n_embd; m->H = cfg.n_head; m->Hkv = cfg.n_kv_head;
     m->hs = m->C / m->H; m->QKV = (m->H + 2 * m->Hkv) * m->hs;
     m->F = cfg.ffn_hidden; m->Vp = cfg.padded_vocab_size;
+    m->gated = cfg.family == SK_LLAMA && !cfg.relu;
     size_t s[P_COUNT];
     param_sizes(m, s);
     for (int i = 0; i < P_COUNT; i++) m->n_params += s[i];
@@ -168,7 +169,10 @@ int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
     }
     sk_params_views(m, m->params, &m->p);
     build_tensor_table(m);
-    if (cfg.family == SK_LLAMA) {
+    if (cfg.sinusoidal) {
+        m->sinus = malloc((size_t)cfg.block_size * m->C * sizeof(float));
+        sk_sinusoidal_table(m->sinus, cfg.block_size, m->C);
+    } else if (cfg.family == SK_LLAMA) {
         m->rope = malloc((size_t)cfg.block_size * m->hs * sizeof(float));
         sk_rope_table(m->rope, cfg.block_size, m->hs, cfg.rope_theta);
     }
@@ -182,7 +186,7 @@ int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
 void sk_model_free(sk_model *m) {
     if (!m) return;
     free(m->params); free(m->grads); free(m->tensors); free(m->acts_mem);
-    free(m->lend_index); free(m->rope);
+    free(m->lend_index); free(m->rope); free(m->sinus);
     free(m);
 }
 
@@ -224,7 +228,7 @@ static int classifier_chunk(const sk_model *m, int N) {
 /* Lays out (or just counts, when base == NULL) the activations for (B, T). */
 static size_t acts_layout(const sk_model *m, int B, int T, int grads, float *base, sk_acts *a) {
     size_t BT = (size_t)B * T, L = m->L, C = m->C, F = m->F;
-    size_t Ffc = m->cfg.family == SK_GPT2 ? F : 2 * F;
+    size_t Ffc = m->gated ? 2 * F : F;
     int gpt = m->cfg.family == SK_GPT2;
     size_t sizes[32]; float **ptrs[32]; int n = 0;
 #define A(ptr, size) do { ptrs[n] = &a->ptr; sizes[n++] = (size); } while (0)
@@ -342,17 +346,31 @@ static void norm_backward(const sk_model *m, float *dinp, float *dw, float *db, 
     else sk_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, m->C);
 }
 
+/* The MLP's activation: GELU (gpt2), SwiGLU (llama), or ReLU (either, config relu). */
+void sk_mlp_act_forward(const sk_model *m, float *act, const float *h, int N) {
+    size_t n = (size_t)N * m->F;
+    if (m->cfg.relu) sk_relu_forward(act, h, n);
+    else if (m->gated) sk_swiglu_forward(act, h, N, m->F);
+    else sk_gelu_forward(act, h, n, m->cfg.gelu == SK_GELU_TANH);
+}
+static void sk_mlp_act_backward(const sk_model *m, float *dh, const float *h, const float *dact, int N) {
+    size_t n = (size_t)N * m->F;
+    if (m->cfg.relu) sk_relu_backward(dh, h, dact, n);
+    else if (m->gated) sk_swiglu_backward(dh, h, dact, N, m->F);
+    else sk_gelu_backward(dh, h, dact, n, m->cfg.gelu == SK_GELU_TANH);
+}
+
 /* Runs the blocks and the final norm; the classifier is done by the callers. */
 static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int training, uint64_t seed) {
     const sk_config *c = &m->cfg;
     const sk_params *p = &m->p;
     sk_acts *a = &m->a;
     int L = m->L, C = m->C, F = m->F, N = B * T, gpt = c->family == SK_GPT2;
-    int Ffc = gpt ? F : 2 * F;
+    int Ffc = m->gated ? 2 * F : F;
     size_t BT = (size_t)N;
     float drop = training ? c->dropout : 0.0f;
 
-    TIMED(elementwise, sk_embed_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C));
+    TIMED(elementwise, sk_embed_forward(a->encoded, inputs, p->wte, p->wpe ? p->wpe : m->sinus, B, T, C));
     sk_dropout(a->encoded, BT * C, drop, seed, drop_stream(L, 0));
     for (int l = 0; l < L; l++) {
         const float *x = l == 0 ? a->encoded : a->res3 + off_l(m, l - 1, BT * C);
@@ -364,7 +382,7 @@ static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int 
                                  p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, N));
         TIMED(matmul, sk_linear_forward(qkv, ln1, p->qkvw + l * sz_layer_qkv(m),
                                         p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL, N, C, m->QKV));
-        if (!gpt) TIMED(elementwise, sk_rope(qkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
+        if (m->rope) TIMED(elementwise, sk_rope(qkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
         for (int part = 0; part < 2; part++) {
             sk_attn d;
             attn_desc(m, &d, l, part, B, T, drop, seed, training);
@@ -381,8 +399,7 @@ static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int 
                                  p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, N));
         TIMED(matmul, sk_linear_forward(fch, ln2, p->fcw + (size_t)l * Ffc * C,
                                         p->fcb ? p->fcb + (size_t)l * F : NULL, N, C, Ffc));
-        if (gpt) TIMED(elementwise, sk_gelu_forward(fch_act, fch, BT * F, c->gelu == SK_GELU_TANH));
-        else TIMED(elementwise, sk_swiglu_forward(fch_act, fch, N, F));
+        TIMED(elementwise, sk_mlp_act_forward(m, fch_act, fch, N));
         TIMED(matmul, sk_linear_forward(res3, fch_act, p->fcprojw + (size_t)l * C * F,
                                         p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, C));
         sk_dropout(res3, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT));
@@ -465,7 +482,7 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
     sk_params *g = &m->g;
     sk_acts *a = &m->a;
     int L = m->L, C = m->C, F = m->F, N = B * T, gpt = c->family == SK_GPT2;
-    int Ffc = gpt ? F : 2 * F;
+    int Ffc = m->gated ? 2 * F : F;
     size_t BT = (size_t)N;
     float drop = c->dropout;
 
@@ -485,8 +502,7 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
         TIMED(matmul, sk_linear_backward(a->dfch_act, g->fcprojw + (size_t)l * C * F,
                                          g->fcprojb ? g->fcprojb + (size_t)l * C : NULL, a->dbtc, fch_act,
                                          p->fcprojw + (size_t)l * C * F, N, F, C));
-        if (gpt) TIMED(elementwise, sk_gelu_backward(a->dfch, fch, a->dfch_act, BT * F, c->gelu == SK_GELU_TANH));
-        else TIMED(elementwise, sk_swiglu_backward(a->dfch, fch, a->dfch_act, N, F));
+        TIMED(elementwise, sk_mlp_act_backward(m, a->dfch, fch, a->dfch_act, N));
         TIMED(matmul, sk_linear_backward(a->dbtc2, g->fcw + (size_t)l * Ffc * C, g->fcb ? g->fcb + (size_t)l * F : NULL,
                                          a->dfch, ln2, p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
         TIMED(norm, norm_backward(m, a->dres, g->ln2w + (size_t)l * C, g->ln2b ? g->ln2b + (size_t)l * C : NULL,
@@ -515,7 +531,7 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
             TIMED(attention, rc = sk_attn_backward(&d, dout, dq, dk, dv));
             if (rc) return rc;
         }
-        if (!gpt) TIMED(elementwise, sk_rope(dqkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 1));
+        if (m->rope) TIMED(elementwise, sk_rope(dqkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 1));
         TIMED(matmul, sk_linear_backward(a->dbtc, g->qkvw + l * sz_layer_qkv(m), g->qkvb ? g->qkvb + (size_t)l * m->QKV : NULL,
                                          dqkv, ln1, p->qkvw + l * sz_layer_qkv(m), N, C, m->QKV));
         TIMED(norm, norm_backward(m, a->dres, g->ln1w + (size_t)l * C, g->ln1b ? g->ln1b + (size_t)l * C : NULL,

@@ -52,10 +52,14 @@ struct sk_model {
     float *acts_mem; size_t acts_floats;
     sk_acts a;
     int *lend_index;                      /* layer -> index into dqkv_lend, or -1 */
-    float *rope;                          /* (block_size, hs/2, 2) cos/sin for Llama */
+    float *rope;                          /* (block_size, hs/2, 2) cos/sin for Llama, or NULL */
+    float *sinus;                         /* (block_size, C) fixed positions, or NULL */
+    int gated;                            /* SwiGLU: fc holds [w1; w3] (2F rows) */
     sk_phase_times times;
 };
 
+/* act (N, F) = the MLP activation of h (N, F or 2F), for the model's kind. */
+void sk_mlp_act_forward(const sk_model *m, float *act, const float *h, int N);
 /* Views of the parameter/gradient buffers (set by the model, used by checkpoints). */
 void sk_params_views(const sk_model *m, float *base, sk_params *p);
 #endif

@@ -183,7 +183,25 @@ void sk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
     }
 }
 
+void sk_relu_forward(float *out, const float *inp, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+void sk_relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
 /* ------------------------------------------------------------ embeddings */
+
+void sk_sinusoidal_table(float *pe, int max_pos, int C) {
+    for (int p = 0; p < max_pos; p++)
+        for (int i = 0; i < C / 2; i++) {
+            double ang = p / pow(10000.0, (double)(2 * i) / C);
+            pe[(size_t)p * C + 2 * i] = (float)sin(ang);
+            pe[(size_t)p * C + 2 * i + 1] = (float)cos(ang);
+        }
+}
 
 void sk_embed_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
                       int B, int T, int C) {

@@ -30,6 +30,13 @@ void sk_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx);
 /* dinp = gelu'(inp) * dout  (overwrites, may alias dout) */
 void sk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx);
 
+/* ReLU; backward dinp = dout * (inp > 0) (overwrites). */
+void sk_relu_forward(float *out, const float *inp, size_t n);
+void sk_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* Fixed sinusoidal positions (max_pos, C): PE(p, 2i) = sin(p / 10000^(2i/C)),
+ * PE(p, 2i+1) = cos(p / 10000^(2i/C)). */
+void sk_sinusoidal_table(float *pe, int max_pos, int C);
+
 /* out (B, T, C) = wte[tok] + wpe[t] (wpe may be NULL) */
 void sk_embed_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
                       int B, int T, int C);

@@ -15,7 +15,7 @@ typedef struct { const char *key; int is_float; size_t off; } meta_field;
 static const meta_field META[] = {
     MF(n_layer, 0), MF(n_head, 0), MF(n_kv_head, 0), MF(n_embd, 0), MF(block_size, 0),
     MF(vocab_size, 0), MF(padded_vocab_size, 0), MF(bias, 0), MF(n_skip_layer, 0),
-    MF(n_skip_head, 0), MF(ffn_hidden, 0), MF(dropout, 1), MF(norm_eps, 1), MF(rope_theta, 1),
+    MF(n_skip_head, 0), MF(ffn_hidden, 0), MF(sinusoidal, 0), MF(relu, 0), MF(dropout, 1), MF(norm_eps, 1), MF(rope_theta, 1),
 };
 #undef MF
 

@@ -35,6 +35,7 @@ CONFIGS = [
     ("skip-gt-L", dict(n_layer=3, n_head=4, n_embd=32, n_skip_layer=7, n_skip_head=4), 1, 8),
     ("nobias", dict(n_layer=4, n_head=4, n_embd=32, bias=False, n_skip_layer=2, n_skip_head=2), 2, 19),
     ("tanh-gelu", dict(n_layer=3, n_head=2, n_embd=24, gelu="tanh", n_skip_layer=1, n_skip_head=1), 3, 23),
+    ("sinusoidal-relu", dict(n_layer=3, n_head=4, n_embd=32, sinusoidal=True, relu=True, n_skip_layer=1, n_skip_head=2), 2, 15),
     ("long-T", dict(n_layer=2, n_head=2, n_embd=16, block_size=200, n_skip_layer=1, n_skip_head=1), 1, 197),
 ]
 

@@ -68,6 +68,12 @@ int main(void) {
     run_case("llama gqa", c, 4, 20);
     c.n_skip_layer = 3; c.n_skip_head = 2;
     run_case("llama gqa sla 3/2", c, 9, 20);
+    c.sinusoidal = 1; c.relu = 1;
+    run_case("llama sinusoidal relu sla", c, 6, 10);
+    sk_config_default(&c);
+    c.n_layer = 3; c.n_head = 2; c.n_embd = 16; c.vocab_size = 40; c.block_size = 40;
+    c.sinusoidal = 1; c.relu = 1; c.n_skip_layer = 1; c.n_skip_head = 1;
+    run_case("gpt2 sinusoidal relu sla", c, 4, 12);
 
     /* sampling: greedy, top-k 1 = greedy, seeded reproducibility, top-p keeps the head */
     float lg[5] = {0.1f, 2.0f, -1.0f, 1.9f, 0.0f};

@@ -52,6 +52,7 @@ static void f_rms_w(float *out, const float *w, void *c_) {
     sk_rmsnorm_forward(out, st, c->aux, w, c->N, c->C, 1e-6f);
 }
 static void f_gelu(float *out, const float *in, void *c_) { ctx_t *c = c_; sk_gelu_forward(out, in, c->N, c->tanh_); }
+static void f_relu(float *out, const float *in, void *c_) { ctx_t *c = c_; sk_relu_forward(out, in, c->N); }
 static void f_lin(float *out, const float *in, void *c_) { ctx_t *c = c_; sk_linear_forward(out, in, c->w, c->b, c->N, c->IC, c->OC); }
 static void f_lin_w(float *out, const float *w, void *c_) { ctx_t *c = c_; sk_linear_forward(out, c->aux, w, c->b, c->N, c->IC, c->OC); }
 static void f_swiglu(float *out, const float *in, void *c_) { ctx_t *c = c_; sk_swiglu_forward(out, in, c->N, c->F); }
@@ -95,6 +96,12 @@ static void op_checks(void) {
         CHECK(e < 2e-2, "gelu (%s) vs finite differences (worst rel err %.1e)", t ? "tanh" : "erf", e);
         for (int i = 0; i < 24; i++) x[i] /= 3;
     }
+    /* ReLU, inputs kept away from the kink */
+    c.N = 24;
+    for (int i = 0; i < 24; i++) x[i] = x[i] >= 0 ? x[i] + 0.1f : x[i] - 0.1f;
+    sk_relu_backward(g, x, r, 24);
+    e = fd_check(f_relu, &c, x, 24, 24, g, r);
+    CHECK(e < 2e-2, "relu vs finite differences (worst rel err %.1e)", e);
     /* Linear: input, weight, bias */
     float lw[40], lb[5], dlw[40] = {0}, dlb[5] = {0};
     c.N = 3; c.IC = 8; c.OC = 5; c.w = lw; c.b = lb;
@@ -350,6 +357,24 @@ int main(void) {
     c.family = SK_LLAMA; c.n_layer = 3; c.n_head = 4; c.n_kv_head = 2; c.n_embd = 16; c.vocab_size = 23;
     c.block_size = 8; c.bias = 0; c.n_skip_layer = 2; c.n_skip_head = 2;
     model_fd("llama tiny GQA SLA", c);
+    /* ReLU's kink defeats whole-model finite differences; it is checked per op above and
+     * against PyTorch (tests/test_gpt2_torch.py) */
+    c.sinusoidal = 1; c.dropout = 0.1f;
+    model_fd("llama tiny sinusoidal dropout", c);
+    sk_config_default(&c);
+    c.n_layer = 2; c.n_head = 2; c.n_embd = 16; c.vocab_size = 23; c.block_size = 8; c.sinusoidal = 1;
+    model_fd("gpt2 tiny sinusoidal", c);
+    /* the sinusoidal table is the seed's formula */
+    float pe[50 * 16];
+    sk_sinusoidal_table(pe, 50, 16);
+    double worst = 0;
+    for (int p = 0; p < 50; p++)
+        for (int i = 0; i < 8; i++) {
+            double div = pow(10000.0, 2.0 * i / 16);
+            worst = fmax(worst, fabs(pe[p * 16 + 2 * i] - sin(p / div)));
+            worst = fmax(worst, fabs(pe[p * 16 + 2 * i + 1] - cos(p / div)));
+        }
+    CHECK(worst < 1e-6, "sinusoidal table equals sin/cos(pos / 10000^(2i/d)) (max diff %.1e)", worst);
     config_checks();
     file_checks();
     determinism_checks();

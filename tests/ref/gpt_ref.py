@@ -29,6 +29,8 @@ class GPTConfig:
     n_skip_layer: int = 0
     n_skip_head: int = 0
     norm_eps: float = 1e-5
+    sinusoidal: bool = False   # fixed sinusoidal positions instead of learned wpe
+    relu: bool = False         # ReLU MLP instead of GELU
 
     def metadata(self):
         md = {"format": "skiplm", "family": "gpt2"}
@@ -36,6 +38,16 @@ class GPTConfig:
             v = getattr(self, f.name)
             md[f.name] = str(int(v)) if isinstance(v, bool) else str(v)
         return md
+
+
+def sinusoidal_table(max_pos, d):
+    """The seed's formula: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)."""
+    pos = torch.arange(max_pos, dtype=torch.float64)[:, None]
+    div = torch.pow(10000.0, torch.arange(0, d, 2, dtype=torch.float64) / d)
+    pe = torch.zeros(max_pos, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos / div)
+    pe[:, 1::2] = torch.cos(pos / div)
+    return pe.float()
 
 
 class LayerNorm(nn.Module):
@@ -90,8 +102,12 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.approx = "tanh" if cfg.gelu == "tanh" else "none"
 
+        self.relu = cfg.relu
+
     def forward(self, x):
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approx)))
+        h = self.c_fc(x)
+        h = F.relu(h) if self.relu else F.gelu(h, approximate=self.approx)
+        return self.dropout(self.c_proj(h))
 
 
 class Block(nn.Module):
@@ -113,7 +129,7 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+            **({} if cfg.sinusoidal else {"wpe": nn.Embedding(cfg.block_size, cfg.n_embd)}),
             drop=nn.Dropout(cfg.dropout),
             h=nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layer)]),
             ln_f=LayerNorm(cfg.n_embd, cfg.bias, cfg.norm_eps),
@@ -124,7 +140,8 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None):
         B, T = idx.size()
         pos = torch.arange(T, dtype=torch.long)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        pe = sinusoidal_table(self.cfg.block_size, self.cfg.n_embd)[:T] if self.cfg.sinusoidal else self.transformer.wpe(pos)
+        x = self.transformer.drop(self.transformer.wte(idx) + pe)
         kv_store = []
         for block in self.transformer.h:
             x = block(x, kv_store)

@@ -5,6 +5,10 @@
 #include <math.h>
 #include <string.h>
 #include <time.h>
+
+/* Fork a thread team only for enough work: tiny regions (decoding one token) cost more
+ * in wake-ups than they save. */
+#define SK_PAR(work) ((size_t)(work) >= 32768)
 #ifdef SK_HAVE_BLAS
 #include <cblas.h>
 #endif
@@ -25,7 +29,7 @@ void sk_gemm(int transA, int transB, int M, int N, int K, float alpha,
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #else
     /* Portable fallback: row-parallel, k-outer so the inner loop is contiguous in B and C. */
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((M) * (size_t)N * K))
     for (int i = 0; i < M; i++) {
         float *c = C + (size_t)i * ldc;
         if (beta == 0.0f) memset(c, 0, sizeof(float) * N);
@@ -47,7 +51,7 @@ void sk_gemm(int transA, int transB, int M, int N, int K, float alpha,
 void sk_linear_forward(float *out, const float *inp, const float *w, const float *b,
                        int N, int IC, int OC) {
     if (b) {
-        #pragma omp parallel for schedule(static)
+        #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)OC))
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, b, sizeof(float) * OC);
     }
     sk_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC);
@@ -63,7 +67,7 @@ void sk_linear_backward(float *dinp, float *dw, float *db, const float *dout,
 /* Column blocks of 16 floats: each thread owns whole columns and walks rows in order. */
 void sk_colsum_add(float *out, const float *x, int N, int C) {
     int nblk = (C + 15) / 16;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((nblk) * (size_t)N * 16))
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * 16, c1 = c0 + 16 < C ? c0 + 16 : C;
         float acc[16] = {0};
@@ -76,7 +80,7 @@ void sk_colsum_add(float *out, const float *x, int N, int C) {
 }
 
 void sk_add_inplace(float *y, const float *x, size_t n) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((n) * 1))
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
@@ -84,7 +88,7 @@ void sk_add_inplace(float *y, const float *x, size_t n) {
 
 void sk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C, float eps) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
@@ -103,7 +107,7 @@ void sk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
 void sk_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
@@ -121,7 +125,7 @@ void sk_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
         }
     }
     int nblk = (C + 15) / 16;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((nblk) * (size_t)N * 16))
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * 16, c1 = c0 + 16 < C ? c0 + 16 : C;
         float aw[16] = {0}, ab[16] = {0};
@@ -148,13 +152,13 @@ void sk_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 
 void sk_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx) {
     if (tanh_approx) {
-        #pragma omp parallel for simd schedule(static)
+        #pragma omp parallel for simd schedule(static) if(SK_PAR((n) * 1))
         for (size_t i = 0; i < n; i++) {
             float x = inp[i];
             out[i] = 0.5f * x * (1.0f + tanhf(SK_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
         }
     } else {
-        #pragma omp parallel for simd schedule(static)
+        #pragma omp parallel for simd schedule(static) if(SK_PAR((n) * 1))
         for (size_t i = 0; i < n; i++) {
             float x = inp[i];
             out[i] = 0.5f * x * (1.0f + erff(x * SK_INV_SQRT2));
@@ -164,7 +168,7 @@ void sk_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx) {
 
 void sk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx) {
     if (tanh_approx) {
-        #pragma omp parallel for simd schedule(static)
+        #pragma omp parallel for simd schedule(static) if(SK_PAR((n) * 1))
         for (size_t i = 0; i < n; i++) {
             float x = inp[i];
             float u = SK_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);
@@ -174,7 +178,7 @@ void sk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
             dinp[i] = g * dout[i];
         }
     } else {
-        #pragma omp parallel for simd schedule(static)
+        #pragma omp parallel for simd schedule(static) if(SK_PAR((n) * 1))
         for (size_t i = 0; i < n; i++) {
             float x = inp[i];
             float g = 0.5f * (1.0f + erff(x * SK_INV_SQRT2)) + x * SK_INV_SQRT_2PI * expf(-0.5f * x * x);
@@ -184,11 +188,11 @@ void sk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
 }
 
 void sk_relu_forward(float *out, const float *inp, size_t n) {
-    #pragma omp parallel for simd schedule(static)
+    #pragma omp parallel for simd schedule(static) if(SK_PAR((n) * 1))
     for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
 void sk_relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    #pragma omp parallel for simd schedule(static)
+    #pragma omp parallel for simd schedule(static) if(SK_PAR((n) * 1))
     for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
 }
 
@@ -205,7 +209,7 @@ void sk_sinusoidal_table(float *pe, int max_pos, int C) {
 
 void sk_embed_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
                       int B, int T, int C) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((B * T) * (size_t)C))
     for (int bt = 0; bt < B * T; bt++) {
         const float *e = wte + (size_t)tok[bt] * C;
         const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
@@ -219,7 +223,7 @@ void sk_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_
                        int B, int T, int C) {
     /* Column-parallel: a token may repeat, so rows of dwte are shared; columns are not. */
     int nblk = (C + 15) / 16;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((nblk) * (size_t)B * T * 16))
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * 16, c1 = c0 + 16 < C ? c0 + 16 : C;
         for (int bt = 0; bt < B * T; bt++) {
@@ -229,7 +233,7 @@ void sk_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_
         }
     }
     if (dwpe) {
-        #pragma omp parallel for schedule(static)
+        #pragma omp parallel for schedule(static) if(SK_PAR((T) * (size_t)B * C))
         for (int t = 0; t < T; t++) {
             float *d = dwpe + (size_t)t * C;
             for (int b = 0; b < B; b++) {
@@ -246,7 +250,7 @@ void sk_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t stream) {
     if (p <= 0.0f) return;
     uint32_t thr = (uint32_t)fmin((double)p * 4294967296.0, 4294967295.0);
     float scale = 1.0f / (1.0f - p);
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((n) * 1))
     for (size_t i = 0; i < n; i++)
         x[i] = sk_hash32(seed, stream, i) >= thr ? x[i] * scale : 0.0f;
 }
@@ -270,7 +274,7 @@ float sk_rng_normal(sk_rng *r) {
 
 void sk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
                         int N, int C, float eps) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
@@ -284,7 +288,7 @@ void sk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *
 
 void sk_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                          const float *w, const float *rstd, int N, int C) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
@@ -294,7 +298,7 @@ void sk_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float 
         for (int c = 0; c < C; c++) dx[c] += s * (w[c] * dy[c] - x[c] * dot);
     }
     int nblk = (C + 15) / 16;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((nblk) * (size_t)N * 16))
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * 16, c1 = c0 + 16 < C ? c0 + 16 : C;
         float aw[16] = {0};
@@ -322,7 +326,7 @@ void sk_rope_table(float *table, int max_pos, int hs, float theta) {
 void sk_rope(float *x, const float *table, int B, int T, int row, int col0, int n_heads,
              int hs, int pos0, int inverse) {
     float sgn = inverse ? -1.0f : 1.0f;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((B * T) * (size_t)row))
     for (int bt = 0; bt < B * T; bt++) {
         const float *tab = table + (size_t)(pos0 + bt % T) * hs;
         float *r = x + (size_t)bt * row + col0;
@@ -341,7 +345,7 @@ void sk_rope(float *x, const float *table, int B, int T, int row, int col0, int 
 /* ---------------------------------------------------------------- SwiGLU */
 
 void sk_swiglu_forward(float *out, const float *h, int N, int F) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)F))
     for (int n = 0; n < N; n++) {
         const float *a = h + (size_t)n * 2 * F, *b = a + F;
         float *o = out + (size_t)n * F;
@@ -350,7 +354,7 @@ void sk_swiglu_forward(float *out, const float *h, int N, int F) {
 }
 
 void sk_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)F))
     for (int n = 0; n < N; n++) {
         const float *a = h + (size_t)n * 2 * F, *b = a + F, *dy = dout + (size_t)n * F;
         float *da = dh + (size_t)n * 2 * F, *db = da + F;

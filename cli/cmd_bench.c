@@ -1,0 +1,144 @@
+/* skiplm bench: training step speed (ms/step, tokens/s, GFLOP/s, MFU against an SGEMM
+ * rate measured in the same run, time per phase, peak RSS) and generation speed. */
+#include "cli.h"
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#ifdef SK_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+static double peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* GFLOP/s of C (M, N) = A (M, K) B^T, best of a few runs. */
+static double sgemm_rate(int M, int N, int K) {
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * N * K), *C = malloc(sizeof(float) * M * N);
+    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)((i * 7) % 13) * 0.01f;
+    for (size_t i = 0; i < (size_t)N * K; i++) B[i] = (float)((i * 5) % 11) * 0.01f;
+    double best = 1e30;
+    for (int r = 0; r < 4; r++) {
+        double t0 = sk_now();
+#ifdef SK_HAVE_BLAS
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+#else
+        for (int i = 0; i < M; i++) for (int j = 0; j < N; j++) { float s = 0; for (int k = 0; k < K; k++) s += A[(size_t)i * K + k] * B[(size_t)j * K + k]; C[(size_t)i * N + j] = s; }
+#endif
+        double t = sk_now() - t0;
+        if (t < best) best = t;
+    }
+    free(A); free(B); free(C);
+    return 2.0 * M * N * K / best / 1e9;
+}
+
+int cmd_bench(int argc, char **argv) {
+    int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0;
+    cli_opt opts[] = {
+        {"batch", 'i', &B, "sequences per step (4)"},
+        {"seq", 'i', &T, "sequence length (block_size)"},
+        {"steps", 'i', &steps, "timed training steps after one warm-up step (5)"},
+        {"gen", 'i', &gen, "tokens to generate for the generation benchmark (256)"},
+        {"no-train", 'b', &no_train, "skip the training benchmark"},
+        {"no-gen", 'b', &no_gen, "skip the generation benchmark"},
+        {0},
+    };
+    sk_config cfg;
+    sk_config_preset(&cfg, "gpt2");
+    char *pos[1]; int np, given;
+    int rc = cli_parse(argc, argv, "bench", "[model options] [options]   (default model: gpt2 124M)", opts, pos, 0, &np, &cfg, &given);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (cfg.vocab_size == 0) cfg.vocab_size = 50257;
+    if (sk_config_check(&cfg)) return cli_fail("bench");
+    if (T <= 0) T = cfg.block_size;
+    if (B < 1 || steps < 1 || gen < 0 || T > cfg.block_size) { fprintf(stderr, "skiplm bench: bad --batch/--seq/--steps/--gen\n"); return 2; }
+    char desc[256];
+    sk_config_describe(&cfg, desc, sizeof desc);
+    printf("bench: %s\nthreads: %d OpenMP\n", desc, omp_get_max_threads());
+
+    sk_model *m;
+    if (sk_model_new(&m, &cfg, 1)) return cli_fail("bench");
+    int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
+    double n_matmul = 0;      /* parameters that take part in matmuls (wte as the classifier) */
+    for (int i = 0; i < nt; i++) if (ts[i].ndim == 2 && !strstr(ts[i].name, "wpe")) n_matmul += ts[i].numel;
+    printf("parameters: %.2fM\n", sk_model_num_params(m) / 1e6);
+
+    if (!no_train) {
+        int N = B * T, C = cfg.n_embd;
+        double g1 = sgemm_rate(N, 4 * C, C), g2 = sgemm_rate(N, C, 4 * C), g3 = sgemm_rate(N, 3 * C, C);
+        double peak = fmax(g1, fmax(g2, g3));
+        printf("sgemm (OpenBLAS) on this model's shapes: %.1f / %.1f / %.1f GFLOP/s -> reference rate %.1f GFLOP/s\n", g1, g2, g3, peak);
+        int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
+        uint64_t r = 42;
+        for (int i = 0; i < N; i++) { r = r * 6364136223846793005ULL + 1; x[i] = (int32_t)((r >> 33) % cfg.vocab_size); y[i] = (int32_t)((r >> 13) % cfg.vocab_size); }
+        sk_span *spans; int ns;
+        sk_spans_build(ts, nt, &spans, &ns);
+        size_t P = sk_model_num_params(m);
+        float *mom = calloc(P, sizeof(float)), *vel = calloc(P, sizeof(float));
+        sk_adamw_cfg ac;
+        sk_adamw_default(&ac);
+        double *times = malloc(sizeof(double) * steps), t_opt = 0;
+        sk_phase_times ph;
+        for (int s = 0; s <= steps; s++) {
+            if (s == 1) { sk_model_phase_times(m, &ph, 1); t_opt = 0; }
+            double t0 = sk_now();
+            float loss;
+            sk_model_zero_grad(m);
+            if (sk_model_forward_backward(m, x, y, B, T, 1.0f, (uint64_t)s, &loss)) return cli_fail("bench");
+            double t1 = sk_now();
+            float *g = sk_model_grads(m);
+            double norm = sk_grad_norm(g, spans, ns);
+            sk_clip_grads(g, spans, ns, norm, 1.0f);
+            sk_adamw_step(sk_model_params(m), g, mom, vel, spans, ns, &ac, 1e-4, s + 1);
+            double t2 = sk_now();
+            if (s > 0) { times[s - 1] = t2 - t0; t_opt += t2 - t1; }
+        }
+        sk_model_phase_times(m, &ph, 1);
+        qsort(times, steps, sizeof(double), cmp_double);
+        double med = times[steps / 2];
+        double flops = (6.0 * n_matmul + 6.0 * cfg.n_layer * T * C) * N;
+        double gf = flops / med / 1e9;
+        printf("train: B=%d T=%d: %.1f ms/step (median of %d), %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of the sgemm rate\n",
+               B, T, med * 1e3, steps, N / med, gf, 100.0 * gf / peak);
+        double tot = ph.matmul + ph.attention + ph.norm + ph.elementwise + ph.classifier + t_opt;
+        printf("  per step: matmul %.1f ms, attention %.1f ms, norms %.1f ms, elementwise %.1f ms, classifier+loss %.1f ms, adamw %.1f ms (other %.1f ms)\n",
+               ph.matmul / steps * 1e3, ph.attention / steps * 1e3, ph.norm / steps * 1e3, ph.elementwise / steps * 1e3,
+               ph.classifier / steps * 1e3, t_opt / steps * 1e3, (med * steps - tot) / steps * 1e3);
+        printf("  activations %.1f MiB (%zu bytes/token), peak RSS %.1f MiB\n",
+               sk_model_activation_bytes(m, B, T, 1) / 1048576.0, sk_model_activation_bytes(m, B, T, 1) / (size_t)N, peak_rss_mib());
+        free(x); free(y); free(spans); free(mom); free(vel); free(times);
+    }
+    if (!no_gen && gen > 0) {
+        int n = gen < cfg.block_size ? gen : cfg.block_size - 1;
+        sk_kvcache *kv;
+        if (sk_kvcache_new(&kv, m, n + 1)) return cli_fail("bench");
+        float *logits = malloc(sizeof(float) * cfg.vocab_size);
+        int32_t tok = 0;
+        sk_model_decode(m, kv, &tok, 1, logits);
+        double t0 = sk_now();
+        for (int i = 0; i < n; i++) {
+            tok = sk_sample_token(logits, cfg.vocab_size, 0, 0, 1, NULL);
+            if (sk_model_decode(m, kv, &tok, 1, logits)) return cli_fail("bench");
+        }
+        double dt = sk_now() - t0;
+        double bytes = 4.0 * sk_model_num_params(m);
+        printf("generate: %d tokens, %.1f tok/s (weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
+               n, n / dt, bytes * n / dt / 1e9, sk_kvcache_bytes(kv) / 1048576.0, sk_kvcache_bytes_full(kv) / 1048576.0);
+        free(logits);
+        sk_kvcache_free(kv);
+    }
+    printf("peak RSS %.1f MiB\n", peak_rss_mib());
+    sk_model_free(m);
+    return 0;
+}

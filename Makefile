@@ -47,7 +47,10 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libskiplm.a
 	$(CC) $(CFLAGS) -UNDEBUG $< $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
 
 # The whole suite: C unit tests, PyTorch comparisons, CLI end-to-end tests.
-test: all
+test:
+	@bash scripts/install_deps.sh
+	@bash scripts/setup.sh >/dev/null
+	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) bash tests/run_tests.sh
 
 clean:

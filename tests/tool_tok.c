@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
         if (argv[1][0] == 'e') {
             uint32_t c = (uint32_t)cnt;
             fwrite(&c, 4, 1, stdout);
-            fwrite(ids, 4, cnt, stdout);
+            if (cnt) fwrite(ids, 4, cnt, stdout);
         } else {
             for (size_t k = 0; k < cnt; k++) printf(k ? " %d" : "%d", ids[k]);
             printf("\n");

@@ -25,7 +25,8 @@ void cli_usage(const char *cmd, const char *synopsis, const cli_opt *opts, int h
                 "  --sla                    Skip-Layer Attention with the paper's 3/4 rule\n"
                 "  --FIELD VALUE            any config field: n_layer n_head n_kv_head n_embd block_size\n"
                 "                           vocab_size bias dropout gelu(erf|tanh) n_skip_layer n_skip_head\n"
-                "                           family(gpt2|llama) norm_eps rope_theta ffn_hidden\n");
+                "                           family(gpt2|llama) norm_eps rope_theta ffn_hidden sinusoidal(0|1)\n"
+                "                           relu(0|1) routing (general K/V table, e.g. \"9-11:6-11=-9\")\n");
     }
 }
 

@@ -19,14 +19,17 @@ static void describe(const sk_config *c, int B, int T) {
     size_t act = sk_model_activation_bytes(m, B, T, 1);
     printf("training memory at B=%d T=%d: activations %.1f MiB (%zu bytes per token), params+grads+adam %.1f MiB\n",
            B, T, act / 1048576.0, act / ((size_t)B * T), 4.0 * sk_model_num_params(m) * 4 / 1048576.0);
-    printf("skip-layer routing (K/V source layer of each head group):\n");
+    printf("skip-layer routing (K/V source layer of each run of query heads):\n");
+    sk_route *runs = malloc(sizeof(sk_route) * c->n_head);
     for (int l = 0; l < c->n_layer; l++) {
-        int split = sk_sla_split(sk_model_config(m), l);
-        printf("  layer %2d: heads 0-%d -> layer %d", l, split - 1, l);
-        if (split < c->n_head) printf(", heads %d-%d -> layer %d", split, c->n_head - 1, sk_sla_source(sk_model_config(m), l, split));
+        int n_runs = sk_route_runs(sk_model_config(m), l, runs);
+        printf("  layer %2d:", l);
+        for (int r = 0; r < n_runs; r++)
+            printf("%s heads %d-%d -> layer %d", r ? "," : "", runs[r].h0, runs[r].h0 + runs[r].nh - 1, runs[r].src);
         if (sk_sla_lends(sk_model_config(m), l)) printf("   (lends K/V)");
         printf("\n");
     }
+    free(runs);
     sk_model_free(m);
 }
 

@@ -29,6 +29,8 @@ typedef struct {
     int sinusoidal;          /* 1: fixed sinusoidal positions added to the embeddings, replacing
                                 learned positions (gpt2) or RoPE (llama) */
     int relu;                /* 1: two-layer ReLU MLP, replacing GELU (gpt2) or SwiGLU (llama) */
+    char routing[200];       /* general K/V routing table (overrides n_skip_*); "" = paper SLA
+                                or none. Grammar: src/config.c, README */
     /* Llama family (SPEC §3) */
     float rope_theta;
     int ffn_hidden;          /* SwiGLU hidden size; 0 = derive */
@@ -50,13 +52,19 @@ int sk_config_set(sk_config *cfg, const char *key, const char *value);
 /* One-line human description. */
 void sk_config_describe(const sk_config *cfg, char *buf, size_t n);
 
-/* Skip-Layer routing, the one place that decides who reads whose K/V:
- * the K/V layer read by query head h of layer l (l itself, or l - n_skip_layer). */
+/* Skip-Layer routing, the one place that decides who reads whose K/V (src/config.c):
+ * the paper's rule from n_skip_layer/n_skip_head, or the general table `routing`. */
+typedef struct { int h0, nh, src; } sk_route;   /* query heads [h0, h0+nh) read layer src */
+/* The runs of equal source of layer l in head order (at most n_head); returns the count. */
+int sk_route_runs(const sk_config *cfg, int layer, sk_route *runs);
+/* Validate the routing (part of sk_config_check). */
+int sk_route_check(const sk_config *cfg);
+/* The layer whose own K/V query head h of layer l reads. */
 int sk_sla_source(const sk_config *cfg, int layer, int head);
-/* First query head that borrows (== n_head when the layer borrows nothing). */
-int sk_sla_split(const sk_config *cfg, int layer);
-/* 1 if some upper layer reads this layer's skip-head K/V. */
+/* 1 if some other layer reads this layer's K/V. */
 int sk_sla_lends(const sk_config *cfg, int layer);
+/* 1 if KV head kv_head of layer l is read by some layer (by_others_only: other than l). */
+int sk_kv_read(const sk_config *cfg, int layer, int kv_head, int by_others_only);
 
 /* ------------------------------------------------------------------- model */
 

@@ -79,11 +79,15 @@ int sk_config_check(sk_config *c) {
     if (c->gelu != SK_GELU_ERF && c->gelu != SK_GELU_TANH)
         return sk_error(SK_EINVAL, "config: gelu must be erf or tanh");
     RANGE(n_skip_layer, 0, INT_MAX);
+    if (memchr(c->routing, 0, sizeof c->routing) == NULL)
+        return sk_error(SK_EINVAL, "config: routing is longer than %zu characters", sizeof c->routing - 1);
     RANGE(n_skip_head, 0, c->n_head);
     int group = c->n_head / c->n_kv_head;
     if (c->n_skip_head % group)
         return sk_error(SK_EINVAL, "config: n_skip_head (%d) must be a multiple of the KV group size n_head/n_kv_head (%d)",
                         c->n_skip_head, group);
+    int rc = sk_route_check(c);
+    if (rc) return rc;
     if (c->padded_vocab_size == 0) c->padded_vocab_size = (c->vocab_size + 63) / 64 * 64;
     if (c->padded_vocab_size < c->vocab_size)
         return sk_error(SK_EINVAL, "config: padded_vocab_size (%d) must be >= vocab_size (%d)",
@@ -135,6 +139,14 @@ int sk_config_set(sk_config *c, const char *k, const char *v) {
         else return sk_error(SK_EINVAL, "config: gelu = '%s' (allowed: erf, tanh)", v);
         return SK_OK;
     }
+    if (!strcmp(k, "routing")) {
+        if (strlen(v) >= sizeof c->routing)
+            return sk_error(SK_EINVAL, "config: routing is longer than %zu characters", sizeof c->routing - 1);
+        size_t j = 0;
+        for (const char *q = v; *q; q++) if (*q != ' ') c->routing[j++] = *q;
+        c->routing[j] = 0;
+        return SK_OK;
+    }
     if (!strcmp(k, "family")) {
         if (!strcmp(v, "gpt2")) c->family = SK_GPT2;
         else if (!strcmp(v, "llama")) c->family = SK_LLAMA;
@@ -151,21 +163,151 @@ void sk_config_describe(const sk_config *c, char *buf, size_t n) {
              c->relu ? "relu" : c->family == SK_LLAMA ? "swiglu" : c->gelu == SK_GELU_TANH ? "gelu-tanh" : "gelu",
              c->sinusoidal ? "sinusoidal" : c->family == SK_LLAMA ? "rope" : "learned",
              c->dropout, c->n_skip_layer, c->n_skip_head);
+    if (c->routing[0]) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, n > l ? n - l : 0, " routing=%s", c->routing);
+    }
 }
 
 /* ------------------------------------------------------ Skip-Layer routing
- * SPEC §1, as the paper's listing: layer l >= n_skip_layer sends its last n_skip_head
- * query heads to the OWN K/V of layer l - n_skip_layer (borrowing never chains). */
+ * The one place that decides which layer's K/V each query head reads.
+ *
+ * Paper SLA (SPEC §1, the listing): layer l >= n_skip_layer sends its last n_skip_head
+ * query heads to the OWN K/V of layer l - n_skip_layer (borrowing never chains).
+ *
+ * General table (config field `routing`, beyond the paper): rules "LAYERS:HEADS=SRC"
+ * separated by ';', later rules overriding earlier ones:
+ *   LAYERS  '*' or a comma list of layers and ranges ("9-11", "1,3,5")
+ *   HEADS   '*' or a query head or range ("6-11")
+ *   SRC     "-k": layer l-k (k >= 1), or "@j": layer j < l
+ * Paper SLA 9/6 on 12 layers is "9-11:6-11=-9"; cross-layer attention (odd layers reuse the
+ * K/V below) is "1,3,5,7,9,11:*=-1"; a multi-source skip is "6-11:6-8=-3;9-11:9-11=-9".
+ * With '*' layers a relative source below layer 0 leaves that layer alone; an explicit
+ * layer must have a valid source. Heads of one KV group must share their source. */
 
-static int sla_on(const sk_config *c) {
-    return c->n_skip_layer > 0 && c->n_skip_head > 0 && c->n_skip_layer < c->n_layer;
+static int parse_uint(const char **p, int *out) {
+    if (**p < '0' || **p > '9') return -1;
+    long v = 0;
+    while (**p >= '0' && **p <= '9') { v = v * 10 + (**p - '0'); if (v > 1000000) return -1; (*p)++; }
+    *out = (int)v;
+    return 0;
 }
-int sk_sla_split(const sk_config *c, int l) {
-    return sla_on(c) && l >= c->n_skip_layer ? c->n_head - c->n_skip_head : c->n_head;
+
+/* Fills src[l * H + h] for every layer and head; 0 or SK_EINVAL with a message. */
+static int route_table(const sk_config *c, short *src) {
+    int L = c->n_layer, H = c->n_head;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++) src[l * H + h] = (short)l;
+    if (!c->routing[0]) {
+        if (c->n_skip_layer > 0 && c->n_skip_head > 0 && c->n_skip_layer < L)
+            for (int l = c->n_skip_layer; l < L; l++)
+                for (int h = H - c->n_skip_head; h < H; h++) src[l * H + h] = (short)(l - c->n_skip_layer);
+        return SK_OK;
+    }
+    const char *p = c->routing;
+#define BAD(...) return sk_error(SK_EINVAL, "config: routing '%s' at offset %d: " __VA_ARGS__)
+    while (*p) {
+        const char *rule = p;
+        /* layers */
+        unsigned char *lay = calloc(L, 1);
+        int star = 0;
+        if (*p == '*') { star = 1; memset(lay, 1, L); p++; }
+        else for (;;) {
+            int a, b;
+            if (parse_uint(&p, &a)) { free(lay); BAD("expected a layer number", c->routing, (int)(p - c->routing)); }
+            b = a;
+            if (*p == '-') { p++; if (parse_uint(&p, &b)) { free(lay); BAD("expected a layer number", c->routing, (int)(p - c->routing)); } }
+            if (a > b || b >= L) { free(lay); BAD("layers %d-%d outside [0, %d)", c->routing, (int)(rule - c->routing), a, b, L); }
+            for (int l = a; l <= b; l++) lay[l] = 1;
+            if (*p != ',') break;
+            p++;
+        }
+        if (*p != ':') { free(lay); BAD("expected ':'", c->routing, (int)(p - c->routing)); }
+        p++;
+        int h0 = 0, h1 = H - 1;
+        if (*p == '*') p++;
+        else {
+            if (parse_uint(&p, &h0)) { free(lay); BAD("expected a head number", c->routing, (int)(p - c->routing)); }
+            h1 = h0;
+            if (*p == '-') { p++; if (parse_uint(&p, &h1)) { free(lay); BAD("expected a head number", c->routing, (int)(p - c->routing)); } }
+            if (h0 > h1 || h1 >= H) { free(lay); BAD("heads %d-%d outside [0, %d)", c->routing, (int)(rule - c->routing), h0, h1, H); }
+        }
+        if (*p != '=') { free(lay); BAD("expected '='", c->routing, (int)(p - c->routing)); }
+        p++;
+        int rel = *p == '-', k;
+        if (*p != '-' && *p != '@') { free(lay); BAD("source must be -k (k layers below) or @j (layer j)", c->routing, (int)(p - c->routing)); }
+        p++;
+        if (parse_uint(&p, &k) || (rel && k < 1)) { free(lay); BAD("bad source", c->routing, (int)(p - c->routing)); }
+        for (int l = 0; l < L; l++) {
+            if (!lay[l]) continue;
+            int s = rel ? l - k : k;
+            if (s < 0 || s > l) {
+                if (star && rel) continue;
+                free(lay);
+                BAD("layer %d cannot read layer %d (sources must be at or below the layer)", c->routing, (int)(rule - c->routing), l, s);
+            }
+            for (int h = h0; h <= h1; h++) src[l * H + h] = (short)s;
+        }
+        free(lay);
+        if (*p == ';') p++;
+        else if (*p) BAD("expected ';' or the end", c->routing, (int)(p - c->routing));
+    }
+#undef BAD
+    int kvh = c->n_kv_head > 0 ? c->n_kv_head : H, group = H / (kvh > 0 ? kvh : 1);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++)
+            if (src[l * H + h] != src[l * H + h / group * group])
+                return sk_error(SK_EINVAL, "config: routing: layer %d heads %d and %d share a KV head but read different layers",
+                                l, h / group * group, h);
+    return SK_OK;
 }
+
+int sk_route_check(const sk_config *c) {
+    if (c->routing[0] && (c->n_skip_layer || c->n_skip_head))
+        return sk_error(SK_EINVAL, "config: give either routing or n_skip_layer/n_skip_head, not both");
+    short *t = malloc(sizeof(short) * c->n_layer * c->n_head);
+    if (!t) return sk_error(SK_ENOMEM, "out of memory");
+    int rc = route_table(c, t);
+    free(t);
+    return rc;
+}
+
+int sk_route_runs(const sk_config *c, int l, sk_route *runs) {
+    int H = c->n_head, n = 0;
+    short *t = malloc(sizeof(short) * c->n_layer * H);
+    if (!t || route_table(c, t)) { free(t); runs[0] = (sk_route){0, H, l}; return 1; }
+    for (int h = 0; h < H; h++) {
+        int s = t[l * H + h];
+        if (n && runs[n - 1].src == s) runs[n - 1].nh++;
+        else runs[n++] = (sk_route){h, 1, s};
+    }
+    free(t);
+    return n;
+}
+
 int sk_sla_source(const sk_config *c, int l, int h) {
-    return h >= sk_sla_split(c, l) ? l - c->n_skip_layer : l;
+    sk_route r[1024];
+    int n = sk_route_runs(c, l, r);
+    for (int i = 0; i < n; i++) if (h >= r[i].h0 && h < r[i].h0 + r[i].nh) return r[i].src;
+    return l;
 }
+
+int sk_kv_read(const sk_config *c, int l, int kv_head, int by_others_only) {
+    int H = c->n_head, group = H / (c->n_kv_head > 0 ? c->n_kv_head : H);
+    short *t = malloc(sizeof(short) * c->n_layer * H);
+    if (!t || route_table(c, t)) { free(t); return !by_others_only; }
+    int read = 0;
+    for (int u = l; u < c->n_layer && !read; u++) {
+        if (by_others_only && u == l) continue;
+        for (int h = kv_head * group; h < (kv_head + 1) * group; h++)
+            if (t[u * H + h] == l) { read = 1; break; }
+    }
+    free(t);
+    return read;
+}
+
 int sk_sla_lends(const sk_config *c, int l) {
-    return sla_on(c) && l + c->n_skip_layer < c->n_layer;
+    int kvh = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+    for (int j = 0; j < kvh; j++) if (sk_kv_read(c, l, j, 1)) return 1;
+    return 0;
 }

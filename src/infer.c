@@ -11,20 +11,14 @@
 
 struct sk_kvcache {
     int L, max_T, pos, hs;
-    int *n_store;            /* KV heads stored per layer (heads 0..n_store-1) */
+    int *n_store;            /* KV heads stored per layer */
+    int *slot;               /* (L, Hkv): cache slot of each KV head, or -1 if no layer reads it */
     float **k, **v;          /* per layer (max_T, n_store, hs) */
     float *mem; size_t floats, floats_full;
     /* scratch for one chunk */
     float *x, *ln, *q, *att, *tmp, *fch, *act, *logits_all;
 };
 
-/* Heads of layer l's own K/V that some layer reads: all of them, unless the layer
- * borrows its skip heads (then those of its own are unused) and lends nothing. */
-static int kv_heads_stored(const sk_model *m, int l) {
-    int split = sk_sla_split(&m->cfg, l), group = m->H / m->Hkv;
-    if (split < m->H && !sk_sla_lends(&m->cfg, l)) return split / group;
-    return m->Hkv;
-}
 
 int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) {
     *out = NULL;
@@ -34,17 +28,21 @@ int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) {
     if (!kv) return sk_error(SK_ENOMEM, "out of memory");
     kv->L = m->L; kv->max_T = max_T; kv->hs = m->hs;
     kv->n_store = calloc(m->L, sizeof(int));
+    kv->slot = malloc(sizeof(int) * m->L * m->Hkv);
     kv->k = calloc(m->L, sizeof(float *));
     kv->v = calloc(m->L, sizeof(float *));
     for (int l = 0; l < m->L; l++) {
-        kv->n_store[l] = kv_heads_stored(m, l);
+        /* only the KV heads some layer reads (with SLA, a borrowing layer's own skip heads
+         * are read by nobody unless it lends them) */
+        for (int j = 0; j < m->Hkv; j++)
+            kv->slot[l * m->Hkv + j] = sk_kv_read(&m->cfg, l, j, 0) ? kv->n_store[l]++ : -1;
         kv->floats += 2 * (size_t)max_T * kv->n_store[l] * m->hs;
         kv->floats_full += 2 * (size_t)max_T * m->Hkv * m->hs;
     }
     int ch = SK_DECODE_CHUNK, Ffc = m->gated ? 2 * m->F : m->F;
-    size_t scratch = (size_t)ch * (4 * m->C + (size_t)m->H * m->hs + Ffc + m->F) + m->Vp;
+    size_t scratch = (size_t)ch * (5 * m->C + (size_t)m->H * m->hs + Ffc + m->F) + m->Vp;
     kv->mem = malloc((kv->floats + scratch) * sizeof(float));
-    if (!kv->mem || !kv->n_store || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
+    if (!kv->mem || !kv->slot || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
     float *p = kv->mem;
     for (int l = 0; l < m->L; l++) {
         size_t n = (size_t)max_T * kv->n_store[l] * m->hs;
@@ -54,7 +52,7 @@ int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) {
     kv->x = p; p += (size_t)ch * m->C;
     kv->ln = p; p += (size_t)ch * m->C;
     kv->att = p; p += (size_t)ch * m->C;
-    kv->tmp = p; p += (size_t)ch * m->C;
+    kv->tmp = p; p += (size_t)2 * ch * m->C;   /* also K/V staging when stored heads are not contiguous */
     kv->q = p; p += (size_t)ch * m->H * m->hs;
     kv->fch = p; p += (size_t)ch * Ffc;
     kv->act = p; p += (size_t)ch * m->F;
@@ -65,7 +63,7 @@ int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) {
 
 void sk_kvcache_free(sk_kvcache *kv) {
     if (!kv) return;
-    free(kv->n_store); free(kv->k); free(kv->v); free(kv->mem);
+    free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v); free(kv->mem);
     free(kv);
 }
 size_t sk_kvcache_bytes(const sk_kvcache *kv) { return kv->floats * sizeof(float); }
@@ -96,23 +94,37 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
         /* q for all heads; k and v only for the stored heads, written straight into the cache */
         sk_linear_forward(kv->q, kv->ln, qkvw, qkvb, n, C, H * hs);
         float *kc = kv->k[l] + (size_t)pos0 * ns * hs, *vc = kv->v[l] + (size_t)pos0 * ns * hs;
-        sk_linear_forward(kc, kv->ln, qkvw + (size_t)H * hs * C, qkvb ? qkvb + H * hs : NULL, n, C, ns * hs);
-        sk_linear_forward(vc, kv->ln, qkvw + (size_t)(H + Hkv) * hs * C, qkvb ? qkvb + (H + Hkv) * hs : NULL, n, C, ns * hs);
+        const int *slot = kv->slot + l * Hkv;
+        for (int j = 0; j < Hkv;) {
+            /* a run of stored KV heads [j, e) maps to consecutive slots */
+            if (slot[j] < 0) { j++; continue; }
+            int e = j + 1;
+            while (e < Hkv && slot[e] >= 0) e++;
+            int w = (e - j) * hs;
+            float *kt = ns == e - j ? kc : kv->tmp, *vt = ns == e - j ? vc : kv->tmp + (size_t)n * w;
+            sk_linear_forward(kt, kv->ln, qkvw + (size_t)(H + j) * hs * C, qkvb ? qkvb + (H + j) * hs : NULL, n, C, w);
+            sk_linear_forward(vt, kv->ln, qkvw + (size_t)(H + Hkv + j) * hs * C, qkvb ? qkvb + (H + Hkv + j) * hs : NULL, n, C, w);
+            if (kt != kc)
+                for (int i = 0; i < n; i++) {
+                    memcpy(kc + (size_t)i * ns * hs + (size_t)slot[j] * hs, kt + (size_t)i * w, sizeof(float) * w);
+                    memcpy(vc + (size_t)i * ns * hs + (size_t)slot[j] * hs, vt + (size_t)i * w, sizeof(float) * w);
+                }
+            j = e;
+        }
         if (m->rope) {
             sk_rope(kv->q, m->rope, 1, n, H * hs, 0, H, hs, pos0, 0);
             sk_rope(kc, m->rope, 1, n, ns * hs, 0, ns, hs, pos0, 0);
         }
-        int split = sk_sla_split(c, l);
-        for (int part = 0; part < 2; part++) {
-            int h0 = part ? split : 0, nh = part ? H - split : split;
-            if (nh == 0) continue;
-            int src = part ? sk_sla_source(c, l, split) : l, kvh0 = h0 / group, sn = kv->n_store[src];
+        for (int part = 0; part < m->n_runs[l]; part++) {
+            const sk_route *r = &m->runs[(size_t)l * H + part];
+            int h0 = r->h0, nh = r->nh, src = r->src, sn = kv->n_store[src];
+            int kslot = kv->slot[src * Hkv + h0 / group];
             sk_attn a;
             memset(&a, 0, sizeof a);
             a.B = 1; a.H = nh; a.Hkv = nh / group; a.Lq = n; a.Lk = pos0 + n; a.D = hs;
             a.q = kv->q + (size_t)h0 * hs;  a.q_sb = 0; a.q_sh = hs; a.q_st = H * hs;
-            a.k = kv->k[src] + (size_t)kvh0 * hs; a.k_sb = 0; a.k_sh = hs; a.k_st = (long)sn * hs;
-            a.v = kv->v[src] + (size_t)kvh0 * hs; a.v_sb = 0; a.v_sh = hs; a.v_st = (long)sn * hs;
+            a.k = kv->k[src] + (size_t)kslot * hs; a.k_sb = 0; a.k_sh = hs; a.k_st = (long)sn * hs;
+            a.v = kv->v[src] + (size_t)kslot * hs; a.v_sb = 0; a.v_sh = hs; a.v_st = (long)sn * hs;
             a.out = kv->att + (size_t)h0 * hs; a.o_sb = 0; a.o_sh = hs; a.o_st = C;
             a.is_causal = 1; a.causal_offset = pos0;
             int rc = sk_attn_forward(&a);

@@ -177,7 +177,12 @@ int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
         sk_rope_table(m->rope, cfg.block_size, m->hs, cfg.rope_theta);
     }
     m->lend_index = malloc(sizeof(int) * m->L);
-    for (int l = 0, k = 0; l < m->L; l++) m->lend_index[l] = sk_sla_lends(&cfg, l) ? k++ : -1;
+    m->runs = malloc(sizeof(sk_route) * m->L * m->H);
+    m->n_runs = malloc(sizeof(int) * m->L);
+    for (int l = 0, k = 0; l < m->L; l++) {
+        m->lend_index[l] = sk_sla_lends(&cfg, l) ? k++ : -1;
+        m->n_runs[l] = sk_route_runs(&cfg, l, m->runs + (size_t)l * m->H);
+    }
     init_weights(m, seed);
     *out = m;
     return SK_OK;
@@ -186,7 +191,7 @@ int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
 void sk_model_free(sk_model *m) {
     if (!m) return;
     free(m->params); free(m->grads); free(m->tensors); free(m->acts_mem);
-    free(m->lend_index); free(m->rope); free(m->sinus);
+    free(m->lend_index); free(m->rope); free(m->sinus); free(m->runs); free(m->n_runs);
     free(m);
 }
 
@@ -300,14 +305,14 @@ static uint64_t drop_stream(int layer, int site) { return (uint64_t)layer * 4 + 
 
 static size_t off_l(const sk_model *m, int l, size_t per) { (void)m; return (size_t)l * per; }
 
-/* The two attention calls of layer l: own heads [0, split) on the layer's own K/V, and
- * the borrowed heads [split, H) on the K/V of layer sk_sla_source(l, split). */
+/* The attention calls of layer l, one per run of heads with the same K/V source: with paper
+ * SLA, own heads [0, split) on the layer's own K/V and the borrowed heads [split, H) on the
+ * K/V of layer l - n_skip_layer. Views into the qkv buffers, no copies. */
 static void attn_desc(const sk_model *m, sk_attn *a, int l, int part, int B, int T,
                       float dropout, uint64_t seed, int training) {
-    const sk_config *c = &m->cfg;
-    int split = sk_sla_split(c, l), group = m->H / m->Hkv, hs = m->hs;
-    int h0 = part == 0 ? 0 : split, nh = part == 0 ? split : m->H - split;
-    int src = part == 0 ? l : sk_sla_source(c, l, split);
+    const sk_route *r = &m->runs[(size_t)l * m->H + part];
+    int group = m->H / m->Hkv, hs = m->hs;
+    int h0 = r->h0, nh = r->nh, src = r->src;
     size_t BT = (size_t)B * T;
     const float *qkv_q = m->a.qkv + off_l(m, l, BT * m->QKV);
     const float *qkv_kv = m->a.qkv + off_l(m, src, BT * m->QKV);
@@ -383,10 +388,9 @@ static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int 
         TIMED(matmul, sk_linear_forward(qkv, ln1, p->qkvw + l * sz_layer_qkv(m),
                                         p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL, N, C, m->QKV));
         if (m->rope) TIMED(elementwise, sk_rope(qkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
-        for (int part = 0; part < 2; part++) {
+        for (int part = 0; part < m->n_runs[l]; part++) {
             sk_attn d;
             attn_desc(m, &d, l, part, B, T, drop, seed, training);
-            if (d.H == 0) continue;
             int rc;
             TIMED(attention, rc = sk_attn_forward(&d));
             if (rc) return rc;
@@ -516,11 +520,10 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
                                          p->attprojw + (size_t)l * C * C, N, C, C));
         float *dqkv = dqkv_of(m, l, BT);
         if (m->lend_index[l] < 0) memset(dqkv, 0, BT * m->QKV * sizeof(float));
-        for (int part = 0; part < 2; part++) {
+        for (int part = 0; part < m->n_runs[l]; part++) {
             sk_attn d;
             attn_desc(m, &d, l, part, B, T, drop, seed, 1);
-            if (d.H == 0) continue;
-            int src = part == 0 ? l : sk_sla_source(c, l, sk_sla_split(c, l));
+            int src = m->runs[(size_t)l * m->H + part].src;
             float *dsrc = dqkv_of(m, src, BT);
             /* dq/dk/dv share the strides of q/k/v; translate the pointers into the gradient buffers */
             float *dq = dqkv + (d.q - (a->qkv + off_l(m, l, BT * m->QKV)));

@@ -52,6 +52,8 @@ struct sk_model {
     float *acts_mem; size_t acts_floats;
     sk_acts a;
     int *lend_index;                      /* layer -> index into dqkv_lend, or -1 */
+    sk_route *runs;                       /* (L, H): each layer's attention calls (sk_route_runs) */
+    int *n_runs;                          /* (L) */
     float *rope;                          /* (block_size, hs/2, 2) cos/sin for Llama, or NULL */
     float *sinus;                         /* (block_size, C) fixed positions, or NULL */
     int gated;                            /* SwiGLU: fc holds [w1; w3] (2F rows) */

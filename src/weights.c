@@ -24,6 +24,7 @@ static int write_config_meta(sk_st_writer *w, const sk_config *c) {
     int rc = sk_st_add_meta(w, "format", "skiplm");
     if (!rc) rc = sk_st_add_meta(w, "family", c->family == SK_GPT2 ? "gpt2" : "llama");
     if (!rc) rc = sk_st_add_meta(w, "gelu", c->gelu == SK_GELU_TANH ? "tanh" : "erf");
+    if (!rc && c->routing[0]) rc = sk_st_add_meta(w, "routing", c->routing);
     for (size_t i = 0; !rc && i < sizeof META / sizeof META[0]; i++) {
         const char *p = (const char *)c + META[i].off;
         if (META[i].is_float) snprintf(buf, sizeof buf, "%.9g", (double)*(const float *)p);
@@ -43,6 +44,8 @@ static int config_from_st(sk_config *c, const sk_safetensors *st, const char *pa
     int rc = sk_config_set(c, "family", fam);
     const char *g = sk_st_meta(st, "gelu");
     if (!rc && g) rc = sk_config_set(c, "gelu", g);
+    const char *rt = sk_st_meta(st, "routing");
+    if (!rc && rt) rc = sk_config_set(c, "routing", rt);
     if (!strcmp(fam, "llama")) { c->bias = 0; c->norm_eps = 1e-6f; }
     for (size_t i = 0; !rc && i < sizeof META / sizeof META[0]; i++) {
         const char *v = sk_st_meta(st, META[i].key);

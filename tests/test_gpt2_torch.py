@@ -23,6 +23,16 @@ import st  # noqa: E402
 TOOL = os.path.join(BUILD, "tests", "tool_model")
 torch.set_num_threads(1)
 
+def table(L, H, rules):
+    """Explicit routing table, written out by hand for the test (independent of skiplm's parser)."""
+    t = [[l] * H for l in range(L)]
+    for layers, heads, src in rules:
+        for l in layers:
+            for h in heads:
+                t[l][h] = src(l)
+    return t
+
+
 CONFIGS = [
     # name, config, B, T
     ("baseline", dict(n_layer=3, n_head=4, n_embd=32), 2, 13),
@@ -35,6 +45,11 @@ CONFIGS = [
     ("skip-gt-L", dict(n_layer=3, n_head=4, n_embd=32, n_skip_layer=7, n_skip_head=4), 1, 8),
     ("nobias", dict(n_layer=4, n_head=4, n_embd=32, bias=False, n_skip_layer=2, n_skip_head=2), 2, 19),
     ("tanh-gelu", dict(n_layer=3, n_head=2, n_embd=24, gelu="tanh", n_skip_layer=1, n_skip_head=1), 3, 23),
+    ("routing-cla", dict(n_layer=4, n_head=4, n_embd=32, routing="1,3:*=-1",
+                         route=table(4, 4, [([1, 3], range(4), lambda l: l - 1)])), 2, 12),
+    ("routing-multi-source", dict(n_layer=6, n_head=4, n_embd=32, routing="3-5:1=-3;4-5:3=-1;5:0=@1",
+                                  route=table(6, 4, [(range(3, 6), [1], lambda l: l - 3), ([4, 5], [3], lambda l: l - 1),
+                                                     ([5], [0], lambda l: 1)])), 2, 10),
     ("sinusoidal-relu", dict(n_layer=3, n_head=4, n_embd=32, sinusoidal=True, relu=True, n_skip_layer=1, n_skip_head=2), 2, 15),
     ("long-T", dict(n_layer=2, n_head=2, n_embd=16, block_size=200, n_skip_layer=1, n_skip_head=1), 1, 197),
 ]
@@ -48,7 +63,9 @@ def run_tool(*args):
 
 
 def compare_direction1(name, kw, B, T, tmp):
+    route = kw.pop("route", None)
     cfg = GPTConfig(**kw)
+    cfg.route = route
     torch.manual_seed(0)
     model = GPT(cfg)
     model.randomize(seed=1234)

@@ -36,7 +36,7 @@ static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new)
     CHECK(same, "%s: greedy tokens with the cache equal full recomputation (%d new)", name, n_new);
     CHECK(maxd <= 1e-4, "%s: cached logits max abs diff %.2e vs full forward", name, maxd);
     printf("   %s: cache %zu bytes, without SLA's saving %zu bytes\n", name, sk_kvcache_bytes(kv), sk_kvcache_bytes_full(kv));
-    if (cfg.n_skip_layer > 0 && cfg.n_skip_head > 0 && cfg.n_skip_layer < cfg.n_layer)
+    if ((cfg.n_skip_layer > 0 && cfg.n_skip_head > 0 && cfg.n_skip_layer < cfg.n_layer) || cfg.routing[0])
         CHECK(sk_kvcache_bytes(kv) < sk_kvcache_bytes_full(kv), "%s: SLA cache is smaller (%zu < %zu)", name,
               sk_kvcache_bytes(kv), sk_kvcache_bytes_full(kv));
     else
@@ -62,6 +62,10 @@ int main(void) {
     run_case("gpt2 sla 2/2", c, 70, 12);    /* prompt longer than one decode chunk */
     c.n_skip_layer = 1; c.n_skip_head = 4;
     run_case("gpt2 sla 1/4 (all heads)", c, 3, 15);
+    c.n_skip_layer = 0; c.n_skip_head = 0; c.n_layer = 6;
+    sk_config_set(&c, "routing", "3-5:1=-3;4-5:3=-1;5:0=@1");   /* stored heads not contiguous */
+    run_case("gpt2 multi-source routing", c, 7, 15);
+    c.routing[0] = 0; c.n_layer = 4;
     sk_config_default(&c);
     c.family = SK_LLAMA; c.n_layer = 4; c.n_head = 4; c.n_kv_head = 2; c.n_embd = 32; c.vocab_size = 50;
     c.block_size = 64; c.bias = 0; c.norm_eps = 1e-6f;

@@ -243,7 +243,46 @@ static void config_checks(void) {
           sk_sla_source(&c, 11, 11) == 2, "routing: layer 9 head 6 reads layer 0, layer 11 reads layer 2");
     CHECK(sk_sla_lends(&c, 2) && !sk_sla_lends(&c, 3), "layers 0-2 lend, 3+ do not");
     c.n_skip_layer = 12;
-    CHECK(sk_sla_split(&c, 11) == 12 && !sk_sla_lends(&c, 0), "n_skip_layer >= n_layer: no skip");
+    CHECK(sk_sla_source(&c, 11, 11) == 11 && !sk_sla_lends(&c, 0), "n_skip_layer >= n_layer: no skip");
+    /* the general routing table */
+    sk_config r;
+    sk_config_default(&r);
+    r.n_layer = 12; r.n_head = 12; r.vocab_size = 10; r.n_embd = 48;
+    sk_config_set(&r, "routing", "9-11:6-11=-9");
+    CHECK(sk_config_check(&r) == 0, "routing '9-11:6-11=-9' accepted");
+    sk_config p = r; p.routing[0] = 0; p.n_skip_layer = 9; p.n_skip_head = 6;
+    int same = 1;
+    for (int l = 0; l < 12; l++) for (int h = 0; h < 12; h++) same &= sk_sla_source(&r, l, h) == sk_sla_source(&p, l, h);
+    CHECK(same, "routing '9-11:6-11=-9' equals paper SLA 9/6 head by head");
+    sk_config_set(&r, "routing", "1,3,5,7,9,11:*=-1");
+    sk_config_check(&r);
+    CHECK(sk_sla_source(&r, 3, 0) == 2 && sk_sla_source(&r, 4, 5) == 4 && sk_sla_lends(&r, 2) && !sk_sla_lends(&r, 3),
+          "cross-layer attention: odd layers read the layer below");
+    sk_config_set(&r, "routing", "6-11:6-8=-3; 9-11:9-11=-9");
+    sk_config_check(&r);
+    sk_route runs[12];
+    int nr = sk_route_runs(&r, 10, runs);
+    CHECK(nr == 3 && runs[0].src == 10 && runs[1].h0 == 6 && runs[1].src == 7 && runs[2].h0 == 9 && runs[2].src == 1,
+          "multi-source: layer 10 reads itself, layer 7 (heads 6-8) and layer 1 (heads 9-11)");
+    sk_config_set(&r, "routing", "*:6-11=-9");
+    CHECK(sk_config_check(&r) == 0 && sk_sla_source(&r, 3, 8) == 3 && sk_sla_source(&r, 10, 8) == 1, "'*' layers skip layers without a source");
+    const char *bad_routes[][2] = {
+        {"2:0-3=-3", "layer 2 cannot read layer -1"}, {"12:0=-1", "outside [0, 12)"}, {"3:0-12=-1", "heads 0-12 outside"},
+        {"3:0-1=+1", "source must be"}, {"3:0-1", "expected '='"}, {"3-1:0=-1", "outside"}, {"3:0=@5", "cannot read layer 5"},
+        {"x", "expected a layer number"}, {"3:0=-1;;", "expected a layer number"},
+    };
+    for (size_t i = 0; i < sizeof bad_routes / sizeof bad_routes[0]; i++) {
+        sk_config_set(&r, "routing", bad_routes[i][0]);
+        int rc = sk_config_check(&r);
+        CHECK(rc == SK_EINVAL && strstr(sk_last_error(), bad_routes[i][1]), "bad routing '%s': %s", bad_routes[i][0], sk_last_error());
+    }
+    sk_config_set(&r, "routing", "9-11:6-11=-9");
+    r.n_skip_layer = 9;
+    CHECK(sk_config_check(&r) == SK_EINVAL && strstr(sk_last_error(), "not both"), "routing with n_skip_*: %s", sk_last_error());
+    sk_config_default(&r);
+    r.family = SK_LLAMA; r.n_head = 4; r.n_kv_head = 2; r.vocab_size = 10;
+    sk_config_set(&r, "routing", "2:1-3=-1");
+    CHECK(sk_config_check(&r) == SK_EINVAL && strstr(sk_last_error(), "share a KV head"), "GQA routing must keep KV groups whole: %s", sk_last_error());
 }
 
 /* ------------------------------------------------------ weight files */

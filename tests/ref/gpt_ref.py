@@ -31,11 +31,14 @@ class GPTConfig:
     norm_eps: float = 1e-5
     sinusoidal: bool = False   # fixed sinusoidal positions instead of learned wpe
     relu: bool = False         # ReLU MLP instead of GELU
+    routing: str = ""          # skiplm's general routing string (metadata only; see route below)
 
     def metadata(self):
         md = {"format": "skiplm", "family": "gpt2"}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name == "routing" and not v:
+                continue
             md[f.name] = str(int(v)) if isinstance(v, bool) else str(v)
         return md
 
@@ -80,7 +83,12 @@ class CausalSelfSkipLayerAttention(nn.Module):
         v = v.view(B, T, H, hs).transpose(1, 2)
         kv_store.append((k, v))                      # this layer's OWN K/V
         nl, nh = cfg.n_skip_layer, cfg.n_skip_head
-        if nl > 0 and nh > 0 and nl < cfg.n_layer and self.layer_idx >= nl:
+        route = getattr(cfg, "route", None)          # explicit table: route[l][h] = source layer
+        if route is not None:
+            src = route[self.layer_idx]
+            k = torch.stack([kv_store[src[h]][0][:, h] for h in range(H)], dim=1)
+            v = torch.stack([kv_store[src[h]][1][:, h] for h in range(H)], dim=1)
+        elif nl > 0 and nh > 0 and nl < cfg.n_layer and self.layer_idx >= nl:
             split = H - nh
             k_lo, v_lo = kv_store[self.layer_idx - nl]
             k = torch.cat([k[:, :split], k_lo[:, split:]], dim=1)

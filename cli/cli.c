@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int cli_fail(const char *cmd) {
     fprintf(stderr, "skiplm %s: %s\n", cmd, sk_last_error());
@@ -139,6 +140,14 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *synopsis, cons
     }
     if (n_pos) *n_pos = np;
     return 0;
+}
+
+int cli_mkdir_p(const char *dir) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) { errno = ENAMETOOLONG; return -1; }
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') { *p = 0; if (mkdir(buf, 0777) && errno != EEXIST) return -1; *p = '/'; }
+    return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
 }
 
 int cli_read_file(const char *path, char **data, size_t *len) {

@@ -23,6 +23,8 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *synopsis, cons
 void cli_usage(const char *cmd, const char *synopsis, const cli_opt *opts, int has_cfg);
 /* Prints "skiplm CMD: <message from the library>" to stderr and returns 1. */
 int cli_fail(const char *cmd);
+/* mkdir -p: creates dir and its missing parents (0 or -1 with errno). */
+int cli_mkdir_p(const char *dir);
 /* Reads a whole file (NUL-terminated). */
 int cli_read_file(const char *path, char **data, size_t *len);
 
@@ -34,4 +36,5 @@ int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_tokenizer(int argc, char **argv);
 #endif

@@ -160,7 +160,7 @@ int cmd_prepare(int argc, char **argv) {
     if (ntr < 2 || nva < 2) { fprintf(stderr, "skiplm prepare: too little text: %zu train and %zu val tokens\n", ntr, nva); return 1; }
 
     /* write everything */
-    if (mkdir(out, 0755) && errno != EEXIST) { fprintf(stderr, "skiplm prepare: %s: %s\n", out, strerror(errno)); return 1; }
+    if (cli_mkdir_p(out)) { fprintf(stderr, "skiplm prepare: %s: %s\n", out, strerror(errno)); return 1; }
     char path[4096], path2[4096];
     snprintf(path, sizeof path, "%s/train.bin", out);
     if (sk_shard_write(path, tr, ntr)) return cli_fail("prepare");

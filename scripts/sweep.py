@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Ablation sweeps of Skip-Layer Attention with the skiplm CLI (standard library only).
+
+Every variant of a grid is trained with the same seeds; a given seed gives every variant
+the same initial weights (SLA adds no parameters, and the init draws tensors in a fixed
+order) and the same data order (the loader is seeded by the run seed). The results table
+compares each variant with the baseline seed by seed (paired differences), which is the
+right measure of seed-to-seed noise for an ablation.
+
+    python3 scripts/sweep.py --grid layers --data data/sotu-char --out runs/sweep-layers
+    python3 scripts/sweep.py --grid quick --data DIR --out DIR          # tiny, for CI
+
+Writes OUT/results.csv, OUT/results.md and OUT/curves.svg (seed 0 of every variant).
+Runs that already finished (OUT/<variant>/s<seed>/ckpt.safetensors with the final step)
+are reused, so an interrupted sweep continues where it stopped.
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# model shape shared by the paper-style grids: 12 layers and 12 heads so the paper's head
+# and layer counts carry over; narrow enough to train on 2 CPU cores.
+PAPER_MODEL = ["--n_layer", "12", "--n_head", "12", "--n_embd", "192"]
+
+GRIDS = {
+    # the paper's Table 1: number of skip layers at n_skip_head = 6
+    "layers": [("baseline", [])] + [(f"nl{nl}-nh6", ["--n_skip_layer", str(nl), "--n_skip_head", "6"])
+                                    for nl in (1, 3, 6, 9, 11)],
+    # the paper's Table 2: number of skip heads at n_skip_layer = 9
+    "heads": [("baseline", [])] + [(f"nl9-nh{nh}", ["--n_skip_layer", "9", "--n_skip_head", str(nh)])
+                                   for nh in (3, 6, 9, 12)],
+    # beyond the paper: cross-layer attention, and multi-source skips
+    "beyond": [
+        ("baseline", []),
+        ("nl9-nh6", ["--n_skip_layer", "9", "--n_skip_head", "6"]),
+        ("cla-odd", ["--routing", "1,3,5,7,9,11:*=-1"]),
+        ("multi-3+9", ["--routing", "3-11:6-8=-3;9-11:9-11=-9"]),
+        ("multi-far", ["--routing", "6-11:6-11=@0"]),
+    ],
+    # CI: a tiny model, a few steps
+    "quick": [("baseline", []), ("nl1-nh2", ["--n_skip_layer", "1", "--n_skip_head", "2"]),
+              ("multi", ["--routing", "2:1=-2;2:3=-1"])],
+}
+QUICK_MODEL = ["--n_layer", "3", "--n_head", "4", "--n_embd", "32"]
+
+
+def read_log(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                rows.append(json.loads(line))
+    return rows
+
+
+def mean_std(xs):
+    if not xs:
+        return float("nan"), float("nan")
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def model_args(args):
+    if args.model:
+        return args.model.split()
+    return QUICK_MODEL if args.grid == "quick" else PAPER_MODEL
+
+
+def run_one(skiplm, args, variant, extra, seed, outdir):
+    done = os.path.join(outdir, "ckpt.safetensors")
+    log = os.path.join(outdir, "log.jsonl")
+    if os.path.exists(done) and os.path.exists(log):
+        rows = read_log(log)
+        if rows and rows[-1].get("step") == args.steps and "val_loss" in rows[-1]:
+            print(f"  {variant} seed {seed}: done before, reused", flush=True)
+            return rows
+    cmd = [skiplm, "train", "--data", args.data, "--out", outdir, "--overwrite", "--seed", str(seed),
+           "--steps", str(args.steps), "--batch", str(args.batch), "--seq", str(args.seq),
+           "--block_size", str(args.seq), "--lr", str(args.lr), "--min-lr", str(args.lr / 10),
+           "--warmup", str(args.warmup), "--eval-every", str(args.eval_every),
+           "--eval-batches", str(args.eval_batches), "--ckpt-every", "0", "--print-every", str(max(1, args.steps // 5))]
+    cmd += model_args(args)
+    cmd += extra
+    print(f"  {variant} seed {seed}: {' '.join(cmd[1:])}", flush=True)
+    t0 = time.time()
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        sys.exit(f"sweep: run {variant} seed {seed} failed:\n{r.stdout}")
+    print(f"    {time.time() - t0:.0f} s", flush=True)
+    return read_log(log)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--grid", choices=sorted(GRIDS), required=True)
+    ap.add_argument("--data", required=True, help="prepared data folder (skiplm prepare)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--eval-batches", type=int, default=20)
+    ap.add_argument("--model", default="", help="model options replacing the 12L/12H/192 default, e.g. '--n_layer 12 --n_head 12 --n_embd 256'")
+    ap.add_argument("--only", default="", help="comma-separated variants to run (default: the whole grid)")
+    ap.add_argument("--skiplm", default=os.path.join(ROOT, "build", "skiplm"))
+    args = ap.parse_args()
+    if args.grid == "quick":
+        args.steps, args.batch, args.seq, args.eval_every, args.eval_batches = min(args.steps, 6), 2, 16, 3, 2
+    os.makedirs(args.out, exist_ok=True)
+    variants = GRIDS[args.grid]
+    if args.only:
+        keep = args.only.split(",")
+        unknown = [v for v in keep if v not in dict(variants)]
+        if unknown:
+            sys.exit(f"sweep: unknown variants {unknown} in grid {args.grid}: {[v for v, _ in variants]}")
+        if "baseline" not in keep:
+            keep.insert(0, "baseline")
+        variants = [(v, e) for v, e in variants if v in keep]
+    results = {}
+    for variant, extra in variants:
+        for seed in range(args.seeds):
+            rows = run_one(args.skiplm, args, variant, extra, seed, os.path.join(args.out, variant, f"s{seed}"))
+            vals = [r["val_loss"] for r in rows if "val_loss" in r]
+            ms = [r["ms"] for r in rows[1:]] or [rows[0]["ms"]]       # the first step warms up
+            results[(variant, seed)] = dict(val=vals[-1], ms=statistics.median(ms), train=rows[-1]["loss"])
+
+    base = "baseline"
+    lines_csv = []
+    md = [f"Grid `{args.grid}`: {args.seeds} seeds, {args.steps} steps of {args.batch}x{args.seq} tokens, "
+          f"data `{args.data}`; model `{' '.join(model_args(args))}`.",
+          "",
+          "| variant | final val loss (mean ± std) | Δ vs baseline (paired, mean ± std) | Δ > 2σ? | ms/step | speed vs baseline |",
+          "|---|---|---|---|---|---|"]
+    bms = statistics.fmean([results[(base, s)]["ms"] for s in range(args.seeds)])
+    for variant, _ in variants:
+        vals = [results[(variant, s)]["val"] for s in range(args.seeds)]
+        deltas = [results[(variant, s)]["val"] - results[(base, s)]["val"] for s in range(args.seeds)]
+        m, sd = mean_std(vals)
+        dm, dsd = mean_std(deltas)
+        vms = statistics.fmean([results[(variant, s)]["ms"] for s in range(args.seeds)])
+        speed = (vms / bms - 1.0) * 100.0
+        sig = "—" if variant == base else ("yes" if args.seeds > 1 and abs(dm) > 2 * dsd / math.sqrt(args.seeds) else "no")
+        md.append(f"| {variant} | {m:.4f} ± {sd:.4f} | {dm:+.4f} ± {dsd:.4f} | {sig} | {vms:.0f} | {speed:+.1f}% |")
+        lines_csv.append(dict(variant=variant, seeds=args.seeds, val_mean=f"{m:.6f}", val_std=f"{sd:.6f}",
+                              delta_mean=f"{dm:.6f}", delta_std=f"{dsd:.6f}", ms_per_step=f"{vms:.1f}",
+                              speed_change_pct=f"{speed:.2f}",
+                              per_seed=" ".join(f"{v:.6f}" for v in vals)))
+    md += ["", "Δ > 2σ: the mean paired difference exceeds twice its standard error over seeds.", ""]
+    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(lines_csv[0]))
+        w.writeheader()
+        w.writerows(lines_csv)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write("\n".join(md))
+    runs = [os.path.join(args.out, v, "s0") for v, _ in variants]
+    subprocess.run([args.skiplm, "plot", *runs, "-o", os.path.join(args.out, "curves.svg"),
+                    "--title", f"skiplm sweep: {args.grid}"], check=True, stdout=subprocess.DEVNULL)
+    print("\n".join(md))
+    print(f"sweep: wrote {args.out}/results.md, results.csv, curves.svg")
+
+
+if __name__ == "__main__":
+    main()

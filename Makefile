@@ -1,17 +1,38 @@
 # skiplm build. `make` builds the library and the CLI, `make test` runs the suite.
-# Options: make SAN=1 (ASan+UBSan build in build-san/), make BLAS=openblas|none.
+# Options: make SAN=1 (ASan+UBSan build in build-san/), make BLAS=openblas|none,
+# make MPI=1 (data-parallel training over MPI: mpicc, -DSK_HAVE_MPI, in build-mpi/).
+# make fuzz: libFuzzer harnesses (clang, build-fuzz/), each run FUZZ_SECONDS (scripts/fuzz.sh).
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O3 -march=native
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc -fopenmp $(OPT)
-LDLIBS  += -lm -fopenmp
+OMP     ?= -fopenmp
 BLAS    ?= openblas
+
+ifeq ($(FUZZ),1)
+# single-threaded (no OpenMP), no BLAS: every byte the readers touch is instrumented
+BUILD   := build-fuzz
+CC      := clang
+OMP     := -Wno-unknown-pragmas
+BLAS    := none
+OPT     := -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+endif
+
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc $(OMP) $(OPT)
+LDLIBS  += -lm $(filter -fopenmp,$(OMP))
 
 ifeq ($(SAN),1)
 BUILD   := build-san
 OPT     := -O1 -g -fno-omit-frame-pointer
 CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined
 LDLIBS  += -fsanitize=address,undefined
+endif
+
+# MPI=1: the same sources built with Open MPI's compiler wrapper into build-mpi/
+# (run with mpirun -np N build-mpi/skiplm train ...; see docs/distributed.md).
+ifeq ($(MPI),1)
+CC      := mpicc
+BUILD   := build-mpi
+CFLAGS  += -DSK_HAVE_MPI
 endif
 
 ifeq ($(BLAS),openblas)
@@ -54,9 +75,21 @@ test:
 	@BUILD=$(BUILD) bash tests/run_tests.sh
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-mpi build-fuzz
 
 .PHONY: all test clean
+
+# Fuzz harnesses (fuzz/fuzz_*.c), linked with libFuzzer: make FUZZ=1 fuzz-build; `make fuzz`
+# builds them and runs each for FUZZ_SECONDS (default 20) on its seed corpus.
+FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
+FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(BUILD)/fuzz/%)
+$(BUILD)/fuzz/%: fuzz/%.c fuzz/fuzz_util.h $(BUILD)/libskiplm.a $(BUILD)/cli/cli.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -Icli $< $(BUILD)/cli/cli.o $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
+fuzz-build: $(FUZZ_BIN)
+fuzz:
+	@bash scripts/fuzz.sh
+.PHONY: fuzz fuzz-build
 
 # Attention benchmark (not part of `all`): make bench-attention
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libskiplm.a

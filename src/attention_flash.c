@@ -28,9 +28,11 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 
 /* exp(x) for x <= ~88, branch-free so that loops over it vectorise (Cephes expf
- * polynomial, within 2 ulp of expf); x < -87.3 (including -inf) gives exactly 0. */
+ * polynomial, within 2 ulp of expf); x < -87.3 (including -inf) gives exactly 0, and NaN
+ * stays NaN (the clamp sends it to -87.3 first so that the int conversion below is
+ * defined: a NaN score from overflowing activations must not be undefined behaviour). */
 static inline float sk_fexp(float x) {
-    float xc = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
+    float xc = x >= -87.3f ? (x > 88.0f ? 88.0f : x) : -87.3f;
     float fn = floorf(xc * 1.44269504088896341f + 0.5f);
     float r = fmaf(fn, -0.693359375f, xc);
     r = fmaf(fn, 2.12194440e-4f, r);
@@ -44,7 +46,7 @@ static inline float sk_fexp(float x) {
     int32_t bits = ((int32_t)fn + 127) << 23;
     float sc;
     memcpy(&sc, &bits, sizeof sc);
-    return x < -87.3f ? 0.0f : y * sc;
+    return x < -87.3f ? 0.0f : (x == x ? y * sc : x);
 }
 
 /* C (M x N, ldc) = or += A (M x K, lda) * Bm (K x N, ldb). Register-blocked 4 rows x NC

@@ -75,6 +75,10 @@ typedef struct {
     int skip_nonfinite;      /* skip the update of a step with a non-finite loss / grad norm */
     int eval_every, eval_batches;   /* validation every N steps (0 = never) */
     int ckpt_every;          /* checkpoint every N steps (0 = only at the end) */
+    int world_size;          /* data-parallel ranks (1: single process); must equal sk_dist_size().
+                              * The global batch is B * accum * world_size: a resume may change B,
+                              * accum and world_size as long as that product stays the same */
+    int zero;                /* 1: ZeRO stage 1, the AdamW state is sharded over the ranks */
 } sk_train_cfg;
 /* Defaults: nanoGPT's optimizer, B 8, T 0 (= block_size), accum 1, warmup 0, clip 1.0,
  * seed 1337, shuffle 1, eval every 100 steps on 10 batches, checkpoint every 500. */
@@ -92,8 +96,9 @@ typedef struct {
 typedef struct sk_trainer sk_trainer;
 
 /* The gradient hook runs after backward and before clipping/update, once per step, on
- * the whole gradient buffer (n floats) and the step's mean loss: data parallelism puts
- * its all-reduce (mean over ranks) here. A non-zero return aborts the step. */
+ * the whole gradient buffer (n floats) and the step's mean loss. With world_size > 1 the
+ * trainer's own data-parallel reduction (below) follows the hook, so the hook sees this
+ * rank's gradients. A non-zero return aborts the step (on every rank, see sk_dist_agree). */
 typedef int (*sk_grad_hook)(float *grads, size_t n, float *loss, void *ctx);
 
 /* A trainer over model m (not owned) reading batches from train (not owned), and
@@ -139,6 +144,56 @@ int sk_train_cfg_diff(const sk_train_cfg *a, const sk_train_cfg *b, const char *
 
 /* Stateless 64-bit seed for micro-step `micro` of step `step` of a run seeded `seed`. */
 uint64_t sk_dropout_seed(uint64_t seed, long step, int micro);
+
+/* ------------------------------------------------------------ distributed
+ *
+ * Data parallelism over MPI (src/dist.c, docs/distributed.md). Built with `make MPI=1`
+ * (mpicc, -DSK_HAVE_MPI); the plain build has the same functions for one process (rank 0
+ * of 1, every collective a copy). An MPI build started without mpirun does not initialise
+ * MPI and runs as one process too.
+ *
+ * With cfg.world_size > 1 every trainer call is collective: each rank reads its block of
+ * each global batch (sk_loader_cfg rank/world_size), and after the gradient hook
+ *   zero = 0: gradients are averaged over the ranks (reduce-scatter + all-gather: every
+ *             element is summed once, so all ranks hold the same bits), then the usual
+ *             norm / clip / AdamW run on every rank;
+ *   zero = 1: reduce-scatter only; rank r owns a contiguous run of spans, computes their
+ *             squared norms (all-gathered and added in span order: the same norm as one
+ *             process), clips and updates its shard with its 1/N of m and v, then the
+ *             parameters are all-gathered.
+ * The loss (and the validation loss) is averaged over the ranks. Errors inside a step,
+ * an evaluation or a save are agreed: every rank returns the failing rank's message.
+ * Only rank 0 writes checkpoints (ZeRO gathers m and v to it first: the file is the one a
+ * single process writes); every rank reads them on resume. */
+int sk_dist_init(void);          /* MPI_Init when started by mpirun (idempotent) */
+void sk_dist_finalize(void);
+int sk_dist_rank(void);
+int sk_dist_size(void);          /* 1 without MPI */
+int sk_dist_built_with_mpi(void);
+/* Stop every rank now (MPI_Abort; exit() in one process). For errors outside the agreed
+ * points, after the message is printed. */
+void sk_dist_abort(int status);
+/* Collective: rc is this rank's result. Returns 0 if every rank passed 0; otherwise every
+ * rank returns the lowest failing rank's code, with its message as
+ * "rank R: <message>" (the failing rank's own message unchanged when world_size is 1). */
+int sk_dist_agree(int rc);
+/* In-place sums / mean over the ranks. */
+int sk_dist_sum_f64(double *x, int n);
+int sk_dist_max_f64(double *x, int n);
+int sk_dist_mean_f32(float *x, size_t n);
+/* Reduce-scatter: rank r receives into out the mean over the ranks of x[starts[r] ..
+ * starts[r+1]) (starts has size+1 entries; x itself is left as it was or clobbered). */
+int sk_dist_reduce_scatter_mean(const float *x, float *out, const size_t *starts);
+/* All-gather in place: rank r contributes x[starts[r] .. starts[r+1]). */
+int sk_dist_allgather_f32(float *x, const size_t *starts);
+/* Gather the shards (each rank's x_shard of starts[r+1]-starts[r] floats) into full on root. */
+int sk_dist_gather_f32(const float *x_shard, float *full, const size_t *starts, int root);
+/* All-gather variable-length double arrays: rank r contributes counts[r] values into
+ * all[displs[r] ..]. */
+int sk_dist_allgather_f64(const double *mine, double *all, const int *counts, const int *displs);
+int sk_dist_bcast(void *buf, size_t bytes, int root);
+/* Seconds spent inside collectives since the start (for the benchmark). */
+double sk_dist_comm_seconds(void);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,16 @@ struct sk_trainer {
     long adam_t;               /* updates applied: AdamW's step count */
     int skipped;
     sk_grad_hook hook; void *hook_ctx;
+    /* data parallelism (cfg.world_size > 1); with ZeRO-1 this rank owns spans
+     * [s_lo, s_hi), the buffer range [starts[rank], starts[rank+1]), and mom/vel hold only
+     * that range. Without ZeRO starts is NULL and mom/vel are whole. */
+    int rank, world;
+    size_t *starts;            /* (world+1) shard boundaries in the parameter buffer */
+    int s_lo, s_hi;
+    sk_span *lspans;           /* spans [s_lo, s_hi) with offsets relative to starts[rank] */
+    float *gsh;                /* this rank's reduced gradient shard */
+    double *span_sq, *my_sq;   /* squared norm per span: all of them / this rank's */
+    int *sq_counts, *sq_displs;
 };
 
 /* ------------------------------------------------------------ config */
@@ -37,18 +47,22 @@ void sk_train_default(sk_train_cfg *c) {
     c->beta1 = 0.9f; c->beta2 = 0.95f; c->eps = 1e-8f; c->weight_decay = 0.1f;
     c->grad_clip = 1.0f; c->seed = 1337; c->shuffle = 1;
     c->eval_every = 100; c->eval_batches = 10; c->ckpt_every = 500;
+    c->world_size = 1; c->zero = 0;
 }
 
 /* Every hyperparameter, for metadata and comparisons. trajectory = 1: changes the
- * numbers a run computes, so a resume must not change it. */
+ * numbers a run computes, so a resume must not change it; 2: B and accum, which may change
+ * as long as the global batch B * accum * world_size does not (the same windows are read
+ * per step, and the gradient is the same mean up to float rounding). */
 typedef struct { const char *key; char type; size_t off; int trajectory; } tfield;
 #define TF(f, t, traj) { #f, t, offsetof(sk_train_cfg, f), traj }
 static const tfield TFIELDS[] = {
-    TF(steps, 'i', 1), TF(B, 'i', 1), TF(T, 'i', 1), TF(accum, 'i', 1),
+    TF(steps, 'i', 1), TF(B, 'i', 2), TF(T, 'i', 1), TF(accum, 'i', 2),
     TF(lr, 'f', 1), TF(min_lr, 'f', 1), TF(warmup, 'i', 1), TF(lr_decay_steps, 'i', 1),
     TF(beta1, 'f', 1), TF(beta2, 'f', 1), TF(eps, 'f', 1), TF(weight_decay, 'f', 1),
     TF(grad_clip, 'f', 1), TF(seed, 'u', 1), TF(shuffle, 'i', 1), TF(skip_nonfinite, 'i', 0),
     TF(eval_every, 'i', 0), TF(eval_batches, 'i', 0), TF(ckpt_every, 'i', 0),
+    TF(world_size, 'i', 0), TF(zero, 'i', 0),
 };
 #undef TF
 #define N_TFIELDS (int)(sizeof TFIELDS / sizeof TFIELDS[0])
@@ -82,8 +96,14 @@ int sk_train_cfg_from_st(sk_train_cfg *c, const sk_safetensors *st, const char *
 
 int sk_train_cfg_diff(const sk_train_cfg *a, const sk_train_cfg *b, const char *an, const char *bn) {
     char va[64], vb[64];
+    long ga = (long)a->B * a->accum * (a->world_size > 1 ? a->world_size : 1);
+    long gb = (long)b->B * b->accum * (b->world_size > 1 ? b->world_size : 1);
+    if (ga != gb)
+        return sk_error(SK_EINVAL, "the global batch (batch x grad-accum x ranks) is %ld = %d x %d x %d in %s "
+                        "but %ld = %d x %d x %d in %s", ga, a->B, a->accum, a->world_size > 1 ? a->world_size : 1, an,
+                        gb, b->B, b->accum, b->world_size > 1 ? b->world_size : 1, bn);
     for (int i = 0; i < N_TFIELDS; i++) {
-        if (!TFIELDS[i].trajectory) continue;
+        if (TFIELDS[i].trajectory != 1) continue;
         tfield_str(a, &TFIELDS[i], va, sizeof va);
         tfield_str(b, &TFIELDS[i], vb, sizeof vb);
         if (strcmp(va, vb))
@@ -131,7 +151,49 @@ uint64_t sk_dropout_seed(uint64_t seed, long step, int micro) {
 void sk_trainer_free(sk_trainer *tr) {
     if (!tr) return;
     free(tr->spans); free(tr->mom); free(tr->vel); free(tr->x); free(tr->y);
+    free(tr->starts); free(tr->lspans); free(tr->gsh); free(tr->span_sq); free(tr->my_sq);
+    free(tr->sq_counts); free(tr->sq_displs);
     free(tr);
+}
+
+/* ZeRO-1 shards: spans in buffer order cut into world runs of about equal float counts.
+ * Rank r's buffer range runs from its first span to the next rank's first span (rank 0
+ * from 0, the last to n_params), so the ranges tile the buffer, padding gaps included. */
+static int zero_setup(sk_trainer *tr) {
+    const int W = tr->world, S = tr->n_spans;
+    tr->starts = malloc((size_t)(W + 1) * sizeof *tr->starts);
+    int *lo = malloc((size_t)(W + 1) * sizeof *lo);
+    tr->span_sq = malloc((size_t)(S ? S : 1) * sizeof *tr->span_sq);
+    tr->sq_counts = malloc((size_t)W * sizeof(int));
+    tr->sq_displs = malloc((size_t)W * sizeof(int));
+    if (!tr->starts || !lo || !tr->span_sq || !tr->sq_counts || !tr->sq_displs) { free(lo); return sk_error(SK_ENOMEM, "out of memory"); }
+    size_t total = 0;
+    for (int s = 0; s < S; s++) total += tr->spans[s].n;
+    size_t cum = 0;
+    int s = 0;
+    lo[0] = 0;
+    for (int r = 1; r < W; r++) {
+        size_t target = (size_t)((double)total * r / W);
+        while (s < S && cum < target) cum += tr->spans[s++].n;
+        lo[r] = s;
+    }
+    lo[W] = S;
+    for (int r = 0; r <= W; r++)
+        tr->starts[r] = r == 0 ? 0 : r == W || lo[r] >= S ? tr->n_params : tr->spans[lo[r]].offset;
+    for (int r = 0; r < W; r++) { tr->sq_counts[r] = lo[r + 1] - lo[r]; tr->sq_displs[r] = lo[r]; }
+    tr->s_lo = lo[tr->rank]; tr->s_hi = lo[tr->rank + 1];
+    free(lo);
+    int nl = tr->s_hi - tr->s_lo;
+    size_t base = tr->starts[tr->rank], n_loc = tr->starts[tr->rank + 1] - base;
+    tr->lspans = malloc((size_t)(nl ? nl : 1) * sizeof *tr->lspans);
+    tr->my_sq = malloc((size_t)(nl ? nl : 1) * sizeof *tr->my_sq);
+    tr->gsh = malloc((n_loc ? n_loc : 1) * sizeof *tr->gsh);
+    if (!tr->lspans || !tr->my_sq || !tr->gsh) return sk_error(SK_ENOMEM, "out of memory");
+    for (int k = 0; k < nl; k++) {
+        tr->lspans[k] = tr->spans[tr->s_lo + k];
+        tr->lspans[k].offset -= base;
+    }
+    return SK_OK;
 }
 
 int sk_trainer_new(sk_trainer **out, sk_model *m, const sk_train_cfg *cfg, sk_loader *train, sk_loader *val) {
@@ -150,9 +212,13 @@ int sk_trainer_new(sk_trainer **out, sk_model *m, const sk_train_cfg *cfg, sk_lo
     if (c->eval_every < 0 || c->eval_batches < 0 || c->ckpt_every < 0)
         return sk_error(SK_EINVAL, "eval_every, eval_batches and ckpt_every must be >= 0");
     if (!train) return sk_error(SK_EINVAL, "no training data");
-    if (sk_loader_n_windows(train) < (uint64_t)c->B)
-        return sk_error(SK_EINVAL, "the training data holds %" PRIu64 " windows of %d tokens, fewer than one batch of %d",
-                        sk_loader_n_windows(train), c->T + 1, c->B);
+    const int world = c->world_size > 0 ? c->world_size : sk_dist_size();
+    if (world != sk_dist_size())
+        return sk_error(SK_EINVAL, "world_size %d but %d ranks are running", world, sk_dist_size());
+    if (c->zero != 0 && c->zero != 1) return sk_error(SK_EINVAL, "zero = %d: only stage 1 (or 0 = off) exists", c->zero);
+    if (sk_loader_n_windows(train) < (uint64_t)c->B * world)
+        return sk_error(SK_EINVAL, "the training data holds %" PRIu64 " windows of %d tokens, fewer than one global batch of %d",
+                        sk_loader_n_windows(train), c->T + 1, c->B * world);
     int rc = sk_model_reserve(m, c->B, c->T, 1);
     if (rc) return rc;
     sk_trainer *tr = calloc(1, sizeof *tr);
@@ -164,8 +230,15 @@ int sk_trainer_new(sk_trainer **out, sk_model *m, const sk_train_cfg *cfg, sk_lo
     const sk_tensor *ts = sk_model_tensors(m, &nt);
     size_t BT = (size_t)c->B * c->T;
     if ((rc = sk_spans_build(ts, nt, &tr->spans, &tr->n_spans))) { sk_trainer_free(tr); return rc; }
-    tr->mom = calloc(tr->n_params, sizeof(float));
-    tr->vel = calloc(tr->n_params, sizeof(float));
+    tr->cfg.world_size = tr->world = world;
+    tr->rank = sk_dist_rank();
+    size_t n_state = tr->n_params;
+    if (tr->cfg.zero && world > 1) {
+        if ((rc = zero_setup(tr))) { sk_trainer_free(tr); return rc; }
+        n_state = tr->starts[tr->rank + 1] - tr->starts[tr->rank];
+    }
+    tr->mom = calloc(n_state ? n_state : 1, sizeof(float));
+    tr->vel = calloc(n_state ? n_state : 1, sizeof(float));
     tr->x = malloc(BT * sizeof(int32_t));
     tr->y = malloc(BT * sizeof(int32_t));
     if (!tr->mom || !tr->vel || !tr->x || !tr->y) {
@@ -189,32 +262,61 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
     sk_model_zero_grad(m);
     double loss_sum = 0;
     const float scale = 1.0f / (float)c->accum;
-    for (int k = 0; k < c->accum; k++) {
-        float l;
-        int rc = sk_loader_next_xy(tr->train, tr->x, tr->y);
+    int rc = SK_OK;
+    for (int k = 0; k < c->accum && !rc; k++) {
+        float l = 0;
+        rc = sk_loader_next_xy(tr->train, tr->x, tr->y);
         if (!rc) rc = sk_model_forward_backward(m, tr->x, tr->y, c->B, c->T, scale,
                                                 sk_dropout_seed(c->seed, tr->step, k), &l);
         if (rc) {
             char pre[32];
             snprintf(pre, sizeof pre, "step %d: ", tr->step + 1);
-            return rethrow(rc, pre);
+            rc = rethrow(rc, pre);
         }
         loss_sum += l;
     }
     float loss = (float)(loss_sum / c->accum);
     float *g = sk_model_grads(m);
-    /* 2. hook point: data parallelism all-reduces (averages) the gradients here */
-    if (tr->hook) {
-        int rc = tr->hook(g, tr->n_params, &loss, tr->hook_ctx);
-        if (rc) return rc;
+    /* 2. hook point (this rank's gradients) */
+    if (!rc && tr->hook) rc = tr->hook(g, tr->n_params, &loss, tr->hook_ctx);
+    const int W = tr->world;
+    if (W > 1) rc = sk_dist_agree(rc);    /* one rank failed: all stop, with its message */
+    if (rc) return rc;
+    /* 3. data parallelism: mean over the ranks of the loss and the gradients */
+    const int zero = tr->starts != NULL;
+    float *pg = g;                     /* the gradients this rank updates with */
+    const sk_span *us = tr->spans;     /* ... over these spans */
+    int nus = tr->n_spans;
+    double norm;
+    if (W > 1) {
+        if (tr->hook) loss_sum = (double)loss * c->accum;   /* the hook may have changed it */
+        if ((rc = sk_dist_sum_f64(&loss_sum, 1))) return rc;
+        loss = (float)(loss_sum / ((double)c->accum * W));
     }
-    /* 3. NaN guard, clipping, update */
-    double norm = sk_grad_norm(g, tr->spans, tr->n_spans);
+    if (W > 1 && zero) {
+        if ((rc = sk_dist_reduce_scatter_mean(g, tr->gsh, tr->starts))) return rc;
+        pg = tr->gsh; us = tr->lspans; nus = tr->s_hi - tr->s_lo;
+        /* the norm as sk_grad_norm computes it: one double per span, added in span order */
+        for (int k = 0; k < nus; k++) {
+            const float *gs = pg + us[k].offset;
+            double acc = 0;
+            for (size_t i = 0; i < us[k].n; i++) acc += (double)gs[i] * (double)gs[i];
+            tr->my_sq[k] = acc;
+        }
+        if ((rc = sk_dist_allgather_f64(tr->my_sq, tr->span_sq, tr->sq_counts, tr->sq_displs))) return rc;
+        double sum = 0;
+        for (int s = 0; s < tr->n_spans; s++) sum += tr->span_sq[s];
+        norm = sqrt(sum);
+    } else {
+        if (W > 1 && (rc = sk_dist_mean_f32(g, tr->n_params))) return rc;
+        norm = sk_grad_norm(g, tr->spans, tr->n_spans);
+    }
+    /* 4. NaN guard, clipping, update (the same decision on every rank: loss and norm are) */
     sk_lr_sched sch = {c->lr, c->min_lr, c->warmup, c->lr_decay_steps};
     double lr = sk_lr_at(&sch, tr->step);
     info->step = tr->step + 1;
     info->loss = loss; info->lr = lr; info->grad_norm = norm;
-    info->tokens = (uint64_t)c->accum * c->B * c->T;
+    info->tokens = (uint64_t)c->accum * c->B * c->T * W;
     if (!isfinite(loss) || !isfinite(norm)) {
         const char *what = !isfinite(loss) && !isfinite(norm) ? "loss and gradient norm" : !isfinite(loss) ? "loss" : "gradient norm";
         if (!c->skip_nonfinite)
@@ -224,10 +326,16 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
         info->skipped = 1;
         return SK_OK;
     }
-    if (c->grad_clip > 0) sk_clip_grads(g, tr->spans, tr->n_spans, norm, c->grad_clip);
+    if (c->grad_clip > 0) sk_clip_grads(pg, us, nus, norm, c->grad_clip);
     sk_adamw_cfg ac = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay};
     tr->adam_t++;
-    sk_adamw_step(sk_model_params(m), g, tr->mom, tr->vel, tr->spans, tr->n_spans, &ac, lr, tr->adam_t);
+    float *p = sk_model_params(m);
+    if (W > 1 && zero) {
+        sk_adamw_step(p + tr->starts[tr->rank], pg, tr->mom, tr->vel, us, nus, &ac, lr, tr->adam_t);
+        if ((rc = sk_dist_allgather_f32(p, tr->starts))) return rc;
+    } else {
+        sk_adamw_step(p, g, tr->mom, tr->vel, tr->spans, tr->n_spans, &ac, lr, tr->adam_t);
+    }
     tr->step++;
     return SK_OK;
 }
@@ -236,9 +344,10 @@ int sk_trainer_eval(sk_trainer *tr, float *val_loss) {
     *val_loss = NAN;
     const sk_train_cfg *c = &tr->cfg;
     if (!tr->val) return sk_error(SK_EINVAL, "no validation data");
-    uint64_t nb = sk_loader_n_windows(tr->val) / (uint64_t)c->B;
+    /* with world_size > 1 the val loader hands this rank its block of each global batch */
+    uint64_t nb = sk_loader_n_windows(tr->val) / ((uint64_t)c->B * tr->world);
     if (nb > (uint64_t)c->eval_batches) nb = (uint64_t)c->eval_batches;
-    if (nb == 0) return sk_error(SK_EINVAL, "the validation data holds fewer windows than one batch of %d", c->B);
+    if (nb == 0) return sk_error(SK_EINVAL, "the validation data holds fewer windows than one batch of %d", c->B * tr->world);
     sk_loader_pos pos;
     sk_loader_get_pos(tr->val, &pos);
     pos.consumed = 0;                      /* the same fixed batches every time */
@@ -250,8 +359,12 @@ int sk_trainer_eval(sk_trainer *tr, float *val_loss) {
         if (!rc) rc = sk_model_forward(tr->m, tr->x, tr->y, c->B, c->T, &l, NULL);
         sum += l;
     }
+    if (tr->world > 1) {
+        if ((rc = sk_dist_agree(rc))) return rc;
+        if ((rc = sk_dist_sum_f64(&sum, 1))) return rc;
+    }
     if (rc) return rc;
-    *val_loss = (float)(sum / (double)nb);
+    *val_loss = (float)(sum / ((double)nb * tr->world));
     return SK_OK;
 }
 
@@ -273,12 +386,45 @@ static uint64_t state_checksum(const float *p, const float *m, const float *v, s
     return h;
 }
 
+static int save_local(const sk_trainer *tr, const char *path, const char *const *extra_meta,
+                      const float *mom, const float *vel);
+
+/* Collective with world_size > 1: the replicas are checked to hold the same parameters
+ * (a hash of each rank's against rank 0's), ZeRO's m and v are gathered to rank 0, rank 0
+ * writes, and its result is every rank's. */
 int sk_trainer_save(const sk_trainer *tr, const char *path, const char *const *extra_meta) {
+    if (tr->world <= 1) return save_local(tr, path, extra_meta, tr->mom, tr->vel);
+    const float *p = sk_model_params(tr->m);
+    uint64_t h = hash_floats(0xcbf29ce484222325ULL, p, tr->n_params), h0 = h;
+    int rc = sk_dist_bcast(&h0, sizeof h0, 0);
+    if (!rc && h != h0)
+        rc = sk_error(SK_EINVAL, "the replicas diverged: the parameters of rank %d differ from rank 0's "
+                      "(checkpoint not written)", tr->rank);
+    if ((rc = sk_dist_agree(rc))) return rc;
+    float *fm = NULL, *fv = NULL;
+    const float *mo = tr->mom, *ve = tr->vel;
+    if (tr->starts) {                  /* ZeRO: gather the shards of m and v on rank 0 */
+        if (tr->rank == 0) {
+            fm = calloc(tr->n_params, sizeof *fm);
+            fv = calloc(tr->n_params, sizeof *fv);
+            if (!fm || !fv) rc = sk_error(SK_ENOMEM, "out of memory gathering the optimizer state (checkpoint not written)");
+        }
+        if ((rc = sk_dist_agree(rc))) { free(fm); free(fv); return rc; }
+        if (!(rc = sk_dist_gather_f32(tr->mom, fm, tr->starts, 0))) rc = sk_dist_gather_f32(tr->vel, fv, tr->starts, 0);
+        mo = fm; ve = fv;
+    }
+    if (!rc && tr->rank == 0) rc = save_local(tr, path, extra_meta, mo, ve);
+    free(fm); free(fv);
+    return sk_dist_agree(rc);
+}
+
+static int save_local(const sk_trainer *tr, const char *path, const char *const *extra_meta,
+                      const float *mom, const float *vel) {
     sk_st_writer *w = sk_st_writer_new();
     if (!w) return sk_error(SK_ENOMEM, "out of memory");
     int64_t shape[1] = {(int64_t)tr->n_params};
-    int rc = sk_st_add(w, "optim.m", SK_F32, 1, shape, tr->mom);
-    if (!rc) rc = sk_st_add(w, "optim.v", SK_F32, 1, shape, tr->vel);
+    int rc = sk_st_add(w, "optim.m", SK_F32, 1, shape, mom);
+    if (!rc) rc = sk_st_add(w, "optim.v", SK_F32, 1, shape, vel);
     char key[64], val[64];
     for (int i = 0; !rc && i < N_TFIELDS; i++) {
         snprintf(key, sizeof key, "train.%s", TFIELDS[i].key);
@@ -292,7 +438,7 @@ int sk_trainer_save(const sk_trainer *tr, const char *path, const char *const *e
         {"train.skipped", (uint64_t)tr->skipped},
         {"train.loader.consumed", pos.consumed}, {"train.loader.seed", pos.seed},
         {"train.loader.n_windows", pos.n_windows}, {"train.loader.T", (uint64_t)pos.T},
-        {"train.checksum", state_checksum(sk_model_params(tr->m), tr->mom, tr->vel, tr->n_params)},
+        {"train.checksum", state_checksum(sk_model_params(tr->m), mom, vel, tr->n_params)},
     };
     for (size_t i = 0; !rc && i < sizeof st / sizeof st[0]; i++) {
         snprintf(val, sizeof val, "%" PRIu64, st[i].v);
@@ -336,6 +482,7 @@ int sk_trainer_resume(sk_trainer *tr, const sk_safetensors *ckpt, const char *pa
     snprintf(name, sizeof name, "the checkpoint %s", path);
     if ((rc = sk_config_diff(sk_model_config(cm), sk_model_config(tr->m), name, "this run"))) goto done;
     sk_train_cfg fc = tr->cfg;
+    fc.world_size = 1;                 /* checkpoints from before data parallelism */
     if ((rc = sk_train_cfg_from_st(&fc, ckpt, path))) goto done;
     if ((rc = sk_train_cfg_diff(&fc, &tr->cfg, name, "this run"))) goto done;
     if (step > (uint64_t)tr->cfg.steps || adam_t > step || skipped > step) {
@@ -368,8 +515,14 @@ int sk_trainer_resume(sk_trainer *tr, const sk_safetensors *ckpt, const char *pa
     }
     /* commit */
     memcpy(sk_model_params(tr->m), sk_model_params(cm), n * sizeof(float));
-    memcpy(tr->mom, mo, n * sizeof(float));
-    memcpy(tr->vel, ve, n * sizeof(float));
+    if (tr->starts) {                  /* ZeRO: this rank's shard of m and v */
+        size_t a = tr->starts[tr->rank], b = tr->starts[tr->rank + 1];
+        memcpy(tr->mom, mo + a, (b - a) * sizeof(float));
+        memcpy(tr->vel, ve + a, (b - a) * sizeof(float));
+    } else {
+        memcpy(tr->mom, mo, n * sizeof(float));
+        memcpy(tr->vel, ve, n * sizeof(float));
+    }
     free(mo); free(ve);
     tr->step = (int)step; tr->adam_t = (long)adam_t; tr->skipped = (int)skipped;
 done:

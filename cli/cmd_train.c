@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,12 +75,37 @@ static void fmt_time(double s, char *buf, size_t n) {
     else snprintf(buf, n, "%lds", t);
 }
 
+/* Test-only fault injection: SKIPLM_TEST_FAIL_AT=RANK:STEP makes that rank's gradient hook
+ * fail at that step, to check that an error on one rank stops all of them. */
+typedef struct { int rank, step; const sk_trainer *tr; } fail_at;
+static int fail_hook(float *g, size_t n, float *loss, void *ctx) {
+    const fail_at *f = ctx;
+    if (sk_dist_rank() == f->rank && sk_trainer_step_count(f->tr) + 1 == f->step)
+        return sk_error(SK_EINVAL, "step %d: injected failure (SKIPLM_TEST_FAIL_AT)", f->step);
+    return SK_OK;
+}
+
+static int train_main(int argc, char **argv, int *agreed);
+
+/* Under mpirun (an MPI build) every rank runs this; errors inside the training loop are
+ * agreed among the ranks (rank 0 prints them, all exit 1), any other error on a rank is
+ * printed there and stops all ranks (MPI_Abort). */
 int cmd_train(int argc, char **argv) {
+    if (sk_dist_init()) return cli_fail("train");
+    int agreed = 0;
+    int rc = train_main(argc, argv, &agreed);
+    if (rc && sk_dist_size() > 1 && !agreed) sk_dist_abort(rc);
+    sk_dist_finalize();
+    return rc;
+}
+
+static int train_main(int argc, char **argv, int *agreed) {
+    const int rank = sk_dist_rank(), world = sk_dist_size(), r0p = rank == 0;
     const char *data = NULL, *train_path = NULL, *val_path = NULL, *tok_path = NULL, *out = NULL;
     const char *resume = NULL, *init = NULL;
     int steps = UNSET_I, B = UNSET_I, T = UNSET_I, tps = UNSET_I, accum = UNSET_I, warmup = UNSET_I,
         decay = UNSET_I, eval_every = UNSET_I, eval_batches = UNSET_I, ckpt_every = UNSET_I,
-        shuffle = UNSET_I, skip_nonfinite = 0, print_every = 10, overwrite = 0;
+        shuffle = UNSET_I, skip_nonfinite = 0, print_every = 10, overwrite = 0, zero = 0;
     float lr = NAN, min_lr = NAN, wd = NAN, b1 = NAN, b2 = NAN, eps = NAN, clip = NAN;
     uint64_t seed = UNSET_U;
     cli_opt opts[] = {
@@ -94,7 +120,7 @@ int cmd_train(int argc, char **argv) {
         {"steps", 'i', &steps, "optimizer steps (1000)"},
         {"batch", 'i', &B, "sequences per micro-batch (8)"},
         {"seq", 'i', &T, "sequence length (block_size)"},
-        {"tokens-per-step", 'i', &tps, "tokens per optimizer step, a multiple of batch*seq (batch*seq)"},
+        {"tokens-per-step", 'i', &tps, "tokens per optimizer step (all ranks), a multiple of batch*seq*ranks (batch*seq*ranks)"},
         {"grad-accum", 'i', &accum, "micro-steps per optimizer step (alternative to --tokens-per-step)"},
         {"lr", 'f', &lr, "peak learning rate (6e-4)"},
         {"min-lr", 'f', &min_lr, "final learning rate of the cosine decay (lr/10)"},
@@ -112,6 +138,7 @@ int cmd_train(int argc, char **argv) {
         {"shuffle", 'i', &shuffle, "1: seeded shuffled windows, 0: sequential windows (1)"},
         {"skip-nonfinite", 'b', &skip_nonfinite, "skip the update of a step whose loss or gradient is not finite"},
         {"print-every", 'i', &print_every, "progress line every N steps when stderr is not a terminal (10)"},
+        {"zero", 'i', &zero, "under mpirun: 1 = shard the AdamW state over the ranks (ZeRO stage 1), 0 = replicate it (0)"},
         {0},
     };
     const char *syn = "--data DIR | --train FILE [--val FILE]  [options]";
@@ -150,7 +177,7 @@ int cmd_train(int argc, char **argv) {
     sk_tokenizer *tok = NULL;
     sk_loader *Ltr = NULL, *Lval = NULL;
     sk_trainer *tr = NULL;
-    FILE *log = NULL;
+    FILE *log = NULL, *err = NULL;
 #define FAIL(...) do { fprintf(stderr, "skiplm train: " __VA_ARGS__); fputc('\n', stderr); goto done; } while (0)
 #define FAIL_LIB() do { cli_fail("train"); goto done; } while (0)
 
@@ -168,6 +195,18 @@ int cmd_train(int argc, char **argv) {
     SETF(eps, eps); SETF(clip, grad_clip);
     if (seed != UNSET_U) tc.seed = seed;
     if (skip_nonfinite) tc.skip_nonfinite = 1;
+    if (zero != 0 && zero != 1) FAIL("--zero must be 0 or 1 (got %d)", zero);
+    tc.zero = zero;
+    tc.world_size = world;
+    /* resuming on another number of ranks: the same global batch, split over these ranks */
+    if (r0 && B == UNSET_I && ck_tc.world_size != world) {
+        long g = (long)ck_tc.B * ck_tc.world_size;
+        if (g % world)
+            FAIL("cannot resume: the checkpoint's global batch is %d x %d ranks x %d grad-accum; give --batch and "
+                 "--grad-accum so that batch x grad-accum x %d ranks = %ld", ck_tc.B, ck_tc.world_size, ck_tc.accum,
+                 world, g * ck_tc.accum);
+        tc.B = (int)(g / world);
+    }
     if (!r0 && !min_lr_given) tc.min_lr = tc.lr / 10;
     if (!r0 && tc.T == 0) tc.T = cfg.block_size;
     /* option ranges */
@@ -187,10 +226,10 @@ int cmd_train(int argc, char **argv) {
     if (tc.eval_every < 0 || tc.eval_batches < 0 || tc.ckpt_every < 0) FAIL("--eval-every, --eval-batches and --ckpt-every must be >= 0");
     if (print_every < 1) FAIL("--print-every must be >= 1");
     {
-        long bt = (long)tc.B * tc.T;
+        long bt = (long)tc.B * tc.T * world;
         if (tps != UNSET_I && accum != UNSET_I) FAIL("give --tokens-per-step or --grad-accum, not both");
         if (tps != UNSET_I) {
-            if (tps < 1 || tps % bt) FAIL("--tokens-per-step %d must be a positive multiple of batch*seq = %ld", tps, bt);
+            if (tps < 1 || tps % bt) FAIL("--tokens-per-step %d must be a positive multiple of batch*seq*ranks = %ld", tps, bt);
             tc.accum = (int)(tps / bt);
         } else if (accum != UNSET_I) {
             if (accum < 1) FAIL("--grad-accum must be >= 1");
@@ -261,27 +300,32 @@ int cmd_train(int argc, char **argv) {
                 "nothing was written)\n", sk_last_error());
         goto done;
     }
-    sk_loader_cfg lc = {.B = tc.B, .T = tc.T, .seed = tc.seed, .shuffle = tc.shuffle, .vocab_size = cfg.vocab_size};
+    sk_loader_cfg lc = {.B = tc.B, .T = tc.T, .seed = tc.seed, .shuffle = tc.shuffle, .vocab_size = cfg.vocab_size,
+                        .rank = rank, .world_size = world};
+    const long gB = (long)tc.B * world;    /* sequences per micro-step over all ranks */
     if (sk_loader_open(&Ltr, &train_path, 1, &lc)) FAIL_LIB();
-    if (sk_loader_n_windows(Ltr) < (uint64_t)tc.B)
-        FAIL("%s holds %" PRIu64 " windows of %d tokens, fewer than one batch of %d (lower --batch or --seq)",
-             train_path, sk_loader_n_windows(Ltr), tc.T + 1, tc.B);
+    if (sk_loader_n_windows(Ltr) < (uint64_t)gB)
+        FAIL("%s holds %" PRIu64 " windows of %d tokens, fewer than one batch of %ld (lower --batch or --seq)",
+             train_path, sk_loader_n_windows(Ltr), tc.T + 1, gB);
     if (val_path) {
         sk_loader_cfg vc = lc;
         vc.shuffle = 0;
         if (sk_loader_open(&Lval, &val_path, 1, &vc)) FAIL_LIB();
         uint64_t nw = sk_loader_n_windows(Lval);
-        if (nw < (uint64_t)tc.B)
-            FAIL("%s holds %" PRIu64 " windows of %d tokens, fewer than one batch of %d (lower --batch or --seq)",
-                 val_path, nw, tc.T + 1, tc.B);
-        if (nw / tc.B < (uint64_t)tc.eval_batches)
+        if (nw < (uint64_t)gB)
+            FAIL("%s holds %" PRIu64 " windows of %d tokens, fewer than one batch of %ld (lower --batch or --seq)",
+                 val_path, nw, tc.T + 1, gB);
+        if (nw / gB < (uint64_t)tc.eval_batches && r0p)
             fprintf(stderr, "skiplm train: note: %s has %" PRIu64 " batches, fewer than --eval-batches %d: using them all\n",
-                    val_path, nw / tc.B, tc.eval_batches);
+                    val_path, nw / gB, tc.eval_batches);
     }
 
     /* ---- model, trainer, resume */
     if (!m && sk_model_new(&m, &cfg, tc.seed)) FAIL_LIB();
     if (sk_trainer_new(&tr, m, &tc, Ltr, Lval)) FAIL_LIB();
+    fail_at fault = {-1, -1, tr};
+    const char *fa = getenv("SKIPLM_TEST_FAIL_AT");
+    if (fa && sscanf(fa, "%d:%d", &fault.rank, &fault.step) == 2) sk_trainer_set_grad_hook(tr, fail_hook, &fault);
     if (r0 && sk_trainer_resume(tr, &ck, ckpt_path)) {
         fprintf(stderr, "skiplm train: cannot resume: %s; nothing was written\n", sk_last_error());
         goto done;
@@ -303,18 +347,28 @@ int cmd_train(int argc, char **argv) {
     snprintf(logp, sizeof logp, "%s/log.jsonl", out);
     if (!r0 && file_exists(ckp) && !overwrite)
         FAIL("%s already exists: continue it with --resume %s, or give another --out (or --overwrite)", ckp, out);
-    if (mkdir_p(out)) FAIL("cannot create the output directory %s: %s", out, strerror(errno));
-    if (r0) { if (trim_log(logp, sk_trainer_step_count(tr))) FAIL_LIB(); }
-    log = fopen(logp, r0 ? "a" : "w");
-    if (!log) FAIL("cannot write %s: %s", logp, strerror(errno));
+    /* only rank 0 writes (the directory, the log, the checkpoints) and prints */
+    if (r0p) {
+        if (mkdir_p(out)) FAIL("cannot create the output directory %s: %s", out, strerror(errno));
+        if (r0) { if (trim_log(logp, sk_trainer_step_count(tr))) FAIL_LIB(); }
+        log = fopen(logp, r0 ? "a" : "w");
+        if (!log) FAIL("cannot write %s: %s", logp, strerror(errno));
+    }
+    /* the setup is done on every rank: from here on, errors are agreed (sk_dist_agree) */
+    if (world > 1 && sk_dist_agree(SK_OK)) goto done;
+    err = r0p ? stderr : fopen("/dev/null", "w");
+    if (!err) FAIL("cannot open /dev/null: %s", strerror(errno));
 
     char desc[256];
     sk_config_describe(&cfg, desc, sizeof desc);
-    fprintf(stderr, "skiplm train: %s, %.2fM parameters\n", desc, sk_model_num_params(m) / 1e6);
-    fprintf(stderr, "skiplm train: %d steps of %d x %d x %d = %d tokens, lr %g -> %g (warmup %d, decay %d), wd %g, clip %g, seed %" PRIu64 "%s\n",
+    fprintf(err, "skiplm train: %s, %.2fM parameters\n", desc, sk_model_num_params(m) / 1e6);
+    fprintf(err, "skiplm train: %d steps of %d x %d x %d = %d tokens, lr %g -> %g (warmup %d, decay %d), wd %g, clip %g, seed %" PRIu64 "%s\n",
             tc.steps, tc.accum, tc.B, tc.T, tc.accum * tc.B * tc.T, tc.lr, tc.min_lr, tc.warmup,
             tc.lr_decay_steps, tc.weight_decay, tc.grad_clip, tc.seed, tc.shuffle ? "" : ", sequential data");
-    if (r0) fprintf(stderr, "skiplm train: resumed %s at step %d\n", ckpt_path, sk_trainer_step_count(tr));
+    if (world > 1)
+        fprintf(err, "skiplm train: %d ranks, %d sequences per rank and micro-step (global batch %ld)%s\n", world, tc.B,
+                gB * tc.accum, tc.zero ? ", ZeRO-1: AdamW state sharded" : "");
+    if (r0) fprintf(err, "skiplm train: resumed %s at step %d\n", ckpt_path, sk_trainer_step_count(tr));
 
     /* absolute paths in the checkpoint, so that sample/resume work from any directory */
     char tok_abs[PATH_MAX], tr_abs[PATH_MAX], va_abs[PATH_MAX];
@@ -323,7 +377,7 @@ int cmd_train(int argc, char **argv) {
     if (val_path && realpath(val_path, va_abs)) val_path = va_abs;
     const char *meta[] = {"tokenizer", tok_path, "tokenizer_kind", tok ? sk_tok_kind(tok) : NULL,
                           "train.data_train", train_path, "train.data_val", val_path, NULL, NULL};
-    int tty = isatty(2);
+    int tty = r0p && isatty(2);
     double t_start = now_s(), ema_ms = 0;
     int start_step = sk_trainer_step_count(tr), last_ckpt = start_step;
     float last_val = NAN, last_loss = NAN;
@@ -331,9 +385,10 @@ int cmd_train(int argc, char **argv) {
         double t0 = now_s();
         sk_step_info info;
         if (sk_trainer_step(tr, &info)) {
-            if (tty) fputc('\n', stderr);
-            fprintf(stderr, "skiplm train: stopped: %s\n", sk_last_error());
-            fprintf(stderr, "skiplm train: the last good checkpoint is %s (step %d)%s\n", ckp, last_ckpt,
+            *agreed = 1;
+            if (tty) fputc('\n', err);
+            fprintf(err, "skiplm train: stopped: %s\n", sk_last_error());
+            fprintf(err, "skiplm train: the last good checkpoint is %s (step %d)%s\n", ckp, last_ckpt,
                     last_ckpt == 0 && !r0 ? " -- none was written yet" : "; continue with --resume, adding "
                     "--skip-nonfinite to skip such steps");
             goto done;
@@ -343,8 +398,9 @@ int cmd_train(int argc, char **argv) {
         last_loss = info.loss;
         float val = NAN;
         int do_eval = Lval && tc.eval_batches > 0 && ((tc.eval_every > 0 && s % tc.eval_every == 0) || s == tc.steps);
-        if (do_eval && sk_trainer_eval(tr, &val)) FAIL_LIB();
+        if (do_eval && sk_trainer_eval(tr, &val)) { *agreed = 1; fprintf(err, "skiplm train: %s\n", sk_last_error()); goto done; }
         if (do_eval) last_val = val;
+        if (log) {
         fprintf(log, "{\"step\":%d,\"loss\":%.8g,\"lr\":%.8g,\"grad_norm\":%.8g,\"tokens\":%" PRIu64 ",\"ms\":%.2f",
                 s, isfinite(info.loss) ? info.loss : -1.0, info.lr, isfinite(info.grad_norm) ? info.grad_norm : -1.0,
                 (uint64_t)s * info.tokens, ms);
@@ -352,6 +408,7 @@ int cmd_train(int argc, char **argv) {
         if (info.skipped) fprintf(log, ",\"skipped\":1");
         fprintf(log, "}\n");
         fflush(log);
+        }
         /* progress */
         ema_ms = ema_ms == 0 ? ms : 0.9 * ema_ms + 0.1 * ms;
         double elapsed = now_s() - t_start;
@@ -363,33 +420,42 @@ int cmd_train(int argc, char **argv) {
                          s, tc.steps, info.loss, info.lr, info.grad_norm, info.tokens / (ema_ms / 1e3), etab);
         if (do_eval) n += snprintf(line + n, sizeof line - n, "  val %.4f", val);
         if (info.skipped) n += snprintf(line + n, sizeof line - n, "  SKIPPED (non-finite; %d so far)", sk_trainer_skipped(tr));
-        if (tty) fprintf(stderr, "\r\033[K%s%s", line, do_eval || info.skipped ? "\n" : "");
+        if (tty) fprintf(err, "\r\033[K%s%s", line, do_eval || info.skipped ? "\n" : "");
         else if (s % print_every == 0 || do_eval || info.skipped || s == tc.steps || s == start_step + 1)
-            fprintf(stderr, "%s\n", line);
+            fprintf(err, "%s\n", line);
         /* checkpoint */
         if ((tc.ckpt_every > 0 && s % tc.ckpt_every == 0) || s == tc.steps) {
             if (sk_trainer_save(tr, ckp, meta)) {
-                if (tty) fputc('\n', stderr);
-                fprintf(stderr, "skiplm train: %s\nskiplm train: stopped at step %d; the previous checkpoint (step %d) is intact\n",
+                *agreed = 1;
+                if (tty) fputc('\n', err);
+                fprintf(err, "skiplm train: %s\nskiplm train: stopped at step %d; the previous checkpoint (step %d) is intact\n",
                         sk_last_error(), s, last_ckpt);
                 goto done;
             }
             last_ckpt = s;
         }
     }
-    if (tty) fputc('\n', stderr);
+    if (tty) fputc('\n', err);
     {
+        /* peak memory and time in collectives: the largest over the ranks */
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double mx[2] = {ru.ru_maxrss / 1024.0, sk_dist_comm_seconds()};
+        sk_dist_max_f64(mx, 2);
         double el = now_s() - t_start;
         int done_steps = tc.steps - start_step;
-        fprintf(stderr, "skiplm train: done: %d steps in %.1f s (%.0f tokens/s), final loss %.4f",
+        fprintf(err, "skiplm train: done: %d steps in %.1f s (%.0f tokens/s), final loss %.4f",
                 done_steps, el, done_steps * (double)tc.accum * tc.B * tc.T / (el > 0 ? el : 1), last_loss);
-        if (!isnan(last_val)) fprintf(stderr, ", val loss %.4f", last_val);
-        if (sk_trainer_skipped(tr)) fprintf(stderr, ", %d steps skipped (non-finite)", sk_trainer_skipped(tr));
-        fprintf(stderr, "\nskiplm train: checkpoint %s, log %s\n", ckp, logp);
+        if (!isnan(last_val)) fprintf(err, ", val loss %.4f", last_val);
+        if (sk_trainer_skipped(tr)) fprintf(err, ", %d steps skipped (non-finite)", sk_trainer_skipped(tr));
+        fprintf(err, "\nskiplm train: peak RSS %.1f MiB per rank (max over %d rank%s)", mx[0], world, world > 1 ? "s" : "");
+        if (world > 1) fprintf(err, ", time in MPI collectives %.2f s (max over ranks, %.1f%%)", mx[1], 100 * mx[1] / (el > 0 ? el : 1));
+        fprintf(err, "\nskiplm train: checkpoint %s, log %s\n", ckp, logp);
     }
     status = 0;
 done:
     if (log) fclose(log);
+    if (err && err != stderr) fclose(err);
     sk_trainer_free(tr);
     sk_loader_free(Ltr); sk_loader_free(Lval);
     sk_tok_free(tok);

@@ -2,6 +2,7 @@
 #include "cli.h"
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,7 @@ static int set_opt(const cli_opt *o, const char *v) {
     }
     case 'f': {
         double x = strtod(v, &end);
-        if (errno || end == v || *end) return -1;
+        if (errno || end == v || *end || !isfinite(x) || !isfinite((float)x)) return -1;   /* no nan/inf/overflow */
         *(float *)o->dst = (float)x; return 0;
     }
     }

@@ -1,6 +1,7 @@
 /* skiplm bench: training step speed (ms/step, tokens/s, GFLOP/s, MFU against an SGEMM
  * rate measured in the same run, time per phase, peak RSS) and generation speed. */
 #include "cli.h"
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -75,6 +76,10 @@ int cmd_bench(int argc, char **argv) {
     printf("parameters: %.2fM\n", sk_model_num_params(m) / 1e6);
 
     if (!no_train) {
+        /* refuse up front what cannot fit (parameters, gradients, AdamW m and v, activations)
+         * before the sgemm probe allocates its matrices */
+        if ((long long)B * T > INT_MAX) { fprintf(stderr, "skiplm bench: --batch x --seq = %lld tokens is too many\n", (long long)B * T); return 2; }
+        if (sk_model_reserve(m, B, T, 1)) return cli_fail("bench");
         int N = B * T, C = cfg.n_embd;
         double g1 = sgemm_rate(N, 4 * C, C), g2 = sgemm_rate(N, C, 4 * C), g3 = sgemm_rate(N, 3 * C, C);
         double peak = fmax(g1, fmax(g2, g3));

@@ -20,6 +20,8 @@ int cmd_eval(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     if (np < 2) { fprintf(stderr, "skiplm eval: give a weights file and at least one token shard\n"); return 2; }
     if (B < 1) { fprintf(stderr, "skiplm eval: --batch must be >= 1\n"); return 2; }
+    if (T < 0) { fprintf(stderr, "skiplm eval: --seq must be >= 1 (0 = the model's block_size)\n"); return 2; }
+    if (max_batches < 0) { fprintf(stderr, "skiplm eval: --max-batches must be >= 0\n"); return 2; }
     sk_model *m;
     if (sk_model_load(&m, pos[0], NULL)) return cli_fail("eval");
     const sk_config *c = sk_model_config(m);
@@ -38,6 +40,17 @@ int cmd_eval(int argc, char **argv) {
     }
     if (max_batches > 0 && (uint64_t)max_batches < nb) nb = (uint64_t)max_batches;
     size_t BT = (size_t)B * T;
+    /* inputs and targets of every evaluated batch are kept (for the dump), and with
+     * --dump-logits all their logits: refuse up front what cannot fit */
+    double need = (double)BT * (double)nb * (2.0 * sizeof(int32_t) + (dump ? (double)c->vocab_size * sizeof(float) : 0.0)) +
+                  (double)sk_model_num_params(m) * sizeof(float);
+    char what[160];
+    snprintf(what, sizeof what, "eval of %llu batches of %d x %d%s (with the model)", (unsigned long long)nb, B, T,
+             dump ? " keeping all logits for --dump-logits" : "");
+    if (need >= 1.8e19 ? sk_error(SK_ENOMEM, "%s needs %.3g bytes", what, need) : sk_mem_check((size_t)need, what)) {
+        sk_loader_free(L); sk_model_free(m);
+        return cli_fail("eval");
+    }
     int32_t *x = malloc(BT * sizeof(int32_t) * nb), *y = malloc(BT * sizeof(int32_t) * nb);
     float *logits = dump ? malloc(BT * nb * c->vocab_size * sizeof(float)) : NULL;
     if (!x || !y || (dump && !logits)) { fprintf(stderr, "skiplm eval: out of memory\n"); return 1; }

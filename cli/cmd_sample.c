@@ -62,7 +62,10 @@ int cmd_sample(int argc, char **argv) {
         else { ids = malloc(sizeof(int32_t) * 4); cap = 4; ids[n++] = start; }
     }
     size_t total = n + (size_t)n_new;
-    ids = realloc(ids, sizeof(int32_t) * (total + 1));
+    if (sk_mem_check(sizeof(int32_t) * (total + 1), "the token ids of the prompt and --tokens")) return cli_fail("sample");
+    int32_t *grown = realloc(ids, sizeof(int32_t) * (total + 1));
+    if (!grown) { free(ids); return sk_error(SK_ENOMEM, "out of memory for %zu token ids", total + 1), cli_fail("sample"); }
+    ids = grown;
     sk_kvcache *kv;
     if (sk_kvcache_new(&kv, m, c->block_size)) return cli_fail("sample");
     float *logits = malloc(sizeof(float) * c->vocab_size);

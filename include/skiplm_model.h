@@ -92,11 +92,20 @@ const sk_tensor *sk_model_tensor(const sk_model *m, const char *name);
 
 /* Reserve activations for batches up to (B, T); done lazily by the calls below.
  * with_grads also reserves the gradient buffers. Returns SK_ENOMEM with the byte count
- * if the request exceeds the memory limit (sk_set_memory_limit). */
+ * if the request exceeds the memory limit (sk_memory_limit); with_grads counts the whole
+ * training footprint: parameters, gradients, AdamW m and v, activations. */
 int sk_model_reserve(sk_model *m, int B, int T, int with_grads);
 /* Bytes of activations per token for training (forward saved + backward scratch). */
 size_t sk_model_activation_bytes(const sk_model *m, int B, int T, int with_grads);
-void sk_set_memory_limit(size_t bytes);   /* 0 = physical memory */
+/* Memory limit for up-front refusals: sk_set_memory_limit(bytes) (0 = unset), else the
+ * environment variable SKIPLM_MEM_LIMIT ("512M", "8G", plain bytes), else physical memory.
+ * Parameters (sk_model_new), activations (sk_model_reserve; with_grads also counts the
+ * gradients and AdamW's m and v that training holds), the KV cache (sk_kvcache_new) and the
+ * CLI's large buffers are checked against it. */
+void sk_set_memory_limit(size_t bytes);
+size_t sk_memory_limit(void);
+/* SK_ENOMEM "<what> needs N bytes (x GiB) but the memory limit is M bytes" if bytes > limit. */
+int sk_mem_check(size_t bytes, const char *what);
 
 /* Forward. inputs (B, T) token ids; targets (B, T) or NULL; a target < 0 is ignored.
  * *loss = mean cross-entropy over the non-ignored targets (NaN if there are none).

@@ -2,6 +2,7 @@
 #include "skiplm.h"
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,8 +114,8 @@ static int parse_int(const char *key, const char *v, int *out) {
 static int parse_float(const char *key, const char *v, float *out) {
     char *end; errno = 0;
     double x = strtod(v, &end);
-    if (errno || end == v || *end)
-        return sk_error(SK_EINVAL, "config: %s = '%s' is not a number", key, v);
+    if (errno || end == v || *end || !isfinite(x) || !isfinite((float)x))
+        return sk_error(SK_EINVAL, "config: %s = '%s' is not a finite number", key, v);
     *out = (float)x;
     return SK_OK;
 }

@@ -74,6 +74,12 @@ int sk_shard_open(sk_shard *s, const char *path) {
     } else if (size % 2 != 0) {
         rc = sk_error(SK_EFORMAT, "%s: no shard header (magic %d) and odd size %zu: not a uint16 token file",
                       path, SK_SHARD_MAGIC, size);
+    } else if (size >= sizeof(int32_t) * SK_SHARD_HEADER_INTS && h[1] == SK_SHARD_VERSION && h[2] >= 0 &&
+               (size_t)h[2] * 2 + sizeof(int32_t) * SK_SHARD_HEADER_INTS == size) {
+        /* version and count fit an llm.c header exactly: a shard whose magic was damaged,
+         * not raw tokens; reading its header as 512 tokens would be silent garbage */
+        rc = sk_error(SK_EFORMAT, "%s: damaged shard header: magic %d instead of %d (version and token count look "
+                      "like a header)", path, (int)h[0], SK_SHARD_MAGIC);
     } else {
         s->tokens = map; s->n = size / 2; s->headerless = 1;
     }

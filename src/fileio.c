@@ -8,11 +8,16 @@
  *   5. fsync the directory so the rename itself survives a crash.
  * Any failure in 1-4 removes the temp file and leaves the old file at path untouched.
  * A failure in 5 is reported too, but the new file is already in place.
- * If path is a symbolic link, the link is replaced by a regular file. */
+ * If path is a symbolic link, the link is replaced by a regular file.
+ * Before step 1, temp files "<path>.tmp.<pid>" of dead processes (a writer killed mid-write)
+ * are removed, so crashes do not pile up half-written checkpoints next to the real one. */
 #include "fileio.h"
 #include "skiplm.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,8 +63,44 @@ static int fsync_parent(const char *path) {
     return rc;
 }
 
+/* Remove "<path>.tmp.<pid>" files left by writers that were killed mid-write: only names
+ * that end in a decimal pid of a process that no longer exists (kill(pid, 0) fails with
+ * ESRCH). A live writer's temp file (another process saving the same path) is left alone.
+ * Best effort: errors are ignored. Returns the number of files removed. */
+int sk_remove_stale_temps(const char *path) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char *dir = slash ? (slash == path ? strdup("/") : strndup(path, (size_t)(slash - path))) : strdup(".");
+    if (!dir) return 0;
+    DIR *d = opendir(dir);
+    int removed = 0;
+    size_t blen = strlen(base);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, blen) || strncmp(n + blen, ".tmp.", 5)) continue;
+        const char *digits = n + blen + 5;
+        char *end;
+        errno = 0;
+        long pid = strtol(digits, &end, 10);
+        if (errno || end == digits || *end || *digits < '1' || *digits > '9' || pid <= 0 || pid > INT_MAX) continue;
+        if (pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;     /* alive, or not ours to judge */
+        size_t fl = strlen(dir) + strlen(n) + 2;
+        char *full = malloc(fl);
+        if (!full) break;
+        snprintf(full, fl, "%s/%s", dir, n);
+        struct stat sb;
+        if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(full) == 0) removed++;
+        free(full);
+    }
+    if (d) closedir(d);
+    free(dir);
+    return removed;
+}
+
 int sk_write_atomic_chunks(const char *path, const sk_chunk *chunks, size_t n_chunks) {
     if (!path || !*path) return sk_error(SK_EINVAL, "sk_write_atomic: empty path");
+    sk_remove_stale_temps(path);
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 32);
     if (!tmp) return sk_error(SK_ENOMEM, "%s: out of memory", path);

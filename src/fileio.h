@@ -18,6 +18,11 @@ typedef struct { const void *data; size_t n; } sk_chunk;
  * ignored, the write fails with EFBIG and is reported like any other error. */
 int sk_write_atomic_chunks(const char *path, const sk_chunk *chunks, size_t n_chunks);
 
+/* Remove "<path>.tmp.<pid>" files whose pid is not a running process (kill(pid, 0) gives
+ * ESRCH): what a writer killed mid-write leaves. sk_write_atomic_chunks calls it first.
+ * Returns the number of files removed; errors are ignored. */
+int sk_remove_stale_temps(const char *path);
+
 /* Read exactly n bytes at the current position of fd into buf; SK_EIO (message names
  * path and what) on a read error or early end of file. */
 int sk_read_full(int fd, const char *path, void *buf, size_t n, const char *what);

@@ -4,6 +4,7 @@
 #include "model.h"
 #include "ops.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,7 @@ int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) {
     kv->slot = malloc(sizeof(int) * m->L * m->Hkv);
     kv->k = calloc(m->L, sizeof(float *));
     kv->v = calloc(m->L, sizeof(float *));
+    if (!kv->n_store || !kv->slot || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
     for (int l = 0; l < m->L; l++) {
         /* only the KV heads some layer reads (with SLA, a borrowing layer's own skip heads
          * are read by nobody unless it lends them) */
@@ -41,6 +43,11 @@ int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) {
     }
     int ch = SK_DECODE_CHUNK, Ffc = m->gated ? 2 * m->F : m->F;
     size_t scratch = (size_t)ch * (5 * m->C + (size_t)m->H * m->hs + Ffc + m->F) + m->Vp;
+    char what[200];
+    snprintf(what, sizeof what, "the KV cache for %d positions (%zu bytes of K/V, %zu of scratch) with the model (%zu bytes)",
+             max_T, kv->floats * sizeof(float), scratch * sizeof(float), m->n_params * sizeof(float));
+    int rc = sk_mem_check((kv->floats + scratch + m->n_params) * sizeof(float), what);
+    if (rc) { sk_kvcache_free(kv); return rc; }
     kv->mem = malloc((kv->floats + scratch) * sizeof(float));
     if (!kv->mem || !kv->slot || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
     float *p = kv->mem;

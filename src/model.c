@@ -1,6 +1,7 @@
 /* The decoder-only transformer: GPT-2/nanoGPT and Llama/minimind families with
  * Skip-Layer Attention. The call sequence in forward() and backward() is the model. */
 #include "model.h"
+#include <errno.h>
 #include "ops.h"
 #include <math.h>
 #include <stdio.h>
@@ -129,21 +130,47 @@ static void init_weights(sk_model *m, uint64_t seed) {
     (void)c;
 }
 
+/* The memory limit: set by sk_set_memory_limit, else the environment variable
+ * SKIPLM_MEM_LIMIT (bytes, with an optional K/M/G/T suffix, powers of 1024), else the
+ * machine's physical memory. Every large allocation is checked against it up front, so a
+ * request that cannot fit is refused with its byte count instead of meeting the OOM killer. */
 static size_t g_mem_limit = 0;
 void sk_set_memory_limit(size_t bytes) { g_mem_limit = bytes; }
-static size_t mem_limit(void) {
+
+static size_t env_mem_limit(void) {
+    const char *e = getenv("SKIPLM_MEM_LIMIT");
+    if (!e || !*e) return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(e, &end);
+    double mult = 1;
+    switch (*end) {
+    case 'k': case 'K': mult = 1024.0; end++; break;
+    case 'm': case 'M': mult = 1048576.0; end++; break;
+    case 'g': case 'G': mult = 1073741824.0; end++; break;
+    case 't': case 'T': mult = 1099511627776.0; end++; break;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (errno || end == e || *end || !(v > 0) || v * mult >= 1.8e19) return 0;   /* ignored if malformed */
+    return (size_t)(v * mult);
+}
+
+size_t sk_memory_limit(void) {
     if (g_mem_limit) return g_mem_limit;
+    size_t env = env_mem_limit();
+    if (env) return env;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     return pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : (size_t)1 << 40;
 }
 
-static int check_alloc(size_t bytes, const char *what) {
-    size_t lim = mem_limit();
+int sk_mem_check(size_t bytes, const char *what) {
+    size_t lim = sk_memory_limit();
     if (bytes > lim)
         return sk_error(SK_ENOMEM, "%s needs %zu bytes (%.2f GiB) but the memory limit is %zu bytes (%.2f GiB)",
                         what, bytes, bytes / 1073741824.0, lim, lim / 1073741824.0);
     return SK_OK;
 }
+#define check_alloc sk_mem_check
 
 int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
     *out = NULL;
@@ -160,7 +187,13 @@ int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
     size_t s[P_COUNT];
     param_sizes(m, s);
     for (int i = 0; i < P_COUNT; i++) m->n_params += s[i];
-    if ((rc = check_alloc(m->n_params * sizeof(float), "the parameters"))) { free(m); return rc; }
+    /* the position table (sinusoidal or RoPE) is block_size rows: count it too */
+    size_t table = cfg.sinusoidal ? (size_t)cfg.block_size * m->C
+                 : cfg.family == SK_LLAMA ? (size_t)cfg.block_size * m->hs : 0;
+    char what[160];
+    snprintf(what, sizeof what, "the model's %zu parameters%s", m->n_params,
+             table ? " and its position table" : "");
+    if ((rc = check_alloc((m->n_params + table) * sizeof(float), what))) { free(m); return rc; }
     m->params = malloc(m->n_params * sizeof(float));
     if (!m->params) {
         rc = sk_error(SK_ENOMEM, "out of memory for %zu parameters", m->n_params);
@@ -169,16 +202,17 @@ int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
     }
     sk_params_views(m, m->params, &m->p);
     build_tensor_table(m);
-    if (cfg.sinusoidal) {
-        m->sinus = malloc((size_t)cfg.block_size * m->C * sizeof(float));
-        sk_sinusoidal_table(m->sinus, cfg.block_size, m->C);
-    } else if (cfg.family == SK_LLAMA) {
-        m->rope = malloc((size_t)cfg.block_size * m->hs * sizeof(float));
-        sk_rope_table(m->rope, cfg.block_size, m->hs, cfg.rope_theta);
-    }
+    if (cfg.sinusoidal) m->sinus = malloc(table * sizeof(float));
+    else if (cfg.family == SK_LLAMA) m->rope = malloc(table * sizeof(float));
     m->lend_index = malloc(sizeof(int) * m->L);
     m->runs = malloc(sizeof(sk_route) * m->L * m->H);
     m->n_runs = malloc(sizeof(int) * m->L);
+    if ((table && !m->sinus && !m->rope) || !m->lend_index || !m->runs || !m->n_runs) {
+        sk_model_free(m);
+        return sk_error(SK_ENOMEM, "out of memory for the model's tables");
+    }
+    if (m->sinus) sk_sinusoidal_table(m->sinus, cfg.block_size, m->C);
+    if (m->rope) sk_rope_table(m->rope, cfg.block_size, m->hs, cfg.rope_theta);
     for (int l = 0, k = 0; l < m->L; l++) {
         m->lend_index[l] = sk_sla_lends(&cfg, l) ? k++ : -1;
         m->n_runs[l] = sk_route_runs(&cfg, l, m->runs + (size_t)l * m->H);
@@ -276,9 +310,25 @@ int sk_model_reserve(sk_model *m, int B, int T, int with_grads) {
         return sk_error(SK_EINVAL, "sequence length T=%d exceeds block_size=%d", T, m->cfg.block_size);
     if (m->acts_mem && B == m->B && T == m->T && (m->acts_have_grads || !with_grads))
         return SK_OK;
+    /* Activations grow linearly with B: refuse a B whose byte count would overflow size_t
+     * before computing it (B * T * L * C can exceed 2^64 for absurd requests). */
+    size_t per_seq = acts_layout(m, 1, T, with_grads, NULL, &m->a) * sizeof(float);
+    if (per_seq && (size_t)B > (SIZE_MAX / 2) / per_seq)
+        return sk_error(SK_ENOMEM, "the activations for B=%d x T=%d need more than %zu bytes", B, T, SIZE_MAX / 2);
     size_t floats = acts_layout(m, B, T, with_grads, NULL, &m->a);
-    size_t need = floats * sizeof(float) + m->n_params * sizeof(float) * ((with_grads && !m->grads) ? 2 : 1);
-    int rc = check_alloc(need, "the activations for this batch");
+    size_t P = m->n_params * sizeof(float), A = floats * sizeof(float);
+    int rc;
+    char what[256];
+    if (with_grads) {
+        /* training: every training path (sk_trainer_new, bench) also holds AdamW's m and v,
+         * so the up-front number is the whole run's: parameters, gradients, m, v, activations */
+        snprintf(what, sizeof what, "training with B=%d, T=%d (parameters %zu + gradients %zu + AdamW m and v %zu + "
+                 "activations %zu bytes)", B, T, P, P, 2 * P, A);
+        rc = check_alloc(4 * P + A, what);
+    } else {
+        snprintf(what, sizeof what, "the forward pass with B=%d, T=%d (parameters %zu + activations %zu bytes)", B, T, P, A);
+        rc = check_alloc(P + A, what);
+    }
     if (rc) return rc;
     free(m->acts_mem);
     m->acts_mem = aligned_alloc(64, floats * sizeof(float));

@@ -191,7 +191,7 @@ int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
     size_t table = cfg.sinusoidal ? (size_t)cfg.block_size * m->C
                  : cfg.family == SK_LLAMA ? (size_t)cfg.block_size * m->hs : 0;
     char what[160];
-    snprintf(what, sizeof what, "the model's %zu parameters%s", m->n_params,
+    snprintf(what, sizeof what, "the model (%zu parameters%s)", m->n_params,
              table ? " and its position table" : "");
     if ((rc = check_alloc((m->n_params + table) * sizeof(float), what))) { free(m); return rc; }
     m->params = malloc(m->n_params * sizeof(float));

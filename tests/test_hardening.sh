@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Hardening of the command-line tool: bad option values, memory limits refused up front with
+# the byte count (SKIPLM_MEM_LIMIT) by train/eval/bench/sample, damaged files named in the
+# error, stale temp files of a killed writer removed by the next checkpoint write.
+set -u
+SK=${SKIPLM:-build/skiplm}
+PY=${PY:-/usr/bin/python3}
+export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive
+fails=0
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# expect_err NAME NEEDLE CMD...: CMD fails (status != 0, no crash signal) and stderr has NEEDLE
+expect_err() {
+    local name=$1 needle=$2; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -qF -- "$needle" "$tmp/err"; then pass "$name: $(head -c 200 "$tmp/err" | head -1)"
+    else fail "$name: status $rc, stderr: $(head -c 300 "$tmp/err")"; fi
+}
+"$PY" - "$tmp" <<'PYEOF'
+import sys, struct
+d = sys.argv[1]
+h = [0] * 256; h[0], h[1], h[2] = 20240520, 1, 4000
+open(d + "/t.bin", "wb").write(struct.pack("<256i", *h) + struct.pack("<4000H", *[(i * 5) % 8 for i in range(4000)]))
+PYEOF
+M="--vocab_size 8 --n_layer 1 --n_head 2 --n_embd 8 --block_size 64"
+T="$SK train --train $tmp/t.bin $M --eval-every 0"
+
+# --- option values
+expect_err "train --batch -3" "--batch must be >= 1" $T --batch -3 --out "$tmp/r"
+expect_err "train --seq non-numeric" "--seq: 'abc' is not a valid integer" $T --seq abc --out "$tmp/r"
+expect_err "train --steps huge" "is not a valid integer" $T --steps 99999999999 --out "$tmp/r"
+expect_err "train --lr nan" "--lr: 'nan' is not a valid number" $T --lr nan --out "$tmp/r"
+expect_err "train --dropout inf" "dropout = 'inf' is not a finite number" $T --dropout inf --out "$tmp/r"
+expect_err "train --seq > block_size" "64" $T --seq 65 --out "$tmp/r"
+[ ! -e "$tmp/r/ckpt.safetensors" ] && pass "no checkpoint written by refused runs" || fail "a refused run wrote a checkpoint"
+
+# --- memory limits, refused up front with the byte count
+$SK init "$tmp/m.st" $M >/dev/null 2>&1 || fail "init"
+expect_err "train over SKIPLM_MEM_LIMIT" "needs" env SKIPLM_MEM_LIMIT=64K $T --batch 8 --seq 64 --steps 2 --out "$tmp/r"
+grep -q "AdamW m and v" "$tmp/err" && grep -q "memory limit is 65536 bytes" "$tmp/err" &&
+    pass "train limit message lists the parts" || fail "train limit message: $(cat "$tmp/err")"
+expect_err "eval --dump-logits over the limit" "keeping all logits for --dump-logits" \
+    env SKIPLM_MEM_LIMIT=40K "$SK" eval "$tmp/m.st" "$tmp/t.bin" --dump-logits "$tmp/d.st"
+expect_err "eval activations over the limit" "needs" env SKIPLM_MEM_LIMIT=200K "$SK" eval "$tmp/m.st" "$tmp/t.bin" --batch 60
+expect_err "bench gpt2 with a huge batch" "needs" "$SK" bench --preset gpt2 --batch 100000 --steps 1 --gen 0
+expect_err "bench preset over the limit" "parameters) needs" env SKIPLM_MEM_LIMIT=100M "$SK" bench --preset gpt2-medium --steps 1
+printf '{"type": "char", "vocab": ["a", "b", "c", "d", "e", "f", "g", "h"]}' >"$tmp/vocab.json"
+expect_err "sample KV cache over the limit" "the KV cache for 64 positions" \
+    env SKIPLM_MEM_LIMIT=12K "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a
+env SKIPLM_MEM_LIMIT=1G "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a >/dev/null 2>&1 &&
+    pass "sample under the limit runs" || fail "sample under the limit"
+
+# --- damaged files named in the error
+head -c 3000 "$tmp/m.st" >"$tmp/torn.st"
+expect_err "eval on torn weights" "$tmp/torn.st" "$SK" eval "$tmp/torn.st" "$tmp/t.bin"
+head -c 2000 "$tmp/t.bin" >"$tmp/torn.bin"
+expect_err "eval on a torn shard" "$tmp/torn.bin: header says 4000 tokens but file holds 488" "$SK" eval "$tmp/m.st" "$tmp/torn.bin"
+printf '{"type": "char", "vocab": ["a", "b"' >"$tmp/bad.json"
+expect_err "sample with a torn vocabulary" "$tmp/bad.json: invalid JSON" "$SK" sample "$tmp/m.st" --tokenizer "$tmp/bad.json"
+
+# --- a temp file left by a killed writer is removed by the next checkpoint write
+$T --batch 4 --seq 16 --steps 2 --out "$tmp/s" >/dev/null 2>&1 || fail "short run"
+sh -c 'exit 0' & dead=$!; wait $dead
+echo partial >"$tmp/s/ckpt.safetensors.tmp.$dead"
+$T --batch 4 --seq 16 --steps 2 --out "$tmp/s" --overwrite >/dev/null 2>"$tmp/err" || fail "second run: $(tail -1 "$tmp/err")"
+[ ! -e "$tmp/s/ckpt.safetensors.tmp.$dead" ] && pass "stale ckpt.safetensors.tmp.$dead of a dead pid removed" ||
+    fail "stale temp file still there"
+exit $((fails > 0))

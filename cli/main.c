@@ -13,6 +13,7 @@ WEAK int cmd_train(int argc, char **argv);
 WEAK int cmd_sample(int argc, char **argv);
 WEAK int cmd_bench(int argc, char **argv);
 WEAK int cmd_plot(int argc, char **argv);
+WEAK int cmd_tokenizer(int argc, char **argv);
 
 static const command COMMANDS[] = {
     {"prepare", cmd_prepare, "tokenize a text file or folder into train/val token shards"},
@@ -23,6 +24,7 @@ static const command COMMANDS[] = {
     {"info", cmd_info, "describe a preset, a config or a weights file"},
     {"bench", cmd_bench, "measure training and generation speed"},
     {"plot", cmd_plot, "draw loss curves of one or more runs as SVG"},
+    {"tokenizer", cmd_tokenizer, "train a byte-level BPE vocabulary (tokenizer train)"},
 };
 
 int main(int argc, char **argv) {

@@ -51,6 +51,33 @@ int sk_tok_decode(const sk_tokenizer *tok, const int32_t *ids, size_t n, char **
  * Returns NULL (with an error message) for an id out of range. */
 const char *sk_tok_decode_one(const sk_tokenizer *tok, int32_t id, size_t *len);
 
+/* ------------------------------------------------------------- BPE training
+ *
+ * Byte-level BPE trainer (src/bpe_train.c, docs/tokenizer.md). Each text is split with the
+ * GPT-2 encoder's pre-tokenizer, so no merge crosses a pre-token (a space+word, a number, a
+ * punctuation run, whitespace) or a text boundary. Ids 0..255 are the bytes in GPT-2's order
+ * (display code point order, equal to GPT-2's own first 256 ids), merge i makes id 256 + i,
+ * then the specials in the given order, then "<|endoftext|>" as the last id. Each step merges
+ * the pair with the highest count (adjacent positions, weighted by word frequency); ties go to
+ * the lowest (first id, second id). Learning stops early when no pair is left. Writes
+ * out_dir/encoder.json and out_dir/vocab.bpe (GPT-2's layout, atomically; out_dir must
+ * exist), loadable with sk_tok_load_gpt2_dir. Refuses: no text, vocab_size below
+ * 256 + specials + 1, empty, duplicate or single-byte specials, a special equal to a learned
+ * token, and a corpus with nothing to merge. */
+typedef struct {
+    size_t bytes;          /* text bytes read */
+    size_t pretokens;      /* pre-tokens in the text */
+    size_t unique_words;   /* distinct pre-tokens */
+    int n_merges;          /* merges learned (fewer than asked if the pairs ran out) */
+    int vocab_size;        /* 256 + n_merges + specials */
+    int eot;               /* id of <|endoftext|> */
+    double seconds_count;  /* pre-tokenizing and counting */
+    double seconds_merge;  /* learning the merges */
+} sk_bpe_stats;
+
+int sk_bpe_train(const char *const *texts, const size_t *lens, int n_texts, int vocab_size,
+                 const char *const *specials, int n_specials, const char *out_dir, sk_bpe_stats *stats);
+
 /* ------------------------------------------------------------------ shards
  *
  * llm.c layout: 256 little-endian int32 header (magic 20240520, version 1, token count at

@@ -468,6 +468,12 @@ static size_t pretok_next(const uint8_t *s, size_t n, size_t i) {
     return last;                          /* \s+(?!\S) backs off one character */
 }
 
+/* Exposed for src/bpe_train.c (not in the public header), so the trainer splits text
+ * exactly as the encoder does: end of the pre-token starting at s[i], and GPT-2's display
+ * code point of each byte. */
+size_t sk_tok_pretok_next_(const uint8_t *s, size_t n, size_t i) { return pretok_next(s, n, i); }
+void sk_tok_byte_alphabet_(uint32_t enc[256]) { int16_t dec[324]; byte_alphabet(enc, dec); }
+
 static int out_push(int32_t **ids, size_t *n, size_t *cap, const int32_t *src, size_t k) {
     if (grow((void **)ids, cap, *n + k, sizeof **ids)) return 1;
     memcpy(*ids + *n, src, k * sizeof *src);

@@ -58,7 +58,7 @@ static int cmd_tokenizer_train(int argc, char **argv) {
     const char *special_help = NULL;   /* --special is collected below; listed here for --help */
     cli_opt opts[] = {
         {"vocab-size", 'i', &vocab, "total vocabulary: 256 bytes + merges + special tokens (e.g. 4096)"},
-        {"out", 's', &out, "output folder for encoder.json and vocab.bpe (created if missing)"},
+        {"out", 's', &out, "output folder for encoder.json and vocab.bpe (created with its parents)"},
         {"special", 's', &special_help, "a reserved special token; repeat for more (ids before <|endoftext|>)"},
         {0},
     };
@@ -112,7 +112,7 @@ static int cmd_tokenizer_train(int argc, char **argv) {
         total += len[i];
     }
     if (total == 0) { fprintf(stderr, "skiplm tokenizer train: %s: the training text is empty\n", input); goto done; }
-    if (mkdir(out, 0755) && errno != EEXIST) { fprintf(stderr, "skiplm tokenizer train: %s: %s\n", out, strerror(errno)); goto done; }
+    if (cli_mkdir_p(out)) { fprintf(stderr, "skiplm tokenizer train: %s: %s\n", out, strerror(errno)); goto done; }
 
     sk_bpe_stats s;
     if (sk_bpe_train((const char *const *)text, len, files.n, vocab, specials, n_specials, out, &s)) {

@@ -28,10 +28,11 @@ LDLIBS  += -fsanitize=address,undefined
 endif
 
 # MPI=1: the same sources built with Open MPI's compiler wrapper into build-mpi/
-# (run with mpirun -np N build-mpi/skiplm train ...; see docs/distributed.md).
+# (build-mpi-san/ with SAN=1; run with mpirun -np N build-mpi/skiplm train ...; see
+# docs/distributed.md).
 ifeq ($(MPI),1)
 CC      := mpicc
-BUILD   := build-mpi
+BUILD   := $(if $(filter 1,$(SAN)),build-mpi-san,build-mpi)
 CFLAGS  += -DSK_HAVE_MPI
 endif
 
@@ -75,7 +76,7 @@ test:
 	@BUILD=$(BUILD) bash tests/run_tests.sh
 
 clean:
-	rm -rf build build-san build-mpi build-fuzz
+	rm -rf build build-san build-mpi build-mpi-san build-fuzz
 
 .PHONY: all test clean
 

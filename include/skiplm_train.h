@@ -112,7 +112,9 @@ int sk_trainer_step_count(const sk_trainer *tr);
 int sk_trainer_skipped(const sk_trainer *tr);   /* steps whose update was skipped */
 
 /* One optimizer step: accum micro-steps of forward+backward (grad_scale 1/accum, dropout
- * seeded by (seed, step, micro-step): stateless, so a resumed run draws the same masks),
+ * seeded by (seed, step, micro-step): stateless, so a resumed run draws the same masks;
+ * with world_size > 1 the micro-step index is micro * world_size + rank, so the ranks
+ * draw different masks and a run with dropout equals a single-process one only in law),
  * hook, gradient norm, NaN guard, clipping, scheduled AdamW update.
  * A non-finite loss or gradient norm returns SK_ENUM with "step N: non-finite <what>"
  * and leaves the parameters untouched, unless cfg.skip_nonfinite (then info->skipped). */

@@ -267,7 +267,7 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
         float l = 0;
         rc = sk_loader_next_xy(tr->train, tr->x, tr->y);
         if (!rc) rc = sk_model_forward_backward(m, tr->x, tr->y, c->B, c->T, scale,
-                                                sk_dropout_seed(c->seed, tr->step, k), &l);
+                                                sk_dropout_seed(c->seed, tr->step, tr->world > 1 ? k * tr->world + tr->rank : k), &l);
         if (rc) {
             char pre[32];
             snprintf(pre, sizeof pre, "step %d: ", tr->step + 1);

@@ -445,7 +445,7 @@ static int train_main(int argc, char **argv, int *agreed) {
         double el = now_s() - t_start;
         int done_steps = tc.steps - start_step;
         fprintf(err, "skiplm train: done: %d steps in %.1f s (%.0f tokens/s), final loss %.4f",
-                done_steps, el, done_steps * (double)tc.accum * tc.B * tc.T / (el > 0 ? el : 1), last_loss);
+                done_steps, el, done_steps * (double)tc.accum * tc.B * tc.T * world / (el > 0 ? el : 1), last_loss);
         if (!isnan(last_val)) fprintf(err, ", val loss %.4f", last_val);
         if (sk_trainer_skipped(tr)) fprintf(err, ", %d steps skipped (non-finite)", sk_trainer_skipped(tr));
         fprintf(err, "\nskiplm train: peak RSS %.1f MiB per rank (max over %d rank%s)", mx[0], world, world > 1 ? "s" : "");

@@ -18,6 +18,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -281,7 +282,7 @@ static int load_encoder(sk_tokenizer **out, const char *path, const int16_t dec[
     for (int i = 0; i < V; i++) {
         const sk_json *v = &j.items[i];
         const char *key = j.keys[i]; size_t klen = j.key_lens[i];
-        if (v->type != SK_JSON_NUM || v->num != (double)(long long)v->num) {
+        if (v->type != SK_JSON_NUM || v->num != floor(v->num)) {
             rc = sk_error(SK_EFORMAT, "%s: entry %d (\"%s\"): id is not an integer", path, i,
                           show(key, klen, sh, sizeof sh));
             goto done;

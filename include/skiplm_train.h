@@ -183,9 +183,9 @@ int sk_dist_agree(int rc);
 int sk_dist_sum_f64(double *x, int n);
 int sk_dist_max_f64(double *x, int n);
 int sk_dist_mean_f32(float *x, size_t n);
-/* Reduce-scatter: rank r receives into out the mean over the ranks of x[starts[r] ..
- * starts[r+1]) (starts has size+1 entries; x itself is left as it was or clobbered). */
-int sk_dist_reduce_scatter_mean(const float *x, float *out, const size_t *starts);
+/* Reduce-scatter in place: afterwards x[starts[r] .. starts[r+1]) of rank r holds the mean
+ * over the ranks of that range; the rest of x is clobbered (starts has size+1 entries). */
+int sk_dist_reduce_scatter_mean(float *x, const size_t *starts);
 /* All-gather in place: rank r contributes x[starts[r] .. starts[r+1]). */
 int sk_dist_allgather_f32(float *x, const size_t *starts);
 /* Gather the shards (each rank's x_shard of starts[r+1]-starts[r] floats) into full on root. */

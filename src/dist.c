@@ -86,16 +86,6 @@ static int shard_counts(const size_t *starts, int *counts, int *displs) {
     return SK_OK;
 }
 
-/* Scratch of at least n floats (one per process, grown as needed). */
-static float *scratch(size_t n) {
-    static float *buf; static size_t cap;
-    if (n > cap) {
-        float *b = realloc(buf, n * sizeof *b);
-        if (!b) return NULL;
-        buf = b; cap = n;
-    }
-    return buf ? buf : (buf = malloc(sizeof *buf));
-}
 #endif
 
 int sk_dist_agree(int rc) {
@@ -142,19 +132,21 @@ int sk_dist_max_f64(double *x, int n) {
     return SK_OK;
 }
 
-int sk_dist_reduce_scatter_mean(const float *x, float *out, const size_t *starts) {
+int sk_dist_reduce_scatter_mean(float *x, const size_t *starts) {
 #ifdef SK_HAVE_MPI
     if (g_size > 1) {
         int counts[g_size], displs[g_size];
         int rc = shard_counts(starts, counts, displs);
         if (rc) return rc;
-        TIMED(MPI_Reduce_scatter(x, out, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+        /* in place: MPI leaves this rank's block at the start of x; move it to its range */
+        TIMED(MPI_Reduce_scatter(MPI_IN_PLACE, x, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+        float *mine = x + starts[g_rank];
+        if (starts[g_rank]) memmove(mine, x, (size_t)counts[g_rank] * sizeof *x);
         const float inv = 1.0f / (float)g_size;
-        for (int i = 0; i < counts[g_rank]; i++) out[i] *= inv;
-        return SK_OK;
+        for (int i = 0; i < counts[g_rank]; i++) mine[i] *= inv;
     }
 #endif
-    memmove(out, x + starts[0], (starts[1] - starts[0]) * sizeof *out);
+    (void)x; (void)starts;
     return SK_OK;
 }
 
@@ -191,12 +183,8 @@ int sk_dist_mean_f32(float *x, size_t n) {
     if (g_size > 1) {
         size_t starts[g_size + 1];
         for (int r = 0; r <= g_size; r++) starts[r] = n / g_size * r + ((size_t)r < n % g_size ? (size_t)r : n % g_size);
-        float *tmp = scratch(starts[g_rank + 1] - starts[g_rank]);
-        if (!tmp) return sk_error(SK_ENOMEM, "out of memory for the gradient reduction");
-        int rc = sk_dist_reduce_scatter_mean(x, tmp, starts);
-        if (rc) return rc;
-        memcpy(x + starts[g_rank], tmp, (starts[g_rank + 1] - starts[g_rank]) * sizeof *x);
-        return sk_dist_allgather_f32(x, starts);
+        int rc = sk_dist_reduce_scatter_mean(x, starts);
+        return rc ? rc : sk_dist_allgather_f32(x, starts);
     }
 #endif
     (void)x; (void)n;

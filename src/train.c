@@ -33,7 +33,6 @@ struct sk_trainer {
     size_t *starts;            /* (world+1) shard boundaries in the parameter buffer */
     int s_lo, s_hi;
     sk_span *lspans;           /* spans [s_lo, s_hi) with offsets relative to starts[rank] */
-    float *gsh;                /* this rank's reduced gradient shard */
     double *span_sq, *my_sq;   /* squared norm per span: all of them / this rank's */
     int *sq_counts, *sq_displs;
 };
@@ -151,7 +150,7 @@ uint64_t sk_dropout_seed(uint64_t seed, long step, int micro) {
 void sk_trainer_free(sk_trainer *tr) {
     if (!tr) return;
     free(tr->spans); free(tr->mom); free(tr->vel); free(tr->x); free(tr->y);
-    free(tr->starts); free(tr->lspans); free(tr->gsh); free(tr->span_sq); free(tr->my_sq);
+    free(tr->starts); free(tr->lspans); free(tr->span_sq); free(tr->my_sq);
     free(tr->sq_counts); free(tr->sq_displs);
     free(tr);
 }
@@ -184,11 +183,10 @@ static int zero_setup(sk_trainer *tr) {
     tr->s_lo = lo[tr->rank]; tr->s_hi = lo[tr->rank + 1];
     free(lo);
     int nl = tr->s_hi - tr->s_lo;
-    size_t base = tr->starts[tr->rank], n_loc = tr->starts[tr->rank + 1] - base;
+    size_t base = tr->starts[tr->rank];
     tr->lspans = malloc((size_t)(nl ? nl : 1) * sizeof *tr->lspans);
     tr->my_sq = malloc((size_t)(nl ? nl : 1) * sizeof *tr->my_sq);
-    tr->gsh = malloc((n_loc ? n_loc : 1) * sizeof *tr->gsh);
-    if (!tr->lspans || !tr->my_sq || !tr->gsh) return sk_error(SK_ENOMEM, "out of memory");
+    if (!tr->lspans || !tr->my_sq) return sk_error(SK_ENOMEM, "out of memory");
     for (int k = 0; k < nl; k++) {
         tr->lspans[k] = tr->spans[tr->s_lo + k];
         tr->lspans[k].offset -= base;
@@ -294,8 +292,9 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
         loss = (float)(loss_sum / ((double)c->accum * W));
     }
     if (W > 1 && zero) {
-        if ((rc = sk_dist_reduce_scatter_mean(g, tr->gsh, tr->starts))) return rc;
-        pg = tr->gsh; us = tr->lspans; nus = tr->s_hi - tr->s_lo;
+        /* in place: only this rank's range of g holds the mean afterwards */
+        if ((rc = sk_dist_reduce_scatter_mean(g, tr->starts))) return rc;
+        pg = g + tr->starts[tr->rank]; us = tr->lspans; nus = tr->s_hi - tr->s_lo;
         /* the norm as sk_grad_norm computes it: one double per span, added in span order */
         for (int k = 0; k < nus; k++) {
             const float *gs = pg + us[k].offset;

@@ -37,8 +37,17 @@ CFLAGS  += -DSK_HAVE_MPI
 endif
 
 ifeq ($(BLAS),openblas)
+# Prefer Debian's OpenBLAS built on OpenMP: its GEMMs then run on skiplm's own OpenMP
+# thread pool. With the pthread build, OpenBLAS's threads and OpenMP's (spinning after each
+# parallel region) compete for the cores: training steps measured 1.5-2.5x slower on 2 cores.
+OPENBLAS_OMP := $(firstword $(wildcard /usr/lib/*-linux-gnu/openblas-openmp))
+ifneq ($(OPENBLAS_OMP),)
+BLAS_CFLAGS := -I$(subst /usr/lib/,/usr/include/,$(OPENBLAS_OMP))
+BLAS_LIBS   := -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP) -lopenblas
+else
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+endif
 CFLAGS  += -DSK_HAVE_BLAS $(BLAS_CFLAGS)
 LDLIBS  += $(BLAS_LIBS)
 endif

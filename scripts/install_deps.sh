@@ -7,8 +7,9 @@ set -euo pipefail
 need=()
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v make >/dev/null 2>&1 || need+=(make)
-[ -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || [ -f /usr/include/aarch64-linux-gnu/openblas-pthread/cblas.h ] ||
-    pkg-config --exists openblas 2>/dev/null || need+=(libopenblas-dev pkg-config)
+# OpenBLAS built on OpenMP (one thread pool with skiplm's OpenMP: see the Makefile)
+ls /usr/include/*-linux-gnu/openblas-openmp/cblas.h >/dev/null 2>&1 || need+=(libopenblas-openmp-dev)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || need+=(python3-torch python3-numpy)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)

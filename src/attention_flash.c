@@ -13,6 +13,7 @@
  */
 #include "skiplm.h"
 #include "attention_internal.h"
+#include "vmath.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,27 +28,7 @@
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 
-/* exp(x) for x <= ~88, branch-free so that loops over it vectorise (Cephes expf
- * polynomial, within 2 ulp of expf); x < -87.3 (including -inf) gives exactly 0, and NaN
- * stays NaN (the clamp sends it to -87.3 first so that the int conversion below is
- * defined: a NaN score from overflowing activations must not be undefined behaviour). */
-static inline float sk_fexp(float x) {
-    float xc = x >= -87.3f ? (x > 88.0f ? 88.0f : x) : -87.3f;
-    float fn = floorf(xc * 1.44269504088896341f + 0.5f);
-    float r = fmaf(fn, -0.693359375f, xc);
-    r = fmaf(fn, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    float y = fmaf(p * r, r, r) + 1.0f;
-    int32_t bits = ((int32_t)fn + 127) << 23;
-    float sc;
-    memcpy(&sc, &bits, sizeof sc);
-    return x < -87.3f ? 0.0f : (x == x ? y * sc : x);
-}
+/* sk_fexp (vectorisable expf) is in src/vmath.h. */
 
 /* C (M x N, ldc) = or += A (M x K, lda) * Bm (K x N, ldb). Register-blocked 4 rows x NC
  * columns; the sum over k is always in increasing order. */

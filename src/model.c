@@ -3,6 +3,7 @@
 #include "model.h"
 #include <errno.h>
 #include "ops.h"
+#include "vmath.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -489,12 +490,12 @@ static int classifier(sk_model *m, const int32_t *targets, int N, float *loss, f
                 float mx = -INFINITY;
                 for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
                 float sum = 0.0f;
-                for (int v = 0; v < V; v++) sum += expf(z[v] - mx);
+                for (int v = 0; v < V; v++) sum += sk_fexp(z[v] - mx);
                 float lse = mx + logf(sum);
                 a->losses[r0 + r] = tgt >= 0 ? lse - z[tgt] : 0.0f;
                 if (dlnf) {
                     float s = tgt >= 0 ? row_scale : 0.0f;
-                    for (int v = 0; v < V; v++) z[v] = s * expf(z[v] - lse);
+                    for (int v = 0; v < V; v++) z[v] = s * sk_fexp(z[v] - lse);
                     if (tgt >= 0) z[tgt] -= s;
                     for (int v = V; v < Vp; v++) z[v] = 0.0f;
                 }

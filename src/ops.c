@@ -2,6 +2,7 @@
  * Reductions over rows run column-parallel with rows in a fixed order, so every result
  * is independent of the thread count. */
 #include "ops.h"
+#include "vmath.h"
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -155,13 +156,13 @@ void sk_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx) {
         #pragma omp parallel for simd schedule(static) if(SK_PAR((n) * 1))
         for (size_t i = 0; i < n; i++) {
             float x = inp[i];
-            out[i] = 0.5f * x * (1.0f + tanhf(SK_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
+            out[i] = 0.5f * x * (1.0f + sk_ftanh(SK_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
         }
     } else {
         #pragma omp parallel for simd schedule(static) if(SK_PAR((n) * 1))
         for (size_t i = 0; i < n; i++) {
             float x = inp[i];
-            out[i] = 0.5f * x * (1.0f + erff(x * SK_INV_SQRT2));
+            out[i] = 0.5f * x * (1.0f + sk_ferf(x * SK_INV_SQRT2));
         }
     }
 }
@@ -172,7 +173,7 @@ void sk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
         for (size_t i = 0; i < n; i++) {
             float x = inp[i];
             float u = SK_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);
-            float t = tanhf(u);
+            float t = sk_ftanh(u);
             float du = SK_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
             float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
             dinp[i] = g * dout[i];
@@ -181,7 +182,7 @@ void sk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
         #pragma omp parallel for simd schedule(static) if(SK_PAR((n) * 1))
         for (size_t i = 0; i < n; i++) {
             float x = inp[i];
-            float g = 0.5f * (1.0f + erff(x * SK_INV_SQRT2)) + x * SK_INV_SQRT_2PI * expf(-0.5f * x * x);
+            float g = 0.5f * (1.0f + sk_ferf(x * SK_INV_SQRT2)) + x * SK_INV_SQRT_2PI * sk_fexp(-0.5f * x * x);
             dinp[i] = g * dout[i];
         }
     }
@@ -349,7 +350,7 @@ void sk_swiglu_forward(float *out, const float *h, int N, int F) {
     for (int n = 0; n < N; n++) {
         const float *a = h + (size_t)n * 2 * F, *b = a + F;
         float *o = out + (size_t)n * F;
-        for (int f = 0; f < F; f++) o[f] = a[f] / (1.0f + expf(-a[f])) * b[f];
+        for (int f = 0; f < F; f++) o[f] = a[f] / (1.0f + sk_fexp(-a[f])) * b[f];
     }
 }
 
@@ -359,7 +360,7 @@ void sk_swiglu_backward(float *dh, const float *h, const float *dout, int N, int
         const float *a = h + (size_t)n * 2 * F, *b = a + F, *dy = dout + (size_t)n * F;
         float *da = dh + (size_t)n * 2 * F, *db = da + F;
         for (int f = 0; f < F; f++) {
-            float sg = 1.0f / (1.0f + expf(-a[f]));
+            float sg = 1.0f / (1.0f + sk_fexp(-a[f]));
             float silu = a[f] * sg;
             da[f] = dy[f] * b[f] * sg * (1.0f + a[f] * (1.0f - sg));
             db[f] = dy[f] * silu;

@@ -5,6 +5,7 @@
 #include "test.h"
 #include "skiplm.h"
 #include "ops.h"
+#include "vmath.h"
 #include <omp.h>
 #include <unistd.h>
 
@@ -62,6 +63,24 @@ static void f_rope(float *out, const float *in, void *c_) {
     sk_rope(out, c->aux, 1, c->T, c->H * c->hs, 0, c->H, c->hs, 3, 0);
 }
 static void f_embed(float *out, const float *wte, void *c_) { ctx_t *c = c_; sk_embed_forward(out, c->tok, wte, c->aux, 1, c->T, c->C); }
+
+/* the vectorised float math against libm (double) */
+static void vmath_checks(void) {
+    double we = 0, wf = 0, wt = 0;
+    for (float x = -87.3f; x < 88.0f; x += 0.001237f) {
+        double e = exp((double)x), rel = fabs(sk_fexp(x) - e) / e;
+        if (rel > we) we = rel;
+    }
+    for (float x = -6.0f; x < 6.0f; x += 0.0001f) {
+        wf = fmax(wf, fabs(sk_ferf(x) - erf((double)x)));
+        wt = fmax(wt, fabs(sk_ftanh(x) - tanh((double)x)));
+    }
+    CHECK(we < 2.5e-7, "sk_fexp within 2 ulp of exp on [-87.3, 88] (max rel %.2e)", we);
+    CHECK(sk_fexp(-100.0f) == 0.0f && isnan(sk_fexp(NAN)) && isinf(sk_fexp(INFINITY)) == 0 && sk_fexp(-INFINITY) == 0.0f,
+          "sk_fexp: 0 below -87.3 and at -inf, NaN stays NaN, +inf clamps");
+    CHECK(wf < 6e-7, "sk_ferf within 6e-7 of erf (max abs %.2e)", wf);
+    CHECK(wt < 2e-7, "sk_ftanh within 2e-7 of tanh (max abs %.2e)", wt);
+}
 
 static void op_checks(void) {
     unsigned long long s = 11;
@@ -383,6 +402,7 @@ static void determinism_checks(void) {
 }
 
 int main(void) {
+    vmath_checks();
     op_checks();
     sk_config c;
     sk_config_default(&c);

@@ -95,6 +95,12 @@ const sk_tensor *sk_model_tensor(const sk_model *m, const char *name);
  * if the request exceeds the memory limit (sk_memory_limit); with_grads counts the whole
  * training footprint: parameters, gradients, AdamW m and v, activations. */
 int sk_model_reserve(sk_model *m, int B, int T, int with_grads);
+/* Activation recomputation (checkpointing per layer): 1 keeps only each layer's output (and
+ * the qkv of layers whose K/V are borrowed) and re-runs each layer's forward inside the
+ * backward pass: about a third more compute, activation memory per token ~ (L + 30) * C
+ * floats instead of ~ 17 * L * C. 0 never; -1 (default) only when training would not fit
+ * the memory limit otherwise. Results are bit-identical either way. */
+void sk_model_set_recompute(sk_model *m, int mode);
 /* Bytes of activations per token for training (forward saved + backward scratch). */
 size_t sk_model_activation_bytes(const sk_model *m, int B, int T, int with_grads);
 /* Memory limit for up-front refusals: sk_set_memory_limit(bytes) (0 = unset), else the

@@ -218,7 +218,27 @@ int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
         m->lend_index[l] = sk_sla_lends(&cfg, l) ? k++ : -1;
         m->n_runs[l] = sk_route_runs(&cfg, l, m->runs + (size_t)l * m->H);
     }
+    /* qkv columns worth computing: all of q, and the K/V of KV heads some layer reads (with
+     * SLA, a borrowing layer that lends nothing never uses its own skip-head K/V) */
+    m->qkv_cols = malloc(sizeof(int) * m->L * (1 + 2 * m->Hkv) * 2);
+    m->n_qkv_cols = malloc(sizeof(int) * m->L);
+    for (int l = 0; l < m->L; l++) {
+        int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2, n = 0, hs = m->hs;
+        r[0] = 0; r[1] = m->H * hs; n = 1;
+        for (int kv = 0; kv < 2; kv++)
+            for (int j = 0; j < m->Hkv;) {
+                if (!sk_kv_read(&cfg, l, j, 0)) { j++; continue; }
+                int e = j + 1;
+                while (e < m->Hkv && sk_kv_read(&cfg, l, e, 0)) e++;
+                int c0 = (m->H + kv * m->Hkv + j) * hs, w = (e - j) * hs;
+                if (r[2 * (n - 1)] + r[2 * (n - 1) + 1] == c0) r[2 * (n - 1) + 1] += w;   /* merge adjacent */
+                else { r[2 * n] = c0; r[2 * n + 1] = w; n++; }
+                j = e;
+            }
+        m->n_qkv_cols[l] = n;
+    }
     init_weights(m, seed);
+    m->recompute = -1;
     *out = m;
     return SK_OK;
 }
@@ -227,6 +247,7 @@ void sk_model_free(sk_model *m) {
     if (!m) return;
     free(m->params); free(m->grads); free(m->tensors); free(m->acts_mem);
     free(m->lend_index); free(m->rope); free(m->sinus); free(m->runs); free(m->n_runs);
+    free(m->qkv_cols); free(m->n_qkv_cols);
     free(m);
 }
 
@@ -266,22 +287,24 @@ static int classifier_chunk(const sk_model *m, int N) {
 }
 
 /* Lays out (or just counts, when base == NULL) the activations for (B, T). */
-static size_t acts_layout(const sk_model *m, int B, int T, int grads, float *base, sk_acts *a) {
-    size_t BT = (size_t)B * T, L = m->L, C = m->C, F = m->F;
+static size_t acts_layout(const sk_model *m, int B, int T, int grads, int recompute, float *base, sk_acts *a) {
+    size_t BT = (size_t)B * T, C = m->C, F = m->F;
     size_t Ffc = m->gated ? 2 * F : F;
     int gpt = m->cfg.family == SK_GPT2;
+    size_t L = recompute ? 1 : (size_t)m->L;                     /* per-layer workspaces */
+    size_t Lq = recompute ? (size_t)n_lenders(m) + 1 : (size_t)m->L;   /* qkv slots */
     size_t sizes[32]; float **ptrs[32]; int n = 0;
 #define A(ptr, size) do { ptrs[n] = &a->ptr; sizes[n++] = (size); } while (0)
     A(encoded, BT * C);
     A(ln1, L * BT * C); A(ln1_mean, gpt ? L * BT : 0); A(ln1_rstd, L * BT);
-    A(qkv, L * BT * m->QKV);
+    A(qkv, Lq * BT * m->QKV);
     A(atty, L * BT * C);
     A(lse, L * BT * m->H);
     A(res2, L * BT * C);
     A(ln2, L * BT * C); A(ln2_mean, gpt ? L * BT : 0); A(ln2_rstd, L * BT);
     A(fch, L * BT * Ffc);
     A(fch_act, L * BT * F);
-    A(res3, L * BT * C);
+    A(res3, (size_t)m->L * BT * C);
     A(lnf, BT * C); A(lnf_mean, gpt ? BT : 0); A(lnf_rstd, BT);
     A(logits, (size_t)classifier_chunk(m, (int)BT) * m->Vp);
     A(losses, BT);
@@ -302,7 +325,40 @@ static size_t acts_layout(const sk_model *m, int B, int T, int grads, float *bas
 
 size_t sk_model_activation_bytes(const sk_model *m, int B, int T, int with_grads) {
     sk_acts a;
-    return acts_layout(m, B, T, with_grads, NULL, &a) * sizeof(float);
+    return acts_layout(m, B, T, with_grads, m->recompute == 1, NULL, &a) * sizeof(float);
+}
+
+void sk_model_set_recompute(sk_model *m, int mode) {
+    m->recompute = mode < 0 ? -1 : mode > 0;
+    free(m->acts_mem);
+    m->acts_mem = NULL;     /* the next call plans the activations again */
+}
+
+/* The views of layer l's activations (the shared workspace when recomputing). */
+static size_t qkv_slot(const sk_model *m, int l) {
+    if (!m->recompute_on) return (size_t)l;
+    return m->lend_index[l] >= 0 ? (size_t)m->lend_index[l] : (size_t)n_lenders(m);
+}
+static float *qkv_of(const sk_model *m, int l) {
+    return m->a.qkv + qkv_slot(m, l) * (size_t)m->B * m->T * m->QKV;
+}
+static void layer_acts(const sk_model *m, int l, sk_layer_acts *la) {
+    const sk_acts *a = &m->a;
+    size_t BT = (size_t)m->B * m->T, C = m->C, F = m->F, Ffc = m->gated ? 2 * F : F;
+    size_t w = m->recompute_on ? 0 : (size_t)l;
+    la->ln1 = a->ln1 + w * BT * C;
+    la->ln1_mean = a->ln1_mean ? a->ln1_mean + w * BT : NULL;
+    la->ln1_rstd = a->ln1_rstd + w * BT;
+    la->qkv = qkv_of(m, l);
+    la->atty = a->atty + w * BT * C;
+    la->lse = a->lse + w * BT * m->H;
+    la->res2 = a->res2 + w * BT * C;
+    la->ln2 = a->ln2 + w * BT * C;
+    la->ln2_mean = a->ln2_mean ? a->ln2_mean + w * BT : NULL;
+    la->ln2_rstd = a->ln2_rstd + w * BT;
+    la->fch = a->fch + w * BT * Ffc;
+    la->fch_act = a->fch_act + w * BT * F;
+    la->res3 = a->res3 + (size_t)l * BT * C;
 }
 
 int sk_model_reserve(sk_model *m, int B, int T, int with_grads) {
@@ -311,12 +367,19 @@ int sk_model_reserve(sk_model *m, int B, int T, int with_grads) {
         return sk_error(SK_EINVAL, "sequence length T=%d exceeds block_size=%d", T, m->cfg.block_size);
     if (m->acts_mem && B == m->B && T == m->T && (m->acts_have_grads || !with_grads))
         return SK_OK;
+    m->B = B; m->T = T;      /* qkv_of() and layer_acts() index with these */
     /* Activations grow linearly with B: refuse a B whose byte count would overflow size_t
      * before computing it (B * T * L * C can exceed 2^64 for absurd requests). */
-    size_t per_seq = acts_layout(m, 1, T, with_grads, NULL, &m->a) * sizeof(float);
+    size_t per_seq = acts_layout(m, 1, T, with_grads, m->recompute == 1, NULL, &m->a) * sizeof(float);
     if (per_seq && (size_t)B > (SIZE_MAX / 2) / per_seq)
         return sk_error(SK_ENOMEM, "the activations for B=%d x T=%d need more than %zu bytes", B, T, SIZE_MAX / 2);
-    size_t floats = acts_layout(m, B, T, with_grads, NULL, &m->a);
+    /* recompute: on when asked; in auto mode, only for training that would not fit otherwise */
+    int rec = m->recompute == 1;
+    if (m->recompute == -1 && with_grads) {
+        size_t full = acts_layout(m, B, T, 1, 0, NULL, &m->a) * sizeof(float);
+        rec = sk_mem_check(4 * m->n_params * sizeof(float) + full, "probe") != SK_OK;
+    }
+    size_t floats = acts_layout(m, B, T, with_grads, rec, NULL, &m->a);
     size_t P = m->n_params * sizeof(float), A = floats * sizeof(float);
     int rc;
     char what[256];
@@ -334,8 +397,9 @@ int sk_model_reserve(sk_model *m, int B, int T, int with_grads) {
     free(m->acts_mem);
     m->acts_mem = aligned_alloc(64, floats * sizeof(float));
     if (!m->acts_mem) return sk_error(SK_ENOMEM, "out of memory for %zu bytes of activations", floats * sizeof(float));
-    acts_layout(m, B, T, with_grads, m->acts_mem, &m->a);
+    acts_layout(m, B, T, with_grads, rec, m->acts_mem, &m->a);
     m->acts_floats = floats;
+    m->recompute_on = rec;
     m->B = B; m->T = T; m->acts_have_grads = with_grads;
     m->chunk = classifier_chunk(m, B * T);
     if (with_grads && !m->grads) {
@@ -354,30 +418,27 @@ int sk_model_reserve(sk_model *m, int B, int T, int with_grads) {
 enum { DROP_ATTN_W = 0, DROP_ATTN_OUT = 1, DROP_MLP_OUT = 2 };
 static uint64_t drop_stream(int layer, int site) { return (uint64_t)layer * 4 + site + 1; }
 
-static size_t off_l(const sk_model *m, int l, size_t per) { (void)m; return (size_t)l * per; }
 
 /* The attention calls of layer l, one per run of heads with the same K/V source: with paper
  * SLA, own heads [0, split) on the layer's own K/V and the borrowed heads [split, H) on the
  * K/V of layer l - n_skip_layer. Views into the qkv buffers, no copies. */
 static void attn_desc(const sk_model *m, sk_attn *a, int l, int part, int B, int T,
-                      float dropout, uint64_t seed, int training) {
+                      float dropout, uint64_t seed, int training, const sk_layer_acts *la) {
     const sk_route *r = &m->runs[(size_t)l * m->H + part];
     int group = m->H / m->Hkv, hs = m->hs;
     int h0 = r->h0, nh = r->nh, src = r->src;
-    size_t BT = (size_t)B * T;
-    const float *qkv_q = m->a.qkv + off_l(m, l, BT * m->QKV);
-    const float *qkv_kv = m->a.qkv + off_l(m, src, BT * m->QKV);
+    const float *qkv_kv = src == l ? la->qkv : qkv_of(m, src);
     memset(a, 0, sizeof *a);
     a->B = B; a->H = nh; a->Hkv = nh / group; a->Lq = T; a->Lk = T; a->D = hs;
     long row = m->QKV;
-    a->q = qkv_q + (size_t)h0 * hs;                                 a->q_sb = T * row; a->q_sh = hs; a->q_st = row;
+    a->q = la->qkv + (size_t)h0 * hs;                               a->q_sb = T * row; a->q_sh = hs; a->q_st = row;
     a->k = qkv_kv + (size_t)m->H * hs + (size_t)(h0 / group) * hs;  a->k_sb = T * row; a->k_sh = hs; a->k_st = row;
     a->v = a->k + (size_t)m->Hkv * hs;                              a->v_sb = T * row; a->v_sh = hs; a->v_st = row;
-    a->out = m->a.atty + off_l(m, l, BT * m->C) + (size_t)h0 * hs;  a->o_sb = (long)T * m->C; a->o_sh = hs; a->o_st = m->C;
+    a->out = la->atty + (size_t)h0 * hs;                            a->o_sb = (long)T * m->C; a->o_sh = hs; a->o_st = m->C;
     a->is_causal = 1;
     a->dropout_p = dropout; a->training = training;
     a->seed = sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) | ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
-    a->lse = m->a.lse + off_l(m, l, BT * m->H) + (size_t)B * h0 * T;
+    a->lse = la->lse + (size_t)B * h0 * T;
 }
 
 static int check_tokens(const sk_model *m, const int32_t *inputs, const int32_t *targets, size_t n) {
@@ -416,51 +477,98 @@ static void sk_mlp_act_backward(const sk_model *m, float *dh, const float *h, co
     else sk_gelu_backward(dh, h, dact, n, m->cfg.gelu == SK_GELU_TANH);
 }
 
+/* qkv (N, QKV) = ln1 @ Wqkv^T + b, computing only the columns some layer reads (the rest
+ * of the row is left as it is: nobody reads it). */
+static void qkv_forward(const sk_model *m, int l, float *qkv, const float *ln1, int N) {
+    const float *w = m->p.qkvw + (size_t)l * m->QKV * m->C, *b = m->p.qkvb ? m->p.qkvb + (size_t)l * m->QKV : NULL;
+    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
+    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
+    if (n == 1 && r[1] == QKV) { sk_linear_forward(qkv, ln1, w, b, N, C, QKV); return; }
+    for (int i = 0; i < n; i++) {
+        int c0 = r[2 * i], cw = r[2 * i + 1];
+        if (b)
+            for (int t = 0; t < N; t++) memcpy(qkv + (size_t)t * QKV + c0, b + c0, sizeof(float) * cw);
+        sk_gemm(0, 1, N, cw, C, 1.0f, ln1, C, w + (size_t)c0 * C, C, b ? 1.0f : 0.0f, qkv + c0, QKV);
+    }
+}
+
+/* Backward of qkv_forward: dln1 (N, C) = dqkv @ W (overwritten), dW and db accumulated, over
+ * the computed columns only (the others have zero gradient). */
+static void qkv_backward(sk_model *m, int l, float *dln1, const float *dqkv, const float *ln1, int N) {
+    size_t off = (size_t)l * m->QKV * m->C;
+    const float *w = m->p.qkvw + off;
+    float *dw = m->g.qkvw + off, *db = m->g.qkvb ? m->g.qkvb + (size_t)l * m->QKV : NULL;
+    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
+    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
+    if (n == 1 && r[1] == QKV) { sk_linear_backward(dln1, dw, db, dqkv, ln1, w, N, C, QKV); return; }
+    for (int i = 0; i < n; i++) {
+        int c0 = r[2 * i], cw = r[2 * i + 1];
+        sk_gemm(0, 0, N, C, cw, 1.0f, dqkv + c0, QKV, w + (size_t)c0 * C, C, i ? 1.0f : 0.0f, dln1, C);
+        sk_gemm(1, 0, cw, C, N, 1.0f, dqkv + c0, QKV, ln1, C, 1.0f, dw + (size_t)c0 * C, C);
+        if (db) {
+            /* column sums of the strided block, rows in order (thread-count independent) */
+            for (int t = 0; t < N; t++) {
+                const float *row = dqkv + (size_t)t * QKV + c0;
+                for (int c = 0; c < cw; c++) db[c0 + c] += row[c];
+            }
+        }
+    }
+}
+
+/* One block: x -> la->res3, saving what the backward pass needs in la. */
+static int layer_forward(sk_model *m, int l, const float *x, const sk_layer_acts *la, int B, int T,
+                         int training, uint64_t seed) {
+    const sk_config *c = &m->cfg;
+    const sk_params *p = &m->p;
+    int C = m->C, F = m->F, N = B * T;
+    int Ffc = m->gated ? 2 * F : F;
+    size_t BT = (size_t)N;
+    float drop = training ? c->dropout : 0.0f;
+    TIMED(norm, norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x,
+                             p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, N));
+    TIMED(matmul, qkv_forward(m, l, la->qkv, la->ln1, N));
+    if (m->rope) TIMED(elementwise, sk_rope(la->qkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
+    for (int part = 0; part < m->n_runs[l]; part++) {
+        sk_attn d;
+        attn_desc(m, &d, l, part, B, T, drop, seed, training, la);
+        int rc;
+        TIMED(attention, rc = sk_attn_forward(&d));
+        if (rc) return rc;
+    }
+    TIMED(matmul, sk_linear_forward(la->res2, la->atty, p->attprojw + (size_t)l * C * C,
+                                    p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, C));
+    sk_dropout(la->res2, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT));
+    TIMED(elementwise, sk_add_inplace(la->res2, x, BT * C));
+    TIMED(norm, norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2,
+                             p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, N));
+    TIMED(matmul, sk_linear_forward(la->fch, la->ln2, p->fcw + (size_t)l * Ffc * C,
+                                    p->fcb ? p->fcb + (size_t)l * F : NULL, N, C, Ffc));
+    TIMED(elementwise, sk_mlp_act_forward(m, la->fch_act, la->fch, N));
+    TIMED(matmul, sk_linear_forward(la->res3, la->fch_act, p->fcprojw + (size_t)l * C * F,
+                                    p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, C));
+    sk_dropout(la->res3, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT));
+    TIMED(elementwise, sk_add_inplace(la->res3, la->res2, BT * C));
+    return SK_OK;
+}
+
 /* Runs the blocks and the final norm; the classifier is done by the callers. */
 static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int training, uint64_t seed) {
     const sk_config *c = &m->cfg;
     const sk_params *p = &m->p;
     sk_acts *a = &m->a;
-    int L = m->L, C = m->C, F = m->F, N = B * T, gpt = c->family == SK_GPT2;
-    int Ffc = m->gated ? 2 * F : F;
+    int L = m->L, C = m->C, N = B * T;
     size_t BT = (size_t)N;
     float drop = training ? c->dropout : 0.0f;
 
     TIMED(elementwise, sk_embed_forward(a->encoded, inputs, p->wte, p->wpe ? p->wpe : m->sinus, B, T, C));
     sk_dropout(a->encoded, BT * C, drop, seed, drop_stream(L, 0));
     for (int l = 0; l < L; l++) {
-        const float *x = l == 0 ? a->encoded : a->res3 + off_l(m, l - 1, BT * C);
-        float *ln1 = a->ln1 + off_l(m, l, BT * C), *qkv = a->qkv + off_l(m, l, BT * m->QKV);
-        float *atty = a->atty + off_l(m, l, BT * C), *res2 = a->res2 + off_l(m, l, BT * C);
-        float *ln2 = a->ln2 + off_l(m, l, BT * C), *fch = a->fch + off_l(m, l, BT * Ffc);
-        float *fch_act = a->fch_act + off_l(m, l, BT * F), *res3 = a->res3 + off_l(m, l, BT * C);
-        TIMED(norm, norm_forward(m, ln1, gpt ? a->ln1_mean + off_l(m, l, BT) : NULL, a->ln1_rstd + off_l(m, l, BT), x,
-                                 p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, N));
-        TIMED(matmul, sk_linear_forward(qkv, ln1, p->qkvw + l * sz_layer_qkv(m),
-                                        p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL, N, C, m->QKV));
-        if (m->rope) TIMED(elementwise, sk_rope(qkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
-        for (int part = 0; part < m->n_runs[l]; part++) {
-            sk_attn d;
-            attn_desc(m, &d, l, part, B, T, drop, seed, training);
-            int rc;
-            TIMED(attention, rc = sk_attn_forward(&d));
-            if (rc) return rc;
-        }
-        TIMED(matmul, sk_linear_forward(res2, atty, p->attprojw + (size_t)l * C * C,
-                                        p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, C));
-        sk_dropout(res2, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT));
-        TIMED(elementwise, sk_add_inplace(res2, x, BT * C));
-        TIMED(norm, norm_forward(m, ln2, gpt ? a->ln2_mean + off_l(m, l, BT) : NULL, a->ln2_rstd + off_l(m, l, BT), res2,
-                                 p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, N));
-        TIMED(matmul, sk_linear_forward(fch, ln2, p->fcw + (size_t)l * Ffc * C,
-                                        p->fcb ? p->fcb + (size_t)l * F : NULL, N, C, Ffc));
-        TIMED(elementwise, sk_mlp_act_forward(m, fch_act, fch, N));
-        TIMED(matmul, sk_linear_forward(res3, fch_act, p->fcprojw + (size_t)l * C * F,
-                                        p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, C));
-        sk_dropout(res3, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT));
-        TIMED(elementwise, sk_add_inplace(res3, res2, BT * C));
+        sk_layer_acts la;
+        layer_acts(m, l, &la);
+        int rc = layer_forward(m, l, l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C, &la, B, T, training, seed);
+        if (rc) return rc;
     }
-    TIMED(norm, norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3 + off_l(m, L - 1, BT * C),
+    TIMED(norm, norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3 + (size_t)(L - 1) * BT * C,
                              p->lnfw, p->lnfb, N));
     return SK_OK;
 }
@@ -536,21 +644,27 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
     const sk_params *p = &m->p;
     sk_params *g = &m->g;
     sk_acts *a = &m->a;
-    int L = m->L, C = m->C, F = m->F, N = B * T, gpt = c->family == SK_GPT2;
+    int L = m->L, C = m->C, F = m->F, N = B * T;
     int Ffc = m->gated ? 2 * F : F;
     size_t BT = (size_t)N;
     float drop = c->dropout;
 
     /* a->dbtc holds dlnf from the classifier */
     memset(a->dres, 0, BT * C * sizeof(float));
-    TIMED(norm, norm_backward(m, a->dres, g->lnfw, g->lnfb, a->dbtc, a->res3 + off_l(m, L - 1, BT * C),
+    TIMED(norm, norm_backward(m, a->dres, g->lnfw, g->lnfb, a->dbtc, a->res3 + (size_t)(L - 1) * BT * C,
                               p->lnfw, a->lnf_mean, a->lnf_rstd, N));
     if (a->dqkv_lend) memset(a->dqkv_lend, 0, (size_t)n_lenders(m) * BT * m->QKV * sizeof(float));
     for (int l = L - 1; l >= 0; l--) {
-        const float *x = l == 0 ? a->encoded : a->res3 + off_l(m, l - 1, BT * C);
-        const float *ln1 = a->ln1 + off_l(m, l, BT * C), *atty = a->atty + off_l(m, l, BT * C);
-        const float *res2 = a->res2 + off_l(m, l, BT * C), *ln2 = a->ln2 + off_l(m, l, BT * C);
-        const float *fch = a->fch + off_l(m, l, BT * Ffc), *fch_act = a->fch_act + off_l(m, l, BT * F);
+        const float *x = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C;
+        sk_layer_acts la;
+        layer_acts(m, l, &la);
+        if (m->recompute_on) {
+            /* refill the workspace with this layer's forward (bit-identical: same inputs, same
+             * dropout streams); its output lands in res3[l], which holds the same values */
+            int rc = layer_forward(m, l, x, &la, B, T, 1, seed);
+            if (rc) return rc;
+        }
+        const float *ln1 = la.ln1, *atty = la.atty, *res2 = la.res2, *ln2 = la.ln2, *fch = la.fch, *fch_act = la.fch_act;
         /* MLP: res3 = res2 + drop(fcproj(act(fc(norm2(res2))))) */
         memcpy(a->dbtc, a->dres, BT * C * sizeof(float));
         sk_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT));
@@ -561,8 +675,7 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
         TIMED(matmul, sk_linear_backward(a->dbtc2, g->fcw + (size_t)l * Ffc * C, g->fcb ? g->fcb + (size_t)l * F : NULL,
                                          a->dfch, ln2, p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
         TIMED(norm, norm_backward(m, a->dres, g->ln2w + (size_t)l * C, g->ln2b ? g->ln2b + (size_t)l * C : NULL,
-                                  a->dbtc2, res2, p->ln2w + (size_t)l * C,
-                                  gpt ? a->ln2_mean + off_l(m, l, BT) : NULL, a->ln2_rstd + off_l(m, l, BT), N));
+                                  a->dbtc2, res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
         /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))) */
         memcpy(a->dbtc, a->dres, BT * C * sizeof(float));
         sk_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT));
@@ -573,24 +686,23 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
         if (m->lend_index[l] < 0) memset(dqkv, 0, BT * m->QKV * sizeof(float));
         for (int part = 0; part < m->n_runs[l]; part++) {
             sk_attn d;
-            attn_desc(m, &d, l, part, B, T, drop, seed, 1);
+            attn_desc(m, &d, l, part, B, T, drop, seed, 1, &la);
             int src = m->runs[(size_t)l * m->H + part].src;
             float *dsrc = dqkv_of(m, src, BT);
+            const float *qkv_src = src == l ? la.qkv : qkv_of(m, src);
             /* dq/dk/dv share the strides of q/k/v; translate the pointers into the gradient buffers */
-            float *dq = dqkv + (d.q - (a->qkv + off_l(m, l, BT * m->QKV)));
-            float *dk = dsrc + (d.k - (a->qkv + off_l(m, src, BT * m->QKV)));
-            float *dv = dsrc + (d.v - (a->qkv + off_l(m, src, BT * m->QKV)));
-            const float *dout = a->dbtc2 + (d.out - (a->atty + off_l(m, l, BT * C)));
+            float *dq = dqkv + (d.q - la.qkv);
+            float *dk = dsrc + (d.k - qkv_src);
+            float *dv = dsrc + (d.v - qkv_src);
+            const float *dout = a->dbtc2 + (d.out - la.atty);
             int rc;
             TIMED(attention, rc = sk_attn_backward(&d, dout, dq, dk, dv));
             if (rc) return rc;
         }
         if (m->rope) TIMED(elementwise, sk_rope(dqkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 1));
-        TIMED(matmul, sk_linear_backward(a->dbtc, g->qkvw + l * sz_layer_qkv(m), g->qkvb ? g->qkvb + (size_t)l * m->QKV : NULL,
-                                         dqkv, ln1, p->qkvw + l * sz_layer_qkv(m), N, C, m->QKV));
+        TIMED(matmul, qkv_backward(m, l, a->dbtc, dqkv, ln1, N));
         TIMED(norm, norm_backward(m, a->dres, g->ln1w + (size_t)l * C, g->ln1b ? g->ln1b + (size_t)l * C : NULL,
-                                  a->dbtc, x, p->ln1w + (size_t)l * C,
-                                  gpt ? a->ln1_mean + off_l(m, l, BT) : NULL, a->ln1_rstd + off_l(m, l, BT), N));
+                                  a->dbtc, x, p->ln1w + (size_t)l * C, la.ln1_mean, la.ln1_rstd, N));
     }
     sk_dropout(a->dres, BT * C, drop, seed, drop_stream(L, 0));
     TIMED(elementwise, sk_embed_backward(g->wte, g->wpe, a->dres, inputs, B, T, C));

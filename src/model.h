@@ -19,6 +19,10 @@ typedef struct {
     float *lnfw, *lnfb;          /* (C) */
 } sk_params;
 
+/* With recompute on, the per-layer activations marked (L, ...) below exist once (a
+ * workspace that the backward pass refills layer by layer by re-running its forward), and
+ * qkv is kept only for lending layers (+1 workspace slot): memory per token no longer
+ * grows with 16C per layer but with C (the layer outputs res3) per layer. */
 typedef struct {
     float *encoded;                       /* (B, T, C) */
     float *ln1, *ln1_mean, *ln1_rstd;     /* (L, B, T, C), (L, B, T) x2 */
@@ -54,11 +58,22 @@ struct sk_model {
     int *lend_index;                      /* layer -> index into dqkv_lend, or -1 */
     sk_route *runs;                       /* (L, H): each layer's attention calls (sk_route_runs) */
     int *n_runs;                          /* (L) */
+    int *qkv_cols;                        /* (L, 1 + 2*Hkv, 2): column ranges (start, width) of the
+                                             qkv projection that some layer reads */
+    int *n_qkv_cols;                      /* (L) */
     float *rope;                          /* (block_size, hs/2, 2) cos/sin for Llama, or NULL */
     float *sinus;                         /* (block_size, C) fixed positions, or NULL */
     int gated;                            /* SwiGLU: fc holds [w1; w3] (2F rows) */
     sk_phase_times times;
+    int recompute;                        /* -1 auto (on only if needed to fit), 0 off, 1 on */
+    int recompute_on;                     /* the mode of the current activation plan */
 };
+
+/* One layer's activation views (see sk_acts). */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean, *ln2_rstd,
+          *fch, *fch_act, *res3;
+} sk_layer_acts;
 
 /* act (N, F) = the MLP activation of h (N, F or 2F), for the model's kind. */
 void sk_mlp_act_forward(const sk_model *m, float *act, const float *h, int N);

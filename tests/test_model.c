@@ -379,6 +379,36 @@ static void determinism_checks(void) {
     double gd = max_abs_diff(g1, g2, np);
     CHECK(fabs(l1 - l2) <= 1e-6 * fabs(l1) && gd <= 1e-5 * fmax(1.0, max_abs(g1, np)),
           "1 thread vs %d: loss diff %.1e, gradient max diff %.1e (float reassociation only)", nthr, fabs(l1 - l2), gd);
+    /* activation recomputation: bit-identical loss and gradients, less memory */
+    size_t full_bytes = sk_model_activation_bytes(m, B, T, 1);
+    sk_model_set_recompute(m, 1);
+    size_t rec_bytes = sk_model_activation_bytes(m, B, T, 1);
+    sk_model_zero_grad(m);
+    sk_model_forward_backward(m, in, tg, B, T, 1.0f, 77, &l2);
+    CHECK(l2 == l1 && memcmp(g1, sk_model_grads(m), np * sizeof(float)) == 0,
+          "recompute (SLA + dropout): bit-identical loss and gradients");
+    CHECK(rec_bytes < full_bytes, "recompute: activations %zu bytes vs %zu without", rec_bytes, full_bytes);
+    {
+        sk_config g2; sk_config_preset(&g2, "gpt2"); sk_config_sla_default(&g2);
+        sk_model *mg;
+        if (sk_model_new(&mg, &g2, 1) == 0) {
+            size_t fb = sk_model_activation_bytes(mg, 1, 1024, 1);
+            sk_model_set_recompute(mg, 1);
+            size_t rb = sk_model_activation_bytes(mg, 1, 1024, 1);
+            CHECK(rb * 2 < fb, "gpt2 124M SLA, T=1024: %zu bytes/token with recompute vs %zu without", rb / 1024, fb / 1024);
+            sk_model_free(mg);
+        }
+    }
+    sk_model_set_recompute(m, 0);
+    /* auto: recompute switches on when training would not fit the limit otherwise */
+    sk_model_set_recompute(m, -1);
+    sk_set_memory_limit(4 * np * sizeof(float) + (full_bytes + rec_bytes) / 2);
+    sk_model_zero_grad(m);
+    int rc_auto = sk_model_forward_backward(m, in, tg, B, T, 1.0f, 77, &l2);
+    CHECK(rc_auto == 0 && l2 == l1 && memcmp(g1, sk_model_grads(m), np * sizeof(float)) == 0,
+          "auto recompute under a tight memory limit trains, bit-identically (rc %d)", rc_auto);
+    sk_set_memory_limit(0);
+    sk_model_set_recompute(m, 0);
     /* accumulation: two calls without zeroing = 2x one call */
     sk_model_zero_grad(m);
     sk_model_forward_backward(m, in, tg, B, T, 0.5f, 77, &l2);

@@ -441,6 +441,10 @@ static int train_main(int argc, char **argv, int *agreed) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         double mx[2] = {ru.ru_maxrss / 1024.0, sk_dist_comm_seconds()};
+        double rss[64];
+        int cnt[64], dsp[64], nr = world < 64 ? world : 0;   /* per-rank list for up to 64 ranks */
+        for (int i = 0; i < nr; i++) { cnt[i] = 1; dsp[i] = i; }
+        if (nr) sk_dist_allgather_f64(&mx[0], rss, cnt, dsp);
         sk_dist_max_f64(mx, 2);
         double el = now_s() - t_start;
         int done_steps = tc.steps - start_step;
@@ -448,7 +452,12 @@ static int train_main(int argc, char **argv, int *agreed) {
                 done_steps, el, done_steps * (double)tc.accum * tc.B * tc.T * world / (el > 0 ? el : 1), last_loss);
         if (!isnan(last_val)) fprintf(err, ", val loss %.4f", last_val);
         if (sk_trainer_skipped(tr)) fprintf(err, ", %d steps skipped (non-finite)", sk_trainer_skipped(tr));
-        fprintf(err, "\nskiplm train: peak RSS %.1f MiB per rank (max over %d rank%s)", mx[0], world, world > 1 ? "s" : "");
+        fprintf(err, "\nskiplm train: peak RSS %.1f MiB per rank (max over %d rank%s", mx[0], world, world > 1 ? "s" : "");
+        if (world > 1 && nr) {
+            fprintf(err, ":");
+            for (int i = 0; i < nr; i++) fprintf(err, " %.1f", rss[i]);
+        }
+        fprintf(err, ")");
         if (world > 1) fprintf(err, ", time in MPI collectives %.2f s (max over ranks, %.1f%%)", mx[1], 100 * mx[1] / (el > 0 ? el : 1));
         fprintf(err, "\nskiplm train: checkpoint %s, log %s\n", ckp, logp);
     }

@@ -45,11 +45,13 @@ static double sgemm_rate(int M, int N, int K) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0;
+    int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1;
     cli_opt opts[] = {
         {"batch", 'i', &B, "sequences per step (4)"},
         {"seq", 'i', &T, "sequence length (block_size)"},
-        {"steps", 'i', &steps, "timed training steps after one warm-up step (5)"},
+        {"steps", 'i', &steps, "timed training steps (5)"},
+        {"warmup", 'i', &warmup, "untimed steps first (1)"},
+        {"recompute", 'i', &recompute, "activation recomputation: 1 on, 0 off, -1 only if needed to fit (-1)"},
         {"gen", 'i', &gen, "tokens to generate for the generation benchmark (256)"},
         {"no-train", 'b', &no_train, "skip the training benchmark"},
         {"no-gen", 'b', &no_gen, "skip the generation benchmark"},
@@ -63,13 +65,14 @@ int cmd_bench(int argc, char **argv) {
     if (cfg.vocab_size == 0) cfg.vocab_size = 50257;
     if (sk_config_check(&cfg)) return cli_fail("bench");
     if (T <= 0) T = cfg.block_size;
-    if (B < 1 || steps < 1 || gen < 0 || T > cfg.block_size) { fprintf(stderr, "skiplm bench: bad --batch/--seq/--steps/--gen\n"); return 2; }
+    if (B < 1 || steps < 1 || gen < 0 || warmup < 0 || T > cfg.block_size) { fprintf(stderr, "skiplm bench: bad --batch/--seq/--steps/--gen\n"); return 2; }
     char desc[256];
     sk_config_describe(&cfg, desc, sizeof desc);
     printf("bench: %s\nthreads: %d OpenMP\n", desc, omp_get_max_threads());
 
     sk_model *m;
     if (sk_model_new(&m, &cfg, 1)) return cli_fail("bench");
+    sk_model_set_recompute(m, recompute);
     int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
     double n_matmul = 0;      /* parameters that take part in matmuls (wte as the classifier) */
     for (int i = 0; i < nt; i++) if (ts[i].ndim == 2 && !strstr(ts[i].name, "wpe")) n_matmul += ts[i].numel;
@@ -95,7 +98,7 @@ int cmd_bench(int argc, char **argv) {
         sk_adamw_default(&ac);
         double *times = malloc(sizeof(double) * steps), t_opt = 0;
         sk_phase_times ph;
-        for (int s = 0; s <= steps; s++) {
+        for (int s = 1 - warmup; s <= steps; s++) {
             if (s == 1) { sk_model_phase_times(m, &ph, 1); t_opt = 0; }
             double t0 = sk_now();
             float loss;
@@ -105,7 +108,7 @@ int cmd_bench(int argc, char **argv) {
             float *g = sk_model_grads(m);
             double norm = sk_grad_norm(g, spans, ns);
             sk_clip_grads(g, spans, ns, norm, 1.0f);
-            sk_adamw_step(sk_model_params(m), g, mom, vel, spans, ns, &ac, 1e-4, s + 1);
+            sk_adamw_step(sk_model_params(m), g, mom, vel, spans, ns, &ac, 1e-4, s + warmup);
             double t2 = sk_now();
             if (s > 0) { times[s - 1] = t2 - t0; t_opt += t2 - t1; }
         }
@@ -120,7 +123,8 @@ int cmd_bench(int argc, char **argv) {
         printf("  per step: matmul %.1f ms, attention %.1f ms, norms %.1f ms, elementwise %.1f ms, classifier+loss %.1f ms, adamw %.1f ms (other %.1f ms)\n",
                ph.matmul / steps * 1e3, ph.attention / steps * 1e3, ph.norm / steps * 1e3, ph.elementwise / steps * 1e3,
                ph.classifier / steps * 1e3, t_opt / steps * 1e3, (med * steps - tot) / steps * 1e3);
-        printf("  activations %.1f MiB (%zu bytes/token), peak RSS %.1f MiB\n",
+        printf("  recompute %s; activations %.1f MiB (%zu bytes/token), peak RSS %.1f MiB\n",
+               recompute == 1 ? "on" : recompute == 0 ? "off" : "auto",
                sk_model_activation_bytes(m, B, T, 1) / 1048576.0, sk_model_activation_bytes(m, B, T, 1) / (size_t)N, peak_rss_mib());
         free(x); free(y); free(spans); free(mom); free(vel); free(times);
     }

@@ -63,10 +63,10 @@ TEST_BIN += $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
 
 all: $(BUILD)/libskiplm.a $(BUILD)/skiplm $(TEST_BIN)
 
-$(BUILD)/src/%.o: src/%.c include/skiplm.h $(wildcard src/*.h)
+$(BUILD)/src/%.o: src/%.c $(wildcard include/*.h src/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(BUILD)/cli/%.o: cli/%.c include/skiplm.h $(wildcard src/*.h cli/*.h)
+$(BUILD)/cli/%.o: cli/%.c $(wildcard include/*.h src/*.h cli/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 $(BUILD)/libskiplm.a: $(LIB_OBJ)

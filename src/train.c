@@ -353,7 +353,7 @@ int sk_trainer_eval(sk_trainer *tr, float *val_loss) {
     int rc = sk_loader_set_pos(tr->val, &pos);
     double sum = 0;
     for (uint64_t i = 0; !rc && i < nb; i++) {
-        float l;
+        float l = 0.0f;
         rc = sk_loader_next_xy(tr->val, tr->x, tr->y);
         if (!rc) rc = sk_model_forward(tr->m, tr->x, tr->y, c->B, c->T, &l, NULL);
         sum += l;

@@ -105,7 +105,7 @@ static int train_main(int argc, char **argv, int *agreed) {
     const char *resume = NULL, *init = NULL;
     int steps = UNSET_I, B = UNSET_I, T = UNSET_I, tps = UNSET_I, accum = UNSET_I, warmup = UNSET_I,
         decay = UNSET_I, eval_every = UNSET_I, eval_batches = UNSET_I, ckpt_every = UNSET_I,
-        shuffle = UNSET_I, skip_nonfinite = 0, print_every = 10, overwrite = 0, zero = 0;
+        shuffle = UNSET_I, skip_nonfinite = 0, print_every = 10, overwrite = 0, zero = 0, recompute = -1;
     float lr = NAN, min_lr = NAN, wd = NAN, b1 = NAN, b2 = NAN, eps = NAN, clip = NAN;
     uint64_t seed = UNSET_U;
     cli_opt opts[] = {
@@ -138,6 +138,7 @@ static int train_main(int argc, char **argv, int *agreed) {
         {"shuffle", 'i', &shuffle, "1: seeded shuffled windows, 0: sequential windows (1)"},
         {"skip-nonfinite", 'b', &skip_nonfinite, "skip the update of a step whose loss or gradient is not finite"},
         {"print-every", 'i', &print_every, "progress line every N steps when stderr is not a terminal (10)"},
+        {"recompute", 'i', &recompute, "activation recomputation per layer: 1 on (less memory, ~1/3 more compute), 0 off, -1 only if needed to fit (-1)"},
         {"zero", 'i', &zero, "under mpirun: 1 = shard the AdamW state over the ranks (ZeRO stage 1), 0 = replicate it (0)"},
         {0},
     };
@@ -196,6 +197,7 @@ static int train_main(int argc, char **argv, int *agreed) {
     if (seed != UNSET_U) tc.seed = seed;
     if (skip_nonfinite) tc.skip_nonfinite = 1;
     if (zero != 0 && zero != 1) FAIL("--zero must be 0 or 1 (got %d)", zero);
+    if (recompute < -1 || recompute > 1) FAIL("--recompute must be -1, 0 or 1 (got %d)", recompute);
     tc.zero = zero;
     tc.world_size = world;
     /* resuming on another number of ranks: the same global batch, split over these ranks */
@@ -322,6 +324,7 @@ static int train_main(int argc, char **argv, int *agreed) {
 
     /* ---- model, trainer, resume */
     if (!m && sk_model_new(&m, &cfg, tc.seed)) FAIL_LIB();
+    sk_model_set_recompute(m, recompute);
     if (sk_trainer_new(&tr, m, &tc, Ltr, Lval)) FAIL_LIB();
     fail_at fault = {-1, -1, tr};
     const char *fa = getenv("SKIPLM_TEST_FAIL_AT");

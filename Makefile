@@ -1,5 +1,5 @@
 # skiplm build. `make` builds the library and the CLI, `make test` runs the suite.
-# Options: make SAN=1 (ASan+UBSan build in build-san/), make BLAS=openblas|none,
+# Options: make SAN=1 (ASan+UBSan build in build-san/), make BLAS=openblas|none, BLAS_PKG=<pkg-config name>,
 # make MPI=1 (data-parallel training over MPI: mpicc, -DSK_HAVE_MPI, in build-mpi/).
 # make fuzz: libFuzzer harnesses (clang, build-fuzz/), each run FUZZ_SECONDS (scripts/fuzz.sh).
 CC      ?= cc
@@ -34,6 +34,13 @@ ifeq ($(MPI),1)
 CC      := mpicc
 BUILD   := $(if $(filter 1,$(SAN)),build-mpi-san,build-mpi)
 CFLAGS  += -DSK_HAVE_MPI
+endif
+
+# Another CBLAS through pkg-config: make BLAS_PKG=blis (or flexiblas, blas-netlib, ...)
+ifneq ($(BLAS_PKG),)
+BLAS    := pkg
+CFLAGS  += -DSK_HAVE_BLAS $(shell pkg-config --cflags $(BLAS_PKG))
+LDLIBS  += $(shell pkg-config --libs $(BLAS_PKG))
 endif
 
 ifeq ($(BLAS),openblas)

@@ -17,9 +17,10 @@ declare -A maxlen=([json]=4096 [safetensors]=4096 [shard]=4096 [tok_char]=4096 [
                    [config]=1024 [model]=16384)
 mkdir -p build-fuzz/crashes
 status=0
+ok=0 bad=0
 for n in "${names[@]}"; do
     bin=build-fuzz/fuzz/fuzz_$n
-    [ -x "$bin" ] || { echo "fuzz: no harness $bin"; status=1; continue; }
+    [ -x "$bin" ] || { echo "fuzz: no harness $bin"; status=1; bad=$((bad + 1)); continue; }
     work=build-fuzz/corpus/$n
     mkdir -p "$work"
     log=build-fuzz/fuzz_$n.log
@@ -29,10 +30,13 @@ for n in "${names[@]}"; do
         runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
         cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
         echo "fuzz $n: ok, $runs inputs in ${secs}s, $cov"
+        ok=$((ok + 1))
     else
         status=1
+        bad=$((bad + 1))
         echo "fuzz $n: FINDING (log $log)"
         grep -E 'ERROR|SUMMARY|runtime error|Test unit written|==[0-9]+==' "$log" | head -20
     fi
 done
+echo "fuzz: $ok passed, $bad failed"
 exit $status

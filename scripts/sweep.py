@@ -10,9 +10,10 @@ right measure of seed-to-seed noise for an ablation.
     python3 scripts/sweep.py --grid layers --data data/sotu-char --out runs/sweep-layers
     python3 scripts/sweep.py --grid quick --data DIR --out DIR          # tiny, for CI
 
-Writes OUT/results.csv, OUT/results.md and OUT/curves.svg (seed 0 of every variant).
-Runs that already finished (OUT/<variant>/s<seed>/ckpt.safetensors with the final step)
-are reused, so an interrupted sweep continues where it stopped.
+Writes OUT/results-GRID.csv, OUT/results-GRID.md and OUT/curves-GRID.svg (seed 0 of every
+variant). Runs that already finished (OUT/<variant>/s<seed>/ckpt.safetensors with the final
+step) are reused, so an interrupted sweep continues where it stopped, and grids that share
+variants (the baseline, nl9-nh6) run them once when given the same OUT and settings.
 """
 import argparse
 import csv
@@ -157,17 +158,17 @@ def main():
                               speed_change_pct=f"{speed:.2f}",
                               per_seed=" ".join(f"{v:.6f}" for v in vals)))
     md += ["", "Δ > 2σ: the mean paired difference exceeds twice its standard error over seeds.", ""]
-    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
+    with open(os.path.join(args.out, f"results-{args.grid}.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(lines_csv[0]))
         w.writeheader()
         w.writerows(lines_csv)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
+    with open(os.path.join(args.out, f"results-{args.grid}.md"), "w") as f:
         f.write("\n".join(md))
     runs = [os.path.join(args.out, v, "s0") for v, _ in variants]
-    subprocess.run([args.skiplm, "plot", *runs, "-o", os.path.join(args.out, "curves.svg"),
+    subprocess.run([args.skiplm, "plot", *runs, "-o", os.path.join(args.out, f"curves-{args.grid}.svg"),
                     "--title", f"skiplm sweep: {args.grid}"], check=True, stdout=subprocess.DEVNULL)
     print("\n".join(md))
-    print(f"sweep: wrote {args.out}/results.md, results.csv, curves.svg")
+    print(f"sweep: wrote {args.out}/results-{args.grid}.md, results-{args.grid}.csv, curves-{args.grid}.svg")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 int cli_fail(const char *cmd) {
@@ -141,6 +142,52 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *synopsis, cons
     }
     if (n_pos) *n_pos = np;
     return 0;
+}
+
+static void docs_push(cli_docs *l, const char *s) {
+    if (l->n == l->cap) { l->cap = l->cap ? 2 * l->cap : 64; l->v = realloc(l->v, sizeof(char *) * l->cap); }
+    l->v[l->n++] = strdup(s);
+}
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+static void list_files(const char *dir, cli_docs *out, int txt_only) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st)) continue;
+        if (S_ISDIR(st.st_mode)) list_files(path, out, txt_only);
+        else if (S_ISREG(st.st_mode) && (!txt_only || ends_with(e->d_name, ".txt"))) docs_push(out, path);
+    }
+    closedir(d);
+}
+
+int cli_list_docs(const char *input, int is_default, cli_docs *docs) {
+    memset(docs, 0, sizeof *docs);
+    struct stat st;
+    if (stat(input, &st))
+        return sk_error(SK_EIO, "%s: %s%s", input, strerror(errno),
+                        is_default ? " (the default corpus: run scripts/setup.sh first)" : "");
+    if (S_ISDIR(st.st_mode)) {
+        list_files(input, docs, 1);
+        if (docs->n == 0) list_files(input, docs, 0);
+        qsort(docs->v, docs->n, sizeof(char *), cmp_str);
+    } else docs_push(docs, input);
+    if (docs->n == 0) return sk_error(SK_EINVAL, "%s holds no files", input);
+    return SK_OK;
+}
+
+void cli_docs_free(cli_docs *docs) {
+    for (int i = 0; i < docs->n; i++) free(docs->v[i]);
+    free(docs->v);
+    memset(docs, 0, sizeof *docs);
 }
 
 int cli_mkdir_p(const char *dir) {

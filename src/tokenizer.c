@@ -144,16 +144,6 @@ struct sk_tokenizer {
     int32_t ascii_id[128];
 };
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return 1;
-    *p = q; *cap = c;
-    return 0;
-}
-
 static sk_tokenizer *tok_new(int kind, int vocab_size) {
     sk_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return NULL;
@@ -165,7 +155,7 @@ static sk_tokenizer *tok_new(int kind, int vocab_size) {
 }
 
 static int pool_set(sk_tokenizer *t, int id, const void *bytes, size_t n) {
-    if (grow((void **)&t->pool, &t->pool_cap, t->pool_len + n + 1, 1)) return 1;
+    if (sk_grow((void **)&t->pool, &t->pool_cap, t->pool_len + n + 1, 1)) return 1;
     memcpy(t->pool + t->pool_len, bytes, n);
     t->pool[t->pool_len + n] = 0;
     t->off[id] = (uint32_t)t->pool_len; t->len[id] = (uint32_t)n;
@@ -476,7 +466,7 @@ size_t sk_tok_pretok_next_(const uint8_t *s, size_t n, size_t i) { return pretok
 void sk_tok_byte_alphabet_(uint32_t enc[256]) { int16_t dec[324]; byte_alphabet(enc, dec); }
 
 static int out_push(int32_t **ids, size_t *n, size_t *cap, const int32_t *src, size_t k) {
-    if (grow((void **)ids, cap, *n + k, sizeof **ids)) return 1;
+    if (sk_grow((void **)ids, cap, *n + k, sizeof **ids)) return 1;
     memcpy(*ids + *n, src, k * sizeof *src);
     *n += k;
     return 0;
@@ -526,8 +516,8 @@ static size_t cache_find(const sk_tokenizer *t, const uint8_t *w, size_t len, ui
 
 static int cache_add(sk_tokenizer *t, size_t slot, const uint8_t *w, size_t len, uint64_t h,
                      const int32_t *ids, size_t k) {
-    if (grow((void **)&t->cache_bytes, &t->cb_cap, t->cb_len + len, 1)) return 1;
-    if (grow((void **)&t->cache_ids, &t->ci_cap, t->ci_len + k, sizeof *t->cache_ids)) return 1;
+    if (sk_grow((void **)&t->cache_bytes, &t->cb_cap, t->cb_len + len, 1)) return 1;
+    if (sk_grow((void **)&t->cache_ids, &t->ci_cap, t->ci_len + k, sizeof *t->cache_ids)) return 1;
     memcpy(t->cache_bytes + t->cb_len, w, len);
     memcpy(t->cache_ids + t->ci_len, ids, k * sizeof *ids);
     cache_slot *c = &t->cache[slot];
@@ -586,7 +576,7 @@ static int gpt2_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **id
             if (cache_add(t, ins, w, len, h, stack_syms, k)) goto oom;
             continue;
         }
-        if (grow((void **)&heap, &heap_cap, 2 * len, sizeof *heap)) goto oom;
+        if (sk_grow((void **)&heap, &heap_cap, 2 * len, sizeof *heap)) goto oom;
         size_t k = bpe_word(t, w, len, heap, heap + len);
         if (out_push(ids, cnt, cap, heap, k)) goto oom;
     }
@@ -661,13 +651,13 @@ int sk_tok_save_char(const sk_tokenizer *t, const char *path) {
     if (!t || t->kind != KIND_CHAR) return sk_error(SK_EINVAL, "%s: only a char tokenizer can be saved", path);
     char *buf = NULL; size_t len = 0, cap = 0;
     const char *head = "{\"type\": \"char\", \"vocab\": [";
-    int bad = grow((void **)&buf, &cap, strlen(head) + 1, 1);
+    int bad = sk_grow((void **)&buf, &cap, strlen(head) + 1, 1);
     if (!bad) { memcpy(buf, head, strlen(head)); len = strlen(head); }
     for (int i = 0; i < t->vocab_size && !bad; i++) {
-        if (i && !(bad = grow((void **)&buf, &cap, len + 2, 1))) { buf[len++] = ','; buf[len++] = i % 16 ? ' ' : '\n'; }
+        if (i && !(bad = sk_grow((void **)&buf, &cap, len + 2, 1))) { buf[len++] = ','; buf[len++] = i % 16 ? ' ' : '\n'; }
         if (!bad) bad = sk_json_write_str(&buf, &len, &cap, t->pool + t->off[i], t->len[i]);
     }
-    if (!bad) bad = grow((void **)&buf, &cap, len + 3, 1);
+    if (!bad) bad = sk_grow((void **)&buf, &cap, len + 3, 1);
     if (bad) { free(buf); return sk_error(SK_ENOMEM, "%s: out of memory", path); }
     memcpy(buf + len, "]}\n", 3); len += 3;
     int rc = sk_write_atomic(path, buf, len);
@@ -730,7 +720,7 @@ static int32_t char_lookup(const sk_tokenizer *t, uint32_t cp) {
 }
 
 static int char_encode(const sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
-    if (grow((void **)ids, cap, *cnt + n, sizeof **ids)) return sk_error(SK_ENOMEM, "tokenizer: out of memory");
+    if (sk_grow((void **)ids, cap, *cnt + n, sizeof **ids)) return sk_error(SK_ENOMEM, "tokenizer: out of memory");
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         size_t k = utf8_decode(s + i, n - i, &cp);

@@ -26,6 +26,14 @@ static int load_run(run *r, const char *arg, int use_tokens) {
     char path[4096];
     struct stat s;
     memset(r, 0, sizeof *r);
+    /* NAME=RUN names the curve (when RUN exists and the whole argument does not) */
+    const char *eq = strchr(arg, '=');
+    char label[128] = "";
+    if (eq && eq > arg && (size_t)(eq - arg) < sizeof label && stat(arg, &s) && !stat(eq + 1, &s)) {
+        memcpy(label, arg, (size_t)(eq - arg));
+        label[eq - arg] = 0;
+        arg = eq + 1;
+    }
     if (stat(arg, &s)) return sk_error(SK_EIO, "%s: %s", arg, strerror(errno));
     if (S_ISDIR(s.st_mode)) snprintf(path, sizeof path, "%s/log.jsonl", arg);
     else snprintf(path, sizeof path, "%s", arg);
@@ -40,7 +48,7 @@ static int load_run(run *r, const char *arg, int use_tokens) {
         else if (!sl && !strcmp(tmp, "log.jsonl")) snprintf(tmp, sizeof tmp, ".");
     }
     const char *base = strrchr(tmp, '/');
-    snprintf(r->name, sizeof r->name, "%s", base ? base + 1 : tmp);
+    snprintf(r->name, sizeof r->name, "%s", label[0] ? label : base ? base + 1 : tmp);
     char *data; size_t len;
     if (cli_read_file(path, &data, &len)) return SK_EIO;
     size_t cap = 1;
@@ -103,7 +111,7 @@ int cmd_plot(int argc, char **argv) {
     for (int i = 0; i < argc; i++) av[i] = !strcmp(argv[i], "-o") ? "--out" : argv[i];
     av[argc] = NULL;
     char *pos[64]; int np;
-    int rc = cli_parse(argc, av, "plot", "RUN_DIR_OR_LOG... [-o curves.svg] [options]", opts, pos, 64, &np, NULL, NULL);
+    int rc = cli_parse(argc, av, "plot", "[NAME=]RUN_DIR_OR_LOG... [-o curves.svg] [options]", opts, pos, 64, &np, NULL, NULL);
     free(av);
     if (rc) return rc == 1 ? 0 : rc;
     if (np < 1) { fprintf(stderr, "skiplm plot: give at least one run directory or log.jsonl\n"); return 2; }

@@ -164,7 +164,7 @@ def main():
         w.writerows(lines_csv)
     with open(os.path.join(args.out, f"results-{args.grid}.md"), "w") as f:
         f.write("\n".join(md))
-    runs = [os.path.join(args.out, v, "s0") for v, _ in variants]
+    runs = [f"{v}=" + os.path.join(args.out, v, "s0") for v, _ in variants]
     subprocess.run([args.skiplm, "plot", *runs, "-o", os.path.join(args.out, f"curves-{args.grid}.svg"),
                     "--title", f"skiplm sweep: {args.grid}"], check=True, stdout=subprocess.DEVNULL)
     print("\n".join(md))

@@ -20,6 +20,7 @@ check "[ $rc -eq 0 ]" "quick sweep ran (rc $rc)"
 [ $rc -eq 0 ] || tail -20 "$tmp/log"
 check "[ -f $tmp/sweep/results-quick.md ] && [ -f $tmp/sweep/results-quick.csv ] && [ -f $tmp/sweep/curves-quick.svg ]" "results-quick.md, results-quick.csv and curves-quick.svg written"
 check "[ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) |' $tmp/sweep/results-quick.md) -eq 3 ]" "the table has a row per variant"
+check "grep -q '>nl1-nh2<' $tmp/sweep/curves-quick.svg && grep -q '>multi<' $tmp/sweep/curves-quick.svg" "the curves are labelled with the variant names"
 check "[ \$(wc -l < $tmp/sweep/results-quick.csv) -eq 4 ] && head -1 $tmp/sweep/results-quick.csv | grep -q 'val_mean,val_std,delta_mean,delta_std'" "CSV header and rows"
 check "[ \$(ls -d $tmp/sweep/*/s* | wc -l) -eq 6 ]" "3 variants x 2 seeds trained"
 # same seed -> same initial weights for every variant (train seeds sk_model_new like init

@@ -1,6 +1,6 @@
 """Tiny harness for the Python-side tests: check() prints PASS/FAIL lines that
 tests/run_tests.sh counts; finish() exits non-zero if anything failed."""
-import os, sys
+import os, subprocess, sys
 
 _failed = 0
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -17,6 +17,14 @@ def check(cond, name):
         print("FAIL " + name)
     sys.stdout.flush()
     return cond
+
+
+def run_tool(tool, *args):
+    """Run build/tests/<tool> with args; print its stderr on failure; True if it succeeded."""
+    r = subprocess.run([os.path.join(BUILD, "tests", tool), *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stderr)
+    return r.returncode == 0
 
 
 def finish():

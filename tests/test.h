@@ -46,6 +46,44 @@ static inline void fill_uniform(float *x, size_t n, unsigned long long *s) {
         x[i] = (float)((double)(*s >> 40) / (double)(1ULL << 24) * 2.0 - 1.0);
     }
 }
+/* A private temp folder for the test's files: test_tmp_open() makes it, test_path() names a
+ * file in it (eight rotating buffers), test_tmp_close() removes it with its contents. */
+static char test_tmpdir[256];
+static inline int test_tmp_open(const char *prefix) {
+    snprintf(test_tmpdir, sizeof test_tmpdir, "/tmp/%s_XXXXXX", prefix);
+    return mkdtemp(test_tmpdir) ? 0 : -1;
+}
+static inline void test_tmp_close(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_tmpdir);
+    if (system(cmd)) {}
+}
+static inline char *test_path(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *p = buf[k++ & 7];
+    snprintf(p, 512, "%s/%s", test_tmpdir, name);
+    return p;
+}
+/* Whole-file helpers: write n bytes; read a file (NUL-terminated, *n bytes) or NULL. */
+static inline void test_write(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    if (n) fwrite(data, 1, n, f);
+    fclose(f);
+}
+static inline void *test_read(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END); long sz = ftell(f); fseek(f, 0, SEEK_SET);
+    char *b = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
+    if (!b || fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); fclose(f); return NULL; }
+    fclose(f);
+    b[sz] = 0;
+    *n = (size_t)sz;
+    return b;
+}
+
 #define TEST_END() do { printf("%s: %s\n", __FILE__, sk_test_failed ? "FAILED" : "ok"); \
     return sk_test_failed ? 1 : 0; } while (0)
 #endif

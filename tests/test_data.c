@@ -6,29 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char tmpdir[256];
-static char *P(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ & 7];
-    snprintf(p, 512, "%s/%s", tmpdir, name);
-    return p;
-}
-static void write_raw(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    fwrite(data, 1, n, f);
-    fclose(f);
-}
-static char *read_raw(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END); long sz = ftell(f); fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    if (fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); fclose(f); return NULL; }
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
 
 static void expect_open_fails(const char *what, const char *path, const char *needle) {
     sk_shard s;
@@ -43,11 +20,11 @@ static void test_shards(void) {
     int32_t *ids = malloc(n * sizeof *ids);
     for (size_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919) % 65536);
     ids[3] = 65535; ids[4] = 0;
-    const char *a = P("a.bin");
+    const char *a = test_path("a.bin");
     int rc = sk_shard_write(a, ids, n);
     CHECK(rc == 0, "write shard %s", rc ? sk_last_error() : "");
     size_t sz = 0;
-    char *raw = read_raw(a, &sz);
+    char *raw = test_read(a, &sz);
     const int32_t *h = (const int32_t *)raw;
     CHECK(raw && sz == 1024 + 2 * n && h[0] == 20240520 && h[1] == 1 && h[2] == (int32_t)n && h[3] == 0 && h[255] == 0,
           "shard layout: 256 int32 header (magic, version 1, count) + uint16 tokens (%zu bytes)", sz);
@@ -68,51 +45,51 @@ static void test_shards(void) {
 
     /* headerless nanoGPT file */
     uint16_t raw16[6] = {1, 2, 3, 50256, 0, 65535};
-    write_raw(P("raw.bin"), raw16, sizeof raw16);
-    rc = sk_shard_open(&s, P("raw.bin"));
+    test_write(test_path("raw.bin"), raw16, sizeof raw16);
+    rc = sk_shard_open(&s, test_path("raw.bin"));
     CHECK(rc == 0 && s.headerless && s.n == 6 && s.tokens[3] == 50256 && s.tokens[5] == 65535,
           "headerless uint16 file read as 6 tokens");
     if (!rc) sk_shard_close(&s);
 
     /* empty shard is valid */
-    rc = sk_shard_write(P("empty.bin"), ids, 0);
-    CHECK(rc == 0 && sk_shard_open(&s, P("empty.bin")) == 0 && s.n == 0, "shard of 0 tokens");
+    rc = sk_shard_write(test_path("empty.bin"), ids, 0);
+    CHECK(rc == 0 && sk_shard_open(&s, test_path("empty.bin")) == 0 && s.n == 0, "shard of 0 tokens");
     sk_shard_close(&s);
 
     /* damaged files */
-    write_raw(P("trunc.bin"), raw, sz - 10);
-    expect_open_fails("truncated shard", P("trunc.bin"), "header says 1000 tokens but file holds 995");
-    write_raw(P("odd.bin"), raw, sz - 1);
-    expect_open_fails("shard with half a token", P("odd.bin"), "header says 1000 tokens but file holds 999 and a half");
+    test_write(test_path("trunc.bin"), raw, sz - 10);
+    expect_open_fails("truncated shard", test_path("trunc.bin"), "header says 1000 tokens but file holds 995");
+    test_write(test_path("odd.bin"), raw, sz - 1);
+    expect_open_fails("shard with half a token", test_path("odd.bin"), "header says 1000 tokens but file holds 999 and a half");
     char *big = malloc(sz + 4);
     memcpy(big, raw, sz); memset(big + sz, 0, 4);
-    write_raw(P("long.bin"), big, sz + 4);
-    expect_open_fails("shard with trailing data", P("long.bin"), "header says 1000 tokens but file holds 1002");
+    test_write(test_path("long.bin"), big, sz + 4);
+    expect_open_fails("shard with trailing data", test_path("long.bin"), "header says 1000 tokens but file holds 1002");
     free(big);
-    write_raw(P("hdr.bin"), raw, 600);
-    expect_open_fails("truncated header", P("hdr.bin"), "truncated header");
+    test_write(test_path("hdr.bin"), raw, 600);
+    expect_open_fails("truncated header", test_path("hdr.bin"), "truncated header");
     int32_t *hw = (int32_t *)raw;
     hw[1] = 2;
-    write_raw(P("v2.bin"), raw, sz);
-    expect_open_fails("version 2", P("v2.bin"), "unsupported shard version 2");
+    test_write(test_path("v2.bin"), raw, sz);
+    expect_open_fails("version 2", test_path("v2.bin"), "unsupported shard version 2");
     hw[1] = 1; hw[0] = 20240521;
-    write_raw(P("magic.bin"), raw, sz - 1);
-    expect_open_fails("bad magic, odd size", P("magic.bin"), "no shard header");
+    test_write(test_path("magic.bin"), raw, sz - 1);
+    expect_open_fails("bad magic, odd size", test_path("magic.bin"), "no shard header");
     hw[0] = 20240520; hw[2] = -5;
-    write_raw(P("neg.bin"), raw, sz);
-    expect_open_fails("negative count", P("neg.bin"), "header says -5 tokens");
-    write_raw(P("zero.bin"), raw, 0);
-    expect_open_fails("empty file", P("zero.bin"), "empty file");
-    expect_open_fails("missing file", P("missing.bin"), "cannot open");
+    test_write(test_path("neg.bin"), raw, sz);
+    expect_open_fails("negative count", test_path("neg.bin"), "header says -5 tokens");
+    test_write(test_path("zero.bin"), raw, 0);
+    expect_open_fails("empty file", test_path("zero.bin"), "empty file");
+    expect_open_fails("missing file", test_path("missing.bin"), "cannot open");
     free(raw);
 
     /* write refuses ids that do not fit uint16, and leaves no file */
     ids[10] = 65536;
-    rc = sk_shard_write(P("big.bin"), ids, n);
+    rc = sk_shard_write(test_path("big.bin"), ids, n);
     CHECK(rc == SK_EINVAL && strstr(sk_last_error(), "65536") && strstr(sk_last_error(), "position 10") &&
-          access(P("big.bin"), F_OK) != 0, "write refuses id 65536: %s", sk_last_error());
+          access(test_path("big.bin"), F_OK) != 0, "write refuses id 65536: %s", sk_last_error());
     ids[10] = -1;
-    rc = sk_shard_write(P("big.bin"), ids, n);
+    rc = sk_shard_write(test_path("big.bin"), ids, n);
     CHECK(rc == SK_EINVAL && strstr(sk_last_error(), "-1"), "write refuses id -1: %s", sk_last_error());
     free(ids);
 }
@@ -126,7 +103,7 @@ static void make_loader_shards(void) {
         int32_t *ids = malloc(lens[k] * sizeof *ids);
         for (size_t i = 0; i < lens[k]; i++) ids[i] = (int32_t)((base + i) % 60000);
         char name[32]; snprintf(name, sizeof name, "l%d.bin", k);
-        shard_paths[k] = strdup(P(name));
+        shard_paths[k] = strdup(test_path(name));
         sk_shard_write(shard_paths[k], ids, lens[k]);
         free(ids);
         base = (uint16_t)(base + 10000);
@@ -250,12 +227,9 @@ static void test_loader(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sk_test_data.%d", (int)getpid());
-    mkdir(tmpdir, 0700);
+    if (test_tmp_open("sk_test_data")) return 1;
     test_shards();
     test_loader();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) {}
+    test_tmp_close();
     TEST_END();
 }

@@ -8,7 +8,6 @@ Tolerances (issue #2): loss 1e-5 relative, logits max abs 1e-4, each gradient
 max abs <= 1e-4 * max(1, max|g|).
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -16,11 +15,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
-from sktest import BUILD, check, finish  # noqa: E402
+from sktest import check, finish, run_tool  # noqa: E402
 from gpt_ref import GPT, GPTConfig, config_from_metadata  # noqa: E402
 import st  # noqa: E402
 
-TOOL = os.path.join(BUILD, "tests", "tool_model")
 torch.set_num_threads(1)
 
 def table(L, H, rules):
@@ -55,13 +53,6 @@ CONFIGS = [
 ]
 
 
-def run_tool(*args):
-    r = subprocess.run([TOOL, *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(r.stderr)
-    return r.returncode == 0
-
-
 def compare_direction1(name, kw, B, T, tmp):
     route = kw.pop("route", None)
     cfg = GPTConfig(**kw)
@@ -78,7 +69,7 @@ def compare_direction1(name, kw, B, T, tmp):
     st.save_file({"inputs": idx.int(), "targets": tgt.int()}, bpath)
     logits, loss = model(idx, tgt)
     loss.backward()
-    if not check(run_tool("run", wpath, bpath, opath), f"{name}: skiplm ran"):
+    if not check(run_tool("tool_model", "run", wpath, bpath, opath), f"{name}: skiplm ran"):
         return
     out, _ = st.load_file(opath)
     rel = abs(out["loss"].item() - loss.item()) / abs(loss.item())
@@ -105,7 +96,7 @@ def compare_direction1(name, kw, B, T, tmp):
 def compare_direction2(tmp):
     """skiplm's own init -> PyTorch -> same logits."""
     path = os.path.join(tmp, "c_init.safetensors")
-    ok = run_tool("init", path, "7", "n_layer=4", "n_head=4", "n_embd=32", "vocab_size=77",
+    ok = run_tool("tool_model", "init", path, "7", "n_layer=4", "n_head=4", "n_embd=32", "vocab_size=77",
                   "block_size=32", "n_skip_layer=2", "n_skip_head=3", "gelu=tanh")
     if not check(ok, "skiplm init wrote weights"):
         return
@@ -125,7 +116,7 @@ def compare_direction2(tmp):
     tgt = torch.randint(0, 77, (2, 20), generator=g)
     bpath, opath = os.path.join(tmp, "c_b.safetensors"), os.path.join(tmp, "c_o.safetensors")
     st.save_file({"inputs": idx.int(), "targets": tgt.int()}, bpath)
-    if not check(run_tool("run", path, bpath, opath), "skiplm ran on its own weights"):
+    if not check(run_tool("tool_model", "run", path, bpath, opath), "skiplm ran on its own weights"):
         return
     out, _ = st.load_file(opath)
     logits, loss = model(idx, tgt)

@@ -12,24 +12,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char tmpdir[256];
-static char *P(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ & 7];
-    snprintf(p, 512, "%s/%s", tmpdir, name);
-    return p;
-}
-static void write_raw(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (n) fwrite(data, 1, n, f);
-    fclose(f);
-}
-static uint8_t *read_raw(const char *path, size_t *n) {
-    uint8_t *d;
-    if (sk_read_file(path, &d, n)) return NULL;
-    return d;
-}
 static int has(const char *needle1, const char *needle2) {
     const char *m = sk_last_error();
     return strstr(m, needle1) && (!needle2 || strstr(m, needle2));
@@ -47,24 +29,24 @@ static void test_weights(void) {
     sk_config c = tiny_cfg();
     sk_model *m;
     sk_model_new(&m, &c, 1);
-    const char *good = P("good.safetensors");
+    const char *good = test_path("good.safetensors");
     CHECK(sk_model_save(m, good) == 0, "save a tiny model");
     size_t n;
-    uint8_t *img = read_raw(good, &n);
+    uint8_t *img = test_read(good, &n);
 
     /* truncated at many points: every one refused, naming the file */
     int all = 1;
     for (size_t cut = 0; cut < n; cut += 97) {
-        write_raw(P("trunc.safetensors"), img, cut);
+        test_write(test_path("trunc.safetensors"), img, cut);
         sk_model *x;
-        int rc = sk_model_load(&x, P("trunc.safetensors"), NULL);
-        if (rc == 0 || !has(P("trunc.safetensors"), NULL)) { all = 0; printf("  cut %zu: rc %d: %s\n", cut, rc, sk_last_error()); }
+        int rc = sk_model_load(&x, test_path("trunc.safetensors"), NULL);
+        if (rc == 0 || !has(test_path("trunc.safetensors"), NULL)) { all = 0; printf("  cut %zu: rc %d: %s\n", cut, rc, sk_last_error()); }
         if (rc == 0) sk_model_free(x);
     }
     CHECK(all, "weights truncated at every 97th byte: refused with the file name");
-    write_raw(P("trunc.safetensors"), img, n - 4);
+    test_write(test_path("trunc.safetensors"), img, n - 4);
     sk_model *x;
-    sk_model_load(&x, P("trunc.safetensors"), NULL);
+    sk_model_load(&x, test_path("trunc.safetensors"), NULL);
     printf("  e.g. %s\n", sk_last_error());
 
     /* bit flips in the header: refused or (if the flip lands in a harmless place such as
@@ -74,10 +56,10 @@ static void test_weights(void) {
     for (size_t i = 0; i < 8 + hl; i += 7) {
         uint8_t *cp = malloc(n); memcpy(cp, img, n);
         cp[i] ^= (uint8_t)(1u << (i % 8));
-        write_raw(P("flip.safetensors"), cp, n);
+        test_write(test_path("flip.safetensors"), cp, n);
         free(cp);
         tried++;
-        if (sk_model_load(&x, P("flip.safetensors"), NULL)) refused += has(P("flip.safetensors"), NULL);
+        if (sk_model_load(&x, test_path("flip.safetensors"), NULL)) refused += has(test_path("flip.safetensors"), NULL);
         else sk_model_free(x);
     }
     CHECK(refused > tried * 3 / 4, "header bit flips: %d of %d refused with the file name", refused, tried);
@@ -85,9 +67,9 @@ static void test_weights(void) {
     {
         uint8_t *cp = malloc(n); memcpy(cp, img, n);
         memset(cp + 8 + hl, 0xff, 4);   /* first float of the first tensor: 0xffffffff = NaN */
-        write_raw(P("nan.safetensors"), cp, n);
+        test_write(test_path("nan.safetensors"), cp, n);
         free(cp);
-        int rc = sk_model_load(&x, P("nan.safetensors"), NULL);
+        int rc = sk_model_load(&x, test_path("nan.safetensors"), NULL);
         CHECK(rc == SK_ENUM && has("nan.safetensors", "non-finite"), "NaN in the weights refused: %s", sk_last_error());
     }
 
@@ -123,7 +105,7 @@ static void test_weights(void) {
                 sk_st_add(w, ts[i].name, i == 1 ? SK_I32 : SK_F32, ts[i].ndim, ts[i].shape, i == 1 ? (void *)d : (void *)src);
             }
         }
-        const char *path = P("dtype.safetensors");
+        const char *path = test_path("dtype.safetensors");
         sk_st_write(w, path);
         sk_st_writer_free(w);
         for (int i = 0; i < nt; i++) free(bufs[i]);
@@ -149,10 +131,10 @@ static void test_weights(void) {
 static void test_shards(void) {
     int32_t ids[100];
     for (int i = 0; i < 100; i++) ids[i] = i * 3;
-    const char *good = P("good.bin");
+    const char *good = test_path("good.bin");
     sk_shard_write(good, ids, 100);
     size_t n;
-    uint8_t *img = read_raw(good, &n);
+    uint8_t *img = test_read(good, &n);
     sk_shard s;
     struct { const char *what; size_t cut; int byte; uint8_t xor_; const char *needle; } cases[] = {
         {"truncated body", 1024 + 150, -1, 0, "header says 100 tokens but file holds 75"},
@@ -166,25 +148,25 @@ static void test_shards(void) {
         uint8_t *cp = malloc(n); memcpy(cp, img, n);
         size_t len = cases[i].cut ? cases[i].cut : n;
         if (cases[i].byte >= 0) cp[cases[i].byte] ^= cases[i].xor_;
-        write_raw(P("bad.bin"), cp, len);
+        test_write(test_path("bad.bin"), cp, len);
         free(cp);
-        int rc = sk_shard_open(&s, P("bad.bin"));
-        CHECK(rc == SK_EFORMAT && has(P("bad.bin"), cases[i].needle), "shard %s refused: %s", cases[i].what, sk_last_error());
+        int rc = sk_shard_open(&s, test_path("bad.bin"));
+        CHECK(rc == SK_EFORMAT && has(test_path("bad.bin"), cases[i].needle), "shard %s refused: %s", cases[i].what, sk_last_error());
         if (!rc) sk_shard_close(&s);
     }
     /* a flipped token byte is in range of uint16: the vocabulary check names it */
     img[1024 + 2 * 7 + 1] ^= 0x80;
-    write_raw(P("tok.bin"), img, n);
-    sk_shard_open(&s, P("tok.bin"));
+    test_write(test_path("tok.bin"), img, n);
+    sk_shard_open(&s, test_path("tok.bin"));
     size_t pos; int val;
     int rc = sk_shard_check_vocab(&s, 300, &pos, &val);
-    CHECK(rc && pos == 7 && has(P("tok.bin"), "position 7 is outside the vocabulary"), "flipped token: %s", sk_last_error());
+    CHECK(rc && pos == 7 && has(test_path("tok.bin"), "position 7 is outside the vocabulary"), "flipped token: %s", sk_last_error());
     sk_shard_close(&s);
     /* headerless: even raw uint16 is read, an odd size refused */
-    write_raw(P("raw.bin"), img + 1024, 21);
-    CHECK(sk_shard_open(&s, P("raw.bin")) && has(P("raw.bin"), "odd size 21"), "odd headerless file: %s", sk_last_error());
-    write_raw(P("raw.bin"), img + 1024, 20);
-    CHECK(sk_shard_open(&s, P("raw.bin")) == 0 && s.n == 10 && s.headerless, "even headerless file: 10 tokens");
+    test_write(test_path("raw.bin"), img + 1024, 21);
+    CHECK(sk_shard_open(&s, test_path("raw.bin")) && has(test_path("raw.bin"), "odd size 21"), "odd headerless file: %s", sk_last_error());
+    test_write(test_path("raw.bin"), img + 1024, 20);
+    CHECK(sk_shard_open(&s, test_path("raw.bin")) == 0 && s.n == 10 && s.headerless, "even headerless file: 10 tokens");
     sk_shard_close(&s);
     free(img);
 }
@@ -201,23 +183,23 @@ static void test_tokenizers(void) {
         {"", "invalid JSON"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        write_raw(P("vocab.json"), bad[i].text, strlen(bad[i].text));
-        int rc = sk_tok_load_char(&t, P("vocab.json"));
-        CHECK(rc && has(P("vocab.json"), bad[i].needle), "char vocabulary %zu refused: %s", i, sk_last_error());
+        test_write(test_path("vocab.json"), bad[i].text, strlen(bad[i].text));
+        int rc = sk_tok_load_char(&t, test_path("vocab.json"));
+        CHECK(rc && has(test_path("vocab.json"), bad[i].needle), "char vocabulary %zu refused: %s", i, sk_last_error());
         if (!rc) sk_tok_free(t);
     }
     /* a GPT-2 encoder without all 256 bytes, and merges naming unknown tokens */
-    write_raw(P("encoder.json"), "{\"a\": 0, \"b\": 1}", 16);
-    write_raw(P("vocab.bpe"), "#version: 0.2\na b\n", 18);
-    CHECK(sk_tok_load_gpt2(&t, P("encoder.json"), P("vocab.bpe")) && has(P("encoder.json"), "no token for byte 0x00"),
+    test_write(test_path("encoder.json"), "{\"a\": 0, \"b\": 1}", 16);
+    test_write(test_path("vocab.bpe"), "#version: 0.2\na b\n", 18);
+    CHECK(sk_tok_load_gpt2(&t, test_path("encoder.json"), test_path("vocab.bpe")) && has(test_path("encoder.json"), "no token for byte 0x00"),
           "GPT-2 encoder without all bytes refused: %s", sk_last_error());
-    write_raw(P("encoder.json"), "{\"a\": 0, \"b\": 3}", 16);
-    CHECK(sk_tok_load_gpt2(&t, P("encoder.json"), P("vocab.bpe")) && has(P("encoder.json"), "out of range"),
+    test_write(test_path("encoder.json"), "{\"a\": 0, \"b\": 3}", 16);
+    CHECK(sk_tok_load_gpt2(&t, test_path("encoder.json"), test_path("vocab.bpe")) && has(test_path("encoder.json"), "out of range"),
           "GPT-2 encoder with an id out of range refused: %s", sk_last_error());
-    write_raw(P("encoder.json"), "{\"a\": 0, \"b\"", 12);
-    CHECK(sk_tok_load_gpt2(&t, P("encoder.json"), P("vocab.bpe")) && has(P("encoder.json"), "invalid JSON"),
+    test_write(test_path("encoder.json"), "{\"a\": 0, \"b\"", 12);
+    CHECK(sk_tok_load_gpt2(&t, test_path("encoder.json"), test_path("vocab.bpe")) && has(test_path("encoder.json"), "invalid JSON"),
           "truncated GPT-2 encoder refused: %s", sk_last_error());
-    CHECK(sk_tok_load(&t, P("missing")) && has(P("missing"), "no such tokenizer"), "missing tokenizer: %s", sk_last_error());
+    CHECK(sk_tok_load(&t, test_path("missing")) && has(test_path("missing"), "no such tokenizer"), "missing tokenizer: %s", sk_last_error());
 }
 
 /* -------------------------------------------------------------- config */
@@ -310,7 +292,7 @@ static void test_limits(void) {
 
 /* --------------------------------------------------- stale temp files */
 static void test_stale_temps(void) {
-    const char *path = P("ckpt.safetensors");
+    const char *path = test_path("ckpt.safetensors");
     pid_t child = fork();
     if (child == 0) _exit(0);
     waitpid(child, NULL, 0);               /* a pid that just died (reuse is unlikely this soon) */
@@ -318,9 +300,9 @@ static void test_stale_temps(void) {
     snprintf(dead, sizeof dead, "%s.tmp.%d", path, (int)child);
     snprintf(live, sizeof live, "%s.tmp.%d", path, (int)getppid());
     snprintf(other, sizeof other, "%s.tmp.notapid", path);
-    write_raw(dead, "half", 4);
-    write_raw(live, "busy", 4);
-    write_raw(other, "keep", 4);
+    test_write(dead, "half", 4);
+    test_write(live, "busy", 4);
+    test_write(other, "keep", 4);
     CHECK(sk_write_atomic(path, "new", 3) == 0, "atomic write next to temp files");
     struct stat sb;
     CHECK(stat(dead, &sb) != 0, "temp file of a dead writer (pid %d) removed", (int)child);
@@ -351,8 +333,7 @@ static void test_regressions(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sk_hardening_XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (test_tmp_open("sk_hardening")) return 1;
     test_weights();
     test_shards();
     test_tokenizers();
@@ -360,8 +341,6 @@ int main(void) {
     test_limits();
     test_stale_temps();
     test_regressions();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd)) {}
+    test_tmp_close();
     TEST_END();
 }

@@ -7,7 +7,6 @@
 3. RoPE's relative-position property: q_m . k_n depends only on m - n.
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -16,12 +15,11 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "ref"))
-from sktest import BUILD, check, finish  # noqa: E402
+from sktest import check, finish, run_tool  # noqa: E402
 from llama_ref import (Llama, LlamaConfig, config_from_metadata, halves_to_pairs,  # noqa: E402
                        load_file_into, precompute_freqs_cis, to_file)
 import st  # noqa: E402
 
-TOOL = os.path.join(BUILD, "tests", "tool_model")
 torch.set_num_threads(1)
 
 CONFIGS = [
@@ -34,13 +32,6 @@ CONFIGS = [
     ("long-T", dict(n_layer=2, n_head=2, n_kv_head=1, n_embd=16, ffn_hidden=32, block_size=150, n_skip_layer=1,
                     n_skip_head=2), 1, 149),
 ]
-
-
-def run_tool(*args):
-    r = subprocess.run([TOOL, *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(r.stderr)
-    return r.returncode == 0
 
 
 def direction1(name, kw, B, T, tmp):
@@ -57,7 +48,7 @@ def direction1(name, kw, B, T, tmp):
     st.save_file({"inputs": idx.int(), "targets": tgt.int()}, b)
     logits, loss = model(idx, tgt)
     loss.backward()
-    if not check(run_tool("run", w, b, o), f"{name}: skiplm ran"):
+    if not check(run_tool("tool_model", "run", w, b, o), f"{name}: skiplm ran"):
         return
     out, _ = st.load_file(o)
     rel = abs(out["loss"].item() - loss.item()) / loss.item()
@@ -80,7 +71,7 @@ def direction1(name, kw, B, T, tmp):
 
 def direction2(tmp):
     path = os.path.join(tmp, "c_llama.safetensors")
-    ok = run_tool("init", path, "11", "family=llama", "n_layer=3", "n_head=4", "n_kv_head=2", "n_embd=32",
+    ok = run_tool("tool_model", "init", path, "11", "family=llama", "n_layer=3", "n_head=4", "n_kv_head=2", "n_embd=32",
                   "vocab_size=61", "block_size=32", "bias=0", "norm_eps=1e-6", "n_skip_layer=1", "n_skip_head=2")
     if not check(ok, "skiplm init wrote a llama model"):
         return
@@ -102,7 +93,7 @@ def direction2(tmp):
     tgt = torch.randint(0, 61, (2, 25), generator=g)
     b, o = os.path.join(tmp, "c_b.safetensors"), os.path.join(tmp, "c_o.safetensors")
     st.save_file({"inputs": idx.int(), "targets": tgt.int()}, b)
-    if not check(run_tool("run", path, b, o), "skiplm ran on its llama file"):
+    if not check(run_tool("tool_model", "run", path, b, o), "skiplm ran on its llama file"):
         return
     out, _ = st.load_file(o)
     with torch.no_grad():

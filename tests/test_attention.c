@@ -2,6 +2,7 @@
  * differences, dropout statistics, thread-count independence, masks, error messages. */
 #include "skiplm.h"
 #include "test.h"
+#include "attention_internal.h"   /* sk_attn_bwd_path */
 #include <omp.h>
 #include <stdint.h>
 
@@ -332,6 +333,38 @@ static void thread_test(cfg c) {
     for (int r = 0; r < 2; r++) for (int i = 0; i < 5; i++) free(res[r][i]);
 }
 
+/* The fused backward (one item per kv head, dq accumulated alongside dk/dv) and the two-pass
+ * one must agree bit for bit: the path is chosen by shape and thread count. */
+static void path_test(cfg c) {
+    char name[256];
+    cname(&c, name);
+    float *res[2][3];
+    size_t sz[3];
+    for (int run = 0; run < 2; run++) {
+        sk_attn_bwd_path = run == 0 ? 1 : 2;
+        case_t t;
+        setup(&t, c, 78);
+        sk_attn_forward(&t.a);
+        float *dout = malloc(t.nout * 4);
+        unsigned long long s = 9; fill_uniform(dout, t.nout, &s);
+        float *dq = calloc(t.nq, 4), *dk = calloc(t.nk, 4), *dv = calloc(t.nk, 4);
+        sk_attn_backward(&t.a, dout, dq, dk, dv);
+        res[run][0] = dq; res[run][1] = dk; res[run][2] = dv;
+        sz[0] = t.nq; sz[1] = sz[2] = t.nk;
+        free(dout);
+        teardown(&t);
+    }
+    sk_attn_bwd_path = 0;
+    int same = 1;
+    double md = 0;
+    for (int i = 0; i < 3; i++) {
+        same &= memcmp(res[0][i], res[1][i], sz[i] * 4) == 0;
+        for (size_t j = 0; j < sz[i]; j++) md = fmax(md, fabs(res[0][i][j] - res[1][i][j]));
+    }
+    CHECK(same, "fused and two-pass backward bit-identical dq/dk/dv (max diff %.1e) [%s]", md, name);
+    for (int r = 0; r < 2; r++) for (int i = 0; i < 3; i++) free(res[r][i]);
+}
+
 /* ---------------------------------------------------- fully masked rows */
 static void masked_row_test(void) {
     /* causal with a negative offset: queries 0..2 see no key; plus a rank-4 mask case */
@@ -495,6 +528,11 @@ int main(void) {
     masked_row_test();
     thread_test((cfg){.B = 2, .H = 4, .Hkv = 2, .Lq = 300, .Lk = 300, .D = 64, .causal = 1, .p = 0.1f, .seed = 9});
     thread_test((cfg){.B = 1, .H = 3, .Hkv = 3, .Lq = 150, .Lk = 260, .D = 40, .mask = M_R4, .layout = L_BLHD});
+    path_test((cfg){.B = 2, .H = 4, .Hkv = 2, .Lq = 300, .Lk = 300, .D = 64, .causal = 1, .p = 0.1f, .seed = 9});
+    path_test((cfg){.B = 1, .H = 3, .Hkv = 3, .Lq = 150, .Lk = 260, .D = 40, .mask = M_R4, .layout = L_BLHD});
+    path_test((cfg){.B = 2, .H = 6, .Hkv = 2, .Lq = 70, .Lk = 200, .D = 16, .causal = 1, .off = 130});
+    path_test((cfg){.B = 1, .H = 2, .Hkv = 1, .Lq = 200, .Lk = 90, .D = 24, .causal = 1, .off = -37});
+    path_test((cfg){.B = 3, .H = 2, .Hkv = 2, .Lq = 129, .Lk = 129, .D = 8});
     error_tests();
     mha_fd_test(1, 1);
     mha_fd_test(0, 0);

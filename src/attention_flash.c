@@ -23,7 +23,6 @@
 
 #define BQ 64          /* query rows per tile */
 #define BK 64          /* keys per tile */
-#define NC 32          /* columns held in registers by the micro-kernel */
 
 int sk_attn_bwd_path = 0;   /* 0 auto, 1 two passes (dq; dk+dv), 2 fused (see sk_attn_backward) */
 
@@ -32,47 +31,59 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
 
 /* sk_fexp (vectorisable expf) is in src/vmath.h. */
 
-/* C (M x N, ldc) = or += A (M x K, lda) * Bm (K x N, ldb). Register-blocked 4 rows x NC
- * columns; the sum over k is always in increasing order. */
+/* Register tile: C[i..i+R, c..c+W) = (acc_in ? C : 0) + sum over k = 0..K-1, in increasing
+ * order, of A(r, k) * Bm[k, c..c+W), where A(r, k) = A[(i + r) * ars + k * aks]. R and W are
+ * constants at every call, so the accumulators live in registers. Every element is summed
+ * in the same order whatever the tile shape, so the blocking never changes the bits. */
+static inline __attribute__((always_inline)) void tile(
+        float *restrict C, int ldc, const float *restrict A, long ars, long aks,
+        const float *restrict Bm, int ldb, int i, int c, int K, int acc_in, const int R, const int W) {
+    float acc[8][32];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < W; t++) acc[r][t] = acc_in ? C[(size_t)(i + r) * ldc + c + t] : 0.0f;
+    const float *a = A + (size_t)i * ars;
+    for (int k = 0; k < K; k++) {
+        const float *bk = Bm + (size_t)k * ldb + c;
+        for (int r = 0; r < R; r++) {
+            const float x = a[r * ars + k * aks];
+            for (int t = 0; t < W; t++) acc[r][t] = fmaf(x, bk[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < W; t++) C[(size_t)(i + r) * ldc + c + t] = acc[r][t];
+}
+
+/* One row block of R rows across all N columns: 32-, 16- and 8-wide tiles, then single columns. */
+static inline __attribute__((always_inline)) void row_block(
+        float *restrict C, int ldc, const float *restrict A, long ars, long aks,
+        const float *restrict Bm, int ldb, int i, int N, int K, int acc_in, const int R) {
+    int c = 0;
+    for (; c + 32 <= N; c += 32) tile(C, ldc, A, ars, aks, Bm, ldb, i, c, K, acc_in, R, 32);
+    for (; c + 16 <= N; c += 16) tile(C, ldc, A, ars, aks, Bm, ldb, i, c, K, acc_in, R, 16);
+    for (; c + 8 <= N; c += 8) tile(C, ldc, A, ars, aks, Bm, ldb, i, c, K, acc_in, R, 8);
+    for (; c < N; c++) tile(C, ldc, A, ars, aks, Bm, ldb, i, c, K, acc_in, R, 1);
+}
+
+/* C (M x N, ldc) = (acc_in ? C : 0) + op(A) Bm with Bm K x N (ldb), where op(A) is A (M x K,
+ * strides ars = lda, aks = 1) or A^T (A stored K x M: ars = 1, aks = lda). */
+static void gemm_any(float *restrict C, int ldc, const float *restrict A, long ars, long aks,
+                     const float *restrict Bm, int ldb, int M, int N, int K, int acc_in) {
+    int i = 0;
+    for (; i + 8 <= M; i += 8) row_block(C, ldc, A, ars, aks, Bm, ldb, i, N, K, acc_in, 8);
+    for (; i + 4 <= M; i += 4) row_block(C, ldc, A, ars, aks, Bm, ldb, i, N, K, acc_in, 4);
+    for (; i < M; i++) row_block(C, ldc, A, ars, aks, Bm, ldb, i, N, K, acc_in, 1);
+}
+
+/* C (M x N) = or += A (M x K, lda) * Bm (K x N, ldb). */
 static void gemm(float *restrict C, int ldc, const float *restrict A, int lda,
                  const float *restrict Bm, int ldb, int M, int N, int K, int acc_in) {
-    int i = 0;
-    for (; i + 4 <= M; i += 4) {
-        int c = 0;
-        for (; c + NC <= N; c += NC) {
-            float acc[4][NC];
-            for (int r = 0; r < 4; r++)
-                for (int t = 0; t < NC; t++) acc[r][t] = acc_in ? C[(size_t)(i + r) * ldc + c + t] : 0.0f;
-            const float *a0 = A + (size_t)i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
-            for (int k = 0; k < K; k++) {
-                const float *b = Bm + (size_t)k * ldb + c;
-                float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
-                for (int t = 0; t < NC; t++) {
-                    acc[0][t] = fmaf(x0, b[t], acc[0][t]);
-                    acc[1][t] = fmaf(x1, b[t], acc[1][t]);
-                    acc[2][t] = fmaf(x2, b[t], acc[2][t]);
-                    acc[3][t] = fmaf(x3, b[t], acc[3][t]);
-                }
-            }
-            for (int r = 0; r < 4; r++)
-                for (int t = 0; t < NC; t++) C[(size_t)(i + r) * ldc + c + t] = acc[r][t];
-        }
-        for (; c < N; c++)
-            for (int r = 0; r < 4; r++) {
-                float s = acc_in ? C[(size_t)(i + r) * ldc + c] : 0.0f;
-                for (int k = 0; k < K; k++) s = fmaf(A[(size_t)(i + r) * lda + k], Bm[(size_t)k * ldb + c], s);
-                C[(size_t)(i + r) * ldc + c] = s;
-            }
-    }
-    for (; i < M; i++) {
-        float *ci = C + (size_t)i * ldc;
-        if (!acc_in) for (int t = 0; t < N; t++) ci[t] = 0.0f;
-        for (int k = 0; k < K; k++) {
-            float x = A[(size_t)i * lda + k];
-            const float *b = Bm + (size_t)k * ldb;
-            for (int t = 0; t < N; t++) ci[t] = fmaf(x, b[t], ci[t]);
-        }
-    }
+    gemm_any(C, ldc, A, lda, 1, Bm, ldb, M, N, K, acc_in);
+}
+
+/* C (M x N) += A^T Bm, A stored K x M (lda). */
+static void gemm_tn(float *restrict C, int ldc, const float *restrict A, int lda,
+                    const float *restrict Bm, int ldb, int M, int N, int K) {
+    gemm_any(C, ldc, A, 1, lda, Bm, ldb, M, N, K, 1);
 }
 
 /* Row i (global) of a strided head into dst[0..D), optionally scaled. */
@@ -141,6 +152,9 @@ static void fwd_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int 
         load_keys(Kt, NULL, kb, a->k_st, j0, nk, D);
         load_keys(NULL, V, vb, a->v_st, j0, nk, D);
         gemm(S, BK, Q, D, Kt, BK, nq, BK, D, 0);
+        /* per row: mask, running max, exponentials (vectorised), in place */
+        float alpha[BQ], sum[BQ];
+        unsigned char live[BQ];
         for (int i = 0; i < nq; i++) {
             float *s = S + i * BK;
             mask_row(s, P, b, h, i0 + i, j0, nk);
@@ -149,13 +163,27 @@ static void fwd_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int 
             float mnew = mx > m[i] ? mx : m[i];
             if (mnew == -INFINITY) {          /* nothing visible yet in this row */
                 for (int j = 0; j < BK; j++) s[j] = 0.0f;
+                live[i] = 0;
                 continue;
             }
-            float alpha = sk_fexp(m[i] - mnew), sum = 0.0f;
-            for (int j = 0; j < BK; j++) { s[j] = sk_fexp(s[j] - mnew); sum += s[j]; }
-            l[i] = l[i] * alpha + sum;
+            live[i] = 1;
+            alpha[i] = sk_fexp(m[i] - mnew);
             m[i] = mnew;
-            if (alpha != 1.0f) for (int t = 0; t < D; t++) O[i * D + t] *= alpha;
+            for (int j = 0; j < BK; j++) s[j] = sk_fexp(s[j] - mnew);
+        }
+        /* row sums, each in increasing j, eight rows interleaved so the adds pipeline */
+        for (int i = 0; i < nq; i += 8) {
+            const int nr = imin(8, nq - i);
+            float acc[8] = {0};
+            for (int j = 0; j < BK; j++)
+                for (int r = 0; r < 8; r++) acc[r] += r < nr ? S[(i + r) * BK + j] : 0.0f;
+            for (int r = 0; r < nr; r++) sum[i + r] = acc[r];
+        }
+        for (int i = 0; i < nq; i++) {
+            if (!live[i]) continue;
+            float *s = S + i * BK;
+            l[i] = l[i] * alpha[i] + sum[i];
+            if (alpha[i] != 1.0f) for (int t = 0; t < D; t++) O[i * D + t] *= alpha[i];
             if (P->dropout) {
                 uint64_t rk = sk_attn_rowkey(P, b, h, i0 + i);
                 for (int j = 0; j < nk; j++) s[j] = sk_attn_keep(P, rk, j0 + j) ? s[j] * P->inv_keep : 0.0f;
@@ -259,11 +287,11 @@ int sk_attn_forward(const sk_attn *a) {
 
 /* Elementwise middle of the backward for one (query tile, key tile): from scores S and
  * dP = dO V^T compute P = exp(S - lse) (0 where masked), and dS = P * (Z dP - D_i), where
- * Z is the dropout factor. Writes dS into S (row-major) and, if PdT/dST are given, the
- * transposes of Z*P and dS (BK x BQ). */
+ * Z is the dropout factor. Writes dS into S and, if PZ is given, Z*P into PZ (both BQ x BK,
+ * row-major). */
 static void bwd_elementwise(const sk_attn_plan *P, int b, int h, int i0, int nq, int j0, int nk,
                             float *restrict S, const float *restrict dP, const float *restrict lse,
-                            const float *restrict Di, float *restrict PdT, float *restrict dST) {
+                            const float *restrict Di, float *restrict PZ) {
     for (int i = 0; i < nq; i++) {
         float *s = S + i * BK;
         const float *dp = dP + i * BK;
@@ -276,11 +304,11 @@ static void bwd_elementwise(const sk_attn_plan *P, int b, int h, int i0, int nq,
         } else {
             for (int j = 0; j < BK; j++) z[j] = 1.0f;
         }
+        float *pz = PZ ? PZ + i * BK : NULL;
         for (int j = 0; j < BK; j++) {
             float p = sk_fexp(s[j] - L);          /* s = -inf or L = +inf => 0 */
-            float ds = p * (z[j] * dp[j] - di);
-            if (PdT) { PdT[j * BQ + i] = p * z[j]; dST[j * BQ + i] = ds; }
-            s[j] = ds;
+            if (pz) pz[j] = p * z[j];
+            s[j] = p * (z[j] * dp[j] - di);
         }
     }
 }
@@ -309,7 +337,7 @@ static void bwd_dq_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, i
         load_keys(Vt, NULL, vb, a->v_st, j0, nk, D);
         gemm(S, BK, Q, D, Kt, BK, nq, BK, D, 0);
         gemm(dP, BK, dO, D, Vt, BK, nq, BK, D, 0);
-        bwd_elementwise(P, b, h, i0, nq, j0, nk, S, dP, lse, Di, NULL, NULL);
+        bwd_elementwise(P, b, h, i0, nq, j0, nk, S, dP, lse, Di, NULL);
         gemm(dQ, D, S, BK, K, D, nq, D, nk, 1);
     }
     for (int i = 0; i < nq; i++) {
@@ -327,8 +355,8 @@ static void bwd_dkv_item(const sk_attn *a, const sk_attn_plan *P, int b, int hk,
     const int D = a->D, Lq = a->Lq, Lk = a->Lk;
     const int j0 = kt * BK, nk = imin(BK, Lk - j0);
     float *Q = ws, *dO = Q + BQ * D, *Kt = dO + BQ * D, *Vt = Kt + D * BK;
-    float *S = Vt + D * BK, *dP = S + BQ * BK, *PdT = dP + BQ * BK, *dST = PdT + BK * BQ;
-    float *dK = dST + BK * BQ, *dV = dK + BK * D, *K = dV + BK * D;
+    float *S = Vt + D * BK, *dP = S + BQ * BK, *PZ = dP + BQ * BK;
+    float *dK = PZ + BQ * BK, *dV = dK + BK * D, *K = dV + BK * D;
     load_keys(Kt, dQacc ? K : NULL, a->k + b * a->k_sb + hk * a->k_sh, a->k_st, j0, nk, D);
     load_keys(Vt, NULL, a->v + b * a->v_sb + hk * a->v_sh, a->v_st, j0, nk, D);
     memset(dK, 0, sizeof(float) * BK * D);
@@ -353,9 +381,9 @@ static void bwd_dkv_item(const sk_attn *a, const sk_attn_plan *P, int b, int hk,
             }
             gemm(S, BK, Q, D, Kt, BK, nq, BK, D, 0);
             gemm(dP, BK, dO, D, Vt, BK, nq, BK, D, 0);
-            bwd_elementwise(P, b, h, i0, nq, j0, nk, S, dP, lse + i0, Di + i0, PdT, dST);
-            gemm(dV, D, PdT, BQ, dO, D, nk, D, nq, 1);   /* dV += (Z P)^T dO */
-            gemm(dK, D, dST, BQ, Q, D, nk, D, nq, 1);    /* dK += dS^T (scale q) */
+            bwd_elementwise(P, b, h, i0, nq, j0, nk, S, dP, lse + i0, Di + i0, PZ);
+            gemm_tn(dV, D, PZ, BK, dO, D, nk, D, nq);    /* dV += (Z P)^T dO */
+            gemm_tn(dK, D, S, BK, Q, D, nk, D, nq);      /* dK += dS^T (scale q) */
             if (dQacc) {                                 /* dQ += dS K over bwd_dq_item's keys */
                 const int nkq = imin(BK, key_end(P, Lk, i0, nq) - j0);
                 gemm(dQacc + ((size_t)(h - hk * P->group) * Lq + i0) * D, D, S, BK, K, D, nq, D, nkq, 1);
@@ -392,7 +420,7 @@ int sk_attn_backward(const sk_attn *a, const float *dout, float *dq, float *dk, 
         Dall[r] = s;
     }
     const size_t ws_n = (size_t)BQ * D * 2 + (size_t)D * BK * 2 + (size_t)BK * D * 3 +
-                        (size_t)BQ * BK * 4;
+                        (size_t)BQ * BK * 3;
     int fail = 0;
     const int nqt = (Lq + BQ - 1) / BQ, nkt = (Lk + BK - 1) / BK;
     /* Fused path: one item per (b, kv head) does all its key tiles and also accumulates the

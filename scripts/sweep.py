@@ -20,6 +20,7 @@ import csv
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -99,6 +100,32 @@ def run_one(skiplm, args, variant, extra, seed, outdir):
     return read_log(log)
 
 
+BENCH_RE = re.compile(r"^train: B=\d+ T=\d+: ([0-9.]+) ms/step")
+
+
+def bench_speed(skiplm, args, variants):
+    """Step time of every variant from `skiplm bench`, taken round-robin (variant after
+    variant, args.bench_rounds times) so that a slow window of a shared machine hits all
+    variants alike; returns {variant: median ms over rounds}. Training-log step times are
+    taken hours apart and are not comparable."""
+    with open(os.path.join(args.data, "meta.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    times = {v: [] for v, _ in variants}
+    for rnd in range(args.bench_rounds):
+        for variant, extra in variants:
+            cmd = [skiplm, "bench", "--no-gen", "--steps", "3", "--warmup", "1", "--batch", str(args.batch),
+                   "--seq", str(args.seq), "--block_size", str(args.seq), "--vocab_size", str(vocab),
+                   *model_args(args), *extra]
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            ms = [float(m.group(1)) for m in map(BENCH_RE.match, r.stdout.splitlines()) if m]
+            if r.returncode != 0 or not ms:
+                sys.exit(f"sweep: bench of {variant} failed:\n{r.stdout}")
+            times[variant].append(ms[0])
+        print(f"  bench round {rnd + 1}/{args.bench_rounds}: " +
+              ", ".join(f"{v} {times[v][-1]:.0f} ms" for v, _ in variants), flush=True)
+    return {v: statistics.median(t) for v, t in times.items()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", choices=sorted(GRIDS), required=True)
@@ -115,6 +142,9 @@ def main():
     ap.add_argument("--model", default="", help="model options replacing the 12L/12H/192 default, e.g. '--n_layer 12 --n_head 12 --n_embd 256'")
     ap.add_argument("--only", default="", help="comma-separated variants to run (default: the whole grid)")
     ap.add_argument("--skiplm", default=os.path.join(ROOT, "build", "skiplm"))
+    ap.add_argument("--bench-rounds", type=int, default=0,
+                    help="measure the speed column with this many round-robin rounds of `skiplm bench` "
+                         "per variant (recommended: 3) instead of the training logs' step times")
     args = ap.parse_args()
     if args.grid == "quick":
         args.steps, args.batch, args.seq, args.eval_every, args.eval_batches = min(args.steps, 6), 2, 16, 3, 2
@@ -136,6 +166,13 @@ def main():
             ms = [r["ms"] for r in rows[1:]] or [rows[0]["ms"]]       # the first step warms up
             results[(variant, seed)] = dict(val=vals[-1], ms=statistics.median(ms), train=rows[-1]["loss"])
 
+    if args.bench_rounds > 0:
+        speed_ms = bench_speed(args.skiplm, args, variants)
+        for (variant, seed), res in results.items():
+            res["ms"] = speed_ms[variant]
+        speed_src = f"`skiplm bench`, median of {args.bench_rounds} round-robin rounds"
+    else:
+        speed_src = "median training step of the runs' logs (runs made at different times; see --bench-rounds)"
     base = "baseline"
     lines_csv = []
     md = [f"Grid `{args.grid}`: {args.seeds} seeds, {args.steps} steps of {args.batch}x{args.seq} tokens, "
@@ -157,7 +194,8 @@ def main():
                               delta_mean=f"{dm:.6f}", delta_std=f"{dsd:.6f}", ms_per_step=f"{vms:.1f}",
                               speed_change_pct=f"{speed:.2f}",
                               per_seed=" ".join(f"{v:.6f}" for v in vals)))
-    md += ["", "Δ > 2σ: the mean paired difference exceeds twice its standard error over seeds.", ""]
+    md += ["", "Δ > 2σ: the mean paired difference exceeds twice its standard error over seeds.",
+           f"ms/step: {speed_src}.", ""]
     with open(os.path.join(args.out, f"results-{args.grid}.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(lines_csv[0]))
         w.writeheader()

@@ -43,3 +43,8 @@ check "[ \"$l1\" != \"$l3\" ]" "another seed gives another start ($l1 vs $l3)"
 # a rerun reuses finished runs
 "$PY" scripts/sweep.py --grid quick --data "$tmp/data" --out "$tmp/sweep" --seeds 2 --skiplm "$SKIPLM" > "$tmp/log2" 2>&1
 check "[ \$(grep -c 'reused' $tmp/log2) -eq 6 ]" "an interrupted or repeated sweep reuses finished runs"
+# the speed column from interleaved `skiplm bench` rounds instead of the training logs
+"$PY" scripts/sweep.py --grid quick --data "$tmp/data" --out "$tmp/sweep" --seeds 2 --skiplm "$SKIPLM" --bench-rounds 2 > "$tmp/log3" 2>&1
+check "[ \$(grep -c '^  bench round' $tmp/log3) -eq 2 ] && grep -q 'ms/step: .skiplm bench., median of 2 round-robin rounds' $tmp/sweep/results-quick.md" "--bench-rounds measures the speed column with round-robin skiplm bench runs"
+ms=$(grep '^| nl1-nh2 |' "$tmp/sweep/results-quick.md" | awk -F'|' '{print $6}' | tr -d ' ')
+check "[ -n \"$ms\" ] && awk -v m=\"$ms\" 'BEGIN{exit !(m > 0)}'" "bench step time in the table ($ms ms)"

@@ -79,6 +79,16 @@ LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o)
 LIB_OBJ  += $(patsubst src/cuda/%.c,$(BUILD)/src/cuda/%.o,$(wildcard src/cuda/*.c))
 LIB_OBJ  += $(patsubst src/cuda/%.cu,$(BUILD)/src/cuda/%.cu.o,$(wildcard src/cuda/*.cu))
 endif
+# CUDA_EMU=1 (set by `make cuda-emu-test`): the same CUDA sources on the CPU emulator of
+# tests/cuda/emu (g++, fibers for threads, NaN-filled device memory), into build-cuda-emu/.
+ifeq ($(CUDA_EMU),1)
+BUILD    := build-cuda-emu
+CFLAGS   += -DSKIPLM_CUDA -Itests/cuda/emu
+LDLIBS   += -lstdc++
+EMU_CXX  := $(CXX) -std=c++17 -O2 -g -ffp-contract=off -Wall -Wno-unknown-pragmas -DSK_CUDA_EMU -Itests/cuda/emu -Isrc/cuda -Iinclude
+LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o) $(BUILD)/src/cuda/model_cuda.o $(BUILD)/emu/emu.o
+LIB_OBJ  += $(patsubst src/cuda/%.cu,$(BUILD)/src/cuda/%.emu.o,$(wildcard src/cuda/*.cu))
+endif
 CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(CLI_SRC:cli/%.c=$(BUILD)/cli/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -91,7 +101,13 @@ all: $(BUILD)/libskiplm.a $(BUILD)/skiplm $(TEST_BIN)
 $(BUILD)/src/%.o: src/%.c $(wildcard include/*.h src/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(BUILD)/src/cuda/%.cu.o: src/cuda/%.cu src/cuda/cuda_kernels.h
+$(BUILD)/src/cuda/%.emu.o: src/cuda/%.cu src/cuda/cuda_kernels.h src/cuda/cuda_compat.cuh $(wildcard tests/cuda/emu/*.h)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) -x c++ -c $< -o $@
+$(BUILD)/emu/emu.o: tests/cuda/emu/emu.cpp $(wildcard tests/cuda/emu/*.h)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) -c $< -o $@
+$(BUILD)/src/cuda/%.cu.o: src/cuda/%.cu src/cuda/cuda_kernels.h src/cuda/cuda_compat.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 $(BUILD)/cli/%.o: cli/%.c $(wildcard include/*.h src/*.h cli/*.h)
@@ -113,7 +129,7 @@ test:
 	@BUILD=$(BUILD) bash tests/run_tests.sh
 
 clean:
-	rm -rf build build-san build-mpi build-mpi-san build-fuzz build-cuda
+	rm -rf build build-san build-mpi build-mpi-san build-fuzz build-cuda build-cuda-emu
 
 .PHONY: all test clean
 
@@ -143,4 +159,8 @@ cuda:
 	@$(MAKE) --no-print-directory CUDA=1 NVCC="$(NVCC)" build-cuda/skiplm build-cuda/tests/cuda/test_cuda_parity
 cuda-test: cuda
 	./build-cuda/tests/cuda/test_cuda_parity
-.PHONY: cuda cuda-test
+# The parity test with the CUDA sources on the CPU emulator (no GPU, no nvcc; slow: minutes).
+cuda-emu-test:
+	@$(MAKE) --no-print-directory CUDA_EMU=1 build-cuda-emu/tests/cuda/test_cuda_parity
+	./build-cuda-emu/tests/cuda/test_cuda_parity $(CASE)
+.PHONY: cuda cuda-test cuda-emu-test

@@ -21,7 +21,7 @@
  * is a template parameter; head dims D..DM-1 are zero padding. K/V rows in shared memory
  * have stride DM+1 and score rows BK+1, which keeps the column walks free of bank conflicts. */
 #include "cuda_kernels.h"
-#include <cuda_runtime.h>
+#include "cuda_compat.cuh"
 #include <math.h>
 
 #define NT 256
@@ -76,7 +76,7 @@ __device__ __forceinline__ void load_tile(float *dst, int ds, int rows, const fl
 template <int DM, int BQ, int BK>
 __global__ void __launch_bounds__(NT) attn_fwd_k(cu_attn a) {
     constexpr int RQ = BQ / 16, RK = BK / 16, RD = DM / 16, KS = DM + 1, PS = BK + 1;
-    extern __shared__ float smem[];
+    DYN_SMEM(smem);
     float *Qs = smem;                 /* BQ x DM */
     float *Ks = Qs + BQ * DM;         /* BK x KS */
     float *Vs = Ks + BK * KS;         /* BK x DM */
@@ -275,7 +275,7 @@ __device__ __forceinline__ void bwd_elementwise(const cu_attn &a, float (&s)[RQ]
 template <int DM, int BQ, int BK>
 __global__ void __launch_bounds__(NT) attn_bwd_dq_k(cu_attn a, const float *dout, float *dq, const float *Di) {
     constexpr int RQ = BQ / 16, RK = BK / 16, RD = DM / 16, KS = DM + 1, PS = BK + 1;
-    extern __shared__ float smem[];
+    DYN_SMEM(smem);
     float *Qs = smem;                 /* BQ x DM (scaled q) */
     float *dOs = Qs + BQ * DM;        /* BQ x DM */
     float *Ks = dOs + BQ * DM;        /* BK x KS */
@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(NT) attn_bwd_dq_k(cu_attn a, const float *dout
 template <int DM, int BQ, int BK>
 __global__ void __launch_bounds__(NT) attn_bwd_dkv_k(cu_attn a, const float *dout, float *dk, float *dv, const float *Di) {
     constexpr int RQ = BQ / 16, RK = BK / 16, RD = DM / 16, KS = DM + 1, PS = BK + 1;
-    extern __shared__ float smem[];
+    DYN_SMEM(smem);
     float *Ks = smem;                 /* BK x KS */
     float *Vs = Ks + BK * KS;         /* BK x KS */
     float *Qs = Vs + BK * KS;         /* BQ x DM (scaled q) */
@@ -437,7 +437,8 @@ static int fwd_launch(const cu_attn *a) {
         ready = true;
     }
     dim3 grid((a->Lq + BQ - 1) / BQ, a->H, a->B);
-    attn_fwd_k<DM, BQ, BK><<<grid, NT, K::fwd_smem>>>(*a);
+    void (*kern)(cu_attn) = attn_fwd_k<DM, BQ, BK>;
+    LAUNCH(kern, grid, NT, K::fwd_smem, *a);
     return (int)cudaGetLastError();
 }
 
@@ -453,13 +454,15 @@ static int bwd_launch(const cu_attn *a, const float *dout, float *dq, float *dk,
     }
     if (dq) {
         dim3 grid((a->Lq + BQ - 1) / BQ, a->H, a->B);
-        attn_bwd_dq_k<DM, BQ, BK><<<grid, NT, K::dq_smem>>>(*a, dout, dq, Di);
+        void (*kern)(cu_attn, const float *, float *, const float *) = attn_bwd_dq_k<DM, BQ, BK>;
+        LAUNCH(kern, grid, NT, K::dq_smem, *a, dout, dq, Di);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return (int)e;
     }
     if (dk || dv) {
         dim3 grid((a->Lk + BK - 1) / BK, a->Hkv, a->B);
-        attn_bwd_dkv_k<DM, BQ, BK><<<grid, NT, K::dkv_smem>>>(*a, dout, dk, dv, Di);
+        void (*kern)(cu_attn, const float *, float *, float *, const float *) = attn_bwd_dkv_k<DM, BQ, BK>;
+        LAUNCH(kern, grid, NT, K::dkv_smem, *a, dout, dk, dv, Di);
     }
     return (int)cudaGetLastError();
 }
@@ -477,7 +480,7 @@ extern "C" int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, 
     if (a->B < 1 || a->H < 1 || a->Lq < 1) return 0;
     if (a->D > 128) return -1;
     const long rows = (long)a->B * a->H * a->Lq;
-    attn_di_k<<<(unsigned)((rows + 7) / 8), 256>>>(*a, dout, Di);
+    LAUNCH(attn_di_k, (unsigned)((rows + 7) / 8), 256, 0, *a, dout, Di);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
     if (a->D <= 16) return bwd_launch<16, 64, 64>(a, dout, dq, dk, dv, Di);

@@ -7,7 +7,7 @@
  * depends only on the shapes (row chunks, then the chunks in order), so a run is
  * bit-identical from run to run on the same GPU. */
 #include "cuda_kernels.h"
-#include <cuda_runtime.h>
+#include "cuda_compat.cuh"
 #include <math.h>
 
 #define BS 256
@@ -80,7 +80,7 @@ __global__ void encoder_fwd_k(float *out, const int32_t *tok, const float *wte, 
 }
 extern "C" void cu_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
     size_t n = (size_t)B * T * C;
-    encoder_fwd_k<<<blocks_for(n, BS), BS>>>(out, tok, wte, wpe, T, C, n);
+    LAUNCH(encoder_fwd_k, blocks_for(n, BS), BS, 0, out, tok, wte, wpe, T, C, n);
 }
 
 /* one block per distinct token u; threads over columns; positions in increasing order */
@@ -97,7 +97,7 @@ __global__ void encoder_bwd_wte_k(float *dwte, const float *dout, const int32_t 
 }
 extern "C" void cu_encoder_backward_wte(float *dwte, const float *dout, const int32_t *uniq, const int32_t *off,
                                         const int32_t *pos, int n_uniq, int C) {
-    if (n_uniq > 0) encoder_bwd_wte_k<<<n_uniq, 128>>>(dwte, dout, uniq, off, pos, C);
+    if (n_uniq > 0) LAUNCH(encoder_bwd_wte_k, n_uniq, 128, 0, dwte, dout, uniq, off, pos, C);
 }
 
 __global__ void encoder_bwd_wpe_k(float *dwpe, const float *dout, int B, int T, int C) {
@@ -108,7 +108,7 @@ __global__ void encoder_bwd_wpe_k(float *dwpe, const float *dout, int B, int T, 
     dwpe[idx] = acc;
 }
 extern "C" void cu_encoder_backward_wpe(float *dwpe, const float *dout, int B, int T, int C) {
-    encoder_bwd_wpe_k<<<blocks_for((size_t)T * C, BS), BS>>>(dwpe, dout, B, T, C);
+    LAUNCH(encoder_bwd_wpe_k, blocks_for((size_t)T * C, BS), BS, 0, dwpe, dout, B, T, C);
 }
 
 /* ----------------------------------------------------------------------- norms */
@@ -132,7 +132,7 @@ __global__ void layernorm_fwd_k(float *out, float *mean, float *rstd, const floa
 }
 extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                                      const float *b, int N, int C, float eps) {
-    layernorm_fwd_k<<<blocks_for((size_t)N, BS / 32), BS>>>(out, mean, rstd, inp, w, b, N, C, eps);
+    LAUNCH(layernorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, mean, rstd, inp, w, b, N, C, eps);
 }
 
 __global__ void layernorm_bwd_dx_k(float *dinp, const float *dout, const float *inp, const float *w,
@@ -197,18 +197,18 @@ __global__ void colsum_finish_k(float *out, float *out2, const float *part, int 
 
 extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                       const float *w, const float *mean, const float *rstd, int N, int C, float *part) {
-    layernorm_bwd_dx_k<<<blocks_for((size_t)N, BS / 32), BS>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    LAUNCH(layernorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, inp, w, mean, rstd, N, C);
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)C, 128), R);
-    colsum_part_k<<<g, 128>>>(part, inp, dout, mean, rstd, N, C, C, R, 1);
-    colsum_finish_k<<<blocks_for((size_t)C, 128), 128>>>(dw, db, part, C, R);
+    LAUNCH(colsum_part_k, g, 128, 0, part, inp, dout, mean, rstd, N, C, C, R, 1);
+    LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, db, part, C, R);
 }
 
 extern "C" void cu_colsum_add(float *out, const float *x, int N, int ncols, int ld, float *part) {
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)ncols, 128), R);
-    colsum_part_k<<<g, 128>>>(part, x, NULL, NULL, NULL, N, ncols, ld, R, 0);
-    colsum_finish_k<<<blocks_for((size_t)ncols, 128), 128>>>(out, NULL, part, ncols, R);
+    LAUNCH(colsum_part_k, g, 128, 0, part, x, NULL, NULL, NULL, N, ncols, ld, R, 0);
+    LAUNCH(colsum_finish_k, blocks_for((size_t)ncols, 128), 128, 0, out, NULL, part, ncols, R);
 }
 
 __global__ void rmsnorm_fwd_k(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
@@ -223,7 +223,7 @@ __global__ void rmsnorm_fwd_k(float *out, float *rstd, const float *inp, const f
     if (lane == 0) rstd[row] = s;
 }
 extern "C" void cu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
-    rmsnorm_fwd_k<<<blocks_for((size_t)N, BS / 32), BS>>>(out, rstd, inp, w, N, C, eps);
+    LAUNCH(rmsnorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, rstd, inp, w, N, C, eps);
 }
 
 __global__ void rmsnorm_bwd_dx_k(float *dinp, const float *dout, const float *inp, const float *w,
@@ -240,11 +240,11 @@ __global__ void rmsnorm_bwd_dx_k(float *dinp, const float *dout, const float *in
 }
 extern "C" void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                                     const float *rstd, int N, int C, float *part) {
-    rmsnorm_bwd_dx_k<<<blocks_for((size_t)N, BS / 32), BS>>>(dinp, dout, inp, w, rstd, N, C);
+    LAUNCH(rmsnorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, inp, w, rstd, N, C);
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)C, 128), R);
-    colsum_part_k<<<g, 128>>>(part, inp, dout, NULL, rstd, N, C, C, R, 2);
-    colsum_finish_k<<<blocks_for((size_t)C, 128), 128>>>(dw, NULL, part, C, R);
+    LAUNCH(colsum_part_k, g, 128, 0, part, inp, dout, NULL, rstd, N, C, C, R, 2);
+    LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, NULL, part, C, R);
 }
 
 __global__ void bias_broadcast_k(float *out, const float *b, int ncols, int ld, size_t n) {
@@ -256,7 +256,7 @@ __global__ void bias_broadcast_k(float *out, const float *b, int ncols, int ld, 
 }
 extern "C" void cu_bias_broadcast(float *out, const float *b, int N, int ncols, int ld) {
     size_t n = (size_t)N * ncols;
-    bias_broadcast_k<<<blocks_for(n, BS), BS>>>(out, b, ncols, ld, n);
+    LAUNCH(bias_broadcast_k, blocks_for(n, BS), BS, 0, out, b, ncols, ld, n);
 }
 
 /* ----------------------------------------------------------------- elementwise */
@@ -273,7 +273,7 @@ __global__ void gelu_fwd_k(float *out, const float *inp, size_t n, int tanh_appr
                          : 0.5f * x * (1.0f + erff(x * INV_SQRT2));
 }
 extern "C" void cu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx) {
-    gelu_fwd_k<<<blocks_for(n, BS), BS>>>(out, inp, n, tanh_approx);
+    LAUNCH(gelu_fwd_k, blocks_for(n, BS), BS, 0, out, inp, n, tanh_approx);
 }
 
 __global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx) {
@@ -291,7 +291,7 @@ __global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout, siz
     dinp[i] = g * dout[i];
 }
 extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx) {
-    gelu_bwd_k<<<blocks_for(n, BS), BS>>>(dinp, inp, dout, n, tanh_approx);
+    LAUNCH(gelu_bwd_k, blocks_for(n, BS), BS, 0, dinp, inp, dout, n, tanh_approx);
 }
 
 __global__ void relu_fwd_k(float *out, const float *inp, size_t n) {
@@ -302,9 +302,9 @@ __global__ void relu_bwd_k(float *dinp, const float *inp, const float *dout, siz
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
 }
-extern "C" void cu_relu_forward(float *out, const float *inp, size_t n) { relu_fwd_k<<<blocks_for(n, BS), BS>>>(out, inp, n); }
+extern "C" void cu_relu_forward(float *out, const float *inp, size_t n) { LAUNCH(relu_fwd_k, blocks_for(n, BS), BS, 0, out, inp, n); }
 extern "C" void cu_relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    relu_bwd_k<<<blocks_for(n, BS), BS>>>(dinp, inp, dout, n);
+    LAUNCH(relu_bwd_k, blocks_for(n, BS), BS, 0, dinp, inp, dout, n);
 }
 
 /* h (N, 2F) = [a | b]: out = silu(a) * b */
@@ -328,11 +328,11 @@ __global__ void swiglu_bwd_k(float *dh, const float *h, const float *dout, int F
 }
 extern "C" void cu_swiglu_forward(float *out, const float *h, int N, int F) {
     size_t n = (size_t)N * F;
-    swiglu_fwd_k<<<blocks_for(n, BS), BS>>>(out, h, F, n);
+    LAUNCH(swiglu_fwd_k, blocks_for(n, BS), BS, 0, out, h, F, n);
 }
 extern "C" void cu_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F) {
     size_t n = (size_t)N * F;
-    swiglu_bwd_k<<<blocks_for(n, BS), BS>>>(dh, h, dout, F, n);
+    LAUNCH(swiglu_bwd_k, blocks_for(n, BS), BS, 0, dh, h, dout, F, n);
 }
 
 /* one thread per rotated pair (bt, head, j) */
@@ -354,14 +354,14 @@ __global__ void rope_k(float *x, const float *table, int T, int row, int col0, i
 }
 extern "C" void cu_rope(float *x, const float *table, int B, int T, int row, int col0, int n_heads, int hs, int pos0, int inverse) {
     size_t n = (size_t)B * T * n_heads * (hs / 2);
-    if (n) rope_k<<<blocks_for(n, BS), BS>>>(x, table, T, row, col0, n_heads, hs, pos0, inverse ? -1.0f : 1.0f, n);
+    if (n) LAUNCH(rope_k, blocks_for(n, BS), BS, 0, x, table, T, row, col0, n_heads, hs, pos0, inverse ? -1.0f : 1.0f, n);
 }
 
 __global__ void add_k(float *y, const float *x, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += x[i];
 }
-extern "C" void cu_add_inplace(float *y, const float *x, size_t n) { add_k<<<blocks_for(n, BS), BS>>>(y, x, n); }
+extern "C" void cu_add_inplace(float *y, const float *x, size_t n) { LAUNCH(add_k, blocks_for(n, BS), BS, 0, y, x, n); }
 
 /* sk_hash32 of src/ops.h, bit for bit */
 __device__ __forceinline__ uint32_t hash32(uint64_t seed, uint64_t stream, uint64_t i) {
@@ -378,7 +378,7 @@ __global__ void dropout_k(float *x, size_t n, uint32_t thr, float scale, uint64_
 extern "C" void cu_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t stream) {
     if (p <= 0.0f || n == 0) return;
     uint32_t thr = (uint32_t)fmin((double)p * 4294967296.0, 4294967295.0);
-    dropout_k<<<blocks_for(n, BS), BS>>>(x, n, thr, 1.0f / (1.0f - p), seed, stream);
+    LAUNCH(dropout_k, blocks_for(n, BS), BS, 0, x, n, thr, 1.0f / (1.0f - p), seed, stream);
 }
 
 /* ------------------------------------------------------------------ classifier */
@@ -410,7 +410,7 @@ __global__ void crossentropy_k(float *logits, float *losses, const int32_t *targ
 }
 extern "C" void cu_crossentropy(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
                                 float row_scale, int backward) {
-    if (N > 0) crossentropy_k<<<N, 512>>>(logits, losses, targets, V, Vp, row_scale, backward);
+    if (N > 0) LAUNCH(crossentropy_k, N, 512, 0, logits, losses, targets, V, Vp, row_scale, backward);
 }
 
 /* ------------------------------------------------------------------- optimizer */
@@ -438,7 +438,7 @@ extern "C" void cu_adamw(float *p, const float *g, float *m, float *v, const cu_
                          float decay, float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt,
                          float eps, int wd, float clip_coef) {
     if (n_spans > 0)
-        adamw_k<<<n_spans, BS>>>(p, g, m, v, spans, decay, b1, b2, a1, a2, step_size, bc2_sqrt, eps, wd, clip_coef);
+        LAUNCH(adamw_k, n_spans, BS, 0, p, g, m, v, spans, decay, b1, b2, a1, a2, step_size, bc2_sqrt, eps, wd, clip_coef);
 }
 
 __global__ void span_sq_k(double *part, const float *g, const cu_span *spans) {
@@ -452,5 +452,5 @@ __global__ void span_sq_k(double *part, const float *g, const cu_span *spans) {
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 extern "C" void cu_span_sq(double *part, const float *g, const cu_span *spans, int n_spans) {
-    if (n_spans > 0) span_sq_k<<<n_spans, BS>>>(part, g, spans);
+    if (n_spans > 0) LAUNCH(span_sq_k, n_spans, BS, 0, part, g, spans);
 }

@@ -18,8 +18,8 @@
  * thread owns rows ty + 16*ii and columns tx + 16*jj, so the 16 lanes holding one row are
  * one half-warp: row max/sum are __shfl_xor over offsets 8..1. The output accumulator of
  * rows ty + 16*ii and head dims tx + 16*dd stays in registers. DM (a multiple of 16 >= D)
- * is a template parameter; head dims D..DM-1 are zero padding. K/V rows in shared memory
- * have stride DM+1 and score rows BK+1, which keeps the column walks free of bank conflicts. */
+ * is a template parameter; head dims D..DM-1 are zero padding. Q/K/V/dO rows in shared
+ * memory have stride DM+1 and score rows BK+1, which keeps the walks free of bank conflicts. */
 #include "cuda_kernels.h"
 #include "cuda_compat.cuh"
 #include <math.h>
@@ -77,8 +77,8 @@ template <int DM, int BQ, int BK>
 __global__ void __launch_bounds__(NT) attn_fwd_k(cu_attn a) {
     constexpr int RQ = BQ / 16, RK = BK / 16, RD = DM / 16, KS = DM + 1, PS = BK + 1;
     DYN_SMEM(smem);
-    float *Qs = smem;                 /* BQ x DM */
-    float *Ks = Qs + BQ * DM;         /* BK x KS */
+    float *Qs = smem;                 /* BQ x KS */
+    float *Ks = Qs + BQ * KS;         /* BK x KS */
     float *Vs = Ks + BK * KS;         /* BK x DM */
     float *Ps = Vs + BK * DM;         /* BQ x PS */
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(NT) attn_fwd_k(cu_attn a) {
     const float *kb = a.k + b * a.k_sb + hk * a.k_sh;
     const float *vb = a.v + b * a.v_sb + hk * a.v_sh;
 
-    load_tile<DM>(Qs, DM, BQ, qb, a.q_st, i0, nq, D, a.scale);
+    load_tile<DM>(Qs, KS, BQ, qb, a.q_st, i0, nq, D, a.scale);
     float o[RQ][RD], mrow[RQ], lrow[RQ];
     uint64_t rk[RQ];
 #pragma unroll
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(NT) attn_fwd_k(cu_attn a) {
         for (int d = 0; d < DM; d++) {
             float qv[RQ], kv[RK];
 #pragma unroll
-            for (int ii = 0; ii < RQ; ii++) qv[ii] = Qs[(ty + 16 * ii) * DM + d];
+            for (int ii = 0; ii < RQ; ii++) qv[ii] = Qs[(ty + 16 * ii) * KS + d];
 #pragma unroll
             for (int jj = 0; jj < RK; jj++) kv[jj] = Ks[(tx + 16 * jj) * KS + d];
 #pragma unroll
@@ -208,8 +208,8 @@ __global__ void attn_di_k(cu_attn a, const float *dout, float *Di) {
     if (lane == 0) Di[row] = s;
 }
 
-/* S = Q K^T and dP = dO V^T for the thread's (row, column) entries; Q (BQ x DM, stride DM)
- * and dO likewise; K and V (BK x KS). */
+/* S = Q K^T and dP = dO V^T for the thread's (row, column) entries; Q, dO, K and V all have
+ * row stride KS = DM + 1. */
 template <int DM, int RQ, int RK, int KS>
 __device__ __forceinline__ void scores_dp(float (&s)[RQ][RK], float (&dp)[RQ][RK], const float *Qs,
                                           const float *dOs, const float *Ks, const float *Vs, int ty, int tx) {
@@ -221,7 +221,7 @@ __device__ __forceinline__ void scores_dp(float (&s)[RQ][RK], float (&dp)[RQ][RK
     for (int d = 0; d < DM; d++) {
         float qv[RQ], ov[RQ], kv[RK], vv[RK];
 #pragma unroll
-        for (int ii = 0; ii < RQ; ii++) { qv[ii] = Qs[(ty + 16 * ii) * DM + d]; ov[ii] = dOs[(ty + 16 * ii) * DM + d]; }
+        for (int ii = 0; ii < RQ; ii++) { qv[ii] = Qs[(ty + 16 * ii) * KS + d]; ov[ii] = dOs[(ty + 16 * ii) * KS + d]; }
 #pragma unroll
         for (int jj = 0; jj < RK; jj++) { kv[jj] = Ks[(tx + 16 * jj) * KS + d]; vv[jj] = Vs[(tx + 16 * jj) * KS + d]; }
 #pragma unroll
@@ -239,8 +239,8 @@ __device__ __forceinline__ void scores_dp(float (&s)[RQ][RK], float (&dp)[RQ][RK
 template <int DM, int BQ>
 __device__ __forceinline__ void load_q_side(const cu_attn &a, const float *dout, const float *Di, int b, int h,
                                             int i0, int nq, float *Qs, float *dOs, float *lse_s, float *di_s) {
-    load_tile<DM>(Qs, DM, BQ, a.q + b * a.q_sb + h * a.q_sh, a.q_st, i0, nq, a.D, a.scale);
-    load_tile<DM>(dOs, DM, BQ, dout + b * a.o_sb + h * a.o_sh, a.o_st, i0, nq, a.D, 1.0f);
+    load_tile<DM>(Qs, DM + 1, BQ, a.q + b * a.q_sb + h * a.q_sh, a.q_st, i0, nq, a.D, a.scale);
+    load_tile<DM>(dOs, DM + 1, BQ, dout + b * a.o_sb + h * a.o_sh, a.o_st, i0, nq, a.D, 1.0f);
     const size_t base = ((size_t)b * a.H + h) * a.Lq + i0;
     for (int r = threadIdx.x; r < BQ; r += NT) {
         lse_s[r] = r < nq ? a.lse[base + r] : INFINITY;
@@ -276,9 +276,9 @@ template <int DM, int BQ, int BK>
 __global__ void __launch_bounds__(NT) attn_bwd_dq_k(cu_attn a, const float *dout, float *dq, const float *Di) {
     constexpr int RQ = BQ / 16, RK = BK / 16, RD = DM / 16, KS = DM + 1, PS = BK + 1;
     DYN_SMEM(smem);
-    float *Qs = smem;                 /* BQ x DM (scaled q) */
-    float *dOs = Qs + BQ * DM;        /* BQ x DM */
-    float *Ks = dOs + BQ * DM;        /* BK x KS */
+    float *Qs = smem;                 /* BQ x KS (scaled q) */
+    float *dOs = Qs + BQ * KS;        /* BQ x KS */
+    float *Ks = dOs + BQ * KS;        /* BK x KS */
     float *Vs = Ks + BK * KS;         /* BK x KS */
     float *DSs = Vs + BK * KS;        /* BQ x PS */
     float *lse_s = DSs + BQ * PS, *di_s = lse_s + BQ;
@@ -342,9 +342,9 @@ __global__ void __launch_bounds__(NT) attn_bwd_dkv_k(cu_attn a, const float *dou
     DYN_SMEM(smem);
     float *Ks = smem;                 /* BK x KS */
     float *Vs = Ks + BK * KS;         /* BK x KS */
-    float *Qs = Vs + BK * KS;         /* BQ x DM (scaled q) */
-    float *dOs = Qs + BQ * DM;        /* BQ x DM */
-    float *Ps = dOs + BQ * DM;        /* BQ x PS: Z*P */
+    float *Qs = Vs + BK * KS;         /* BQ x KS (scaled q) */
+    float *dOs = Qs + BQ * KS;        /* BQ x KS */
+    float *Ps = dOs + BQ * KS;        /* BQ x PS: Z*P */
     float *DSs = Ps + BQ * PS;        /* BQ x PS: dS */
     float *lse_s = DSs + BQ * PS, *di_s = lse_s + BQ;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(NT) attn_bwd_dkv_k(cu_attn a, const float *dou
                 for (int kk = 0; kk < RK; kk++) { pz[kk] = Ps[i * PS + ty + 16 * kk]; ds[kk] = DSs[i * PS + ty + 16 * kk]; }
 #pragma unroll
                 for (int dd = 0; dd < RD; dd++) {
-                    const float ov = dOs[i * DM + tx + 16 * dd], qv = Qs[i * DM + tx + 16 * dd];
+                    const float ov = dOs[i * KS + tx + 16 * dd], qv = Qs[i * KS + tx + 16 * dd];
 #pragma unroll
                     for (int kk = 0; kk < RK; kk++) {
                         av[kk][dd] = fmaf(pz[kk], ov, av[kk][dd]);
@@ -416,9 +416,10 @@ __global__ void __launch_bounds__(NT) attn_bwd_dkv_k(cu_attn a, const float *dou
 /* ------------------------------------------------------------------ launchers */
 
 template <int DM, int BQ, int BK> struct AttnCfg {
-    static constexpr size_t fwd_smem = sizeof(float) * ((size_t)BQ * DM + (size_t)BK * (DM + 1) + (size_t)BK * DM + (size_t)BQ * (BK + 1));
-    static constexpr size_t dq_smem = sizeof(float) * (2 * (size_t)BQ * DM + 2 * (size_t)BK * (DM + 1) + (size_t)BQ * (BK + 1) + 2 * BQ);
-    static constexpr size_t dkv_smem = sizeof(float) * (2 * (size_t)BK * (DM + 1) + 2 * (size_t)BQ * DM + 2 * (size_t)BQ * (BK + 1) + 2 * BQ);
+    /* the layouts at the top of each kernel */
+    static constexpr size_t fwd_smem = sizeof(float) * ((size_t)BQ * (DM + 1) + (size_t)BK * (DM + 1) + (size_t)BK * DM + (size_t)BQ * (BK + 1));
+    static constexpr size_t dq_smem = sizeof(float) * (2 * (size_t)BQ * (DM + 1) + 2 * (size_t)BK * (DM + 1) + (size_t)BQ * (BK + 1) + 2 * BQ);
+    static constexpr size_t dkv_smem = sizeof(float) * (2 * (size_t)BK * (DM + 1) + 2 * (size_t)BQ * (DM + 1) + 2 * (size_t)BQ * (BK + 1) + 2 * BQ);
 };
 
 /* Kernels above 48 KiB of dynamic shared memory must opt in once per kernel. */

@@ -2,6 +2,9 @@
 # Options: make SAN=1 (ASan+UBSan build in build-san/), make BLAS=openblas|none, BLAS_PKG=<pkg-config name>,
 # make MPI=1 (data-parallel training over MPI: mpicc, -DSK_HAVE_MPI, in build-mpi/).
 # make fuzz: libFuzzer harnesses (clang, build-fuzz/), each run FUZZ_SECONDS (scripts/fuzz.sh).
+# make cuda: the CLI with the CUDA backend in build-cuda/ (nvcc; NVCC=..., CUDA_ARCH=sm_90),
+# make cuda-test: build it and run the GPU/CPU parity test (docs/cuda.md). The default build
+# never looks for nvcc.
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O3 -march=native
@@ -61,6 +64,31 @@ endif
 
 LIB_SRC  := $(wildcard src/*.c)
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o)
+
+# CUDA=1 (set by `make cuda`): the same library and CLI plus src/cuda/ (kernels in .cu by
+# nvcc, the device model in C), compiled with -DSKIPLM_CUDA into build-cuda/.
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+CUDA_ARCH ?= sm_90
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NVCCFLAGS ?= -O3 -arch=$(CUDA_ARCH) -lineinfo -std=c++17 -Xcompiler -Wall
+ifeq ($(CUDA),1)
+BUILD    := build-cuda
+CFLAGS   += -DSKIPLM_CUDA -I$(CUDA_HOME)/include
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o)
+LIB_OBJ  += $(patsubst src/cuda/%.c,$(BUILD)/src/cuda/%.o,$(wildcard src/cuda/*.c))
+LIB_OBJ  += $(patsubst src/cuda/%.cu,$(BUILD)/src/cuda/%.cu.o,$(wildcard src/cuda/*.cu))
+endif
+# CUDA_EMU=1 (set by `make cuda-emu-test`): the same CUDA sources on the CPU emulator of
+# tests/cuda/emu (g++, fibers for threads, NaN-filled device memory), into build-cuda-emu/.
+ifeq ($(CUDA_EMU),1)
+BUILD    := build-cuda-emu
+CFLAGS   += -DSKIPLM_CUDA -Itests/cuda/emu
+LDLIBS   += -lstdc++
+EMU_CXX  := $(CXX) -std=c++17 -O2 -g -ffp-contract=off -Wall -Wno-unknown-pragmas -DSK_CUDA_EMU -Itests/cuda/emu -Isrc/cuda -Iinclude
+LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o) $(BUILD)/src/cuda/model_cuda.o $(BUILD)/emu/emu.o
+LIB_OBJ  += $(patsubst src/cuda/%.cu,$(BUILD)/src/cuda/%.emu.o,$(wildcard src/cuda/*.cu))
+endif
 CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(CLI_SRC:cli/%.c=$(BUILD)/cli/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -73,6 +101,15 @@ all: $(BUILD)/libskiplm.a $(BUILD)/skiplm $(TEST_BIN)
 $(BUILD)/src/%.o: src/%.c $(wildcard include/*.h src/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+$(BUILD)/src/cuda/%.emu.o: src/cuda/%.cu src/cuda/cuda_kernels.h src/cuda/cuda_compat.cuh $(wildcard tests/cuda/emu/*.h)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) -x c++ -c $< -o $@
+$(BUILD)/emu/emu.o: tests/cuda/emu/emu.cpp $(wildcard tests/cuda/emu/*.h)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) -c $< -o $@
+$(BUILD)/src/cuda/%.cu.o: src/cuda/%.cu src/cuda/cuda_kernels.h src/cuda/cuda_compat.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 $(BUILD)/cli/%.o: cli/%.c $(wildcard include/*.h src/*.h cli/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -92,7 +129,7 @@ test:
 	@BUILD=$(BUILD) bash tests/run_tests.sh
 
 clean:
-	rm -rf build build-san build-mpi build-mpi-san build-fuzz
+	rm -rf build build-san build-mpi build-mpi-san build-fuzz build-cuda build-cuda-emu
 
 .PHONY: all test clean
 
@@ -114,3 +151,16 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libskiplm.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
 bench-attention: $(BUILD)/bench/bench_attention
 .PHONY: bench-attention
+
+# CUDA backend (docs/cuda.md): build-cuda/skiplm (train/bench --device cuda) and the parity
+# test; compile only, no GPU needed. `make cuda-test` also runs the parity test (needs a GPU).
+cuda:
+	@test -x "$(NVCC)" || { echo "make cuda: nvcc not found at '$(NVCC)' (give NVCC=/path/to/nvcc)"; exit 1; }
+	@$(MAKE) --no-print-directory CUDA=1 NVCC="$(NVCC)" build-cuda/skiplm build-cuda/tests/cuda/test_cuda_parity
+cuda-test: cuda
+	./build-cuda/tests/cuda/test_cuda_parity
+# The parity test with the CUDA sources on the CPU emulator (no GPU, no nvcc; slow: minutes).
+cuda-emu-test:
+	@$(MAKE) --no-print-directory CUDA_EMU=1 build-cuda-emu/tests/cuda/test_cuda_parity
+	./build-cuda-emu/tests/cuda/test_cuda_parity $(CASE)
+.PHONY: cuda cuda-test cuda-emu-test

@@ -12,6 +12,9 @@
 #ifdef SK_HAVE_BLAS
 #include <cblas.h>
 #endif
+#ifdef SKIPLM_CUDA
+#include "skiplm_cuda.h"
+#endif
 
 static double peak_rss_mib(void) {
     struct rusage ru;
@@ -44,8 +47,70 @@ static double sgemm_rate(int M, int N, int K) {
     return 2.0 * M * N * K / best / 1e9;
 }
 
+#ifdef SKIPLM_CUDA
+/* The training benchmark on the GPU: the same step as the CPU one (forward + backward,
+ * gradient norm, clipping, AdamW), timed from the host with the device synchronised. */
+static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup, int tf32, double peak_tflops) {
+    char dev[256];
+    if (sk_cuda_device_info(dev, sizeof dev)) return cli_fail("bench");
+    sk_cuda_precision prec = tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
+    printf("device: cuda: %s, %s\n", dev, tf32 ? "fp32 with TF32 GEMMs" : "fp32");
+    sk_model *m;
+    if (sk_model_new(&m, cfg, 1)) return cli_fail("bench");
+    int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
+    double n_matmul = 0;
+    for (int i = 0; i < nt; i++) if (ts[i].ndim == 2 && !strstr(ts[i].name, "wpe")) n_matmul += ts[i].numel;
+    printf("parameters: %.2fM\n", sk_model_num_params(m) / 1e6);
+    if ((long long)B * T > INT_MAX) { fprintf(stderr, "skiplm bench: --batch x --seq is too many tokens\n"); return 2; }
+    int N = B * T, C = cfg->n_embd;
+    sk_cuda_model *cm;
+    if (sk_cuda_model_new(&cm, m, prec) || sk_cuda_reserve(cm, B, T)) return cli_fail("bench");
+    double g1, g2, g3;
+    if (sk_cuda_sgemm_rate(N, 4 * C, C, prec, &g1) || sk_cuda_sgemm_rate(N, C, 4 * C, prec, &g2) ||
+        sk_cuda_sgemm_rate(N, 3 * C, C, prec, &g3))
+        return cli_fail("bench");
+    double ref = fmax(g1, fmax(g2, g3));
+    printf("cuBLAS sgemm (%s) on this model's shapes: %.0f / %.0f / %.0f GFLOP/s -> reference rate %.0f GFLOP/s\n",
+           tf32 ? "TF32" : "fp32", g1, g2, g3, ref);
+    int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
+    double *times = malloc(sizeof(double) * steps);
+    if (!x || !y || !times) { fprintf(stderr, "skiplm bench: out of memory\n"); return 1; }
+    uint64_t r = 42;
+    for (int i = 0; i < N; i++) { r = r * 6364136223846793005ULL + 1; x[i] = (int32_t)((r >> 33) % cfg->vocab_size); y[i] = (int32_t)((r >> 13) % cfg->vocab_size); }
+    sk_adamw_cfg ac;
+    sk_adamw_default(&ac);
+    for (int s = 1 - warmup; s <= steps; s++) {
+        double t0 = sk_now(), norm;
+        float loss;
+        if (sk_cuda_zero_grad(cm) || sk_cuda_forward_backward(cm, x, y, B, T, 1.0f, (uint64_t)s, &loss) ||
+            sk_cuda_grad_norm(cm, &norm) ||
+            sk_cuda_adamw_step(cm, &ac, 1e-4, s + warmup, sk_clip_coef(norm, 1.0f)) || sk_cuda_sync())
+            return cli_fail("bench");
+        if (s > 0) times[s - 1] = sk_now() - t0;
+        if (s == 1 - warmup || s == steps) printf("  step %d: loss %.4f, grad norm %.4f\n", s, loss, norm);
+    }
+    qsort(times, steps, sizeof(double), cmp_double);
+    double med = times[steps / 2];
+    double flops = (6.0 * n_matmul + 6.0 * cfg->n_layer * T * C) * N;
+    double gf = flops / med / 1e9;
+    printf("train: B=%d T=%d: %.2f ms/step (median of %d), %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% of the sgemm rate",
+           B, T, med * 1e3, steps, N / med, gf / 1e3, 100.0 * gf / ref);
+    if (peak_tflops > 0) printf(", %.1f%% of %.0f TFLOP/s", 100.0 * gf / (peak_tflops * 1e3), peak_tflops);
+    printf("\n");
+    size_t used = 0, total = 0;
+    if (!sk_cuda_memory(&used, &total))
+        printf("  GPU memory in use %.2f GiB of %.2f GiB\n", used / 1073741824.0, total / 1073741824.0);
+    free(x); free(y); free(times);
+    sk_cuda_model_free(cm);
+    sk_model_free(m);
+    return 0;
+}
+#endif
+
 int cmd_bench(int argc, char **argv) {
-    int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1;
+    int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1, tf32 = 0;
+    const char *device = "cpu";
+    float peak_tflops = 0;
     cli_opt opts[] = {
         {"batch", 'i', &B, "sequences per step (4)"},
         {"seq", 'i', &T, "sequence length (block_size)"},
@@ -55,6 +120,9 @@ int cmd_bench(int argc, char **argv) {
         {"gen", 'i', &gen, "tokens to generate for the generation benchmark (256)"},
         {"no-train", 'b', &no_train, "skip the training benchmark"},
         {"no-gen", 'b', &no_gen, "skip the generation benchmark"},
+        {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
+        {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
+        {"peak-tflops", 'f', &peak_tflops, "with --device cuda: also report MFU against this peak (e.g. 989 for H100 SXM bf16 dense)"},
         {0},
     };
     sk_config cfg;
@@ -68,6 +136,21 @@ int cmd_bench(int argc, char **argv) {
     if (B < 1 || steps < 1 || gen < 0 || warmup < 0 || T > cfg.block_size) { fprintf(stderr, "skiplm bench: bad --batch/--seq/--steps/--gen\n"); return 2; }
     char desc[256];
     sk_config_describe(&cfg, desc, sizeof desc);
+    int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
+    if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm bench: --device must be cpu or cuda (got '%s')\n", device); return 2; }
+    if (use_cuda) {
+#ifdef SKIPLM_CUDA
+        printf("bench: %s\n", desc);
+        if (no_train) return 0;
+        if (!no_gen) printf("(generation on the GPU is not implemented yet: training only)\n");
+        return bench_cuda(&cfg, B, T, steps, warmup, tf32, peak_tflops);
+#else
+        fprintf(stderr, "skiplm bench: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "
+                "then run build-cuda/skiplm)\n");
+        return 2;
+#endif
+    }
+    (void)tf32; (void)peak_tflops;
     printf("bench: %s\nthreads: %d OpenMP\n", desc, omp_get_max_threads());
 
     sk_model *m;

@@ -3,6 +3,9 @@
  * Everything is checked before anything is written: a bad option, a missing or empty
  * shard, a token outside the vocabulary or too little data leaves the output untouched. */
 #include "cli.h"
+#ifdef SKIPLM_CUDA
+#include "skiplm_cuda.h"
+#endif
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -102,7 +105,8 @@ int cmd_train(int argc, char **argv) {
 static int train_main(int argc, char **argv, int *agreed) {
     const int rank = sk_dist_rank(), world = sk_dist_size(), r0p = rank == 0;
     const char *data = NULL, *train_path = NULL, *val_path = NULL, *tok_path = NULL, *out = NULL;
-    const char *resume = NULL, *init = NULL;
+    const char *resume = NULL, *init = NULL, *device = "cpu";
+    int tf32 = 0;
     int steps = UNSET_I, B = UNSET_I, T = UNSET_I, tps = UNSET_I, accum = UNSET_I, warmup = UNSET_I,
         decay = UNSET_I, eval_every = UNSET_I, eval_batches = UNSET_I, ckpt_every = UNSET_I,
         shuffle = UNSET_I, skip_nonfinite = 0, print_every = 10, overwrite = 0, zero = 0, recompute = -1;
@@ -140,6 +144,8 @@ static int train_main(int argc, char **argv, int *agreed) {
         {"print-every", 'i', &print_every, "progress line every N steps when stderr is not a terminal (10)"},
         {"recompute", 'i', &recompute, "activation recomputation per layer: 1 on (less memory, ~1/3 more compute), 0 off, -1 only if needed to fit (-1)"},
         {"zero", 'i', &zero, "under mpirun: 1 = shard the AdamW state over the ranks (ZeRO stage 1), 0 = replicate it (0)"},
+        {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
+        {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs (faster, ~1e-3 relative GEMM error)"},
         {0},
     };
     const char *syn = "--data DIR | --train FILE [--val FILE]  [options]";
@@ -178,6 +184,9 @@ static int train_main(int argc, char **argv, int *agreed) {
     sk_tokenizer *tok = NULL;
     sk_loader *Ltr = NULL, *Lval = NULL;
     sk_trainer *tr = NULL;
+#ifdef SKIPLM_CUDA
+    sk_cuda_model *cm = NULL;
+#endif
     FILE *log = NULL, *err = NULL;
 #define FAIL(...) do { fprintf(stderr, "skiplm train: " __VA_ARGS__); fputc('\n', stderr); goto done; } while (0)
 #define FAIL_LIB() do { cli_fail("train"); goto done; } while (0)
@@ -197,6 +206,13 @@ static int train_main(int argc, char **argv, int *agreed) {
     if (seed != UNSET_U) tc.seed = seed;
     if (skip_nonfinite) tc.skip_nonfinite = 1;
     if (zero != 0 && zero != 1) FAIL("--zero must be 0 or 1 (got %d)", zero);
+    const int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
+    if (!use_cuda && strcmp(device, "cpu")) FAIL("--device must be cpu or cuda (got '%s')", device);
+#ifndef SKIPLM_CUDA
+    if (use_cuda) FAIL("--device cuda: this skiplm was built without CUDA (build it with `make cuda`, then run build-cuda/skiplm)");
+#endif
+    if (tf32 && !use_cuda) FAIL("--tf32 needs --device cuda");
+    if (use_cuda && world > 1) FAIL("--device cuda with %d MPI ranks: multi-GPU training (NCCL) is not implemented yet", world);
     if (recompute < -1 || recompute > 1) FAIL("--recompute must be -1, 0 or 1 (got %d)", recompute);
     tc.zero = zero;
     tc.world_size = world;
@@ -333,6 +349,19 @@ static int train_main(int argc, char **argv, int *agreed) {
         fprintf(stderr, "skiplm train: cannot resume: %s; nothing was written\n", sk_last_error());
         goto done;
     }
+    char devdesc[256] = "cpu";
+#ifdef SKIPLM_CUDA
+    if (use_cuda) {
+        /* the device holds parameters, gradients, AdamW state and activations from here on;
+         * the host model keeps the config and receives the state for each checkpoint */
+        sk_train_backend be;
+        if (sk_cuda_device_info(devdesc, sizeof devdesc)) FAIL_LIB();
+        if (sk_cuda_model_new(&cm, m, tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32)) FAIL_LIB();
+        sk_cuda_train_backend(cm, &be);
+        if (sk_trainer_set_backend(tr, &be)) FAIL_LIB();
+        sk_model_set_recompute(m, recompute);   /* releases the host activations: unused now */
+    }
+#endif
     sk_st_free(&ck);
     memset(&ck, 0, sizeof ck);
 
@@ -365,6 +394,7 @@ static int train_main(int argc, char **argv, int *agreed) {
     char desc[256];
     sk_config_describe(&cfg, desc, sizeof desc);
     fprintf(err, "skiplm train: %s, %.2fM parameters\n", desc, sk_model_num_params(m) / 1e6);
+    if (use_cuda) fprintf(err, "skiplm train: device cuda: %s, %s\n", devdesc, tf32 ? "fp32 with TF32 GEMMs" : "fp32");
     fprintf(err, "skiplm train: %d steps of %d x %d x %d = %d tokens, lr %g -> %g (warmup %d, decay %d), wd %g, clip %g, seed %" PRIu64 "%s\n",
             tc.steps, tc.accum, tc.B, tc.T, tc.accum * tc.B * tc.T, tc.lr, tc.min_lr, tc.warmup,
             tc.lr_decay_steps, tc.weight_decay, tc.grad_clip, tc.seed, tc.shuffle ? "" : ", sequential data");
@@ -469,6 +499,9 @@ done:
     if (log) fclose(log);
     if (err && err != stderr) fclose(err);
     sk_trainer_free(tr);
+#ifdef SKIPLM_CUDA
+    sk_cuda_model_free(cm);
+#endif
     sk_loader_free(Ltr); sk_loader_free(Lval);
     sk_tok_free(tok);
     sk_model_free(m);

@@ -144,6 +144,32 @@ int sk_train_cfg_from_st(sk_train_cfg *cfg, const sk_safetensors *ckpt, const ch
 int sk_config_diff(const sk_config *a, const sk_config *b, const char *a_name, const char *b_name);
 int sk_train_cfg_diff(const sk_train_cfg *a, const sk_train_cfg *b, const char *a_name, const char *b_name);
 
+/* A device backend (the CUDA one: src/cuda/, include/skiplm_cuda.h). With one set, the
+ * parameters, gradients and AdamW moments live on the device and the trainer calls these
+ * instead of the CPU model and optimizer; it keeps everything else (data order, schedule,
+ * NaN guard, clipping decision, checkpoints, resume). pull copies the device state into
+ * the host model's parameters and the trainer's m and v (before a checkpoint is written),
+ * push the other way (when the backend is set, and after a resume). update applies AdamW
+ * with the gradients multiplied by clip_coef first (1 = no clipping). The gradient hook
+ * gets grads = NULL, n = 0 with a backend. Single process only (world_size 1) for now.
+ * Every function returns 0 or an error code with sk_error's message. */
+typedef struct {
+    void *ctx;
+    int (*zero_grad)(void *ctx);
+    int (*forward_backward)(void *ctx, const int32_t *x, const int32_t *y, int B, int T,
+                            float grad_scale, uint64_t dropout_seed, float *loss);
+    int (*forward)(void *ctx, const int32_t *x, const int32_t *y, int B, int T, float *loss);
+    int (*grad_norm)(void *ctx, double *norm);
+    int (*update)(void *ctx, const sk_adamw_cfg *c, double lr, long t, float clip_coef);
+    int (*pull)(void *ctx, float *params, float *m, float *v);
+    int (*push)(void *ctx, const float *params, const float *m, const float *v);
+} sk_train_backend;
+/* Attach a backend (copied) and push the current state to it. */
+int sk_trainer_set_backend(sk_trainer *tr, const sk_train_backend *be);
+/* The clipping coefficient of sk_clip_grads without applying it: max_norm / (norm + 1e-6)
+ * in float, or 1 when that is not below 1. */
+float sk_clip_coef(double norm, float max_norm);
+
 /* Stateless 64-bit seed for micro-step `micro` of step `step` of a run seeded `seed`. */
 uint64_t sk_dropout_seed(uint64_t seed, long step, int micro);
 

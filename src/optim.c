@@ -99,9 +99,14 @@ double sk_grad_norm(const float *g, const sk_span *spans, int n_spans) {
     return sqrt(sum);
 }
 
-float sk_clip_grads(float *g, const sk_span *spans, int n_spans, double norm, float max_norm) {
+float sk_clip_coef(double norm, float max_norm) {
     /* PyTorch: clip_coef = max_norm / (total_norm + 1e-6) in float32, clamped to 1 */
     float coef = max_norm / ((float)norm + 1e-6f);
+    return coef < 1.0f ? coef : 1.0f;
+}
+
+float sk_clip_grads(float *g, const sk_span *spans, int n_spans, double norm, float max_norm) {
+    float coef = sk_clip_coef(norm, max_norm);
     if (!(coef < 1.0f)) return 1.0f;
 #pragma omp parallel for schedule(static)
     for (int s = 0; s < n_spans; s++) {

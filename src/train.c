@@ -26,6 +26,7 @@ struct sk_trainer {
     long adam_t;               /* updates applied: AdamW's step count */
     int skipped;
     sk_grad_hook hook; void *hook_ctx;
+    sk_train_backend be; int has_be;   /* a device backend (sk_trainer_set_backend), or none */
     /* data parallelism (cfg.world_size > 1); with ZeRO-1 this rank owns spans
      * [s_lo, s_hi), the buffer range [starts[rank], starts[rank+1]), and mom/vel hold only
      * that range. Without ZeRO starts is NULL and mom/vel are whole. */
@@ -248,6 +249,62 @@ int sk_trainer_new(sk_trainer **out, sk_model *m, const sk_train_cfg *cfg, sk_lo
 }
 
 void sk_trainer_set_grad_hook(sk_trainer *tr, sk_grad_hook fn, void *ctx) { tr->hook = fn; tr->hook_ctx = ctx; }
+
+int sk_trainer_set_backend(sk_trainer *tr, const sk_train_backend *be) {
+    if (tr->world > 1)
+        return sk_error(SK_EINVAL, "a device backend with %d data-parallel ranks is not implemented yet "
+                        "(train on one process)", tr->world);
+    tr->be = *be;
+    tr->has_be = 1;
+    return be->push(be->ctx, sk_model_params(tr->m), tr->mom, tr->vel);
+}
+
+/* sk_trainer_step with a device backend: the same sequence as the CPU path below for one
+ * process (micro-steps, hook, norm, NaN guard, clipping, scheduled AdamW), run by the backend. */
+static int step_device(sk_trainer *tr, sk_step_info *info) {
+    const sk_train_cfg *c = &tr->cfg;
+    const sk_train_backend *be = &tr->be;
+    int rc = be->zero_grad(be->ctx);
+    double loss_sum = 0;
+    const float scale = 1.0f / (float)c->accum;
+    for (int k = 0; k < c->accum && !rc; k++) {
+        float l = 0;
+        rc = sk_loader_next_xy(tr->train, tr->x, tr->y);
+        if (!rc) rc = be->forward_backward(be->ctx, tr->x, tr->y, c->B, c->T, scale,
+                                           sk_dropout_seed(c->seed, tr->step, k), &l);
+        if (rc) {
+            char pre[32];
+            snprintf(pre, sizeof pre, "step %d: ", tr->step + 1);
+            rc = rethrow(rc, pre);
+        }
+        loss_sum += l;
+    }
+    float loss = (float)(loss_sum / c->accum);
+    if (!rc && tr->hook) rc = tr->hook(NULL, 0, &loss, tr->hook_ctx);
+    double norm = 0;
+    if (!rc) rc = be->grad_norm(be->ctx, &norm);
+    if (rc) return rc;
+    sk_lr_sched sch = {c->lr, c->min_lr, c->warmup, c->lr_decay_steps};
+    double lr = sk_lr_at(&sch, tr->step);
+    info->step = tr->step + 1;
+    info->loss = loss; info->lr = lr; info->grad_norm = norm;
+    info->tokens = (uint64_t)c->accum * c->B * c->T;
+    if (!isfinite(loss) || !isfinite(norm)) {
+        const char *what = !isfinite(loss) && !isfinite(norm) ? "loss and gradient norm" : !isfinite(loss) ? "loss" : "gradient norm";
+        if (!c->skip_nonfinite)
+            return sk_error(SK_ENUM, "step %d: non-finite %s (loss %g, gradient norm %g); the parameters "
+                            "were not updated", tr->step + 1, what, (double)loss, norm);
+        tr->skipped++; tr->step++;
+        info->skipped = 1;
+        return SK_OK;
+    }
+    float coef = c->grad_clip > 0 ? sk_clip_coef(norm, c->grad_clip) : 1.0f;
+    sk_adamw_cfg ac = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay};
+    if ((rc = be->update(be->ctx, &ac, lr, tr->adam_t + 1, coef))) return rc;
+    tr->adam_t++;
+    tr->step++;
+    return SK_OK;
+}
 int sk_trainer_step_count(const sk_trainer *tr) { return tr->step; }
 int sk_trainer_skipped(const sk_trainer *tr) { return tr->skipped; }
 
@@ -256,6 +313,7 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
     sk_model *m = tr->m;
     memset(info, 0, sizeof *info);
     if (tr->step >= c->steps) return sk_error(SK_EINVAL, "all %d steps are done", c->steps);
+    if (tr->has_be) return step_device(tr, info);
     /* 1. forward + backward over the micro-steps; gradients of loss/accum add up */
     sk_model_zero_grad(m);
     double loss_sum = 0;
@@ -355,7 +413,8 @@ int sk_trainer_eval(sk_trainer *tr, float *val_loss) {
     for (uint64_t i = 0; !rc && i < nb; i++) {
         float l = 0.0f;
         rc = sk_loader_next_xy(tr->val, tr->x, tr->y);
-        if (!rc) rc = sk_model_forward(tr->m, tr->x, tr->y, c->B, c->T, &l, NULL);
+        if (!rc) rc = tr->has_be ? tr->be.forward(tr->be.ctx, tr->x, tr->y, c->B, c->T, &l)
+                                 : sk_model_forward(tr->m, tr->x, tr->y, c->B, c->T, &l, NULL);
         sum += l;
     }
     if (tr->world > 1) {
@@ -392,6 +451,10 @@ static int save_local(const sk_trainer *tr, const char *path, const char *const 
  * (a hash of each rank's against rank 0's), ZeRO's m and v are gathered to rank 0, rank 0
  * writes, and its result is every rank's. */
 int sk_trainer_save(const sk_trainer *tr, const char *path, const char *const *extra_meta) {
+    if (tr->has_be) {                  /* the device holds the state: bring it home first */
+        int rc = tr->be.pull(tr->be.ctx, sk_model_params(tr->m), tr->mom, tr->vel);
+        if (rc) return rethrow(rc, "checkpoint not written: ");
+    }
     if (tr->world <= 1) return save_local(tr, path, extra_meta, tr->mom, tr->vel);
     const float *p = sk_model_params(tr->m);
     uint64_t h = hash_floats(0xcbf29ce484222325ULL, p, tr->n_params), h0 = h;
@@ -524,6 +587,7 @@ int sk_trainer_resume(sk_trainer *tr, const sk_safetensors *ckpt, const char *pa
     }
     free(mo); free(ve);
     tr->step = (int)step; tr->adam_t = (long)adam_t; tr->skipped = (int)skipped;
+    if (tr->has_be) rc = tr->be.push(tr->be.ctx, sk_model_params(tr->m), tr->mom, tr->vel);
 done:
     sk_model_free(cm);
     return rc;

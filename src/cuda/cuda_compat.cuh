@@ -1,0 +1,16 @@
+/* What the kernels need from CUDA beyond plain C++: dynamic shared memory and kernel
+ * launches, behind two macros so that the same sources also build against the CPU emulator
+ * of tests/cuda/emu/ (make cuda-emu-test: -DSK_CUDA_EMU), which runs every thread of a
+ * block as a fiber with real barriers, to check the kernels without a GPU. */
+#ifndef SK_CUDA_COMPAT_CUH
+#define SK_CUDA_COMPAT_CUH
+#ifdef SK_CUDA_EMU
+#include "sk_cuda_emu.h"
+#else
+#include <cuda_runtime.h>
+/* float *name: the block's dynamic shared memory */
+#define DYN_SMEM(name) extern __shared__ float name[]
+/* kernel<<<grid, block, smem>>>(args...); `kernel` may be a pointer to a __global__ function */
+#define LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem)>>>(__VA_ARGS__)
+#endif
+#endif

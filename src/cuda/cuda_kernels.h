@@ -1,0 +1,107 @@
+/* CUDA kernels of skiplm, as plain launch functions callable from C (src/cuda/model_cuda.c).
+ * Every op mirrors its CPU twin in src/ops.c / src/attention_flash.c: same arguments, same
+ * math, same conventions (backward ops ACCUMULATE into gradients unless said otherwise).
+ * All pointers are device pointers; all launches go to the default stream and return
+ * without synchronising: the caller checks cudaGetLastError() after each launch
+ * (model_cuda.c's KCHECK, which also synchronises when SKIPLM_CUDA_SYNC=1).
+ * N = rows (tokens, B*T). */
+#ifndef SK_CUDA_KERNELS_H
+#define SK_CUDA_KERNELS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The same layout as sk_span (include/skiplm_train.h); model_cuda.c asserts it. */
+typedef struct { size_t offset, n; int decay; } cu_span;
+
+/* ------------------------------------------------------------ embeddings */
+/* out (B, T, C) = wte[tok] + wpe[t] (wpe may be NULL: also the sinusoidal table) */
+void cu_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
+/* dwte[uniq[u]] += sum of dout rows pos[off[u] .. off[u+1]) in that order (the CPU's
+ * order: positions increasing), one block per distinct token: deterministic, no atomics. */
+void cu_encoder_backward_wte(float *dwte, const float *dout, const int32_t *uniq, const int32_t *off,
+                             const int32_t *pos, int n_uniq, int C);
+/* dwpe[t] += sum over b of dout[b, t] (b increasing). */
+void cu_encoder_backward_wpe(float *dwpe, const float *dout, int B, int T, int C);
+
+/* ----------------------------------------------------------------- norms */
+/* LayerNorm over C: saves mean, rstd (N). b may be NULL. */
+void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                          const float *b, int N, int C, float eps);
+/* dinp += ..., dw += ..., db += ... (db may be NULL). part: scratch of 2 * R * C floats,
+ * R = cu_colsum_chunks(N). */
+void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                           const float *w, const float *mean, const float *rstd, int N, int C, float *part);
+/* RMSNorm (Llama): saves rstd (N). */
+void cu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                         const float *rstd, int N, int C, float *part);
+
+/* Column sums: out (ncols) += sum over rows of x (N rows, leading dimension ld), in two
+ * deterministic stages (R row chunks, then the chunks in order). part: R * ncols floats. */
+int cu_colsum_chunks(int N);
+void cu_colsum_add(float *out, const float *x, int N, int ncols, int ld, float *part);
+/* out rows (N, ncols, leading dimension ld) = b: a bias broadcast before a beta = 1 GEMM. */
+void cu_bias_broadcast(float *out, const float *b, int N, int ncols, int ld);
+
+/* ----------------------------------------------------------- elementwise */
+void cu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx);
+void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx);   /* overwrites */
+void cu_relu_forward(float *out, const float *inp, size_t n);
+void cu_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);                    /* overwrites */
+void cu_swiglu_forward(float *out, const float *h, int N, int F);
+void cu_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F);                  /* overwrites */
+/* RoPE as sk_rope: table (max_pos, hs/2, 2) cos/sin on the device. */
+void cu_rope(float *x, const float *table, int B, int T, int row, int col0, int n_heads, int hs, int pos0, int inverse);
+void cu_add_inplace(float *y, const float *x, size_t n);
+/* sk_dropout: keep element i iff sk_hash32(seed, stream, i) >= p * 2^32, scale 1/(1-p). */
+void cu_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t stream);
+
+/* ------------------------------------------------------------ classifier */
+/* Per row of logits (N, Vp): lse over the first V columns, losses[r] = lse - z[target]
+ * (0 for target < 0). backward: the row becomes s * (softmax - onehot(target)) over the
+ * first V columns (s = row_scale, 0 for ignored rows) and 0 on the padding columns. */
+void cu_crossentropy(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
+                     float row_scale, int backward);
+
+/* ------------------------------------------------------------- optimizer */
+/* AdamW over the spans, op by op as sk_adamw_step (no FMA contraction); the gradient is
+ * first multiplied by clip_coef when clip_coef != 1 (sk_clip_grads folded in). */
+void cu_adamw(float *p, const float *g, float *m, float *v, const cu_span *spans, int n_spans,
+              float decay, float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt,
+              float eps, int wd, float clip_coef);
+/* part[s] = sum of g^2 over span s, in double (one block per span, fixed tree order). */
+void cu_span_sq(double *part, const float *g, const cu_span *spans, int n_spans);
+
+/* ------------------------------------------------------------- attention
+ * Fused causal/non-causal attention over strided (B, H, L, D) views, the layout of sk_attn:
+ * element (b, h, t, d) of q is q[b*q_sb + h*q_sh + t*q_st + d]. GQA: head h reads kv head
+ * h / (H / Hkv). lse (B, H, Lq) contiguous. Dropout regenerates the CPU's hash
+ * (src/attention_internal.h) exactly. D from 1 to 128. */
+typedef struct {
+    int B, H, Hkv, Lq, Lk, D;
+    const float *q; long q_sb, q_sh, q_st;
+    const float *k; long k_sb, k_sh, k_st;
+    const float *v; long v_sb, v_sh, v_st;
+    float *out; long o_sb, o_sh, o_st;
+    float scale;
+    int causal, causal_offset;     /* key j allowed for query i iff j <= i + causal_offset */
+    int dropout;                   /* 1: dropout active */
+    uint64_t thr;                  /* keep iff (hash >> 32) >= thr, thr = p * 2^32 */
+    float inv_keep;
+    uint64_t seed;
+    float *lse;
+} cu_attn;
+/* 0, or a cudaError_t code (launch failure), or -1 for an unsupported D. */
+int cu_attn_forward(const cu_attn *a);
+/* Gradients accumulated into dq, dk, dv (strides of q, k, v; dk/dv may point into another
+ * layer's gradient buffer: SLA). Di: scratch of B*H*Lq floats. */
+int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, float *Di);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

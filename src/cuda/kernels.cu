@@ -1,0 +1,456 @@
+/* CUDA kernels for every layer op except attention (src/cuda/attention.cu): embeddings,
+ * LayerNorm/RMSNorm, bias, GELU/ReLU/SwiGLU, RoPE, residual, dropout, the fused softmax
+ * cross-entropy, AdamW and the gradient norm. Each mirrors its CPU twin in src/ops.c,
+ * src/model.c or src/optim.c; see src/cuda/cuda_kernels.h for the contracts.
+ *
+ * Determinism: no atomics anywhere. Every reduction over rows runs in a fixed order that
+ * depends only on the shapes (row chunks, then the chunks in order), so a run is
+ * bit-identical from run to run on the same GPU. */
+#include "cuda_kernels.h"
+#include "cuda_compat.cuh"
+#include <math.h>
+
+#define BS 256
+
+static unsigned blocks_for(size_t n, int bs) {
+    size_t b = (n + bs - 1) / bs;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* ---------------------------------------------------------------- reductions */
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Block-wide sum or max (blockDim.x a multiple of 32); every thread gets the result. */
+template <bool MAX>
+__device__ float block_reduce(float v) {
+    __shared__ float sh[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float x = lane < nw ? sh[lane] : (MAX ? -INFINITY : 0.0f);
+        x = MAX ? warp_max(x) : warp_sum(x);
+        if (lane == 0) sh[0] = x;
+    }
+    __syncthreads();
+    float r = sh[0];
+    __syncthreads();          /* sh may be reused by the next call */
+    return r;
+}
+
+__device__ double block_sum_d(double v) {
+    __shared__ double sh[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum_d(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        double x = lane < nw ? sh[lane] : 0.0;
+        x = warp_sum_d(x);
+        if (lane == 0) sh[0] = x;
+    }
+    __syncthreads();
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* ------------------------------------------------------------------ embeddings */
+
+__global__ void encoder_fwd_k(float *out, const int32_t *tok, const float *wte, const float *wpe, int T, int C, size_t n) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    size_t bt = idx / C;
+    int c = (int)(idx % C), t = (int)(bt % T);
+    float e = wte[(size_t)tok[bt] * C + c];
+    out[idx] = wpe ? e + wpe[(size_t)t * C + c] : e;
+}
+extern "C" void cu_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+    size_t n = (size_t)B * T * C;
+    LAUNCH(encoder_fwd_k, blocks_for(n, BS), BS, 0, out, tok, wte, wpe, T, C, n);
+}
+
+/* one block per distinct token u; threads over columns; positions in increasing order */
+__global__ void encoder_bwd_wte_k(float *dwte, const float *dout, const int32_t *uniq, const int32_t *off,
+                                  const int32_t *pos, int C) {
+    const int u = blockIdx.x;
+    float *d = dwte + (size_t)uniq[u] * C;
+    const int k0 = off[u], k1 = off[u + 1];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = d[c];
+        for (int k = k0; k < k1; k++) acc += dout[(size_t)pos[k] * C + c];
+        d[c] = acc;
+    }
+}
+extern "C" void cu_encoder_backward_wte(float *dwte, const float *dout, const int32_t *uniq, const int32_t *off,
+                                        const int32_t *pos, int n_uniq, int C) {
+    if (n_uniq > 0) LAUNCH(encoder_bwd_wte_k, n_uniq, 128, 0, dwte, dout, uniq, off, pos, C);
+}
+
+__global__ void encoder_bwd_wpe_k(float *dwpe, const float *dout, int B, int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)T * C) return;
+    float acc = dwpe[idx];
+    for (int b = 0; b < B; b++) acc += dout[(size_t)b * T * C + idx];
+    dwpe[idx] = acc;
+}
+extern "C" void cu_encoder_backward_wpe(float *dwpe, const float *dout, int B, int T, int C) {
+    LAUNCH(encoder_bwd_wpe_k, blocks_for((size_t)T * C, BS), BS, 0, dwpe, dout, B, T, C);
+}
+
+/* ----------------------------------------------------------------------- norms */
+
+/* one warp per row */
+__global__ void layernorm_fwd_k(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                const float *b, int N, int C, float eps) {
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;                      /* uniform over the warp */
+    const float *x = inp + (size_t)row * C;
+    float *o = out + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    const float m = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) { float d = x[c] - m; v += d * d; }
+    v = warp_sum(v) / C;
+    const float r = 1.0f / sqrtf(v + eps);
+    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + (b ? b[c] : 0.0f);
+    if (lane == 0) { if (mean) mean[row] = m; rstd[row] = r; }
+}
+extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                     const float *b, int N, int C, float eps) {
+    LAUNCH(layernorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, mean, rstd, inp, w, b, N, C, eps);
+}
+
+__global__ void layernorm_bwd_dx_k(float *dinp, const float *dout, const float *inp, const float *w,
+                                   const float *mean, const float *rstd, int N, int C) {
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    const float m = mean[row], s = rstd[row];
+    float dmean = 0.0f, dnx = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float dn = w[c] * dy[c];
+        dmean += dn;
+        dnx += dn * (x[c] - m) * s;
+    }
+    dmean = warp_sum(dmean) / C;
+    dnx = warp_sum(dnx) / C;
+    for (int c = lane; c < C; c += 32) {
+        float nx = (x[c] - m) * s;
+        dx[c] += s * (w[c] * dy[c] - dmean - nx * dnx);
+    }
+}
+
+/* Row chunks of the two-stage column reductions. */
+extern "C" int cu_colsum_chunks(int N) { return N < 256 ? (N > 0 ? N : 1) : 256; }
+
+/* Stage 1: part[r, c] (and part[R + r, c]) = sums over the rows of chunk r, in row order.
+ * mode 0: column sums of x; mode 1: LayerNorm dw (dy * xhat) and db (dy); mode 2: RMSNorm
+ * dw (dy * x * rstd). */
+__global__ void colsum_part_k(float *part, const float *x, const float *dy, const float *mean,
+                              const float *rstd, int N, int ncols, int ld, int R, int mode) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (c >= ncols) return;
+    const int per = (N + R - 1) / R, n0 = r * per, n1 = min(N, n0 + per);
+    float a = 0.0f, bsum = 0.0f;
+    for (int n = n0; n < n1; n++) {
+        if (mode == 0) {
+            a += x[(size_t)n * ld + c];
+        } else if (mode == 1) {
+            float g = dy[(size_t)n * ncols + c];
+            a += g * (x[(size_t)n * ncols + c] - mean[n]) * rstd[n];
+            bsum += g;
+        } else {
+            a += dy[(size_t)n * ncols + c] * x[(size_t)n * ncols + c] * rstd[n];
+        }
+    }
+    part[(size_t)r * ncols + c] = a;
+    if (mode == 1) part[(size_t)(R + r) * ncols + c] = bsum;
+}
+/* Stage 2: out[c] += sum over the chunks in order (out2 likewise from the second half). */
+__global__ void colsum_finish_k(float *out, float *out2, const float *part, int ncols, int R) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= ncols) return;
+    float a = 0.0f, b = 0.0f;
+    for (int r = 0; r < R; r++) a += part[(size_t)r * ncols + c];
+    out[c] += a;
+    if (out2) {
+        for (int r = 0; r < R; r++) b += part[(size_t)(R + r) * ncols + c];
+        out2[c] += b;
+    }
+}
+
+extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                      const float *w, const float *mean, const float *rstd, int N, int C, float *part) {
+    LAUNCH(layernorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, inp, w, mean, rstd, N, C);
+    const int R = cu_colsum_chunks(N);
+    dim3 g(blocks_for((size_t)C, 128), R);
+    LAUNCH(colsum_part_k, g, 128, 0, part, inp, dout, mean, rstd, N, C, C, R, 1);
+    LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, db, part, C, R);
+}
+
+extern "C" void cu_colsum_add(float *out, const float *x, int N, int ncols, int ld, float *part) {
+    const int R = cu_colsum_chunks(N);
+    dim3 g(blocks_for((size_t)ncols, 128), R);
+    LAUNCH(colsum_part_k, g, 128, 0, part, x, NULL, NULL, NULL, N, ncols, ld, R, 0);
+    LAUNCH(colsum_finish_k, blocks_for((size_t)ncols, 128), 128, 0, out, NULL, part, ncols, R);
+}
+
+__global__ void rmsnorm_fwd_k(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float *o = out + (size_t)row * C;
+    float ss = 0.0f;
+    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+    const float s = 1.0f / sqrtf(warp_sum(ss) / C + eps);
+    for (int c = lane; c < C; c += 32) o[c] = w[c] * (x[c] * s);
+    if (lane == 0) rstd[row] = s;
+}
+extern "C" void cu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+    LAUNCH(rmsnorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, rstd, inp, w, N, C, eps);
+}
+
+__global__ void rmsnorm_bwd_dx_k(float *dinp, const float *dout, const float *inp, const float *w,
+                                 const float *rstd, int N, int C) {
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    const float s = rstd[row];
+    float dot = 0.0f;
+    for (int c = lane; c < C; c += 32) dot += w[c] * dy[c] * x[c];
+    dot = warp_sum(dot) * (s * s / C);
+    for (int c = lane; c < C; c += 32) dx[c] += s * (w[c] * dy[c] - x[c] * dot);
+}
+extern "C" void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                    const float *rstd, int N, int C, float *part) {
+    LAUNCH(rmsnorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, inp, w, rstd, N, C);
+    const int R = cu_colsum_chunks(N);
+    dim3 g(blocks_for((size_t)C, 128), R);
+    LAUNCH(colsum_part_k, g, 128, 0, part, inp, dout, NULL, rstd, N, C, C, R, 2);
+    LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, NULL, part, C, R);
+}
+
+__global__ void bias_broadcast_k(float *out, const float *b, int ncols, int ld, size_t n) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    size_t r = idx / ncols;
+    int c = (int)(idx % ncols);
+    out[r * ld + c] = b[c];
+}
+extern "C" void cu_bias_broadcast(float *out, const float *b, int N, int ncols, int ld) {
+    size_t n = (size_t)N * ncols;
+    LAUNCH(bias_broadcast_k, blocks_for(n, BS), BS, 0, out, b, ncols, ld, n);
+}
+
+/* ----------------------------------------------------------------- elementwise */
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define INV_SQRT2 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
+
+__global__ void gelu_fwd_k(float *out, const float *inp, size_t n, int tanh_approx) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    out[i] = tanh_approx ? 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)))
+                         : 0.5f * x * (1.0f + erff(x * INV_SQRT2));
+}
+extern "C" void cu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx) {
+    LAUNCH(gelu_fwd_k, blocks_for(n, BS), BS, 0, out, inp, n, tanh_approx);
+}
+
+__global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i], g;
+    if (tanh_approx) {
+        float u = SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);
+        float t = tanhf(u);
+        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
+        g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    } else {
+        g = 0.5f * (1.0f + erff(x * INV_SQRT2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x);
+    }
+    dinp[i] = g * dout[i];
+}
+extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx) {
+    LAUNCH(gelu_bwd_k, blocks_for(n, BS), BS, 0, dinp, inp, dout, n, tanh_approx);
+}
+
+__global__ void relu_fwd_k(float *out, const float *inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+__global__ void relu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+extern "C" void cu_relu_forward(float *out, const float *inp, size_t n) { LAUNCH(relu_fwd_k, blocks_for(n, BS), BS, 0, out, inp, n); }
+extern "C" void cu_relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    LAUNCH(relu_bwd_k, blocks_for(n, BS), BS, 0, dinp, inp, dout, n);
+}
+
+/* h (N, 2F) = [a | b]: out = silu(a) * b */
+__global__ void swiglu_fwd_k(float *out, const float *h, int F, size_t n) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    size_t r = idx / F;
+    int f = (int)(idx % F);
+    float a = h[r * 2 * F + f], b = h[r * 2 * F + F + f];
+    out[idx] = a / (1.0f + expf(-a)) * b;
+}
+__global__ void swiglu_bwd_k(float *dh, const float *h, const float *dout, int F, size_t n) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    size_t r = idx / F;
+    int f = (int)(idx % F);
+    float a = h[r * 2 * F + f], b = h[r * 2 * F + F + f], dy = dout[idx];
+    float sg = 1.0f / (1.0f + expf(-a)), silu = a * sg;
+    dh[r * 2 * F + f] = dy * b * sg * (1.0f + a * (1.0f - sg));
+    dh[r * 2 * F + F + f] = dy * silu;
+}
+extern "C" void cu_swiglu_forward(float *out, const float *h, int N, int F) {
+    size_t n = (size_t)N * F;
+    LAUNCH(swiglu_fwd_k, blocks_for(n, BS), BS, 0, out, h, F, n);
+}
+extern "C" void cu_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F) {
+    size_t n = (size_t)N * F;
+    LAUNCH(swiglu_bwd_k, blocks_for(n, BS), BS, 0, dh, h, dout, F, n);
+}
+
+/* one thread per rotated pair (bt, head, j) */
+__global__ void rope_k(float *x, const float *table, int T, int row, int col0, int n_heads, int hs, int pos0,
+                       float sgn, size_t n) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    const int half = hs / 2;
+    int j = (int)(idx % half);
+    size_t rest = idx / half;
+    int h = (int)(rest % n_heads);
+    size_t bt = rest / n_heads;
+    const float *tab = table + (size_t)(pos0 + (int)(bt % T)) * hs;
+    float *v = x + bt * row + col0 + (size_t)h * hs;
+    float c = tab[2 * j], s = sgn * tab[2 * j + 1];
+    float a = v[2 * j], b = v[2 * j + 1];
+    v[2 * j] = a * c - b * s;
+    v[2 * j + 1] = a * s + b * c;
+}
+extern "C" void cu_rope(float *x, const float *table, int B, int T, int row, int col0, int n_heads, int hs, int pos0, int inverse) {
+    size_t n = (size_t)B * T * n_heads * (hs / 2);
+    if (n) LAUNCH(rope_k, blocks_for(n, BS), BS, 0, x, table, T, row, col0, n_heads, hs, pos0, inverse ? -1.0f : 1.0f, n);
+}
+
+__global__ void add_k(float *y, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+extern "C" void cu_add_inplace(float *y, const float *x, size_t n) { LAUNCH(add_k, blocks_for(n, BS), BS, 0, y, x, n); }
+
+/* sk_hash32 of src/ops.h, bit for bit */
+__device__ __forceinline__ uint32_t hash32(uint64_t seed, uint64_t stream, uint64_t i) {
+    uint64_t z = seed ^ (stream * 0x9E3779B97F4A7C15ULL) ^ (i * 0xD1B54A32D192ED03ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (uint32_t)(z >> 32);
+}
+__global__ void dropout_k(float *x, size_t n, uint32_t thr, float scale, uint64_t seed, uint64_t stream) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = hash32(seed, stream, i) >= thr ? x[i] * scale : 0.0f;
+}
+extern "C" void cu_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t stream) {
+    if (p <= 0.0f || n == 0) return;
+    uint32_t thr = (uint32_t)fmin((double)p * 4294967296.0, 4294967295.0);
+    LAUNCH(dropout_k, blocks_for(n, BS), BS, 0, x, n, thr, 1.0f / (1.0f - p), seed, stream);
+}
+
+/* ------------------------------------------------------------------ classifier */
+
+__global__ void crossentropy_k(float *logits, float *losses, const int32_t *targets, int V, int Vp,
+                               float row_scale, int backward) {
+    const int r = blockIdx.x;
+    float *z = logits + (size_t)r * Vp;
+    const int tgt = targets[r];
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, z[v]);
+    mx = block_reduce<true>(mx);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(z[v] - mx);
+    sum = block_reduce<false>(sum);
+    const float lse = mx + logf(sum);
+    if (threadIdx.x == 0) losses[r] = tgt >= 0 ? lse - z[tgt] : 0.0f;
+    if (!backward) return;
+    __syncthreads();          /* z[tgt] is read above before any thread overwrites it */
+    const float s = tgt >= 0 ? row_scale : 0.0f;
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
+        float g = 0.0f;
+        if (v < V) {
+            g = s * expf(z[v] - lse);
+            if (v == tgt) g -= s;
+        }
+        z[v] = g;
+    }
+}
+extern "C" void cu_crossentropy(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
+                                float row_scale, int backward) {
+    if (N > 0) LAUNCH(crossentropy_k, N, 512, 0, logits, losses, targets, V, Vp, row_scale, backward);
+}
+
+/* ------------------------------------------------------------------- optimizer */
+
+/* __f*_rn: no contraction into FMA, so each operation rounds as on the CPU (src/optim.c) */
+__global__ void adamw_k(float *p, const float *g, float *m, float *v, const cu_span *spans, float decay,
+                        float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt, float eps,
+                        int wd, float clip_coef) {
+    const cu_span sp = spans[blockIdx.x];
+    const int dec = wd && sp.decay;
+    for (size_t i = threadIdx.x; i < sp.n; i += blockDim.x) {
+        const size_t o = sp.offset + i;
+        float gi = g[o];
+        if (clip_coef != 1.0f) gi = __fmul_rn(gi, clip_coef);
+        float pi = p[o];
+        if (dec) pi = __fmul_rn(pi, decay);
+        float mi = __fadd_rn(__fmul_rn(m[o], b1), __fmul_rn(a1, gi));
+        float vi = __fadd_rn(__fmul_rn(v[o], b2), __fmul_rn(__fmul_rn(a2, gi), gi));
+        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+        pi = __fadd_rn(pi, __fmul_rn(-step_size, __fdiv_rn(mi, denom)));
+        p[o] = pi; m[o] = mi; v[o] = vi;
+    }
+}
+extern "C" void cu_adamw(float *p, const float *g, float *m, float *v, const cu_span *spans, int n_spans,
+                         float decay, float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt,
+                         float eps, int wd, float clip_coef) {
+    if (n_spans > 0)
+        LAUNCH(adamw_k, n_spans, BS, 0, p, g, m, v, spans, decay, b1, b2, a1, a2, step_size, bc2_sqrt, eps, wd, clip_coef);
+}
+
+__global__ void span_sq_k(double *part, const float *g, const cu_span *spans) {
+    const cu_span sp = spans[blockIdx.x];
+    double acc = 0.0;
+    for (size_t i = threadIdx.x; i < sp.n; i += blockDim.x) {
+        double x = (double)g[sp.offset + i];
+        acc += x * x;
+    }
+    acc = block_sum_d(acc);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+extern "C" void cu_span_sq(double *part, const float *g, const cu_span *spans, int n_spans) {
+    if (n_spans > 0) LAUNCH(span_sq_k, n_spans, BS, 0, part, g, spans);
+}

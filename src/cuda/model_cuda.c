@@ -1,0 +1,740 @@
+/* The device model: the decoder-only transformer of src/model.c on a CUDA GPU, in fp32.
+ *
+ * The call sequence of layer_forward / backward_blocks below is src/model.c's, line for
+ * line, with each op replaced by its kernel (src/cuda/kernels.cu, attention.cu) and each
+ * GEMM by cuBLAS. The parameter buffer has sk_model's layout (the views come from the same
+ * sk_params_views), so weights move with one cudaMemcpy. Skip-Layer routing comes from
+ * the host model's tables (m->runs, m->qkv_cols, m->lend_index): each layer makes one
+ * attention call per run of heads with the same K/V source, on strided views of the qkv
+ * activations (the lender's own columns for borrowed heads: no copy), and the borrowed
+ * heads' dK/dV are added into the lender's gradient buffer (dqkv_lend), which is complete
+ * when the backward pass reaches the lender (borrowers sit above it).
+ *
+ * No activation recomputation here: every layer's activations stay on the GPU (GPT-2 124M
+ * needs ~0.6 MB per token plus the (B*T, Vp) logits: 13 GB at T = 16384).
+ *
+ * Errors: every CUDA and cuBLAS call is checked; a kernel launch is checked right after it
+ * (KCHECK), and with SKIPLM_CUDA_SYNC=1 also synchronised, so an asynchronous fault is
+ * reported with the name of the kernel that caused it. */
+#include "skiplm_cuda.h"
+#include "model.h"
+#include "ops.h"
+#include "cuda_kernels.h"
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(cu_span) == sizeof(sk_span), "cu_span must mirror sk_span");
+_Static_assert(offsetof(cu_span, n) == offsetof(sk_span, n), "cu_span must mirror sk_span");
+_Static_assert(offsetof(cu_span, decay) == offsetof(sk_span, decay), "cu_span must mirror sk_span");
+
+/* ------------------------------------------------------------------ errors */
+
+static int cuda_fail(cudaError_t e, const char *what, const char *file, int line) {
+    return sk_error(SK_EIO, "CUDA: %s failed at %s:%d: %s (%s)", what, file, line, cudaGetErrorString(e),
+                    cudaGetErrorName(e));
+}
+static int blas_fail(cublasStatus_t s, const char *what, const char *file, int line) {
+    return sk_error(SK_EIO, "cuBLAS: %s failed at %s:%d: %s", what, file, line, cublasGetStatusString(s));
+}
+#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return cuda_fail(e_, #call, __FILE__, __LINE__); } while (0)
+#define BLAS(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) return blas_fail(s_, #call, __FILE__, __LINE__); } while (0)
+#define TRY(call) do { int rc_ = (call); if (rc_) return rc_; } while (0)
+
+/* SKIPLM_CUDA_SYNC=1: synchronise after every kernel (debugging: names the failing one) */
+static int sync_each(void) {
+    static int v = -1;
+    if (v < 0) { const char *e = getenv("SKIPLM_CUDA_SYNC"); v = e && *e && *e != '0'; }
+    return v;
+}
+static int kcheck(const char *name, const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && sync_each()) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) return cuda_fail(e, name, file, line);
+    return SK_OK;
+}
+#define KCHECK(name) TRY(kcheck(name, __FILE__, __LINE__))
+/* a kernel launch (the cu_* call) followed by its check */
+#define K(call) do { call; KCHECK(#call); } while (0)
+
+int sk_cuda_sync(void) {
+    CU(cudaDeviceSynchronize());
+    return SK_OK;
+}
+
+int sk_cuda_memory(size_t *used, size_t *total) {
+    size_t fr = 0, tot = 0;
+    CU(cudaMemGetInfo(&fr, &tot));
+    *used = tot - fr; *total = tot;
+    return SK_OK;
+}
+
+int sk_cuda_device_info(char *buf, size_t n) {
+    int count = 0, dev = 0;
+    CU(cudaGetDeviceCount(&count));
+    if (count < 1) return sk_error(SK_EIO, "CUDA: no GPU found");
+    CU(cudaGetDevice(&dev));
+    struct cudaDeviceProp pr;
+    CU(cudaGetDeviceProperties(&pr, dev));
+    snprintf(buf, n, "%s, %.1f GiB, sm_%d%d, %d SMs", pr.name, pr.totalGlobalMem / 1073741824.0, pr.major, pr.minor,
+             pr.multiProcessorCount);
+    return SK_OK;
+}
+
+/* cudaMalloc with a message that names what and how much, and the free memory */
+static int dev_alloc(void *p, size_t bytes, const char *what) {
+    void **pp = (void **)p;
+    *pp = NULL;
+    if (bytes == 0) return SK_OK;
+    cudaError_t e = cudaMalloc(pp, bytes);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&fr, &tot);
+        *pp = NULL;
+        return sk_error(SK_ENOMEM, "CUDA: %s needs %zu bytes (%.2f GiB) but the GPU has %.2f GiB free of %.2f GiB (%s)",
+                        what, bytes, bytes / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0, cudaGetErrorString(e));
+    }
+    return SK_OK;
+}
+
+/* ------------------------------------------------------------ the model */
+
+struct sk_cuda_model {
+    sk_model *m;                      /* host model: config, routing, tensor table (not owned) */
+    sk_cuda_precision prec;
+    cublasHandle_t blas;
+    float *params, *grads, *mom, *vel;   /* device, n_params floats each */
+    sk_params p, g;                   /* device views (sk_params_views on the device buffers) */
+    float *pos_table;                 /* sinusoidal positions (block_size, C), or NULL */
+    float *rope;                      /* RoPE table (block_size, hs/2, 2), or NULL */
+    cu_span *spans; int n_spans;      /* AdamW / norm spans (device) */
+    double *sq_d, *sq_h;              /* per-span squared norms: device, host */
+    /* activations for (B, T) */
+    int B, T;
+    float *acts_mem;
+    sk_acts a;                        /* device views, src/model.h's layout names */
+    float *part;                      /* column-sum partials (2 * R * max(QKV, Ffc, C)) */
+    float *Di;                        /* attention backward scratch (B, H, T) */
+    int32_t *tok_d, *tok_h;           /* inputs, targets, uniq, off (N+1), pos: 5N + 1 ints */
+    int32_t *slot_h;                  /* (Vp) token -> bucket, -1 when unused */
+    int32_t *next_h;                  /* (N) bucket cursors */
+    float *losses_h;                  /* (N) */
+    int n_uniq;
+};
+
+sk_model *sk_cuda_host_model(sk_cuda_model *cm) { return cm->m; }
+
+static void free_acts(sk_cuda_model *cm) {
+    cudaFree(cm->acts_mem); cudaFree(cm->tok_d);
+    free(cm->tok_h); free(cm->losses_h); free(cm->next_h);
+    cm->acts_mem = NULL; cm->tok_d = NULL; cm->tok_h = NULL; cm->losses_h = NULL; cm->next_h = NULL;
+    cm->B = cm->T = 0;
+}
+
+void sk_cuda_model_free(sk_cuda_model *cm) {
+    if (!cm) return;
+    free_acts(cm);
+    cudaFree(cm->params); cudaFree(cm->grads); cudaFree(cm->mom); cudaFree(cm->vel);
+    cudaFree(cm->pos_table); cudaFree(cm->rope); cudaFree(cm->spans); cudaFree(cm->sq_d);
+    free(cm->sq_h); free(cm->slot_h);
+    if (cm->blas) cublasDestroy(cm->blas);
+    free(cm);
+}
+
+static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec) {
+    cm->m = m; cm->prec = prec;
+    if (m->hs > 128)
+        return sk_error(SK_EINVAL, "CUDA: head size %d is above the attention kernel's 128", m->hs);
+    BLAS(cublasCreate(&cm->blas));
+    BLAS(cublasSetMathMode(cm->blas, prec == SK_CUDA_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    size_t P = m->n_params * sizeof(float);
+    TRY(dev_alloc(&cm->params, P, "the parameters"));
+    TRY(dev_alloc(&cm->grads, P, "the gradients"));
+    TRY(dev_alloc(&cm->mom, P, "AdamW's m"));
+    TRY(dev_alloc(&cm->vel, P, "AdamW's v"));
+    CU(cudaMemcpy(cm->params, m->params, P, cudaMemcpyHostToDevice));
+    CU(cudaMemset(cm->grads, 0, P));
+    CU(cudaMemset(cm->mom, 0, P));
+    CU(cudaMemset(cm->vel, 0, P));
+    sk_params_views(m, cm->params, &cm->p);
+    sk_params_views(m, cm->grads, &cm->g);
+    if (m->sinus) {
+        size_t b = (size_t)m->cfg.block_size * m->C * sizeof(float);
+        TRY(dev_alloc(&cm->pos_table, b, "the sinusoidal position table"));
+        CU(cudaMemcpy(cm->pos_table, m->sinus, b, cudaMemcpyHostToDevice));
+    }
+    if (m->rope) {
+        size_t b = (size_t)m->cfg.block_size * m->hs * sizeof(float);
+        TRY(dev_alloc(&cm->rope, b, "the RoPE table"));
+        CU(cudaMemcpy(cm->rope, m->rope, b, cudaMemcpyHostToDevice));
+    }
+    sk_span *spans;
+    TRY(sk_spans_build(m->tensors, m->n_tensors, &spans, &cm->n_spans));
+    int rc = dev_alloc(&cm->spans, (size_t)cm->n_spans * sizeof(cu_span), "the parameter spans");
+    if (!rc && cm->n_spans) {
+        cudaError_t e = cudaMemcpy(cm->spans, spans, (size_t)cm->n_spans * sizeof(cu_span), cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) rc = cuda_fail(e, "cudaMemcpy(spans)", __FILE__, __LINE__);
+    }
+    free(spans);
+    if (rc) return rc;
+    TRY(dev_alloc(&cm->sq_d, (size_t)(cm->n_spans ? cm->n_spans : 1) * sizeof(double), "the norm partials"));
+    cm->sq_h = malloc((size_t)(cm->n_spans ? cm->n_spans : 1) * sizeof(double));
+    cm->slot_h = malloc((size_t)m->Vp * sizeof(int32_t));
+    if (!cm->sq_h || !cm->slot_h) return sk_error(SK_ENOMEM, "out of memory");
+    for (int i = 0; i < m->Vp; i++) cm->slot_h[i] = -1;
+    return SK_OK;
+}
+
+int sk_cuda_model_new(sk_cuda_model **out, sk_model *m, sk_cuda_precision prec) {
+    *out = NULL;
+    sk_cuda_model *cm = calloc(1, sizeof *cm);
+    if (!cm) return sk_error(SK_ENOMEM, "out of memory");
+    int rc = model_new(cm, m, prec);
+    if (rc) { sk_cuda_model_free(cm); return rc; }
+    *out = cm;
+    return SK_OK;
+}
+
+int sk_cuda_upload_params(sk_cuda_model *cm, const float *params) {
+    CU(cudaMemcpy(cm->params, params, cm->m->n_params * sizeof(float), cudaMemcpyHostToDevice));
+    return SK_OK;
+}
+int sk_cuda_download_params(sk_cuda_model *cm, float *params) {
+    CU(cudaMemcpy(params, cm->params, cm->m->n_params * sizeof(float), cudaMemcpyDeviceToHost));
+    return SK_OK;
+}
+int sk_cuda_download_grads(sk_cuda_model *cm, float *grads) {
+    CU(cudaMemcpy(grads, cm->grads, cm->m->n_params * sizeof(float), cudaMemcpyDeviceToHost));
+    return SK_OK;
+}
+int sk_cuda_upload_adam(sk_cuda_model *cm, const float *mo, const float *ve) {
+    size_t b = cm->m->n_params * sizeof(float);
+    if (mo) CU(cudaMemcpy(cm->mom, mo, b, cudaMemcpyHostToDevice));
+    if (ve) CU(cudaMemcpy(cm->vel, ve, b, cudaMemcpyHostToDevice));
+    return SK_OK;
+}
+int sk_cuda_download_adam(sk_cuda_model *cm, float *mo, float *ve) {
+    size_t b = cm->m->n_params * sizeof(float);
+    if (mo) CU(cudaMemcpy(mo, cm->mom, b, cudaMemcpyDeviceToHost));
+    if (ve) CU(cudaMemcpy(ve, cm->vel, b, cudaMemcpyDeviceToHost));
+    return SK_OK;
+}
+int sk_cuda_zero_grad(sk_cuda_model *cm) {
+    CU(cudaMemset(cm->grads, 0, cm->m->n_params * sizeof(float)));
+    return SK_OK;
+}
+
+/* ----------------------------------------------------------- activations */
+
+static int n_lenders(const sk_model *m) {
+    int k = 0;
+    for (int l = 0; l < m->L; l++) k += m->lend_index[l] >= 0;
+    return k;
+}
+static int imax(int a, int b) { return a > b ? a : b; }
+
+/* Lays out (or counts, base == NULL) the activations of (B, T): sk_acts with every layer
+ * kept (L copies), full logits (N, Vp), the backward scratch, then part and Di. */
+static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk_acts *a, float **part, float **Di) {
+    const sk_model *m = cm->m;
+    size_t BT = (size_t)B * T, C = m->C, F = m->F, L = m->L;
+    size_t Ffc = m->gated ? 2 * F : F;
+    int gpt = m->cfg.family == SK_GPT2;
+    size_t R = (size_t)cu_colsum_chunks((int)BT);
+    size_t sizes[40]; float **ptrs[40]; int n = 0;
+#define A(ptr, size) do { ptrs[n] = &(ptr); sizes[n++] = (size); } while (0)
+    A(a->encoded, BT * C);
+    A(a->ln1, L * BT * C); A(a->ln1_mean, gpt ? L * BT : 0); A(a->ln1_rstd, L * BT);
+    A(a->qkv, L * BT * m->QKV);
+    A(a->atty, L * BT * C);
+    A(a->lse, L * BT * m->H);
+    A(a->res2, L * BT * C);
+    A(a->ln2, L * BT * C); A(a->ln2_mean, gpt ? L * BT : 0); A(a->ln2_rstd, L * BT);
+    A(a->fch, L * BT * Ffc);
+    A(a->fch_act, L * BT * F);
+    A(a->res3, L * BT * C);
+    A(a->lnf, BT * C); A(a->lnf_mean, gpt ? BT : 0); A(a->lnf_rstd, BT);
+    A(a->logits, BT * m->Vp);
+    A(a->losses, BT);
+    A(a->dres, BT * C); A(a->dbtc, BT * C); A(a->dbtc2, BT * C);
+    A(a->dfch, BT * Ffc); A(a->dfch_act, BT * F);
+    A(a->dqkv_lend, (size_t)n_lenders(m) * BT * m->QKV);
+    A(a->dqkv_own, BT * m->QKV);
+    A(*part, 2 * R * (size_t)imax(imax(m->QKV, (int)Ffc), m->C));
+    A(*Di, BT * m->H);
+#undef A
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (base) *ptrs[i] = sizes[i] ? base + total : NULL;
+        total += (sizes[i] + 63) / 64 * 64;    /* 256-byte aligned views */
+    }
+    return total;
+}
+
+int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
+    const sk_model *m = cm->m;
+    if (B < 1 || T < 1) return sk_error(SK_EINVAL, "batch size B=%d and sequence length T=%d must be >= 1", B, T);
+    if (T > m->cfg.block_size) return sk_error(SK_EINVAL, "sequence length T=%d exceeds block_size=%d", T, m->cfg.block_size);
+    if ((long long)B * T > (1LL << 30)) return sk_error(SK_EINVAL, "B x T = %lld tokens is too many", (long long)B * T);
+    if (cm->acts_mem && cm->B == B && cm->T == T) return SK_OK;
+    free_acts(cm);
+    sk_acts a;
+    float *part, *Di;
+    size_t floats = acts_layout(cm, B, T, NULL, &a, &part, &Di);
+    char what[160];
+    snprintf(what, sizeof what, "the activations for B=%d x T=%d", B, T);
+    TRY(dev_alloc(&cm->acts_mem, floats * sizeof(float), what));
+    acts_layout(cm, B, T, cm->acts_mem, &cm->a, &cm->part, &cm->Di);
+    size_t N = (size_t)B * T;
+    TRY(dev_alloc(&cm->tok_d, (5 * N + 1) * sizeof(int32_t), "the token buffers"));
+    cm->tok_h = malloc((5 * N + 1) * sizeof(int32_t));
+    cm->losses_h = malloc(N * sizeof(float));
+    cm->next_h = malloc(N * sizeof(int32_t));
+    if (!cm->tok_h || !cm->losses_h || !cm->next_h) { free_acts(cm); return sk_error(SK_ENOMEM, "out of memory"); }
+    cm->B = B; cm->T = T;
+    return SK_OK;
+}
+
+/* ------------------------------------------------------------------ GEMM */
+
+/* Row-major C (M, N) = alpha op(A) op(B) + beta C, the contract of sk_gemm (src/ops.h).
+ * cuBLAS is column-major: a row-major X (r x c, ld) is the column-major X^T with the same
+ * ld, so we ask for C^T (N x M) = op(B)^T op(A)^T, i.e. swap the operands and the sizes. */
+static int gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return SK_OK;
+    BLAS(cublasSgemm(cm->blas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                     &alpha, B, ldb, A, lda, &beta, C, ldc));
+    return SK_OK;
+}
+
+/* out (N, OC) = inp (N, IC) @ w^T + b */
+static int linear_forward(sk_cuda_model *cm, float *out, const float *inp, const float *w, const float *b,
+                          int N, int IC, int OC) {
+    if (b) K(cu_bias_broadcast(out, b, N, OC, OC));
+    return gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC);
+}
+/* dinp = dout @ w (overwritten, may be NULL); dw += dout^T @ inp; db += colsum(dout) */
+static int linear_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, int N, int IC, int OC) {
+    if (dinp) TRY(gemm(cm, 0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC));
+    TRY(gemm(cm, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC));
+    if (db) K(cu_colsum_add(db, dout, N, OC, OC, cm->part));
+    return SK_OK;
+}
+
+/* --------------------------------------------------------------- forward */
+
+enum { DROP_ATTN_W = 0, DROP_ATTN_OUT = 1, DROP_MLP_OUT = 2 };
+static uint64_t drop_stream(int layer, int site) { return (uint64_t)layer * 4 + site + 1; }   /* as model.c */
+
+static float *qkv_of(const sk_cuda_model *cm, int l) {
+    return cm->a.qkv + (size_t)l * cm->B * cm->T * cm->m->QKV;
+}
+static float *dqkv_of(const sk_cuda_model *cm, int l) {
+    int k = cm->m->lend_index[l];
+    size_t BT = (size_t)cm->B * cm->T;
+    return k >= 0 ? cm->a.dqkv_lend + (size_t)k * BT * cm->m->QKV : cm->a.dqkv_own;
+}
+static void layer_acts(const sk_cuda_model *cm, int l, sk_layer_acts *la) {
+    const sk_model *m = cm->m;
+    const sk_acts *a = &cm->a;
+    size_t BT = (size_t)cm->B * cm->T, C = m->C, F = m->F, Ffc = m->gated ? 2 * F : F, w = (size_t)l;
+    la->ln1 = a->ln1 + w * BT * C;
+    la->ln1_mean = a->ln1_mean ? a->ln1_mean + w * BT : NULL;
+    la->ln1_rstd = a->ln1_rstd + w * BT;
+    la->qkv = qkv_of(cm, l);
+    la->atty = a->atty + w * BT * C;
+    la->lse = a->lse + w * BT * m->H;
+    la->res2 = a->res2 + w * BT * C;
+    la->ln2 = a->ln2 + w * BT * C;
+    la->ln2_mean = a->ln2_mean ? a->ln2_mean + w * BT : NULL;
+    la->ln2_rstd = a->ln2_rstd + w * BT;
+    la->fch = a->fch + w * BT * Ffc;
+    la->fch_act = a->fch_act + w * BT * F;
+    la->res3 = a->res3 + w * BT * C;
+}
+
+/* The attention call `part` of layer l: src/model.c's attn_desc, same views, same seed. */
+static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int B, int T, float dropout,
+                      uint64_t seed, int training, const sk_layer_acts *la) {
+    const sk_model *m = cm->m;
+    const sk_route *r = &m->runs[(size_t)l * m->H + part];
+    int group = m->H / m->Hkv, hs = m->hs;
+    int h0 = r->h0, nh = r->nh, src = r->src;
+    const float *qkv_kv = src == l ? la->qkv : qkv_of(cm, src);
+    memset(a, 0, sizeof *a);
+    a->B = B; a->H = nh; a->Hkv = nh / group; a->Lq = T; a->Lk = T; a->D = hs;
+    long row = m->QKV;
+    a->q = la->qkv + (size_t)h0 * hs;                               a->q_sb = T * row; a->q_sh = hs; a->q_st = row;
+    a->k = qkv_kv + (size_t)m->H * hs + (size_t)(h0 / group) * hs;  a->k_sb = T * row; a->k_sh = hs; a->k_st = row;
+    a->v = a->k + (size_t)m->Hkv * hs;                              a->v_sb = T * row; a->v_sh = hs; a->v_st = row;
+    a->out = la->atty + (size_t)h0 * hs;                            a->o_sb = (long)T * m->C; a->o_sh = hs; a->o_st = m->C;
+    a->scale = 1.0f / sqrtf((float)hs);
+    a->causal = 1; a->causal_offset = 0;
+    a->dropout = training && dropout > 0.0f;
+    a->thr = (uint64_t)((double)dropout * 4294967296.0);
+    a->inv_keep = a->dropout ? 1.0f / (1.0f - dropout) : 1.0f;
+    a->seed = sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) |
+              ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
+    a->lse = la->lse + (size_t)B * h0 * T;
+}
+
+static int attn_rc(int rc, const char *what, int l, int part) {
+    if (rc == -1) return sk_error(SK_EINVAL, "CUDA attention: head size above 128 (layer %d)", l);
+    if (rc) return sk_error(SK_EIO, "CUDA attention %s, layer %d call %d: %s", what, l, part,
+                            cudaGetErrorString((cudaError_t)rc));
+    return kcheck(what, __FILE__, __LINE__);
+}
+
+static int norm_forward(sk_cuda_model *cm, float *out, float *mean, float *rstd, const float *inp,
+                        const float *w, const float *b, int N) {
+    const sk_model *m = cm->m;
+    if (m->cfg.family == SK_GPT2) K(cu_layernorm_forward(out, mean, rstd, inp, w, b, N, m->C, m->cfg.norm_eps));
+    else K(cu_rmsnorm_forward(out, rstd, inp, w, N, m->C, m->cfg.norm_eps));
+    return SK_OK;
+}
+static int norm_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db, const float *dout,
+                         const float *inp, const float *w, const float *mean, const float *rstd, int N) {
+    const sk_model *m = cm->m;
+    if (m->cfg.family == SK_GPT2) K(cu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, m->C, cm->part));
+    else K(cu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, m->C, cm->part));
+    return SK_OK;
+}
+static int mlp_act_forward(sk_cuda_model *cm, float *act, const float *h, int N) {
+    const sk_model *m = cm->m;
+    size_t n = (size_t)N * m->F;
+    if (m->cfg.relu) K(cu_relu_forward(act, h, n));
+    else if (m->gated) K(cu_swiglu_forward(act, h, N, m->F));
+    else K(cu_gelu_forward(act, h, n, m->cfg.gelu == SK_GELU_TANH));
+    return SK_OK;
+}
+static int mlp_act_backward(sk_cuda_model *cm, float *dh, const float *h, const float *dact, int N) {
+    const sk_model *m = cm->m;
+    size_t n = (size_t)N * m->F;
+    if (m->cfg.relu) K(cu_relu_backward(dh, h, dact, n));
+    else if (m->gated) K(cu_swiglu_backward(dh, h, dact, N, m->F));
+    else K(cu_gelu_backward(dh, h, dact, n, m->cfg.gelu == SK_GELU_TANH));
+    return SK_OK;
+}
+
+/* qkv (N, QKV) = ln1 @ Wqkv^T + b over the column ranges some layer reads (model.c). */
+static int qkv_forward(sk_cuda_model *cm, int l, float *qkv, const float *ln1, int N) {
+    const sk_model *m = cm->m;
+    const float *w = cm->p.qkvw + (size_t)l * m->QKV * m->C, *b = cm->p.qkvb ? cm->p.qkvb + (size_t)l * m->QKV : NULL;
+    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
+    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
+    if (n == 1 && r[1] == QKV) return linear_forward(cm, qkv, ln1, w, b, N, C, QKV);
+    for (int i = 0; i < n; i++) {
+        int c0 = r[2 * i], cw = r[2 * i + 1];
+        if (b) K(cu_bias_broadcast(qkv + c0, b + c0, N, cw, QKV));
+        TRY(gemm(cm, 0, 1, N, cw, C, 1.0f, ln1, C, w + (size_t)c0 * C, C, b ? 1.0f : 0.0f, qkv + c0, QKV));
+    }
+    return SK_OK;
+}
+static int qkv_backward(sk_cuda_model *cm, int l, float *dln1, const float *dqkv, const float *ln1, int N) {
+    const sk_model *m = cm->m;
+    size_t off = (size_t)l * m->QKV * m->C;
+    const float *w = cm->p.qkvw + off;
+    float *dw = cm->g.qkvw + off, *db = cm->g.qkvb ? cm->g.qkvb + (size_t)l * m->QKV : NULL;
+    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
+    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
+    if (n == 1 && r[1] == QKV) return linear_backward(cm, dln1, dw, db, dqkv, ln1, w, N, C, QKV);
+    for (int i = 0; i < n; i++) {
+        int c0 = r[2 * i], cw = r[2 * i + 1];
+        TRY(gemm(cm, 0, 0, N, C, cw, 1.0f, dqkv + c0, QKV, w + (size_t)c0 * C, C, i ? 1.0f : 0.0f, dln1, C));
+        TRY(gemm(cm, 1, 0, cw, C, N, 1.0f, dqkv + c0, QKV, ln1, C, 1.0f, dw + (size_t)c0 * C, C));
+        if (db) K(cu_colsum_add(db + c0, dqkv + c0, N, cw, QKV, cm->part));
+    }
+    return SK_OK;
+}
+
+static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_layer_acts *la, int B, int T,
+                         int training, uint64_t seed) {
+    const sk_model *m = cm->m;
+    const sk_params *p = &cm->p;
+    int C = m->C, F = m->F, N = B * T;
+    int Ffc = m->gated ? 2 * F : F;
+    size_t BT = (size_t)N;
+    float drop = training ? m->cfg.dropout : 0.0f;
+    TRY(norm_forward(cm, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1w + (size_t)l * C,
+                     p->ln1b ? p->ln1b + (size_t)l * C : NULL, N));
+    TRY(qkv_forward(cm, l, la->qkv, la->ln1, N));
+    if (cm->rope) K(cu_rope(la->qkv, cm->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
+    for (int part = 0; part < m->n_runs[l]; part++) {
+        cu_attn d;
+        attn_desc(cm, &d, l, part, B, T, drop, seed, training, la);
+        TRY(attn_rc(cu_attn_forward(&d), "forward", l, part));
+    }
+    TRY(linear_forward(cm, la->res2, la->atty, p->attprojw + (size_t)l * C * C,
+                       p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, C));
+    K(cu_dropout(la->res2, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT)));
+    K(cu_add_inplace(la->res2, x, BT * C));
+    TRY(norm_forward(cm, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w + (size_t)l * C,
+                     p->ln2b ? p->ln2b + (size_t)l * C : NULL, N));
+    TRY(linear_forward(cm, la->fch, la->ln2, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL,
+                       N, C, Ffc));
+    TRY(mlp_act_forward(cm, la->fch_act, la->fch, N));
+    TRY(linear_forward(cm, la->res3, la->fch_act, p->fcprojw + (size_t)l * C * F,
+                       p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, C));
+    K(cu_dropout(la->res3, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT)));
+    K(cu_add_inplace(la->res3, la->res2, BT * C));
+    return SK_OK;
+}
+
+static int forward_blocks(sk_cuda_model *cm, int B, int T, int training, uint64_t seed) {
+    const sk_model *m = cm->m;
+    const sk_params *p = &cm->p;
+    sk_acts *a = &cm->a;
+    int L = m->L, C = m->C, N = B * T;
+    size_t BT = (size_t)N;
+    float drop = training ? m->cfg.dropout : 0.0f;
+    K(cu_encoder_forward(a->encoded, cm->tok_d, p->wte, p->wpe ? p->wpe : cm->pos_table, B, T, C));
+    K(cu_dropout(a->encoded, BT * C, drop, seed, drop_stream(L, 0)));
+    for (int l = 0; l < L; l++) {
+        sk_layer_acts la;
+        layer_acts(cm, l, &la);
+        TRY(layer_forward(cm, l, l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C, &la, B, T, training, seed));
+    }
+    return norm_forward(cm, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3 + (size_t)(L - 1) * BT * C, p->lnfw, p->lnfb, N);
+}
+
+/* Classifier: logits = lnf @ wte^T (N, Vp), softmax cross-entropy over the real vocabulary;
+ * with dlnf the gradient of (scale * mean loss) goes to dlnf (overwritten) and wte (added). */
+static int classifier(sk_cuda_model *cm, const int32_t *targets, int N, float *loss, float *logits_out,
+                      float *dlnf, float scale) {
+    const sk_model *m = cm->m;
+    int V = m->cfg.vocab_size, Vp = m->Vp, C = m->C;
+    sk_acts *a = &cm->a;
+    size_t n_valid = 0;
+    if (targets) for (int i = 0; i < N; i++) n_valid += targets[i] >= 0;
+    float row_scale = n_valid ? scale / (float)n_valid : 0.0f;
+    TRY(gemm(cm, 0, 1, N, Vp, C, 1.0f, a->lnf, C, cm->p.wte, C, 0.0f, a->logits, Vp));
+    if (logits_out)
+        CU(cudaMemcpy2D(logits_out, sizeof(float) * V, a->logits, sizeof(float) * Vp, sizeof(float) * V, N,
+                        cudaMemcpyDeviceToHost));
+    if (targets) K(cu_crossentropy(a->logits, a->losses, cm->tok_d + N, N, V, Vp, row_scale, dlnf != NULL));
+    if (dlnf) {
+        TRY(gemm(cm, 0, 0, N, C, Vp, 1.0f, a->logits, Vp, cm->p.wte, C, 0.0f, dlnf, C));
+        TRY(gemm(cm, 1, 0, Vp, C, N, 1.0f, a->logits, Vp, a->lnf, C, 1.0f, cm->g.wte, C));
+    }
+    if (loss) {
+        double s = 0.0;
+        if (targets) {
+            CU(cudaMemcpy(cm->losses_h, a->losses, sizeof(float) * N, cudaMemcpyDeviceToHost));
+            for (int i = 0; i < N; i++) s += cm->losses_h[i];
+        }
+        *loss = targets && n_valid ? (float)(s / (double)n_valid) : NAN;
+    }
+    return SK_OK;
+}
+
+/* Checks the tokens and uploads inputs, targets and, for the embedding backward, the
+ * positions of each distinct input token in increasing order (a counting sort). */
+static int upload_tokens(sk_cuda_model *cm, const int32_t *inputs, const int32_t *targets, int N) {
+    const sk_model *m = cm->m;
+    int V = m->cfg.vocab_size;
+    for (int i = 0; i < N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V)
+            return sk_error(SK_EINVAL, "input token %d at position %d is outside the vocabulary [0, %d)", inputs[i], i, V);
+        if (targets && targets[i] >= V)
+            return sk_error(SK_EINVAL, "target token %d at position %d is outside the vocabulary [0, %d)", targets[i], i, V);
+    }
+    int32_t *h = cm->tok_h, *in = h, *tg = h + N, *uniq = h + 2 * N, *off = h + 3 * N, *pos = h + 4 * N + 1;
+    memcpy(in, inputs, sizeof(int32_t) * N);
+    if (targets) memcpy(tg, targets, sizeof(int32_t) * N);
+    else for (int i = 0; i < N; i++) tg[i] = -1;
+    int nu = 0;
+    for (int i = 0; i < N; i++) {            /* buckets in order of first appearance */
+        int t = in[i];
+        if (cm->slot_h[t] < 0) { cm->slot_h[t] = nu; uniq[nu] = t; off[nu + 1] = 0; nu++; }
+        off[cm->slot_h[t] + 1]++;
+    }
+    off[0] = 0;
+    for (int u = 0; u < nu; u++) off[u + 1] += off[u];
+    /* positions of bucket u in increasing i; cursors next[u] start at off[u] */
+    int32_t *next = cm->next_h;
+    for (int u = 0; u < nu; u++) next[u] = off[u];
+    for (int i = 0; i < N; i++) pos[next[cm->slot_h[in[i]]]++] = i;
+    for (int u = 0; u < nu; u++) cm->slot_h[uniq[u]] = -1;
+    cm->n_uniq = nu;
+    CU(cudaMemcpy(cm->tok_d, h, sizeof(int32_t) * (5 * (size_t)N + 1), cudaMemcpyHostToDevice));
+    return SK_OK;
+}
+
+int sk_cuda_forward(sk_cuda_model *cm, const int32_t *inputs, const int32_t *targets, int B, int T,
+                    float *loss, float *logits) {
+    TRY(sk_cuda_reserve(cm, B, T));
+    TRY(upload_tokens(cm, inputs, targets, B * T));
+    TRY(forward_blocks(cm, B, T, 0, 0));
+    return classifier(cm, targets, B * T, loss, logits, NULL, 0.0f);
+}
+
+/* -------------------------------------------------------------- backward */
+
+static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
+    const sk_model *m = cm->m;
+    const sk_params *p = &cm->p;
+    sk_params *g = &cm->g;
+    sk_acts *a = &cm->a;
+    int L = m->L, C = m->C, F = m->F, N = B * T;
+    int Ffc = m->gated ? 2 * F : F;
+    size_t BT = (size_t)N;
+    float drop = m->cfg.dropout;
+
+    /* a->dbtc holds dlnf from the classifier */
+    CU(cudaMemset(a->dres, 0, BT * C * sizeof(float)));
+    TRY(norm_backward(cm, a->dres, g->lnfw, g->lnfb, a->dbtc, a->res3 + (size_t)(L - 1) * BT * C, p->lnfw,
+                      a->lnf_mean, a->lnf_rstd, N));
+    if (a->dqkv_lend) CU(cudaMemset(a->dqkv_lend, 0, (size_t)n_lenders(m) * BT * m->QKV * sizeof(float)));
+    for (int l = L - 1; l >= 0; l--) {
+        const float *x = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C;
+        sk_layer_acts la;
+        layer_acts(cm, l, &la);
+        /* MLP: res3 = res2 + drop(fcproj(act(fc(norm2(res2))))) */
+        CU(cudaMemcpy(a->dbtc, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice));
+        K(cu_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT)));
+        TRY(linear_backward(cm, a->dfch_act, g->fcprojw + (size_t)l * C * F, g->fcprojb ? g->fcprojb + (size_t)l * C : NULL,
+                            a->dbtc, la.fch_act, p->fcprojw + (size_t)l * C * F, N, F, C));
+        TRY(mlp_act_backward(cm, a->dfch, la.fch, a->dfch_act, N));
+        TRY(linear_backward(cm, a->dbtc2, g->fcw + (size_t)l * Ffc * C, g->fcb ? g->fcb + (size_t)l * F : NULL,
+                            a->dfch, la.ln2, p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
+        TRY(norm_backward(cm, a->dres, g->ln2w + (size_t)l * C, g->ln2b ? g->ln2b + (size_t)l * C : NULL,
+                          a->dbtc2, la.res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
+        /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))) */
+        CU(cudaMemcpy(a->dbtc, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice));
+        K(cu_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT)));
+        TRY(linear_backward(cm, a->dbtc2, g->attprojw + (size_t)l * C * C, g->attprojb ? g->attprojb + (size_t)l * C : NULL,
+                            a->dbtc, la.atty, p->attprojw + (size_t)l * C * C, N, C, C));
+        float *dqkv = dqkv_of(cm, l);
+        if (m->lend_index[l] < 0) CU(cudaMemset(dqkv, 0, BT * m->QKV * sizeof(float)));
+        for (int part = 0; part < m->n_runs[l]; part++) {
+            cu_attn d;
+            attn_desc(cm, &d, l, part, B, T, drop, seed, 1, &la);
+            int src = m->runs[(size_t)l * m->H + part].src;
+            float *dsrc = dqkv_of(cm, src);
+            const float *qkv_src = src == l ? la.qkv : qkv_of(cm, src);
+            /* dq/dk/dv share the strides of q/k/v; translate the pointers into the gradient buffers */
+            float *dq = dqkv + (d.q - la.qkv);
+            float *dk = dsrc + (d.k - qkv_src);
+            float *dv = dsrc + (d.v - qkv_src);
+            const float *dout = a->dbtc2 + (d.out - la.atty);
+            TRY(attn_rc(cu_attn_backward(&d, dout, dq, dk, dv, cm->Di), "backward", l, part));
+        }
+        if (cm->rope) K(cu_rope(dqkv, cm->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 1));
+        TRY(qkv_backward(cm, l, a->dbtc, dqkv, la.ln1, N));
+        TRY(norm_backward(cm, a->dres, g->ln1w + (size_t)l * C, g->ln1b ? g->ln1b + (size_t)l * C : NULL,
+                          a->dbtc, x, p->ln1w + (size_t)l * C, la.ln1_mean, la.ln1_rstd, N));
+    }
+    K(cu_dropout(a->dres, BT * C, drop, seed, drop_stream(L, 0)));
+    const int32_t *h = cm->tok_d;
+    K(cu_encoder_backward_wte(g->wte, a->dres, h + 2 * (size_t)N, h + 3 * (size_t)N, h + 4 * (size_t)N + 1, cm->n_uniq, C));
+    if (g->wpe) K(cu_encoder_backward_wpe(g->wpe, a->dres, B, T, C));
+    return SK_OK;
+}
+
+int sk_cuda_forward_backward(sk_cuda_model *cm, const int32_t *inputs, const int32_t *targets, int B, int T,
+                             float grad_scale, uint64_t dropout_seed, float *loss) {
+    if (!targets) return sk_error(SK_EINVAL, "forward_backward needs targets");
+    TRY(sk_cuda_reserve(cm, B, T));
+    TRY(upload_tokens(cm, inputs, targets, B * T));
+    TRY(forward_blocks(cm, B, T, 1, dropout_seed));
+    TRY(classifier(cm, targets, B * T, loss, NULL, cm->a.dbtc, grad_scale));
+    return backward_blocks(cm, B, T, dropout_seed);
+}
+
+/* ------------------------------------------------------------- optimizer */
+
+int sk_cuda_grad_norm(sk_cuda_model *cm, double *norm) {
+    K(cu_span_sq(cm->sq_d, cm->grads, cm->spans, cm->n_spans));
+    CU(cudaMemcpy(cm->sq_h, cm->sq_d, sizeof(double) * cm->n_spans, cudaMemcpyDeviceToHost));
+    double sum = 0;
+    for (int s = 0; s < cm->n_spans; s++) sum += cm->sq_h[s];
+    *norm = sqrt(sum);
+    return SK_OK;
+}
+
+/* The scalars exactly as sk_adamw_step computes them (double, rounded once to float). */
+int sk_cuda_adamw_step(sk_cuda_model *cm, const sk_adamw_cfg *c, double lr, long t, float clip_coef) {
+    double b1 = c->beta1, b2 = c->beta2;
+    const float decay = (float)(1.0 - lr * (double)c->weight_decay);
+    const float fb1 = (float)b1, fb2 = (float)b2, a1 = (float)(1.0 - b1), a2 = (float)(1.0 - b2);
+    const float step_size = (float)(lr / (1.0 - pow(b1, (double)t)));
+    const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)t));
+    K(cu_adamw(cm->params, cm->grads, cm->mom, cm->vel, cm->spans, cm->n_spans, decay, fb1, fb2, a1, a2, step_size,
+               bc2_sqrt, c->eps, c->weight_decay != 0.0f, clip_coef));
+    return SK_OK;
+}
+
+/* --------------------------------------------------------- trainer backend */
+
+static int be_zero(void *ctx) { return sk_cuda_zero_grad(ctx); }
+static int be_fb(void *ctx, const int32_t *x, const int32_t *y, int B, int T, float s, uint64_t seed, float *loss) {
+    return sk_cuda_forward_backward(ctx, x, y, B, T, s, seed, loss);
+}
+static int be_fwd(void *ctx, const int32_t *x, const int32_t *y, int B, int T, float *loss) {
+    return sk_cuda_forward(ctx, x, y, B, T, loss, NULL);
+}
+static int be_norm(void *ctx, double *norm) { return sk_cuda_grad_norm(ctx, norm); }
+static int be_update(void *ctx, const sk_adamw_cfg *c, double lr, long t, float coef) {
+    return sk_cuda_adamw_step(ctx, c, lr, t, coef);
+}
+static int be_pull(void *ctx, float *params, float *mo, float *ve) {
+    TRY(sk_cuda_download_params(ctx, params));
+    return sk_cuda_download_adam(ctx, mo, ve);
+}
+static int be_push(void *ctx, const float *params, const float *mo, const float *ve) {
+    TRY(sk_cuda_upload_params(ctx, params));
+    return sk_cuda_upload_adam(ctx, mo, ve);
+}
+
+void sk_cuda_train_backend(sk_cuda_model *cm, sk_train_backend *be) {
+    memset(be, 0, sizeof *be);
+    be->ctx = cm;
+    be->zero_grad = be_zero; be->forward_backward = be_fb; be->forward = be_fwd;
+    be->grad_norm = be_norm; be->update = be_update; be->pull = be_pull; be->push = be_push;
+}
+
+/* ------------------------------------------------------------- benchmark */
+
+int sk_cuda_sgemm_rate(int M, int N, int Kd, sk_cuda_precision prec, double *gflops) {
+    *gflops = 0;
+    cublasHandle_t h;
+    BLAS(cublasCreate(&h));
+    float *A = NULL, *B = NULL, *C = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int rc = dev_alloc(&A, sizeof(float) * M * (size_t)Kd, "the sgemm probe");
+    if (!rc) rc = dev_alloc(&B, sizeof(float) * N * (size_t)Kd, "the sgemm probe");
+    if (!rc) rc = dev_alloc(&C, sizeof(float) * M * (size_t)N, "the sgemm probe");
+    if (!rc && (cudaMemset(A, 0, sizeof(float) * M * (size_t)Kd) != cudaSuccess ||
+                cudaMemset(B, 0, sizeof(float) * N * (size_t)Kd) != cudaSuccess ||
+                cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess))
+        rc = sk_error(SK_EIO, "CUDA: sgemm probe setup failed: %s", cudaGetErrorString(cudaGetLastError()));
+    if (!rc && cublasSetMathMode(h, prec == SK_CUDA_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)
+        rc = sk_error(SK_EIO, "cuBLAS: cublasSetMathMode failed");
+    float best = 1e30f, one = 1.0f, zero = 0.0f;
+    for (int r = 0; !rc && r < 6; r++) {
+        float ms = 0;
+        cudaEventRecord(e0, 0);
+        /* row-major C (M, N) = A (M, K) B^T */
+        cublasStatus_t s = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, Kd, &one, B, Kd, A, Kd, &zero, C, N);
+        cudaEventRecord(e1, 0);
+        if (s != CUBLAS_STATUS_SUCCESS) { rc = blas_fail(s, "cublasSgemm (probe)", __FILE__, __LINE__); break; }
+        if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+            rc = sk_error(SK_EIO, "CUDA: sgemm probe timing failed: %s", cudaGetErrorString(cudaGetLastError()));
+            break;
+        }
+        if (r > 0 && ms < best) best = ms;      /* the first run warms up */
+    }
+    if (!rc) *gflops = 2.0 * M * (double)N * Kd / (best * 1e-3) / 1e9;
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(A); cudaFree(B); cudaFree(C);
+    cublasDestroy(h);
+    return rc;
+}

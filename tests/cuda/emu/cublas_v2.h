@@ -1,0 +1,23 @@
+/* CPU emulator of the cuBLAS subset skiplm uses: a column-major reference SGEMM that
+ * checks the leading dimensions as cuBLAS does (CUBLAS_STATUS_INVALID_VALUE). */
+#ifndef SK_EMU_CUBLAS_V2_H
+#define SK_EMU_CUBLAS_V2_H
+#include "cuda_runtime_api.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+typedef struct emu_blas *cublasHandle_t;
+typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7 } cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_PEDANTIC_MATH = 2, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
+cublasStatus_t cublasCreate(cublasHandle_t *h);
+cublasStatus_t cublasDestroy(cublasHandle_t h);
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m);
+const char *cublasGetStatusString(cublasStatus_t s);
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
+                           float *C, int ldc);
+#ifdef __cplusplus
+}
+#endif
+#endif

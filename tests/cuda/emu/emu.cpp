@@ -1,0 +1,211 @@
+/* CPU emulator of the CUDA runtime, cuBLAS SGEMM and the kernel execution model, enough to
+ * run skiplm's CUDA sources (src/cuda/) and their parity test without a GPU
+ * (make cuda-emu-test). It checks the logic (indexing, shared-memory layout, barriers,
+ * reductions, the GEMM operand mapping, the host orchestration); it says nothing about
+ * speed, and a real GPU's memory model and warp scheduling are only approximated:
+ *   - the threads of a block are fibers (ucontext) run in turn in one OS thread; a thread
+ *     runs until it reaches __syncthreads(), a warp shuffle or its end; a barrier opens
+ *     when every live thread of the block (warp) has reached it; a barrier that can never
+ *     open (divergence) aborts;
+ *   - device memory and dynamic shared memory start as NaN bytes;
+ *   - cublasSgemm is a column-major reference with cuBLAS's argument checks. */
+#include "cuda_runtime_api.h"
+#include "cublas_v2.h"
+#include "sk_cuda_emu.h"
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ucontext.h>
+#include <vector>
+
+/* ---------------------------------------------------------------- runtime */
+
+static cudaError_t g_err = cudaSuccess;
+extern "C" void emu_set_error(cudaError_t e) { if (g_err == cudaSuccess) g_err = e; }
+
+extern "C" cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = malloc(n ? n : 1);
+    if (!*p) return cudaErrorMemoryAllocation;
+    memset(*p, 0xff, n);              /* NaN floats: reads of unwritten memory show */
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+extern "C" cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
+    if (n) memmove(d, s, n);
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaMemcpy2D(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, cudaMemcpyKind) {
+    if (w > dp || w > sp) return cudaErrorInvalidValue;
+    for (size_t r = 0; r < h; r++) memcpy((char *)d + r * dp, (const char *)s + r * sp, w);
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaMemset(void *p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
+extern "C" cudaError_t cudaDeviceSynchronize(void) { return g_err; }
+extern "C" cudaError_t cudaGetLastError(void) { cudaError_t e = g_err; g_err = cudaSuccess; return e; }
+extern "C" cudaError_t cudaPeekAtLastError(void) { return g_err; }
+extern "C" const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    default: return "unspecified launch failure";
+    }
+}
+extern "C" const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    default: return "cudaErrorLaunchFailure";
+    }
+}
+extern "C" cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
+extern "C" cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulator (tests/cuda/emu)");
+    p->totalGlobalMem = (size_t)8 << 30; p->major = 9; p->minor = 0; p->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaMemGetInfo(size_t *f, size_t *t) { *f = (size_t)4 << 30; *t = (size_t)8 << 30; return cudaSuccess; }
+struct emu_event { int x; };
+extern "C" cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new emu_event{0}; return cudaSuccess; }
+extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+extern "C" cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { *ms = 1.0f; return cudaSuccess; }
+extern "C" cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int v) {
+    return v > 227 * 1024 ? cudaErrorInvalidValue : cudaSuccess;
+}
+
+/* ------------------------------------------------------------------ cuBLAS */
+
+struct emu_blas { int mode; };
+extern "C" cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new emu_blas{0}; return CUBLAS_STATUS_SUCCESS; }
+extern "C" cublasStatus_t cublasDestroy(cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
+extern "C" cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->mode = (int)m; return CUBLAS_STATUS_SUCCESS; }
+extern "C" const char *cublasGetStatusString(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_INVALID_VALUE";
+}
+/* C (m x n, ldc) = alpha op(A) op(B) + beta C, column-major; C is not read when beta == 0 */
+extern "C" cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                      const float *alpha, const float *A, int lda, const float *B, int ldb,
+                                      const float *beta, float *C, int ldc) {
+    if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (lda < (ta == CUBLAS_OP_N ? (m > 1 ? m : 1) : (k > 1 ? k : 1))) return CUBLAS_STATUS_INVALID_VALUE;
+    if (ldb < (tb == CUBLAS_OP_N ? (k > 1 ? k : 1) : (n > 1 ? n : 1))) return CUBLAS_STATUS_INVALID_VALUE;
+    if (ldc < (m > 1 ? m : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int p = 0; p < k; p++) {
+                float a = ta == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
+                float b = tb == CUBLAS_OP_N ? B[p + (size_t)j * ldb] : B[j + (size_t)p * ldb];
+                s += (double)a * b;
+            }
+            float *c = &C[i + (size_t)j * ldc];
+            *c = *beta == 0.0f ? (float)(*alpha * s) : (float)(*alpha * s + *beta * (double)*c);
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* ------------------------------------------------------------- the blocks */
+
+enum { READY, AT_BLOCK, AT_WARP, DONE };
+struct Fiber { ucontext_t ctx; int state; };
+
+dim3 emu_blockIdx, emu_blockDim, emu_gridDim;
+static ucontext_t g_sched;
+static std::vector<Fiber> g_fib;
+static int g_cur = 0;
+static const std::function<void()> *g_body;
+static char *g_stacks = nullptr;
+static const size_t STACK = 256 << 10;
+static const int MAX_THREADS = 1024;
+static std::vector<unsigned char> g_smem;
+static double g_slots[MAX_THREADS];
+
+extern "C++" unsigned emu_tid(void) { return (unsigned)g_cur; }
+double *emu_warp_slots(void) { return g_slots; }
+void *emu_dyn_smem(void) { return g_smem.data(); }
+
+static void yield_to_sched(int state) {
+    g_fib[g_cur].state = state;
+    swapcontext(&g_fib[g_cur].ctx, &g_sched);
+}
+void emu_syncthreads(void) { yield_to_sched(AT_BLOCK); }
+void emu_syncwarp(void) { yield_to_sched(AT_WARP); }
+
+static void fiber_main(void) {
+    (*g_body)();
+    g_fib[g_cur].state = DONE;        /* uc_link returns to the scheduler */
+}
+
+static void run_block(int nt) {
+    for (int t = 0; t < nt; t++) {
+        Fiber &f = g_fib[t];
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = g_stacks + (size_t)t * STACK;
+        f.ctx.uc_stack.ss_size = STACK;
+        f.ctx.uc_link = &g_sched;
+        makecontext(&f.ctx, fiber_main, 0);
+        f.state = READY;
+    }
+    for (;;) {
+        bool ran = false;
+        for (int t = 0; t < nt; t++) {
+            if (g_fib[t].state != READY) continue;
+            g_cur = t;
+            swapcontext(&g_sched, &g_fib[t].ctx);
+            ran = true;
+        }
+        int done = 0, at_block = 0;
+        for (int t = 0; t < nt; t++) { done += g_fib[t].state == DONE; at_block += g_fib[t].state == AT_BLOCK; }
+        if (done == nt) return;
+        bool released = false;
+        for (int w0 = 0; w0 < nt; w0 += 32) {                 /* warp barriers */
+            int live = 0, at = 0;
+            for (int t = w0; t < w0 + 32 && t < nt; t++) { live += g_fib[t].state != DONE; at += g_fib[t].state == AT_WARP; }
+            if (live > 0 && at == live) {
+                for (int t = w0; t < w0 + 32 && t < nt; t++) if (g_fib[t].state == AT_WARP) g_fib[t].state = READY;
+                released = true;
+            }
+        }
+        if (at_block > 0 && at_block + done == nt) {           /* block barrier */
+            for (int t = 0; t < nt; t++) if (g_fib[t].state == AT_BLOCK) g_fib[t].state = READY;
+            released = true;
+        }
+        if (!ran && !released) {
+            fprintf(stderr, "emu: barrier deadlock in block (%u, %u, %u): %d threads at __syncthreads, %d done, "
+                    "the others at a warp shuffle (divergent barrier)\n", emu_blockIdx.x, emu_blockIdx.y,
+                    emu_blockIdx.z, at_block, done);
+            abort();
+        }
+    }
+}
+
+void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+    int nt = (int)(block.x * block.y * block.z);
+    if (block.y != 1 || block.z != 1 || nt < 1 || nt > MAX_THREADS || grid.x < 1 || grid.y < 1 || grid.z < 1 ||
+        grid.y > 65535 || grid.z > 65535 || smem > 227 * 1024) {
+        fprintf(stderr, "emu: bad launch: grid (%u, %u, %u), block %d, smem %zu\n", grid.x, grid.y, grid.z, nt, smem);
+        emu_set_error(cudaErrorInvalidConfiguration);
+        return;
+    }
+    if (!g_stacks) {
+        g_stacks = (char *)malloc((size_t)MAX_THREADS * STACK);
+        g_fib.resize(MAX_THREADS);
+        if (!g_stacks) { fprintf(stderr, "emu: out of memory for fiber stacks\n"); abort(); }
+    }
+    g_body = &body;
+    emu_gridDim = grid; emu_blockDim = block;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                emu_blockIdx = dim3(x, y, z);
+                g_smem.assign(smem ? smem : 1, 0xff);          /* NaN until written */
+                run_block(nt);
+            }
+}

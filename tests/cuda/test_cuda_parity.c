@@ -1,0 +1,287 @@
+/* GPU vs CPU parity of the CUDA backend (make cuda-test; needs a GPU; not part of make test).
+ *
+ * For small random models of both families, with and without SLA, several routing tables,
+ * head sizes 16..128 (every attention tile configuration), dropout, and sequence lengths
+ * that are not multiples of the attention tiles, with identical weights and batch:
+ *   1. forward: loss (1e-5 relative) and logits (1e-4 absolute);
+ *   2. forward + backward: loss and every gradient tensor within 1e-4 * max(1, max|g|)
+ *      (the tolerance of the engine's PyTorch tests);
+ *   3. gradient norm of the GPU gradients: GPU vs sk_grad_norm (1e-9 relative);
+ *   4. one AdamW step with clipping from the same (GPU) gradients: parameters, m and v
+ *      bit-identical to sk_adamw_step (the kernel rounds op by op as src/optim.c);
+ *   5. three more training steps each on its own side: losses within 1e-4 relative, final
+ *      parameters within 1e-4 absolute (lr 1e-3);
+ * and the trainer (sk_trainer with the CUDA backend vs the CPU trainer, on a token shard):
+ * losses of 4 steps, a checkpoint pulled from the device, the parameters equal.
+ * Prints PASS/FAIL per check and "N passed, N failed"; exits non-zero on failure. */
+#include "skiplm.h"
+#include "skiplm_cuda.h"
+#include "../test.h"
+#include <stdint.h>
+
+static int n_pass = 0;
+#define CHECK2(cond, ...) do { int ok_ = (cond); CHECK(ok_, __VA_ARGS__); n_pass += ok_; } while (0)
+
+typedef struct {
+    const char *name;
+    const char *fields;      /* "key=value key=value ..." for sk_config_set */
+    int B, T;
+} tcase;
+
+static const tcase CASES[] = {
+    {"gpt2 baseline hs16", "n_layer=3 n_head=4 n_embd=64 vocab_size=97 block_size=128", 2, 37},
+    {"gpt2 SLA 2/3 hs16 T=70", "n_layer=4 n_head=4 n_embd=64 vocab_size=97 block_size=128 n_skip_layer=2 n_skip_head=3", 2, 70},
+    {"gpt2 SLA 1/2 hs32 tanh nobias", "n_layer=3 n_head=4 n_embd=128 vocab_size=200 block_size=128 n_skip_layer=1 n_skip_head=2 gelu=tanh bias=0", 2, 100},
+    {"gpt2 routing cross-layer", "n_layer=4 n_head=4 n_embd=64 vocab_size=97 block_size=128 routing=1,3:*=-1", 2, 45},
+    {"gpt2 routing multi-source", "n_layer=4 n_head=4 n_embd=64 vocab_size=97 block_size=128 routing=2-3:0-1=-2;3:2-3=@0", 1, 66},
+    {"gpt2 SLA all heads 4/4", "n_layer=3 n_head=4 n_embd=64 vocab_size=97 block_size=128 n_skip_layer=1 n_skip_head=4", 2, 29},
+    {"gpt2 hs64 SLA T=130", "n_layer=3 n_head=4 n_embd=256 vocab_size=97 block_size=256 n_skip_layer=2 n_skip_head=2", 1, 130},
+    {"gpt2 hs128 SLA T=65", "n_layer=2 n_head=2 n_embd=256 vocab_size=97 block_size=128 n_skip_layer=1 n_skip_head=1", 2, 65},
+    {"gpt2 hs48 (padded head) T=50", "n_layer=2 n_head=2 n_embd=96 vocab_size=97 block_size=128", 2, 50},
+    {"gpt2 relu sinusoidal", "n_layer=2 n_head=4 n_embd=64 vocab_size=97 block_size=64 relu=1 sinusoidal=1", 3, 33},
+    {"gpt2 dropout 0.1 SLA", "n_layer=3 n_head=4 n_embd=64 vocab_size=97 block_size=128 n_skip_layer=1 n_skip_head=2 dropout=0.1", 2, 67},
+    {"gpt2 T=256 B=3 SLA", "n_layer=2 n_head=4 n_embd=128 vocab_size=300 block_size=256 n_skip_layer=1 n_skip_head=3", 3, 256},
+    {"llama GQA 4/2 SLA", "family=llama n_layer=3 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=128 n_skip_layer=2 n_skip_head=2 bias=0", 2, 45},
+    {"llama MQA all heads hs32", "family=llama n_layer=2 n_head=4 n_kv_head=1 n_embd=128 vocab_size=97 block_size=128 n_skip_layer=1 n_skip_head=4 bias=0 rope_theta=10000", 2, 66},
+    {"llama relu", "family=llama n_layer=2 n_head=4 n_embd=64 vocab_size=97 block_size=64 relu=1 bias=0", 2, 31},
+};
+
+static int make_config(const char *fields, sk_config *cfg) {
+    sk_config_default(cfg);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", fields);
+    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+        char *eq = strchr(tok, '=');
+        if (!eq) return -1;
+        *eq = 0;
+        if (sk_config_set(cfg, tok, eq + 1)) return -1;
+    }
+    return sk_config_check(cfg);
+}
+
+static void random_batch(int32_t *x, int32_t *y, int n, int V, uint64_t seed) {
+    uint64_t r = seed * 2654435761ULL + 1;
+    for (int i = 0; i < n; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (int32_t)((r >> 33) % (uint64_t)V);
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        y[i] = (r >> 60) == 0 ? -1 : (int32_t)((r >> 33) % (uint64_t)V);    /* ~1/16 ignored */
+    }
+}
+
+static double rel(double a, double b) { return fabs(a - b) / fmax(1e-30, fabs(b)); }
+
+/* one training step on either side; returns the loss, writes the norm */
+static int step_cpu(sk_model *m, const int32_t *x, const int32_t *y, int B, int T, float *mo, float *ve,
+                    const sk_span *sp, int ns, const sk_adamw_cfg *ac, long t, uint64_t seed, float *loss, double *norm) {
+    sk_model_zero_grad(m);
+    if (sk_model_forward_backward(m, x, y, B, T, 1.0f, seed, loss)) return -1;
+    float *g = sk_model_grads(m);
+    *norm = sk_grad_norm(g, sp, ns);
+    sk_clip_grads(g, sp, ns, *norm, 1.0f);
+    sk_adamw_step(sk_model_params(m), g, mo, ve, sp, ns, ac, ac->lr, t);
+    return 0;
+}
+static int step_gpu(sk_cuda_model *cm, const int32_t *x, const int32_t *y, int B, int T, const sk_adamw_cfg *ac,
+                    long t, uint64_t seed, float *loss, double *norm) {
+    if (sk_cuda_zero_grad(cm) || sk_cuda_forward_backward(cm, x, y, B, T, 1.0f, seed, loss)) return -1;
+    if (sk_cuda_grad_norm(cm, norm)) return -1;
+    return sk_cuda_adamw_step(cm, ac, ac->lr, t, sk_clip_coef(*norm, 1.0f));
+}
+
+static void run_case(const tcase *tc) {
+    sk_config cfg;
+    if (make_config(tc->fields, &cfg)) { CHECK2(0, "%s: config: %s", tc->name, sk_last_error()); return; }
+    sk_model *m = NULL;
+    sk_cuda_model *cm = NULL;
+    if (sk_model_new(&m, &cfg, 1234)) { CHECK2(0, "%s: model: %s", tc->name, sk_last_error()); return; }
+    sk_model_set_recompute(m, 0);
+    if (sk_cuda_model_new(&cm, m, SK_CUDA_FP32)) { CHECK2(0, "%s: cuda model: %s", tc->name, sk_last_error()); sk_model_free(m); return; }
+    const int B = tc->B, T = tc->T, N = B * T, V = cfg.vocab_size;
+    const size_t P = sk_model_num_params(m);
+    int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
+    float *lc = malloc(sizeof(float) * N * V), *lg = malloc(sizeof(float) * N * V);
+    float *gg = malloc(sizeof(float) * P), *pg = malloc(sizeof(float) * P);
+    float *mc = calloc(P, sizeof(float)), *vc = calloc(P, sizeof(float));
+    float *mg = malloc(sizeof(float) * P), *vg = malloc(sizeof(float) * P);
+    random_batch(x, y, N, V, 77);
+    int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
+    sk_span *sp; int ns;
+    sk_spans_build(ts, nt, &sp, &ns);
+    const uint64_t seed = 99;
+
+    /* 1. forward */
+    float loss_c = 0, loss_g = 0;
+    int rc = sk_model_forward(m, x, y, B, T, &loss_c, lc);
+    int rg = sk_cuda_forward(cm, x, y, B, T, &loss_g, lg);
+    if (rc || rg) { CHECK2(0, "%s: forward failed: %s", tc->name, sk_last_error()); goto done; }
+    double dl = max_abs_diff(lc, lg, (size_t)N * V);
+    CHECK2(rel(loss_g, loss_c) <= 1e-5, "%s: forward loss cpu %.7f gpu %.7f (rel %.2e)", tc->name, loss_c, loss_g, rel(loss_g, loss_c));
+    CHECK2(dl <= 1e-4, "%s: logits max |diff| %.2e (max |logit| %.3f)", tc->name, dl, max_abs(lc, (size_t)N * V));
+
+    /* 2. forward + backward */
+    sk_model_zero_grad(m);
+    rc = sk_model_forward_backward(m, x, y, B, T, 1.0f, seed, &loss_c);
+    rg = sk_cuda_zero_grad(cm) || sk_cuda_forward_backward(cm, x, y, B, T, 1.0f, seed, &loss_g) || sk_cuda_download_grads(cm, gg);
+    if (rc || rg) { CHECK2(0, "%s: forward_backward failed: %s", tc->name, sk_last_error()); goto done; }
+    CHECK2(rel(loss_g, loss_c) <= 1e-5, "%s: training loss cpu %.7f gpu %.7f", tc->name, loss_c, loss_g);
+    {
+        const float *gc = sk_model_grads(m);
+        int bad = 0;
+        double worst = 0; const char *worst_name = "";
+        for (int i = 0; i < nt; i++) {
+            double d = max_abs_diff(gc + ts[i].offset, gg + ts[i].offset, ts[i].numel);
+            double tol = 1e-4 * fmax(1.0, max_abs(gc + ts[i].offset, ts[i].numel));
+            if (d / tol > worst) { worst = d / tol; worst_name = ts[i].name; }
+            if (!(d <= tol)) {
+                bad++;
+                printf("  %s: %s max |diff| %.3e, tol %.1e, max |g| %.3e\n", tc->name, ts[i].name, d, tol,
+                       max_abs(gc + ts[i].offset, ts[i].numel));
+            }
+        }
+        /* the padded vocabulary rows of wte: 0 on both sides */
+        CHECK2(bad == 0, "%s: all %d gradient tensors within tolerance (worst %s at %.2f of tol)", tc->name, nt,
+               worst_name, worst);
+    }
+
+    /* 3. gradient norm */
+    double ng = 0;
+    if (sk_cuda_grad_norm(cm, &ng)) { CHECK2(0, "%s: grad norm: %s", tc->name, sk_last_error()); goto done; }
+    double nc = sk_grad_norm(gg, sp, ns);
+    CHECK2(rel(ng, nc) <= 1e-9, "%s: grad norm gpu %.10g vs cpu on the same grads %.10g", tc->name, ng, nc);
+
+    /* 4. one AdamW step with clipping from the same gradients: bit-identical */
+    sk_adamw_cfg ac;
+    sk_adamw_default(&ac);
+    ac.lr = 1e-3f;
+    {
+        float coef = sk_clip_coef(nc, (float)(nc * 0.5));     /* forces clipping */
+        float *p = sk_model_params(m);
+        sk_clip_grads(gg, sp, ns, nc, (float)(nc * 0.5));
+        sk_adamw_step(p, gg, mc, vc, sp, ns, &ac, ac.lr, 1);
+        if (sk_cuda_adamw_step(cm, &ac, ac.lr, 1, coef) || sk_cuda_download_params(cm, pg) ||
+            sk_cuda_download_adam(cm, mg, vg)) {
+            CHECK2(0, "%s: adamw: %s", tc->name, sk_last_error());
+            goto done;
+        }
+        double dp = max_abs_diff(p, pg, P), dm = max_abs_diff(mc, mg, P), dv = max_abs_diff(vc, vg, P);
+        CHECK2(dp == 0 && dm == 0 && dv == 0, "%s: AdamW step (clip coef %.3f) bit-identical: max |diff| p %.2e m %.2e v %.2e",
+               tc->name, coef, dp, dm, dv);
+    }
+
+    /* 5. three more steps, each side on its own */
+    {
+        double worst = 0;
+        for (long t = 2; t <= 4; t++) {
+            float l1 = 0, l2 = 0;
+            double n1 = 0, n2 = 0;
+            random_batch(x, y, N, V, 100 + t);
+            if (step_cpu(m, x, y, B, T, mc, vc, sp, ns, &ac, t, seed + t, &l1, &n1) ||
+                step_gpu(cm, x, y, B, T, &ac, t, seed + t, &l2, &n2)) {
+                CHECK2(0, "%s: training step %ld: %s", tc->name, t, sk_last_error());
+                goto done;
+            }
+            worst = fmax(worst, rel(l2, l1));
+            if (t == 4) printf("  %s: step 4 loss cpu %.6f gpu %.6f, norm cpu %.6f gpu %.6f\n", tc->name, l1, l2, n1, n2);
+        }
+        CHECK2(worst <= 1e-4, "%s: losses of 3 training steps within 1e-4 relative (worst %.2e)", tc->name, worst);
+        if (sk_cuda_download_params(cm, pg)) { CHECK2(0, "%s: download: %s", tc->name, sk_last_error()); goto done; }
+        double dp = max_abs_diff(sk_model_params(m), pg, P);
+        CHECK2(dp <= 1e-4, "%s: parameters after 4 steps max |diff| %.2e", tc->name, dp);
+    }
+done:
+    free(x); free(y); free(lc); free(lg); free(gg); free(pg); free(mc); free(vc); free(mg); free(vg); free(sp);
+    sk_cuda_model_free(cm);
+    sk_model_free(m);
+}
+
+/* The trainer with the CUDA backend against the CPU trainer on the same shard. */
+static void run_trainer(void) {
+    if (test_tmp_open("skiplm_cuda")) { CHECK2(0, "trainer: temp dir"); return; }
+    const char *shard = test_path("train.bin");
+    const int n_tok = 20000, V = 97;
+    {
+        size_t bytes = 256 * 4 + (size_t)n_tok * 2;
+        unsigned char *buf = calloc(1, bytes);
+        int32_t hdr[3] = {20240520, 1, n_tok};
+        memcpy(buf, hdr, sizeof hdr);
+        uint64_t r = 5;
+        for (int i = 0; i < n_tok; i++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            uint16_t t = (uint16_t)((i % 7 == 0) ? (int)((r >> 33) % V) : (i * 31 + (i >> 3)) % V);   /* learnable */
+            memcpy(buf + 1024 + 2 * (size_t)i, &t, 2);
+        }
+        test_write(shard, buf, bytes);
+        free(buf);
+    }
+    sk_config cfg;
+    make_config("n_layer=3 n_head=4 n_embd=64 vocab_size=97 block_size=64 n_skip_layer=1 n_skip_head=2", &cfg);
+    sk_train_cfg tc;
+    sk_train_default(&tc);
+    tc.steps = 4; tc.B = 4; tc.T = 64; tc.accum = 2; tc.lr = 1e-3f; tc.min_lr = 1e-4f; tc.warmup = 1;
+    tc.eval_every = 0; tc.ckpt_every = 0;
+    sk_loader_cfg lc = {.B = tc.B, .T = tc.T, .seed = tc.seed, .shuffle = 1, .vocab_size = V, .rank = 0, .world_size = 1};
+    float loss[2][4];
+    float *params[2] = {0, 0};
+    size_t P = 0;
+    for (int dev = 0; dev < 2; dev++) {
+        sk_model *m = NULL;
+        sk_loader *L = NULL;
+        sk_trainer *tr = NULL;
+        sk_cuda_model *cm = NULL;
+        const char *paths[1] = {shard};
+        if (sk_model_new(&m, &cfg, tc.seed) || sk_loader_open(&L, paths, 1, &lc) || sk_trainer_new(&tr, m, &tc, L, NULL)) {
+            CHECK2(0, "trainer setup: %s", sk_last_error());
+        } else {
+            int ok = 1;
+            if (dev) {
+                sk_train_backend be;
+                ok = !sk_cuda_model_new(&cm, m, SK_CUDA_FP32);
+                if (ok) { sk_cuda_train_backend(cm, &be); ok = !sk_trainer_set_backend(tr, &be); }
+                if (!ok) CHECK2(0, "trainer backend: %s", sk_last_error());
+            }
+            for (int s = 0; ok && s < 4; s++) {
+                sk_step_info info;
+                if (sk_trainer_step(tr, &info)) { CHECK2(0, "trainer step (%s): %s", dev ? "gpu" : "cpu", sk_last_error()); ok = 0; }
+                else loss[dev][s] = info.loss;
+            }
+            const char *ck = test_path(dev ? "gpu.safetensors" : "cpu.safetensors");
+            if (ok && sk_trainer_save(tr, ck, NULL)) { CHECK2(0, "trainer save: %s", sk_last_error()); ok = 0; }
+            if (ok) {
+                P = sk_model_num_params(m);
+                params[dev] = malloc(P * sizeof(float));
+                memcpy(params[dev], sk_model_params(m), P * sizeof(float));   /* pulled from the GPU by the save */
+            }
+        }
+        sk_trainer_free(tr);
+        sk_cuda_model_free(cm);
+        sk_loader_free(L);
+        sk_model_free(m);
+    }
+    if (params[0] && params[1]) {
+        double worst = 0;
+        for (int s = 0; s < 4; s++) worst = fmax(worst, rel(loss[1][s], loss[0][s]));
+        printf("  trainer losses cpu %.5f %.5f %.5f %.5f gpu %.5f %.5f %.5f %.5f\n", loss[0][0], loss[0][1], loss[0][2],
+               loss[0][3], loss[1][0], loss[1][1], loss[1][2], loss[1][3]);
+        CHECK2(worst <= 1e-4, "trainer: 4 steps (accum 2, SLA) losses within 1e-4 relative (worst %.2e)", worst);
+        double dp = max_abs_diff(params[0], params[1], P);
+        CHECK2(dp <= 1e-4, "trainer: checkpointed parameters max |diff| %.2e", dp);
+    }
+    free(params[0]); free(params[1]);
+    test_tmp_close();
+}
+
+int main(int argc, char **argv) {
+    char dev[256];
+    if (sk_cuda_device_info(dev, sizeof dev)) {
+        printf("FAIL no usable GPU: %s\n0 passed, 1 failed\n", sk_last_error());
+        return 1;
+    }
+    printf("device: %s\n", dev);
+    const char *only = argc > 1 ? argv[1] : NULL;    /* optional: run only cases whose name contains this */
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
+        if (!only || strstr(CASES[i].name, only)) run_case(&CASES[i]);
+    if (!only || strstr("trainer", only)) run_trainer();
+    printf("%d passed, %d failed\n", n_pass, sk_test_failed);
+    return sk_test_failed ? 1 : 0;
+}

@@ -8,6 +8,7 @@ compares each variant with the baseline seed by seed (paired differences), which
 right measure of seed-to-seed noise for an ablation.
 
     python3 scripts/sweep.py --grid layers --data data/sotu-char --out runs/sweep-layers
+    python3 scripts/sweep.py --grid beyond --only nl9-nh6 --seq 128,512 --batch 8,2 ...   # + lengths
     python3 scripts/sweep.py --grid quick --data DIR --out DIR          # tiny, for CI
 
 Writes OUT/results-GRID.csv, OUT/results-GRID.md and OUT/curves-GRID.svg (seed 0 of every
@@ -133,8 +134,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", default="8", help="sequences per step; with several --seq lengths, "
+                    "one value or one per length (e.g. 8,2,1 keeps the tokens per step)")
+    ap.add_argument("--seq", default="256", help="sequence length, or a comma-separated list: one grid "
+                    "per length in OUT/T<seq>/ and a table across lengths, OUT/results-GRID-seq.md")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--eval-every", type=int, default=100)
@@ -146,9 +149,16 @@ def main():
                     help="measure the speed column with this many round-robin rounds of `skiplm bench` "
                          "per variant (recommended: 3) instead of the training logs' step times")
     args = ap.parse_args()
-    if args.grid == "quick":
-        args.steps, args.batch, args.seq, args.eval_every, args.eval_batches = min(args.steps, 6), 2, 16, 3, 2
-    os.makedirs(args.out, exist_ok=True)
+    if args.grid == "quick":       # tiny: a few steps, short sequences unless given
+        args.steps, args.eval_every, args.eval_batches = min(args.steps, 6), 3, 2
+        if args.seq == "256":
+            args.seq, args.batch = "16", "2"
+    seqs = [int(x) for x in str(args.seq).split(",")]
+    batches = [int(x) for x in str(args.batch).split(",")]
+    if len(batches) == 1:
+        batches *= len(seqs)
+    if len(batches) != len(seqs):
+        sys.exit("sweep: give one --batch, or one per --seq length")
     variants = GRIDS[args.grid]
     if args.only:
         keep = args.only.split(",")
@@ -158,6 +168,23 @@ def main():
         if "baseline" not in keep:
             keep.insert(0, "baseline")
         variants = [(v, e) for v, e in variants if v in keep]
+    if len(seqs) == 1:
+        args.seq, args.batch = seqs[0], batches[0]
+        run_grid(args, variants)
+        return
+    # several lengths: one grid per length in OUT/T<seq>/, then a table across lengths
+    out, rows = args.out, {}
+    for seq, batch in zip(seqs, batches):
+        sub = argparse.Namespace(**vars(args))
+        sub.seq, sub.batch, sub.out = seq, batch, os.path.join(out, f"T{seq}")
+        rows[seq] = run_grid(sub, variants)
+    write_seq_table(args, out, variants, seqs, batches, rows)
+
+
+def run_grid(args, variants):
+    """Train every variant x seed at one length (args.seq, args.batch), write the grid's
+    table, CSV and curves into args.out; returns {variant: summary dict}."""
+    os.makedirs(args.out, exist_ok=True)
     results = {}
     for variant, extra in variants:
         for seed in range(args.seeds):
@@ -174,7 +201,7 @@ def main():
     else:
         speed_src = "median training step of the runs' logs (runs made at different times; see --bench-rounds)"
     base = "baseline"
-    lines_csv = []
+    lines_csv, summary = [], {}
     md = [f"Grid `{args.grid}`: {args.seeds} seeds, {args.steps} steps of {args.batch}x{args.seq} tokens, "
           f"data `{args.data}`; model `{' '.join(model_args(args))}`.",
           "",
@@ -189,6 +216,7 @@ def main():
         vms = statistics.fmean([results[(variant, s)]["ms"] for s in range(args.seeds)])
         speed = (vms / bms - 1.0) * 100.0
         sig = "—" if variant == base else ("yes" if args.seeds > 1 and abs(dm) > 2 * dsd / math.sqrt(args.seeds) else "no")
+        summary[variant] = dict(m=m, sd=sd, dm=dm, dsd=dsd, sig=sig, ms=vms, speed=speed)
         md.append(f"| {variant} | {m:.4f} ± {sd:.4f} | {dm:+.4f} ± {dsd:.4f} | {sig} | {vms:.0f} | {speed:+.1f}% |")
         lines_csv.append(dict(variant=variant, seeds=args.seeds, val_mean=f"{m:.6f}", val_std=f"{sd:.6f}",
                               delta_mean=f"{dm:.6f}", delta_std=f"{dsd:.6f}", ms_per_step=f"{vms:.1f}",
@@ -204,9 +232,40 @@ def main():
         f.write("\n".join(md))
     runs = [f"{v}=" + os.path.join(args.out, v, "s0") for v, _ in variants]
     subprocess.run([args.skiplm, "plot", *runs, "-o", os.path.join(args.out, f"curves-{args.grid}.svg"),
-                    "--title", f"skiplm sweep: {args.grid}"], check=True, stdout=subprocess.DEVNULL)
+                    "--title", f"skiplm sweep: {args.grid}, T={args.seq}"], check=True, stdout=subprocess.DEVNULL)
     print("\n".join(md))
     print(f"sweep: wrote {args.out}/results-{args.grid}.md, results-{args.grid}.csv, curves-{args.grid}.svg")
+    return summary
+
+
+def write_seq_table(args, out, variants, seqs, batches, rows):
+    """The paper's third table: every variant's paired difference from the baseline at each
+    length, side by side (OUT/results-GRID-seq.md and .csv)."""
+    head = "| variant | " + " | ".join(f"T={t}: val loss | T={t}: Δ vs baseline" for t in seqs) + " |"
+    md = [f"Grid `{args.grid}` at {len(seqs)} sequence lengths: {args.seeds} seeds, {args.steps} steps of "
+          + ", ".join(f"{b}x{t}" for t, b in zip(seqs, batches)) + f" tokens; data `{args.data}`; model "
+          f"`{' '.join(model_args(args))}`. Δ: paired mean ± std over seeds; * marks |Δ| > 2 standard errors.",
+          "", head, "|---|" + "---|---|" * len(seqs)]
+    lines_csv = []
+    for variant, _ in variants:
+        cells = []
+        for t in seqs:
+            r = rows[t][variant]
+            flag = "*" if r["sig"] == "yes" else ""
+            cells.append(f"{r['m']:.4f} ± {r['sd']:.4f} | {r['dm']:+.4f} ± {r['dsd']:.4f}{flag}")
+            lines_csv.append(dict(variant=variant, seq=t, seeds=args.seeds, val_mean=f"{r['m']:.6f}",
+                                  val_std=f"{r['sd']:.6f}", delta_mean=f"{r['dm']:.6f}",
+                                  delta_std=f"{r['dsd']:.6f}", significant=r["sig"], ms_per_step=f"{r['ms']:.1f}"))
+        md.append(f"| {variant} | " + " | ".join(cells) + " |")
+    md.append("")
+    with open(os.path.join(out, f"results-{args.grid}-seq.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(lines_csv[0]))
+        w.writeheader()
+        w.writerows(lines_csv)
+    with open(os.path.join(out, f"results-{args.grid}-seq.md"), "w") as f:
+        f.write("\n".join(md))
+    print("\n".join(md))
+    print(f"sweep: wrote {out}/results-{args.grid}-seq.md and .csv")
 
 
 if __name__ == "__main__":

@@ -86,7 +86,8 @@ BUILD    := build-cuda-emu
 CFLAGS   += -DSKIPLM_CUDA -Itests/cuda/emu
 LDLIBS   += -lstdc++
 EMU_CXX  := $(CXX) -std=c++17 -O2 -g -ffp-contract=off -Wall -Wno-unknown-pragmas -DSK_CUDA_EMU -Itests/cuda/emu -Isrc/cuda -Iinclude
-LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o) $(BUILD)/src/cuda/model_cuda.o $(BUILD)/emu/emu.o
+LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o) $(BUILD)/emu/emu.o
+LIB_OBJ  += $(patsubst src/cuda/%.c,$(BUILD)/src/cuda/%.o,$(wildcard src/cuda/*.c))
 LIB_OBJ  += $(patsubst src/cuda/%.cu,$(BUILD)/src/cuda/%.emu.o,$(wildcard src/cuda/*.cu))
 endif
 CLI_SRC  := $(wildcard cli/*.c)
@@ -99,6 +100,9 @@ TEST_BIN += $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
 all: $(BUILD)/libskiplm.a $(BUILD)/skiplm $(TEST_BIN)
 
 $(BUILD)/src/%.o: src/%.c $(wildcard include/*.h src/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(BUILD)/src/cuda/%.o: src/cuda/%.c $(wildcard include/*.h src/*.h src/cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 $(BUILD)/src/cuda/%.emu.o: src/cuda/%.cu src/cuda/cuda_kernels.h src/cuda/cuda_compat.cuh $(wildcard tests/cuda/emu/*.h)
@@ -152,15 +156,20 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libskiplm.a
 bench-attention: $(BUILD)/bench/bench_attention
 .PHONY: bench-attention
 
-# CUDA backend (docs/cuda.md): build-cuda/skiplm (train/bench --device cuda) and the parity
-# test; compile only, no GPU needed. `make cuda-test` also runs the parity test (needs a GPU).
+# CUDA backend (docs/cuda.md): build-cuda/skiplm (train/bench/sample --device cuda) and the
+# parity tests (training: test_cuda_parity, cached generation: test_cuda_infer); compile
+# only, no GPU needed. `make cuda-test` also runs them (needs a GPU). CASE="name" runs only
+# the cases whose name contains it.
+CUDA_TESTS := test_cuda_parity test_cuda_infer
 cuda:
 	@test -x "$(NVCC)" || { echo "make cuda: nvcc not found at '$(NVCC)' (give NVCC=/path/to/nvcc)"; exit 1; }
-	@$(MAKE) --no-print-directory CUDA=1 NVCC="$(NVCC)" build-cuda/skiplm build-cuda/tests/cuda/test_cuda_parity
+	@$(MAKE) --no-print-directory CUDA=1 NVCC="$(NVCC)" build-cuda/skiplm $(CUDA_TESTS:%=build-cuda/tests/cuda/%)
 cuda-test: cuda
-	./build-cuda/tests/cuda/test_cuda_parity
-# The parity test with the CUDA sources on the CPU emulator (no GPU, no nvcc; slow: minutes).
+	./build-cuda/tests/cuda/test_cuda_parity "$(CASE)"
+	./build-cuda/tests/cuda/test_cuda_infer "$(CASE)"
+# The same tests with the CUDA sources on the CPU emulator (no GPU, no nvcc; slow: minutes).
 cuda-emu-test:
-	@$(MAKE) --no-print-directory CUDA_EMU=1 build-cuda-emu/tests/cuda/test_cuda_parity
-	./build-cuda-emu/tests/cuda/test_cuda_parity $(CASE)
+	@$(MAKE) --no-print-directory CUDA_EMU=1 $(CUDA_TESTS:%=build-cuda-emu/tests/cuda/%)
+	./build-cuda-emu/tests/cuda/test_cuda_parity "$(CASE)"
+	./build-cuda-emu/tests/cuda/test_cuda_infer "$(CASE)"
 .PHONY: cuda cuda-test cuda-emu-test

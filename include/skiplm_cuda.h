@@ -63,6 +63,26 @@ int sk_cuda_memory(size_t *used, size_t *total);
 /* The trainer backend over this device model (sk_trainer_set_backend). */
 void sk_cuda_train_backend(sk_cuda_model *cm, sk_train_backend *be);
 
+/* ----------------------------------------------------------- generation
+ * A KV cache on the GPU with sk_kvcache's layout and slot map (only the KV heads some layer
+ * reads are stored; SLA's borrowed heads read the lending layer's cache in place), and the
+ * decoding of sk_model_decode. Sampling stays on the host (sk_sample_token on the returned
+ * logits), so with the same seed the GPU generates the CPU's tokens whenever the logits agree.
+ * chunk: tokens per prefill pass (scratch memory grows with it; 0 = 512, capped at max_T). */
+typedef struct sk_cuda_kvcache sk_cuda_kvcache;
+int sk_cuda_kvcache_new(sk_cuda_kvcache **kv, sk_cuda_model *cm, int max_T, int chunk);
+void sk_cuda_kvcache_free(sk_cuda_kvcache *kv);
+void sk_cuda_kvcache_reset(sk_cuda_kvcache *kv);
+int sk_cuda_kvcache_pos(const sk_cuda_kvcache *kv);                 /* tokens in the cache */
+size_t sk_cuda_kvcache_bytes(const sk_cuda_kvcache *kv);            /* bytes of cached K/V */
+size_t sk_cuda_kvcache_bytes_full(const sk_cuda_kvcache *kv);       /* same model without SLA's savings */
+/* As sk_model_decode: append n tokens at positions pos..pos+n-1 (a batched prefill in chunks
+ * through the fused attention) and copy the logits (vocab_size floats) of the last one to
+ * the host (logits may be NULL). Fails with SK_EINVAL when they do not fit in the cache. */
+int sk_cuda_prefill(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *tokens, int n, float *logits);
+/* One decoding step: the token at position pos (single-query attention over the cache). */
+int sk_cuda_decode(sk_cuda_model *cm, sk_cuda_kvcache *kv, int32_t token, float *logits);
+
 /* cuBLAS SGEMM rate in GFLOP/s for C (M, N) = A (M, K) B^T in the given precision, best of
  * a few runs (the benchmark's reference for MFU). */
 int sk_cuda_sgemm_rate(int M, int N, int K, sk_cuda_precision prec, double *gflops);

@@ -101,6 +101,19 @@ int cu_attn_forward(const cu_attn *a);
  * layer's gradient buffer: SLA). Di: scratch of B*H*Lq floats. */
 int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, float *Di);
 
+/* ---------------------------------------------- cached generation (infer_kernels.cu)
+ * Single-query attention over a KV cache (one decoding step): a->Lq must be 1 and every key
+ * 0..Lk-1 is visible (the query is the newest position; causal and causal_offset are not
+ * read), no dropout, no lse. Views as cu_attn_forward, so GQA (head h reads KV head
+ * h / (H / Hkv)) and SLA (k, v pointing into the lending layer's cache) work the same way.
+ * The keys are split in chunks of CU_DECODE_KEYS: one block per (chunk, head, batch) writes
+ * its partial (D outputs, max, sum) to part, then one block per (head, batch) adds the
+ * chunks in order: deterministic, no atomics. part: B * H * cu_decode_splits(Lk) * (D + 2)
+ * floats. Returns 0, a cudaError_t code (launch failure) or -1 (D outside 1..128). */
+#define CU_DECODE_KEYS 128
+int cu_decode_splits(int Lk);
+int cu_attn_decode(const cu_attn *a, float *part);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,12 +16,8 @@
  * Errors: every CUDA and cuBLAS call is checked; a kernel launch is checked right after it
  * (KCHECK), and with SKIPLM_CUDA_SYNC=1 also synchronised, so an asynchronous fault is
  * reported with the name of the kernel that caused it. */
-#include "skiplm_cuda.h"
-#include "model.h"
+#include "cuda_internal.h"
 #include "ops.h"
-#include "cuda_kernels.h"
-#include <cublas_v2.h>
-#include <cuda_runtime_api.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -34,16 +30,13 @@ _Static_assert(offsetof(cu_span, decay) == offsetof(sk_span, decay), "cu_span mu
 
 /* ------------------------------------------------------------------ errors */
 
-static int cuda_fail(cudaError_t e, const char *what, const char *file, int line) {
+int sk_cu_fail(cudaError_t e, const char *what, const char *file, int line) {
     return sk_error(SK_EIO, "CUDA: %s failed at %s:%d: %s (%s)", what, file, line, cudaGetErrorString(e),
                     cudaGetErrorName(e));
 }
-static int blas_fail(cublasStatus_t s, const char *what, const char *file, int line) {
+int sk_cu_blas_fail(cublasStatus_t s, const char *what, const char *file, int line) {
     return sk_error(SK_EIO, "cuBLAS: %s failed at %s:%d: %s", what, file, line, cublasGetStatusString(s));
 }
-#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return cuda_fail(e_, #call, __FILE__, __LINE__); } while (0)
-#define BLAS(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) return blas_fail(s_, #call, __FILE__, __LINE__); } while (0)
-#define TRY(call) do { int rc_ = (call); if (rc_) return rc_; } while (0)
 
 /* SKIPLM_CUDA_SYNC=1: synchronise after every kernel (debugging: names the failing one) */
 static int sync_each(void) {
@@ -51,15 +44,12 @@ static int sync_each(void) {
     if (v < 0) { const char *e = getenv("SKIPLM_CUDA_SYNC"); v = e && *e && *e != '0'; }
     return v;
 }
-static int kcheck(const char *name, const char *file, int line) {
+int sk_cu_kcheck(const char *name, const char *file, int line) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && sync_each()) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) return cuda_fail(e, name, file, line);
+    if (e != cudaSuccess) return sk_cu_fail(e, name, file, line);
     return SK_OK;
 }
-#define KCHECK(name) TRY(kcheck(name, __FILE__, __LINE__))
-/* a kernel launch (the cu_* call) followed by its check */
-#define K(call) do { call; KCHECK(#call); } while (0)
 
 int sk_cuda_sync(void) {
     CU(cudaDeviceSynchronize());
@@ -86,7 +76,7 @@ int sk_cuda_device_info(char *buf, size_t n) {
 }
 
 /* cudaMalloc with a message that names what and how much, and the free memory */
-static int dev_alloc(void *p, size_t bytes, const char *what) {
+int sk_cu_alloc(void *p, size_t bytes, const char *what) {
     void **pp = (void **)p;
     *pp = NULL;
     if (bytes == 0) return SK_OK;
@@ -104,28 +94,6 @@ static int dev_alloc(void *p, size_t bytes, const char *what) {
 
 /* ------------------------------------------------------------ the model */
 
-struct sk_cuda_model {
-    sk_model *m;                      /* host model: config, routing, tensor table (not owned) */
-    sk_cuda_precision prec;
-    cublasHandle_t blas;
-    float *params, *grads, *mom, *vel;   /* device, n_params floats each */
-    sk_params p, g;                   /* device views (sk_params_views on the device buffers) */
-    float *pos_table;                 /* sinusoidal positions (block_size, C), or NULL */
-    float *rope;                      /* RoPE table (block_size, hs/2, 2), or NULL */
-    cu_span *spans; int n_spans;      /* AdamW / norm spans (device) */
-    double *sq_d, *sq_h;              /* per-span squared norms: device, host */
-    /* activations for (B, T) */
-    int B, T;
-    float *acts_mem;
-    sk_acts a;                        /* device views, src/model.h's layout names */
-    float *part;                      /* column-sum partials (2 * R * max(QKV, Ffc, C)) */
-    float *Di;                        /* attention backward scratch (B, H, T) */
-    int32_t *tok_d, *tok_h;           /* inputs, targets, uniq, off (N+1), pos: 5N + 1 ints */
-    int32_t *slot_h;                  /* (Vp) token -> bucket, -1 when unused */
-    int32_t *next_h;                  /* (N) bucket cursors */
-    float *losses_h;                  /* (N) */
-    int n_uniq;
-};
 
 sk_model *sk_cuda_host_model(sk_cuda_model *cm) { return cm->m; }
 
@@ -153,10 +121,10 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec) {
     BLAS(cublasCreate(&cm->blas));
     BLAS(cublasSetMathMode(cm->blas, prec == SK_CUDA_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     size_t P = m->n_params * sizeof(float);
-    TRY(dev_alloc(&cm->params, P, "the parameters"));
-    TRY(dev_alloc(&cm->grads, P, "the gradients"));
-    TRY(dev_alloc(&cm->mom, P, "AdamW's m"));
-    TRY(dev_alloc(&cm->vel, P, "AdamW's v"));
+    TRY(sk_cu_alloc(&cm->params, P, "the parameters"));
+    TRY(sk_cu_alloc(&cm->grads, P, "the gradients"));
+    TRY(sk_cu_alloc(&cm->mom, P, "AdamW's m"));
+    TRY(sk_cu_alloc(&cm->vel, P, "AdamW's v"));
     CU(cudaMemcpy(cm->params, m->params, P, cudaMemcpyHostToDevice));
     CU(cudaMemset(cm->grads, 0, P));
     CU(cudaMemset(cm->mom, 0, P));
@@ -165,24 +133,24 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec) {
     sk_params_views(m, cm->grads, &cm->g);
     if (m->sinus) {
         size_t b = (size_t)m->cfg.block_size * m->C * sizeof(float);
-        TRY(dev_alloc(&cm->pos_table, b, "the sinusoidal position table"));
+        TRY(sk_cu_alloc(&cm->pos_table, b, "the sinusoidal position table"));
         CU(cudaMemcpy(cm->pos_table, m->sinus, b, cudaMemcpyHostToDevice));
     }
     if (m->rope) {
         size_t b = (size_t)m->cfg.block_size * m->hs * sizeof(float);
-        TRY(dev_alloc(&cm->rope, b, "the RoPE table"));
+        TRY(sk_cu_alloc(&cm->rope, b, "the RoPE table"));
         CU(cudaMemcpy(cm->rope, m->rope, b, cudaMemcpyHostToDevice));
     }
     sk_span *spans;
     TRY(sk_spans_build(m->tensors, m->n_tensors, &spans, &cm->n_spans));
-    int rc = dev_alloc(&cm->spans, (size_t)cm->n_spans * sizeof(cu_span), "the parameter spans");
+    int rc = sk_cu_alloc(&cm->spans, (size_t)cm->n_spans * sizeof(cu_span), "the parameter spans");
     if (!rc && cm->n_spans) {
         cudaError_t e = cudaMemcpy(cm->spans, spans, (size_t)cm->n_spans * sizeof(cu_span), cudaMemcpyHostToDevice);
-        if (e != cudaSuccess) rc = cuda_fail(e, "cudaMemcpy(spans)", __FILE__, __LINE__);
+        if (e != cudaSuccess) rc = sk_cu_fail(e, "cudaMemcpy(spans)", __FILE__, __LINE__);
     }
     free(spans);
     if (rc) return rc;
-    TRY(dev_alloc(&cm->sq_d, (size_t)(cm->n_spans ? cm->n_spans : 1) * sizeof(double), "the norm partials"));
+    TRY(sk_cu_alloc(&cm->sq_d, (size_t)(cm->n_spans ? cm->n_spans : 1) * sizeof(double), "the norm partials"));
     cm->sq_h = malloc((size_t)(cm->n_spans ? cm->n_spans : 1) * sizeof(double));
     cm->slot_h = malloc((size_t)m->Vp * sizeof(int32_t));
     if (!cm->sq_h || !cm->slot_h) return sk_error(SK_ENOMEM, "out of memory");
@@ -288,10 +256,10 @@ int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
     size_t floats = acts_layout(cm, B, T, NULL, &a, &part, &Di);
     char what[160];
     snprintf(what, sizeof what, "the activations for B=%d x T=%d", B, T);
-    TRY(dev_alloc(&cm->acts_mem, floats * sizeof(float), what));
+    TRY(sk_cu_alloc(&cm->acts_mem, floats * sizeof(float), what));
     acts_layout(cm, B, T, cm->acts_mem, &cm->a, &cm->part, &cm->Di);
     size_t N = (size_t)B * T;
-    TRY(dev_alloc(&cm->tok_d, (5 * N + 1) * sizeof(int32_t), "the token buffers"));
+    TRY(sk_cu_alloc(&cm->tok_d, (5 * N + 1) * sizeof(int32_t), "the token buffers"));
     cm->tok_h = malloc((5 * N + 1) * sizeof(int32_t));
     cm->losses_h = malloc(N * sizeof(float));
     cm->next_h = malloc(N * sizeof(int32_t));
@@ -305,7 +273,7 @@ int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
 /* Row-major C (M, N) = alpha op(A) op(B) + beta C, the contract of sk_gemm (src/ops.h).
  * cuBLAS is column-major: a row-major X (r x c, ld) is the column-major X^T with the same
  * ld, so we ask for C^T (N x M) = op(B)^T op(A)^T, i.e. swap the operands and the sizes. */
-static int gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
+int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
                 const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return SK_OK;
     BLAS(cublasSgemm(cm->blas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
@@ -317,13 +285,13 @@ static int gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float al
 static int linear_forward(sk_cuda_model *cm, float *out, const float *inp, const float *w, const float *b,
                           int N, int IC, int OC) {
     if (b) K(cu_bias_broadcast(out, b, N, OC, OC));
-    return gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC);
+    return sk_cu_gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC);
 }
 /* dinp = dout @ w (overwritten, may be NULL); dw += dout^T @ inp; db += colsum(dout) */
 static int linear_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, int N, int IC, int OC) {
-    if (dinp) TRY(gemm(cm, 0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC));
-    TRY(gemm(cm, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC));
+    if (dinp) TRY(sk_cu_gemm(cm, 0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC));
+    TRY(sk_cu_gemm(cm, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC));
     if (db) K(cu_colsum_add(db, dout, N, OC, OC, cm->part));
     return SK_OK;
 }
@@ -389,7 +357,7 @@ static int attn_rc(int rc, const char *what, int l, int part) {
     if (rc == -1) return sk_error(SK_EINVAL, "CUDA attention: head size above 128 (layer %d)", l);
     if (rc) return sk_error(SK_EIO, "CUDA attention %s, layer %d call %d: %s", what, l, part,
                             cudaGetErrorString((cudaError_t)rc));
-    return kcheck(what, __FILE__, __LINE__);
+    return sk_cu_kcheck(what, __FILE__, __LINE__);
 }
 
 static int norm_forward(sk_cuda_model *cm, float *out, float *mean, float *rstd, const float *inp,
@@ -433,7 +401,7 @@ static int qkv_forward(sk_cuda_model *cm, int l, float *qkv, const float *ln1, i
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
         if (b) K(cu_bias_broadcast(qkv + c0, b + c0, N, cw, QKV));
-        TRY(gemm(cm, 0, 1, N, cw, C, 1.0f, ln1, C, w + (size_t)c0 * C, C, b ? 1.0f : 0.0f, qkv + c0, QKV));
+        TRY(sk_cu_gemm(cm, 0, 1, N, cw, C, 1.0f, ln1, C, w + (size_t)c0 * C, C, b ? 1.0f : 0.0f, qkv + c0, QKV));
     }
     return SK_OK;
 }
@@ -447,8 +415,8 @@ static int qkv_backward(sk_cuda_model *cm, int l, float *dln1, const float *dqkv
     if (n == 1 && r[1] == QKV) return linear_backward(cm, dln1, dw, db, dqkv, ln1, w, N, C, QKV);
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
-        TRY(gemm(cm, 0, 0, N, C, cw, 1.0f, dqkv + c0, QKV, w + (size_t)c0 * C, C, i ? 1.0f : 0.0f, dln1, C));
-        TRY(gemm(cm, 1, 0, cw, C, N, 1.0f, dqkv + c0, QKV, ln1, C, 1.0f, dw + (size_t)c0 * C, C));
+        TRY(sk_cu_gemm(cm, 0, 0, N, C, cw, 1.0f, dqkv + c0, QKV, w + (size_t)c0 * C, C, i ? 1.0f : 0.0f, dln1, C));
+        TRY(sk_cu_gemm(cm, 1, 0, cw, C, N, 1.0f, dqkv + c0, QKV, ln1, C, 1.0f, dw + (size_t)c0 * C, C));
         if (db) K(cu_colsum_add(db + c0, dqkv + c0, N, cw, QKV, cm->part));
     }
     return SK_OK;
@@ -514,14 +482,14 @@ static int classifier(sk_cuda_model *cm, const int32_t *targets, int N, float *l
     size_t n_valid = 0;
     if (targets) for (int i = 0; i < N; i++) n_valid += targets[i] >= 0;
     float row_scale = n_valid ? scale / (float)n_valid : 0.0f;
-    TRY(gemm(cm, 0, 1, N, Vp, C, 1.0f, a->lnf, C, cm->p.wte, C, 0.0f, a->logits, Vp));
+    TRY(sk_cu_gemm(cm, 0, 1, N, Vp, C, 1.0f, a->lnf, C, cm->p.wte, C, 0.0f, a->logits, Vp));
     if (logits_out)
         CU(cudaMemcpy2D(logits_out, sizeof(float) * V, a->logits, sizeof(float) * Vp, sizeof(float) * V, N,
                         cudaMemcpyDeviceToHost));
     if (targets) K(cu_crossentropy(a->logits, a->losses, cm->tok_d + N, N, V, Vp, row_scale, dlnf != NULL));
     if (dlnf) {
-        TRY(gemm(cm, 0, 0, N, C, Vp, 1.0f, a->logits, Vp, cm->p.wte, C, 0.0f, dlnf, C));
-        TRY(gemm(cm, 1, 0, Vp, C, N, 1.0f, a->logits, Vp, a->lnf, C, 1.0f, cm->g.wte, C));
+        TRY(sk_cu_gemm(cm, 0, 0, N, C, Vp, 1.0f, a->logits, Vp, cm->p.wte, C, 0.0f, dlnf, C));
+        TRY(sk_cu_gemm(cm, 1, 0, Vp, C, N, 1.0f, a->logits, Vp, a->lnf, C, 1.0f, cm->g.wte, C));
     }
     if (loss) {
         double s = 0.0;
@@ -708,9 +676,9 @@ int sk_cuda_sgemm_rate(int M, int N, int Kd, sk_cuda_precision prec, double *gfl
     BLAS(cublasCreate(&h));
     float *A = NULL, *B = NULL, *C = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    int rc = dev_alloc(&A, sizeof(float) * M * (size_t)Kd, "the sgemm probe");
-    if (!rc) rc = dev_alloc(&B, sizeof(float) * N * (size_t)Kd, "the sgemm probe");
-    if (!rc) rc = dev_alloc(&C, sizeof(float) * M * (size_t)N, "the sgemm probe");
+    int rc = sk_cu_alloc(&A, sizeof(float) * M * (size_t)Kd, "the sgemm probe");
+    if (!rc) rc = sk_cu_alloc(&B, sizeof(float) * N * (size_t)Kd, "the sgemm probe");
+    if (!rc) rc = sk_cu_alloc(&C, sizeof(float) * M * (size_t)N, "the sgemm probe");
     if (!rc && (cudaMemset(A, 0, sizeof(float) * M * (size_t)Kd) != cudaSuccess ||
                 cudaMemset(B, 0, sizeof(float) * N * (size_t)Kd) != cudaSuccess ||
                 cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess))
@@ -724,7 +692,7 @@ int sk_cuda_sgemm_rate(int M, int N, int Kd, sk_cuda_precision prec, double *gfl
         /* row-major C (M, N) = A (M, K) B^T */
         cublasStatus_t s = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, Kd, &one, B, Kd, A, Kd, &zero, C, N);
         cudaEventRecord(e1, 0);
-        if (s != CUBLAS_STATUS_SUCCESS) { rc = blas_fail(s, "cublasSgemm (probe)", __FILE__, __LINE__); break; }
+        if (s != CUBLAS_STATUS_SUCCESS) { rc = sk_cu_blas_fail(s, "cublasSgemm (probe)", __FILE__, __LINE__); break; }
         if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
             rc = sk_error(SK_EIO, "CUDA: sgemm probe timing failed: %s", cudaGetErrorString(cudaGetLastError()));
             break;

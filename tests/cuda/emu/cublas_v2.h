@@ -1,5 +1,5 @@
-/* CPU emulator of the cuBLAS subset skiplm uses: a column-major reference SGEMM that
- * checks the leading dimensions as cuBLAS does (CUBLAS_STATUS_INVALID_VALUE). */
+/* CPU emulator of the cuBLAS subset skiplm uses: column-major reference SGEMM and SGEMV
+ * that check the leading dimensions and increments as cuBLAS does (CUBLAS_STATUS_INVALID_VALUE). */
 #ifndef SK_EMU_CUBLAS_V2_H
 #define SK_EMU_CUBLAS_V2_H
 #include "cuda_runtime_api.h"
@@ -17,6 +17,8 @@ const char *cublasGetStatusString(cublasStatus_t s);
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                            const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
                            float *C, int ldc);
+cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t trans, int m, int n, const float *alpha, const float *A,
+                           int lda, const float *x, int incx, const float *beta, float *y, int incy);
 #ifdef __cplusplus
 }
 #endif

@@ -8,7 +8,7 @@
  *     when every live thread of the block (warp) has reached it; a barrier that can never
  *     open (divergence) aborts;
  *   - device memory and dynamic shared memory start as NaN bytes;
- *   - cublasSgemm is a column-major reference with cuBLAS's argument checks. */
+ *   - cublasSgemm / cublasSgemv are column-major references with cuBLAS's argument checks. */
 #include "cuda_runtime_api.h"
 #include "cublas_v2.h"
 #include "sk_cuda_emu.h"
@@ -108,6 +108,25 @@ extern "C" cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cubl
             float *c = &C[i + (size_t)j * ldc];
             *c = *beta == 0.0f ? (float)(*alpha * s) : (float)(*alpha * s + *beta * (double)*c);
         }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* y = alpha op(A) x + beta y, A column-major (m x n, lda); y is not read when beta == 0 */
+extern "C" cublasStatus_t cublasSgemv(cublasHandle_t, cublasOperation_t trans, int m, int n, const float *alpha,
+                                      const float *A, int lda, const float *x, int incx, const float *beta, float *y,
+                                      int incy) {
+    if (m < 0 || n < 0 || lda < (m > 1 ? m : 1) || incx == 0 || incy == 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (incx < 0 || incy < 0) return CUBLAS_STATUS_INVALID_VALUE;     /* not used by skiplm */
+    int ny = trans == CUBLAS_OP_N ? m : n, nx = trans == CUBLAS_OP_N ? n : m;
+    for (int i = 0; i < ny; i++) {
+        double s = 0;
+        for (int p = 0; p < nx; p++) {
+            float a = trans == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
+            s += (double)a * x[(size_t)p * incx];
+        }
+        float *c = &y[(size_t)i * incy];
+        *c = *beta == 0.0f ? (float)(*alpha * s) : (float)(*alpha * s + *beta * (double)*c);
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -1,0 +1,54 @@
+/* Host-side internals of the CUDA backend, shared by the device model (model_cuda.c) and
+ * cached generation (infer_cuda.c): the device model's struct, the error checks, device
+ * allocation and the row-major GEMM. Not a public header. */
+#ifndef SK_CUDA_INTERNAL_H
+#define SK_CUDA_INTERNAL_H
+#include "skiplm_cuda.h"
+#include "model.h"
+#include "cuda_kernels.h"
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+struct sk_cuda_model {
+    sk_model *m;                      /* host model: config, routing, tensor table (not owned) */
+    sk_cuda_precision prec;
+    cublasHandle_t blas;
+    float *params, *grads, *mom, *vel;   /* device, n_params floats each */
+    sk_params p, g;                   /* device views (sk_params_views on the device buffers) */
+    float *pos_table;                 /* sinusoidal positions (block_size, C), or NULL */
+    float *rope;                      /* RoPE table (block_size, hs/2, 2), or NULL */
+    cu_span *spans; int n_spans;      /* AdamW / norm spans (device) */
+    double *sq_d, *sq_h;              /* per-span squared norms: device, host */
+    /* activations for (B, T) */
+    int B, T;
+    float *acts_mem;
+    sk_acts a;                        /* device views, src/model.h's layout names */
+    float *part;                      /* column-sum partials (2 * R * max(QKV, Ffc, C)) */
+    float *Di;                        /* attention backward scratch (B, H, T) */
+    int32_t *tok_d, *tok_h;           /* inputs, targets, uniq, off (N+1), pos: 5N + 1 ints */
+    int32_t *slot_h;                  /* (Vp) token -> bucket, -1 when unused */
+    int32_t *next_h;                  /* (N) bucket cursors */
+    float *losses_h;                  /* (N) */
+    int n_uniq;
+};
+
+/* sk_error(SK_EIO, ...) naming the call, file and line and CUDA's / cuBLAS's message */
+int sk_cu_fail(cudaError_t e, const char *what, const char *file, int line);
+int sk_cu_blas_fail(cublasStatus_t s, const char *what, const char *file, int line);
+/* After a kernel launch: its launch error (and, with SKIPLM_CUDA_SYNC=1, its execution
+ * error after a synchronisation) through sk_cu_fail. */
+int sk_cu_kcheck(const char *name, const char *file, int line);
+/* cudaMalloc into *(void **)p with a message naming what, how much, and the free memory;
+ * 0 bytes gives NULL. */
+int sk_cu_alloc(void *p, size_t bytes, const char *what);
+/* Row-major C (M, N) = alpha op(A) op(B) + beta C on cm's cuBLAS handle (sk_gemm's contract). */
+int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc);
+
+#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return sk_cu_fail(e_, #call, __FILE__, __LINE__); } while (0)
+#define BLAS(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) return sk_cu_blas_fail(s_, #call, __FILE__, __LINE__); } while (0)
+#define TRY(call) do { int rc_ = (call); if (rc_) return rc_; } while (0)
+#define KCHECK(name) TRY(sk_cu_kcheck(name, __FILE__, __LINE__))
+/* a kernel launch (the cu_* call) followed by its check */
+#define K(call) do { call; KCHECK(#call); } while (0)
+#endif

@@ -1,0 +1,244 @@
+/* Cached generation on the GPU: the device twin of src/infer.c.
+ *
+ * The KV cache has sk_kvcache's layout and slot map: per layer, K and V of the KV heads that
+ * some layer reads (sk_kv_read), (max_T, n_store, hs) each, K stored after RoPE. An SLA
+ * layer computes and stores only its own read heads; its borrowed heads' attention reads
+ * the lender layer's cache in place (a strided view: nothing is copied).
+ *
+ * sk_cuda_prefill appends n tokens in chunks of up to kv->chunk: per layer the norm, the q
+ * projection for all heads and the K/V projections of the stored heads written by cuBLAS
+ * straight into the cache rows (ldc = the cache row), RoPE at the chunk's positions, the
+ * fused attention of attention.cu with causal offset pos0 (queries pos0.., keys 0..pos0+n),
+ * then c_proj, the MLP and the residuals; a single token (a decoding step) takes the
+ * single-query split-K kernel of infer_kernels.cu and cublasSgemv for the projections.
+ * The logits of the last token only are computed and copied to the host (vocab_size
+ * floats): sampling stays on the host (sk_sample_token), so for the same seed the GPU picks
+ * the CPU's tokens whenever the logits agree. */
+#include "cuda_internal.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SK_CUDA_PREFILL_CHUNK 512    /* default tokens per prefill pass */
+
+struct sk_cuda_kvcache {
+    const sk_model *m;               /* the host model the cache was made for */
+    int L, max_T, pos, hs, chunk;
+    int *n_store;                    /* (L) KV heads stored per layer */
+    int *slot;                       /* (L, Hkv) cache slot of each KV head, or -1 (sk_kvcache's map) */
+    float **k, **v;                  /* (L) device pointers, (max_T, n_store, hs) each */
+    size_t floats, floats_full;      /* K/V floats; the same without SLA's saving */
+    float *mem;                      /* device: the K/V, then the scratch */
+    /* device scratch for one chunk */
+    float *x, *ln, *q, *att, *tmp, *fch, *act, *stat, *logits, *part;
+    int32_t *tok;
+};
+
+void sk_cuda_kvcache_free(sk_cuda_kvcache *kv) {
+    if (!kv) return;
+    cudaFree(kv->mem); cudaFree(kv->tok);
+    free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v);
+    free(kv);
+}
+size_t sk_cuda_kvcache_bytes(const sk_cuda_kvcache *kv) { return kv->floats * sizeof(float); }
+size_t sk_cuda_kvcache_bytes_full(const sk_cuda_kvcache *kv) { return kv->floats_full * sizeof(float); }
+int sk_cuda_kvcache_pos(const sk_cuda_kvcache *kv) { return kv->pos; }
+void sk_cuda_kvcache_reset(sk_cuda_kvcache *kv) { kv->pos = 0; }
+
+/* Lays out (or counts, base == NULL) the K/V of every layer, then the chunk scratch; each
+ * view 256-byte aligned. */
+static size_t kv_layout(sk_cuda_kvcache *kv, float *base) {
+    const sk_model *m = kv->m;
+    size_t ch = (size_t)kv->chunk, C = m->C, Ffc = m->gated ? 2 * (size_t)m->F : (size_t)m->F;
+    size_t total = 0;
+#define V(ptr, size) do { if (base) ptr = base + total; total += ((size_t)(size) + 63) / 64 * 64; } while (0)
+    for (int l = 0; l < m->L; l++) {
+        size_t n = (size_t)kv->max_T * kv->n_store[l] * m->hs;
+        V(kv->k[l], n);
+        V(kv->v[l], n);
+    }
+    V(kv->x, ch * C);
+    V(kv->ln, ch * C);
+    V(kv->att, ch * C);
+    V(kv->tmp, ch * C);
+    V(kv->q, ch * m->H * m->hs);
+    V(kv->fch, ch * Ffc);
+    V(kv->act, ch * m->F);
+    V(kv->stat, 2 * ch);
+    V(kv->logits, m->Vp);
+    V(kv->part, (size_t)m->H * cu_decode_splits(kv->max_T) * (m->hs + 2));
+#undef V
+    return total;
+}
+
+static int kvcache_new(sk_cuda_kvcache *kv, const sk_model *m, int max_T, int chunk) {
+    kv->m = m; kv->L = m->L; kv->max_T = max_T; kv->hs = m->hs;
+    kv->chunk = chunk > 0 ? chunk : SK_CUDA_PREFILL_CHUNK;
+    if (kv->chunk > max_T) kv->chunk = max_T;
+    kv->n_store = calloc(m->L, sizeof(int));
+    kv->slot = malloc(sizeof(int) * m->L * m->Hkv);
+    kv->k = calloc(m->L, sizeof(float *));
+    kv->v = calloc(m->L, sizeof(float *));
+    if (!kv->n_store || !kv->slot || !kv->k || !kv->v) return sk_error(SK_ENOMEM, "out of memory for the KV cache");
+    for (int l = 0; l < m->L; l++) {
+        /* the CPU cache's slot map (src/infer.c): only the KV heads some layer reads */
+        for (int j = 0; j < m->Hkv; j++)
+            kv->slot[l * m->Hkv + j] = sk_kv_read(&m->cfg, l, j, 0) ? kv->n_store[l]++ : -1;
+        kv->floats += 2 * (size_t)max_T * kv->n_store[l] * m->hs;
+        kv->floats_full += 2 * (size_t)max_T * m->Hkv * m->hs;
+    }
+    size_t total = kv_layout(kv, NULL);
+    char what[200];
+    snprintf(what, sizeof what, "the GPU KV cache for %d positions (%zu bytes of K/V, prefill chunk %d)", max_T,
+             kv->floats * sizeof(float), kv->chunk);
+    TRY(sk_cu_alloc(&kv->mem, total * sizeof(float), what));
+    kv_layout(kv, kv->mem);
+    TRY(sk_cu_alloc(&kv->tok, (size_t)kv->chunk * sizeof(int32_t), "the prefill tokens"));
+    return SK_OK;
+}
+
+int sk_cuda_kvcache_new(sk_cuda_kvcache **out, sk_cuda_model *cm, int max_T, int chunk) {
+    *out = NULL;
+    const sk_model *m = cm->m;
+    if (max_T < 1 || max_T > m->cfg.block_size)
+        return sk_error(SK_EINVAL, "KV cache length %d must be in [1, block_size=%d]", max_T, m->cfg.block_size);
+    if (chunk < 0) return sk_error(SK_EINVAL, "prefill chunk %d must be >= 0 (0: the default %d)", chunk, SK_CUDA_PREFILL_CHUNK);
+    sk_cuda_kvcache *kv = calloc(1, sizeof *kv);
+    if (!kv) return sk_error(SK_ENOMEM, "out of memory");
+    int rc = kvcache_new(kv, m, max_T, chunk);
+    if (rc) { sk_cuda_kvcache_free(kv); return rc; }
+    *out = kv;
+    return SK_OK;
+}
+
+/* ------------------------------------------------------------------ ops */
+
+/* out (n, OC; row stride ldo) = inp (n, IC) @ w^T + b: one token by cublasSgemv, a chunk by
+ * sk_cu_gemm. w is row-major (OC, IC), i.e. column-major (IC, OC): y = w_cm^T x. */
+static int linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, const float *w, const float *b,
+                  int n, int IC, int OC) {
+    float one = 1.0f, beta = b ? 1.0f : 0.0f;
+    if (b) K(cu_bias_broadcast(out, b, n, OC, ldo));
+    if (n == 1) {
+        BLAS(cublasSgemv(cm->blas, CUBLAS_OP_T, IC, OC, &one, w, IC, inp, 1, &beta, out, 1));
+        return SK_OK;
+    }
+    return sk_cu_gemm(cm, 0, 1, n, OC, IC, 1.0f, inp, IC, w, IC, beta, out, ldo);
+}
+
+static int norm(sk_cuda_model *cm, sk_cuda_kvcache *kv, float *out, const float *x, const float *w, const float *b, int n) {
+    const sk_model *m = cm->m;
+    if (m->cfg.family == SK_GPT2) K(cu_layernorm_forward(out, kv->stat, kv->stat + kv->chunk, x, w, b, n, m->C, m->cfg.norm_eps));
+    else K(cu_rmsnorm_forward(out, kv->stat, x, w, n, m->C, m->cfg.norm_eps));
+    return SK_OK;
+}
+
+static int mlp_act(sk_cuda_model *cm, float *act, const float *h, int n) {
+    const sk_model *m = cm->m;
+    size_t e = (size_t)n * m->F;
+    if (m->cfg.relu) K(cu_relu_forward(act, h, e));
+    else if (m->gated) K(cu_swiglu_forward(act, h, n, m->F));
+    else K(cu_gelu_forward(act, h, e, m->cfg.gelu == SK_GELU_TANH));
+    return SK_OK;
+}
+
+static int attn_rc(int rc, const char *what, int l, int part) {
+    if (rc == -1) return sk_error(SK_EINVAL, "CUDA %s attention: unsupported shape (head size above 128?) at layer %d", what, l);
+    if (rc) return sk_error(SK_EIO, "CUDA %s attention, layer %d call %d: %s", what, l, part, cudaGetErrorString((cudaError_t)rc));
+    return sk_cu_kcheck(what, __FILE__, __LINE__);
+}
+
+/* ------------------------------------------------------------- decoding */
+
+/* n (<= kv->chunk) tokens at positions pos..pos+n-1: src/infer.c's decode_chunk, op by op */
+static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *tok, int n, float *logits) {
+    const sk_model *m = cm->m;
+    const sk_params *p = &cm->p;
+    int C = m->C, F = m->F, H = m->H, Hkv = m->Hkv, hs = m->hs;
+    int Ffc = m->gated ? 2 * F : F, pos0 = kv->pos, group = H / Hkv;
+    size_t nC = (size_t)n * C;
+    CU(cudaMemcpy(kv->tok, tok, sizeof(int32_t) * n, cudaMemcpyHostToDevice));
+    const float *wpe = p->wpe ? p->wpe : cm->pos_table;
+    /* the encoder adds position row t of its table to token t: start the table at pos0 */
+    K(cu_encoder_forward(kv->x, kv->tok, p->wte, wpe ? wpe + (size_t)pos0 * C : NULL, 1, n, C));
+    for (int l = 0; l < m->L; l++) {
+        const float *qkvw = p->qkvw + (size_t)l * m->QKV * C, *qkvb = p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL;
+        int ns = kv->n_store[l], ld = ns * hs;
+        TRY(norm(cm, kv, kv->ln, kv->x, p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, n));
+        /* q for all heads; k and v only for the stored heads, straight into the cache rows */
+        TRY(linear(cm, kv->q, H * hs, kv->ln, qkvw, qkvb, n, C, H * hs));
+        float *kc = kv->k[l] + (size_t)pos0 * ld, *vc = kv->v[l] + (size_t)pos0 * ld;
+        const int *slot = kv->slot + l * Hkv;
+        for (int j = 0; j < Hkv;) {
+            /* a run of stored KV heads [j, e) has consecutive slots */
+            if (slot[j] < 0) { j++; continue; }
+            int e = j + 1;
+            while (e < Hkv && slot[e] >= 0) e++;
+            int w = (e - j) * hs;
+            size_t off = (size_t)slot[j] * hs;
+            TRY(linear(cm, kc + off, ld, kv->ln, qkvw + (size_t)(H + j) * hs * C, qkvb ? qkvb + (H + j) * hs : NULL, n, C, w));
+            TRY(linear(cm, vc + off, ld, kv->ln, qkvw + (size_t)(H + Hkv + j) * hs * C,
+                       qkvb ? qkvb + (H + Hkv + j) * hs : NULL, n, C, w));
+            j = e;
+        }
+        if (cm->rope) {
+            K(cu_rope(kv->q, cm->rope, 1, n, H * hs, 0, H, hs, pos0, 0));
+            if (ns) K(cu_rope(kc, cm->rope, 1, n, ld, 0, ns, hs, pos0, 0));
+        }
+        for (int part = 0; part < m->n_runs[l]; part++) {
+            const sk_route *r = &m->runs[(size_t)l * H + part];
+            int h0 = r->h0, nh = r->nh, src = r->src, sn = kv->n_store[src];
+            int kslot = kv->slot[src * Hkv + h0 / group];
+            cu_attn a;
+            memset(&a, 0, sizeof a);
+            a.B = 1; a.H = nh; a.Hkv = nh / group; a.Lq = n; a.Lk = pos0 + n; a.D = hs;
+            a.q = kv->q + (size_t)h0 * hs;               a.q_sh = hs; a.q_st = (long)H * hs;
+            a.k = kv->k[src] + (size_t)kslot * hs;       a.k_sh = hs; a.k_st = (long)sn * hs;
+            a.v = kv->v[src] + (size_t)kslot * hs;       a.v_sh = hs; a.v_st = (long)sn * hs;
+            a.out = kv->att + (size_t)h0 * hs;           a.o_sh = hs; a.o_st = C;
+            a.scale = 1.0f / sqrtf((float)hs);
+            a.causal = 1; a.causal_offset = pos0;
+            a.inv_keep = 1.0f;
+            if (n == 1) TRY(attn_rc(cu_attn_decode(&a, kv->part), "decoding", l, part));
+            else TRY(attn_rc(cu_attn_forward(&a), "prefill", l, part));
+        }
+        TRY(linear(cm, kv->tmp, C, kv->att, p->attprojw + (size_t)l * C * C, p->attprojb ? p->attprojb + (size_t)l * C : NULL,
+                   n, C, C));
+        K(cu_add_inplace(kv->x, kv->tmp, nC));
+        TRY(norm(cm, kv, kv->ln, kv->x, p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, n));
+        TRY(linear(cm, kv->fch, Ffc, kv->ln, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n, C, Ffc));
+        TRY(mlp_act(cm, kv->act, kv->fch, n));
+        TRY(linear(cm, kv->tmp, C, kv->act, p->fcprojw + (size_t)l * C * F, p->fcprojb ? p->fcprojb + (size_t)l * C : NULL,
+                   n, F, C));
+        K(cu_add_inplace(kv->x, kv->tmp, nC));
+    }
+    kv->pos += n;
+    if (logits) {
+        /* only the last token's logits: final norm of its row, then (1, Vp) = lnf @ wte^T */
+        TRY(norm(cm, kv, kv->ln, kv->x + (size_t)(n - 1) * C, p->lnfw, p->lnfb, 1));
+        TRY(linear(cm, kv->logits, m->Vp, kv->ln, p->wte, NULL, 1, C, m->Vp));
+        CU(cudaMemcpy(logits, kv->logits, sizeof(float) * m->cfg.vocab_size, cudaMemcpyDeviceToHost));
+    }
+    return SK_OK;
+}
+
+int sk_cuda_prefill(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *tokens, int n, float *logits) {
+    const sk_model *m = cm->m;
+    if (n < 1) return sk_error(SK_EINVAL, "decode needs at least one token");
+    if (kv->m != m) return sk_error(SK_EINVAL, "GPU KV cache was made for another model");
+    if (kv->pos + n > kv->max_T)
+        return sk_error(SK_EINVAL, "KV cache holds %d positions; %d + %d tokens do not fit", kv->max_T, kv->pos, n);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+            return sk_error(SK_EINVAL, "token %d at position %d is outside the vocabulary [0, %d)", tokens[i], i, m->cfg.vocab_size);
+    for (int i = 0; i < n; i += kv->chunk) {
+        int k = n - i < kv->chunk ? n - i : kv->chunk;
+        TRY(decode_chunk(cm, kv, tokens + i, k, i + k == n ? logits : NULL));
+    }
+    return SK_OK;
+}
+
+int sk_cuda_decode(sk_cuda_model *cm, sk_cuda_kvcache *kv, int32_t token, float *logits) {
+    return sk_cuda_prefill(cm, kv, &token, 1, logits);
+}

@@ -1,0 +1,147 @@
+/* Kernels of cached generation on the GPU (src/cuda/infer_cuda.c): the single-query
+ * attention of a decoding step over the KV cache. Prefill chunks (several queries) use the
+ * fused attention of attention.cu with a causal offset; every other op of a decoding step
+ * is a kernel of kernels.cu or cuBLAS.
+ *
+ * Decoding attention ("split-K", as in flash-decoding): for one query row per head, the
+ * keys 0..Lk-1 are cut in chunks of CU_DECODE_KEYS (= the block's 128 threads). A block
+ * (chunk, head, batch):
+ *   scores   each of the 4 warps takes keys w, w+4, ...; a key's dot product is spread
+ *            over the 32 lanes (lane l holds head dims l, l+32, l+64, l+96: coalesced
+ *            reads of the K row) and summed with a warp reduction;
+ *   softmax  thread t owns score t: block max m, p = exp(s - m), block sum l;
+ *   P V      the warps again take keys w, w+4, ..., lanes the head dims (coalesced V
+ *            rows); the 4 warp partials are added in warp order;
+ * and writes (o[0..D), m, l) to part. The combine kernel (one block per head, batch) takes
+ * M = max m_s, L = sum exp(m_s - M) l_s and out = sum exp(m_s - M) o_s / L over the chunks
+ * in order. Same math as the CPU's flash attention up to the summation order. */
+#include "cuda_kernels.h"
+#include "cuda_compat.cuh"
+#include <math.h>
+
+#define DNT 128                      /* threads per block: 4 warps; == CU_DECODE_KEYS */
+#define DNW (DNT / 32)
+
+__device__ __forceinline__ float dec_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float dec_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* block-wide max or sum over DNT threads; every thread gets the result */
+template <bool MAX>
+__device__ float dec_block_reduce(float v) {
+    __shared__ float sh[DNW];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = MAX ? dec_warp_max(v) : dec_warp_sum(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float r = sh[0];
+    for (int i = 1; i < DNW; i++) r = MAX ? fmaxf(r, sh[i]) : r + sh[i];
+    __syncthreads();                 /* sh is reused by the next call */
+    return r;
+}
+
+/* RD = head dims per lane (D <= 32 * RD) */
+template <int RD>
+__global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part, int nsplit) {
+    __shared__ float sc[CU_DECODE_KEYS];
+    __shared__ float red[DNW][32 * RD];
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5;
+    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / (a.H / a.Hkv), D = a.D;
+    const int j0 = s * CU_DECODE_KEYS, nk = min(CU_DECODE_KEYS, a.Lk - j0);
+    const float *q = a.q + b * a.q_sb + h * a.q_sh;
+    const float *kb = a.k + b * a.k_sb + hk * a.k_sh + (long)j0 * a.k_st;
+    const float *vb = a.v + b * a.v_sb + hk * a.v_sh + (long)j0 * a.v_st;
+    float qv[RD];
+#pragma unroll
+    for (int dd = 0; dd < RD; dd++) {
+        const int d = lane + 32 * dd;
+        qv[dd] = d < D ? q[d] * a.scale : 0.0f;
+    }
+    for (int j = w; j < nk; j += DNW) {          /* same trip count for the whole warp */
+        const float *kr = kb + (long)j * a.k_st;
+        float x = 0.0f;
+#pragma unroll
+        for (int dd = 0; dd < RD; dd++) {
+            const int d = lane + 32 * dd;
+            if (d < D) x = fmaf(qv[dd], kr[d], x);
+        }
+        x = dec_warp_sum(x);
+        if (lane == 0) sc[j] = x;
+    }
+    __syncthreads();
+    const float sv = t < nk ? sc[t] : -INFINITY;
+    const float mx = dec_block_reduce<true>(sv);          /* nk >= 1: finite */
+    const float p = t < nk ? expf(sv - mx) : 0.0f;
+    const float l = dec_block_reduce<false>(p);
+    sc[t] = p;                       /* every read of sc[] above is before the reductions' barriers */
+    __syncthreads();
+    float o[RD];
+#pragma unroll
+    for (int dd = 0; dd < RD; dd++) o[dd] = 0.0f;
+    for (int j = w; j < nk; j += DNW) {
+        const float pj = sc[j];
+        const float *vr = vb + (long)j * a.v_st;
+#pragma unroll
+        for (int dd = 0; dd < RD; dd++) {
+            const int d = lane + 32 * dd;
+            if (d < D) o[dd] = fmaf(pj, vr[d], o[dd]);
+        }
+    }
+#pragma unroll
+    for (int dd = 0; dd < RD; dd++) red[w][lane + 32 * dd] = o[dd];
+    __syncthreads();
+    float *pp = part + (((size_t)b * a.H + h) * nsplit + s) * (size_t)(D + 2);
+    for (int d = t; d < D; d += DNT) {
+        float acc = red[0][d];
+        for (int i = 1; i < DNW; i++) acc += red[i][d];
+        pp[d] = acc;
+    }
+    if (t == 0) { pp[D] = mx; pp[D + 1] = l; }
+}
+
+/* one block per (head, batch): the chunks' partials combined in chunk order */
+__global__ void __launch_bounds__(DNT) attn_decode_combine_k(cu_attn a, const float *part, int nsplit) {
+    const int h = blockIdx.x, b = blockIdx.y, D = a.D;
+    const size_t row = (size_t)(D + 2);
+    const float *pp = part + ((size_t)b * a.H + h) * nsplit * row;
+    float M = -INFINITY;
+    for (int s = 0; s < nsplit; s++) M = fmaxf(M, pp[s * row + D]);
+    float L = 0.0f;
+    for (int s = 0; s < nsplit; s++) L += expf(pp[s * row + D] - M) * pp[s * row + D + 1];
+    float *out = a.out + b * a.o_sb + h * a.o_sh;
+    for (int d = threadIdx.x; d < D; d += DNT) {
+        float acc = 0.0f;
+        for (int s = 0; s < nsplit; s++) acc += expf(pp[s * row + D] - M) * pp[s * row + d];
+        out[d] = acc / L;
+    }
+}
+
+extern "C" int cu_decode_splits(int Lk) { return Lk < 1 ? 1 : (Lk + CU_DECODE_KEYS - 1) / CU_DECODE_KEYS; }
+
+template <int RD>
+static int decode_launch(const cu_attn *a, float *part) {
+    const int ns = cu_decode_splits(a->Lk);
+    dim3 grid((unsigned)ns, (unsigned)a->H, (unsigned)a->B);
+    void (*kern)(cu_attn, float *, int) = attn_decode_part_k<RD>;
+    LAUNCH(kern, grid, DNT, 0, *a, part, ns);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    dim3 grid2((unsigned)a->H, (unsigned)a->B);
+    LAUNCH(attn_decode_combine_k, grid2, DNT, 0, *a, (const float *)part, ns);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cu_attn_decode(const cu_attn *a, float *part) {
+    if (a->B < 1 || a->H < 1 || a->Lk < 1) return 0;
+    if (a->D < 1 || a->D > 128 || a->Lq != 1) return -1;
+    switch ((a->D + 31) / 32) {
+    case 1: return decode_launch<1>(a, part);
+    case 2: return decode_launch<2>(a, part);
+    case 3: return decode_launch<3>(a, part);
+    default: return decode_launch<4>(a, part);
+    }
+}

@@ -1,0 +1,201 @@
+/* GPU vs CPU parity of cached generation (make cuda-test; needs a GPU; on the CPU emulator:
+ * make cuda-emu-test). Not part of make test.
+ *
+ * For small random models of both families, with and without SLA (the paper's rule, routing
+ * tables with cross-layer and multi-source borrowing, a layer that stores nothing), GQA and
+ * MQA, head sizes 16..128, learned and sinusoidal positions, with identical weights:
+ *   1. the GPU KV cache has the CPU's size (SLA's saving included);
+ *   2. a prompt prefilled in chunks (lengths not multiples of the chunk or the attention
+ *      tiles): last-token logits within 1e-4 of sk_model_decode's;
+ *   3. decoding steps fed the same tokens: logits within 1e-4 at every step, the greedy
+ *      token identical, and the token sampled with temperature/top-k/top-p from the same
+ *      seed identical;
+ *   4. a second multi-token prefill after decoding (queries at an offset), then more steps;
+ *   5. cache full: the step past max_T fails with SK_EINVAL and changes nothing; after a
+ *      reset the prompt gives the same logits again; bad tokens are refused.
+ * Prints PASS/FAIL per check and "N passed, N failed"; exits non-zero on failure. */
+#include "skiplm.h"
+#include "skiplm_cuda.h"
+#include "../test.h"
+#include <stdint.h>
+
+static int n_pass = 0;
+#define CHECK2(cond, ...) do { int ok_ = (cond); CHECK(ok_, __VA_ARGS__); n_pass += ok_; } while (0)
+
+typedef struct {
+    const char *name;
+    const char *fields;      /* "key=value ..." for sk_config_set */
+    int prompt, steps;       /* prompt length, decoding steps (each side) */
+    int chunk;               /* GPU prefill chunk (0 = default) */
+    int mid;                 /* tokens of the second prefill (after the steps), 0 = none */
+} icase;
+
+static const icase CASES[] = {
+    {"gpt2 baseline hs16 chunked", "n_layer=3 n_head=4 n_embd=64 vocab_size=97 block_size=128", 37, 12, 16, 9},
+    {"gpt2 SLA 2/3 hs16", "n_layer=4 n_head=4 n_embd=64 vocab_size=97 block_size=128 n_skip_layer=2 n_skip_head=3", 29, 10, 0, 5},
+    {"gpt2 routing cross-layer", "n_layer=4 n_head=4 n_embd=64 vocab_size=97 block_size=128 routing=1,3:*=-1", 21, 8, 8, 3},
+    {"gpt2 routing multi-source", "n_layer=4 n_head=4 n_embd=64 vocab_size=97 block_size=128 routing=2-3:0-1=-2;3:2-3=@0", 33, 8, 0, 0},
+    {"gpt2 SLA all heads 4/4", "n_layer=3 n_head=4 n_embd=64 vocab_size=97 block_size=128 n_skip_layer=1 n_skip_head=4", 19, 8, 0, 2},
+    {"gpt2 hs64 SLA long (split keys)", "n_layer=3 n_head=4 n_embd=256 vocab_size=97 block_size=256 n_skip_layer=2 n_skip_head=2", 140, 6, 64, 0},
+    {"gpt2 hs48 sinusoidal tanh nobias", "n_layer=2 n_head=2 n_embd=96 vocab_size=97 block_size=128 sinusoidal=1 gelu=tanh bias=0", 23, 8, 0, 4},
+    {"gpt2 hs128 SLA relu", "n_layer=2 n_head=2 n_embd=256 vocab_size=97 block_size=128 n_skip_layer=1 n_skip_head=1 relu=1", 17, 6, 0, 0},
+    {"llama GQA 4/2 SLA", "family=llama n_layer=3 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=128 n_skip_layer=2 n_skip_head=2 bias=0", 27, 10, 10, 6},
+    {"llama MQA all heads hs32", "family=llama n_layer=2 n_head=4 n_kv_head=1 n_embd=128 vocab_size=97 block_size=128 n_skip_layer=1 n_skip_head=4 bias=0", 25, 8, 0, 0},
+    {"llama GQA routing long", "family=llama n_layer=3 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=256 routing=2:0-1=@0;2:2-3=-1 bias=0", 131, 6, 0, 3},
+};
+
+static int make_config(const char *fields, sk_config *cfg) {
+    sk_config_default(cfg);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", fields);
+    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+        char *eq = strchr(tok, '=');
+        if (!eq) return -1;
+        *eq = 0;
+        if (sk_config_set(cfg, tok, eq + 1)) return -1;
+    }
+    return sk_config_check(cfg);
+}
+
+static void random_tokens(int32_t *x, int n, int V, uint64_t seed) {
+    uint64_t r = seed * 2654435761ULL + 1;
+    for (int i = 0; i < n; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (int32_t)((r >> 33) % (uint64_t)V);
+    }
+}
+
+static void run_case(const icase *tc) {
+    sk_config cfg;
+    if (make_config(tc->fields, &cfg)) { CHECK2(0, "%s: config: %s", tc->name, sk_last_error()); return; }
+    sk_model *m = NULL;
+    sk_cuda_model *cm = NULL;
+    sk_kvcache *kc = NULL;
+    sk_cuda_kvcache *kg = NULL;
+    if (sk_model_new(&m, &cfg, 4321)) { CHECK2(0, "%s: model: %s", tc->name, sk_last_error()); return; }
+    const int V = cfg.vocab_size, P = tc->prompt, max_T = P + tc->steps + tc->mid + tc->steps;
+    float *lc = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V), *l0 = malloc(sizeof(float) * V);
+    int32_t *prompt = malloc(sizeof(int32_t) * (P + tc->mid));
+    random_tokens(prompt, P + tc->mid, V, 11);
+    if (sk_cuda_model_new(&cm, m, SK_CUDA_FP32) || sk_cuda_kvcache_new(&kg, cm, max_T, tc->chunk) ||
+        sk_kvcache_new(&kc, m, max_T)) {
+        CHECK2(0, "%s: setup: %s", tc->name, sk_last_error());
+        goto done;
+    }
+    /* 1. the same slot map, the same size */
+    CHECK2(sk_cuda_kvcache_bytes(kg) == sk_kvcache_bytes(kc) && sk_cuda_kvcache_bytes_full(kg) == sk_kvcache_bytes_full(kc),
+           "%s: KV cache %zu bytes (%zu without SLA) on both sides", tc->name, sk_cuda_kvcache_bytes(kg),
+           sk_cuda_kvcache_bytes_full(kg));
+
+    /* 2. prefill */
+    if (sk_model_decode(m, kc, prompt, P, lc) || sk_cuda_prefill(cm, kg, prompt, P, lg)) {
+        CHECK2(0, "%s: prefill: %s", tc->name, sk_last_error());
+        goto done;
+    }
+    memcpy(l0, lg, sizeof(float) * V);
+    double d = max_abs_diff(lc, lg, V);
+    CHECK2(d <= 1e-4, "%s: prefill of %d tokens (chunk %d): logits max |diff| %.2e (max |logit| %.3f)", tc->name, P,
+           tc->chunk, d, max_abs(lc, V));
+
+    /* 3./4. decoding steps, a second prefill, more steps */
+    double worst = 0, worst_mid = 0;
+    int greedy_same = 0, sampled_same = 0, n_steps = 0;
+    uint64_t rng_c = 2024, rng_g = 2024;
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1) {
+            if (!tc->mid) break;
+            if (sk_model_decode(m, kc, prompt + P, tc->mid, lc) || sk_cuda_prefill(cm, kg, prompt + P, tc->mid, lg)) {
+                CHECK2(0, "%s: second prefill: %s", tc->name, sk_last_error());
+                goto done;
+            }
+            worst_mid = max_abs_diff(lc, lg, V);
+        }
+        for (int s = 0; s < tc->steps; s++) {
+            int gc = sk_sample_token(lc, V, 0.0f, 0, 1.0f, NULL), gg = sk_sample_token(lg, V, 0.0f, 0, 1.0f, NULL);
+            int tcpu = sk_sample_token(lc, V, 0.9f, 20, 0.95f, &rng_c);
+            int tgpu = sk_sample_token(lg, V, 0.9f, 20, 0.95f, &rng_g);
+            greedy_same += gc == gg;
+            sampled_same += tcpu == tgpu;
+            n_steps++;
+            int32_t next = s % 2 ? gc : tcpu;          /* both sides get the CPU's token */
+            if (sk_model_decode(m, kc, &next, 1, lc) || sk_cuda_decode(cm, kg, next, lg)) {
+                CHECK2(0, "%s: decoding step %d: %s", tc->name, s, sk_last_error());
+                goto done;
+            }
+            worst = fmax(worst, max_abs_diff(lc, lg, V));
+        }
+    }
+    CHECK2(worst <= 1e-4 && worst_mid <= 1e-4, "%s: %d decoding steps%s: logits max |diff| %.2e (second prefill %.2e)",
+           tc->name, n_steps, tc->mid ? " around a second prefill" : "", worst, worst_mid);
+    CHECK2(greedy_same == n_steps && sampled_same == n_steps,
+           "%s: greedy tokens identical %d/%d, sampled (T 0.9, top-k 20, top-p 0.95, same seed) %d/%d", tc->name,
+           greedy_same, n_steps, sampled_same, n_steps);
+    CHECK2(sk_cuda_kvcache_pos(kg) == sk_kvcache_pos(kc) && sk_cuda_kvcache_pos(kg) == max_T - (tc->mid ? 0 : tc->steps),
+           "%s: cache positions %d on both sides", tc->name, sk_cuda_kvcache_pos(kg));
+
+    /* 5. cache full, reset, bad tokens */
+    {
+        int32_t t = 1;
+        while (sk_cuda_kvcache_pos(kg) < max_T)
+            if (sk_cuda_decode(cm, kg, t, lg)) { CHECK2(0, "%s: filling the cache: %s", tc->name, sk_last_error()); goto done; }
+        int rc = sk_cuda_decode(cm, kg, t, lg);
+        CHECK2(rc == SK_EINVAL && strstr(sk_last_error(), "do not fit") && sk_cuda_kvcache_pos(kg) == max_T,
+               "%s: step past max_T=%d refused: %s", tc->name, max_T, rc ? sk_last_error() : "(no error)");
+        int32_t bad = V;
+        rc = sk_cuda_prefill(cm, kg, &bad, 1, lg);
+        sk_cuda_kvcache_reset(kg);
+        int rc2 = sk_cuda_decode(cm, kg, -1, lg);
+        CHECK2(rc == SK_EINVAL && rc2 == SK_EINVAL && sk_cuda_kvcache_pos(kg) == 0,
+               "%s: tokens %d and -1 refused: %s", tc->name, V, sk_last_error());
+        if (sk_cuda_prefill(cm, kg, prompt, P, lg)) { CHECK2(0, "%s: prefill after reset: %s", tc->name, sk_last_error()); goto done; }
+        d = max_abs_diff(l0, lg, V);
+        CHECK2(d <= 1e-6, "%s: after a reset the prompt gives the same logits (max |diff| %.2e)", tc->name, d);
+    }
+done:
+    free(lc); free(lg); free(l0); free(prompt);
+    sk_kvcache_free(kc);
+    sk_cuda_kvcache_free(kg);
+    sk_cuda_model_free(cm);
+    sk_model_free(m);
+}
+
+/* A cache is tied to its model; arguments are checked. */
+static void run_api(void) {
+    sk_config cfg;
+    make_config("n_layer=2 n_head=2 n_embd=32 vocab_size=50 block_size=32", &cfg);
+    sk_model *m1 = NULL, *m2 = NULL;
+    sk_cuda_model *c1 = NULL, *c2 = NULL;
+    sk_cuda_kvcache *kv = NULL, *bad = NULL;
+    float logits[50];
+    if (sk_model_new(&m1, &cfg, 1) || sk_model_new(&m2, &cfg, 2) || sk_cuda_model_new(&c1, m1, SK_CUDA_FP32) ||
+        sk_cuda_model_new(&c2, m2, SK_CUDA_FP32) || sk_cuda_kvcache_new(&kv, c1, 32, 0)) {
+        CHECK2(0, "api: setup: %s", sk_last_error());
+    } else {
+        int r1 = sk_cuda_decode(c2, kv, 3, logits);
+        CHECK2(r1 == SK_EINVAL, "api: a cache used with another model is refused: %s", sk_last_error());
+        int r2 = sk_cuda_kvcache_new(&bad, c1, 33, 0);
+        int r3 = sk_cuda_kvcache_new(&bad, c1, 0, 0);
+        int32_t one = 1;
+        int r4 = sk_cuda_prefill(c1, kv, &one, 0, logits);
+        CHECK2(r2 == SK_EINVAL && r3 == SK_EINVAL && r4 == SK_EINVAL && !bad,
+               "api: max_T above block_size or 0, and n = 0, are refused: %s", sk_last_error());
+    }
+    sk_cuda_kvcache_free(kv);
+    sk_cuda_model_free(c1); sk_cuda_model_free(c2);
+    sk_model_free(m1); sk_model_free(m2);
+}
+
+int main(int argc, char **argv) {
+    char dev[256];
+    if (sk_cuda_device_info(dev, sizeof dev)) {
+        printf("FAIL no usable GPU: %s\n0 passed, 1 failed\n", sk_last_error());
+        return 1;
+    }
+    printf("device: %s\n", dev);
+    const char *only = argc > 1 ? argv[1] : NULL;    /* optional: run only cases whose name contains this */
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
+        if (!only || strstr(CASES[i].name, only)) run_case(&CASES[i]);
+    if (!only || strstr("api", only)) run_api();
+    printf("%d passed, %d failed\n", n_pass, sk_test_failed);
+    return sk_test_failed ? 1 : 0;
+}

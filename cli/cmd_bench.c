@@ -1,5 +1,6 @@
 /* skiplm bench: training step speed (ms/step, tokens/s, GFLOP/s, MFU against an SGEMM
- * rate measured in the same run, time per phase, peak RSS) and generation speed. */
+ * rate measured in the same run, time per phase, peak RSS) and generation speed, on the CPU
+ * or (build-cuda/skiplm --device cuda) the GPU. */
 #include "cli.h"
 #include <limits.h>
 #include <math.h>
@@ -105,6 +106,63 @@ static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup,
     sk_model_free(m);
     return 0;
 }
+
+/* n greedy decoding steps after tokens[0..P) (prefilled in one call), timed separately */
+static int gen_cuda_run(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *tokens, int P, int n, int V,
+                        float *logits, double *t_prefill, double *t_gen) {
+    sk_cuda_kvcache_reset(kv);
+    double t0 = sk_now();
+    if (sk_cuda_prefill(cm, kv, tokens, P, logits)) return 1;    /* the logits copy synchronises */
+    double t1 = sk_now();
+    for (int i = 0; i < n; i++) {
+        int32_t tok = sk_sample_token(logits, V, 0, 0, 1, NULL);
+        if (sk_cuda_decode(cm, kv, tok, logits)) return 1;
+    }
+    *t_prefill = t1 - t0;
+    *t_gen = sk_now() - t1;
+    return 0;
+}
+
+/* Generation on the GPU: n greedy tokens after a 1-token prompt (the CPU benchmark's
+ * measure), then a prompt of P tokens prefilled in one call and n tokens after it (decoding
+ * at a long context, where SLA's smaller cache is read at every step). */
+static int bench_cuda_gen(const sk_config *cfg, int T, int gen, int tf32) {
+    char dev[256];
+    if (sk_cuda_device_info(dev, sizeof dev)) return cli_fail("bench");
+    sk_model *m;
+    sk_cuda_model *cm;
+    sk_cuda_kvcache *kv;
+    if (sk_model_new(&m, cfg, 1)) return cli_fail("bench");
+    int n = gen < cfg->block_size ? gen : cfg->block_size - 1;
+    int P = T < cfg->block_size - n ? T : cfg->block_size - n;
+    if (P < 1) P = 1;
+    if (sk_cuda_model_new(&cm, m, tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32) || sk_cuda_kvcache_new(&kv, cm, P + n, 0))
+        return cli_fail("bench");
+    printf("generation on cuda: %s, %s\n", dev, tf32 ? "fp32 with TF32 prefill GEMMs" : "fp32");
+    int V = cfg->vocab_size;
+    float *logits = malloc(sizeof(float) * V);
+    int32_t *prompt = malloc(sizeof(int32_t) * P);
+    if (!logits || !prompt) { fprintf(stderr, "skiplm bench: out of memory\n"); return 1; }
+    uint64_t r = 7;
+    for (int i = 0; i < P; i++) { r = r * 6364136223846793005ULL + 1; prompt[i] = (int32_t)((r >> 33) % V); }
+    double tp, tg, bytes = 4.0 * sk_model_num_params(m);
+    int32_t zero = 0;
+    if (gen_cuda_run(cm, kv, prompt, P < 8 ? P : 8, 4, V, logits, &tp, &tg)) return cli_fail("bench");   /* warm-up */
+    if (gen_cuda_run(cm, kv, &zero, 1, n, V, logits, &tp, &tg)) return cli_fail("bench");
+    printf("generate: %d tokens, %.1f tok/s (weights streamed at %.1f GB/s)\n", n, n / tg, bytes * n / tg / 1e9);
+    if (gen_cuda_run(cm, kv, prompt, P, n, V, logits, &tp, &tg)) return cli_fail("bench");
+    printf("prefill: %d tokens in %.2f ms, %.0f tok/s; then generate: %d tokens at positions %d..%d, %.1f tok/s; "
+           "KV cache %.2f MiB for %d positions (%.2f MiB without SLA)\n", P, tp * 1e3, P / tp, n, P, P + n - 1, n / tg,
+           sk_cuda_kvcache_bytes(kv) / 1048576.0, P + n, sk_cuda_kvcache_bytes_full(kv) / 1048576.0);
+    size_t used = 0, total = 0;
+    if (!sk_cuda_memory(&used, &total))
+        printf("  GPU memory in use %.2f GiB of %.2f GiB\n", used / 1073741824.0, total / 1073741824.0);
+    free(logits); free(prompt);
+    sk_cuda_kvcache_free(kv);
+    sk_cuda_model_free(cm);
+    sk_model_free(m);
+    return 0;
+}
 #endif
 
 int cmd_bench(int argc, char **argv) {
@@ -113,7 +171,7 @@ int cmd_bench(int argc, char **argv) {
     float peak_tflops = 0;
     cli_opt opts[] = {
         {"batch", 'i', &B, "sequences per step (4)"},
-        {"seq", 'i', &T, "sequence length (block_size)"},
+        {"seq", 'i', &T, "sequence length (block_size); with --device cuda also the generation prompt"},
         {"steps", 'i', &steps, "timed training steps (5)"},
         {"warmup", 'i', &warmup, "untimed steps first (1)"},
         {"recompute", 'i', &recompute, "activation recomputation: 1 on, 0 off, -1 only if needed to fit (-1)"},
@@ -141,9 +199,9 @@ int cmd_bench(int argc, char **argv) {
     if (use_cuda) {
 #ifdef SKIPLM_CUDA
         printf("bench: %s\n", desc);
-        if (no_train) return 0;
-        if (!no_gen) printf("(generation on the GPU is not implemented yet: training only)\n");
-        return bench_cuda(&cfg, B, T, steps, warmup, tf32, peak_tflops);
+        if (!no_train && (rc = bench_cuda(&cfg, B, T, steps, warmup, tf32, peak_tflops))) return rc;
+        if (!no_gen && gen > 0) return bench_cuda_gen(&cfg, T, gen, tf32);
+        return 0;
 #else
         fprintf(stderr, "skiplm bench: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "
                 "then run build-cuda/skiplm)\n");

@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef SKIPLM_CUDA
+#include "skiplm_cuda.h"
+#endif
 
 /* The tokenizer named by --tokenizer, or recorded in the checkpoint's metadata. */
 static int load_tokenizer(sk_tokenizer **tok, const char *given, const char *weights) {
@@ -18,9 +21,66 @@ static int load_tokenizer(sk_tokenizer **tok, const char *given, const char *wei
     return rc;
 }
 
+/* The KV cache and decoding of either device; sampling is the host's for both. */
+typedef struct {
+    sk_model *m;
+    sk_kvcache *kv;                  /* CPU */
+#ifdef SKIPLM_CUDA
+    sk_cuda_model *cm;               /* GPU (--device cuda) */
+    sk_cuda_kvcache *gkv;
+#endif
+} decoder;
+
+static int dec_new(decoder *d, sk_model *m, int use_cuda, int tf32, int max_T) {
+    memset(d, 0, sizeof *d);
+    d->m = m;
+#ifdef SKIPLM_CUDA
+    if (use_cuda) {
+        char dev[256];
+        if (sk_cuda_device_info(dev, sizeof dev) || sk_cuda_model_new(&d->cm, m, tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32))
+            return 1;
+        fprintf(stderr, "[device: cuda: %s]\n", dev);
+        return sk_cuda_kvcache_new(&d->gkv, d->cm, max_T, 0);
+    }
+#endif
+    (void)use_cuda; (void)tf32;
+    return sk_kvcache_new(&d->kv, m, max_T);
+}
+static int dec_run(decoder *d, const int32_t *tokens, int n, float *logits) {
+#ifdef SKIPLM_CUDA
+    if (d->cm) return sk_cuda_prefill(d->cm, d->gkv, tokens, n, logits);
+#endif
+    return sk_model_decode(d->m, d->kv, tokens, n, logits);
+}
+static int dec_pos(const decoder *d) {
+#ifdef SKIPLM_CUDA
+    if (d->cm) return sk_cuda_kvcache_pos(d->gkv);
+#endif
+    return sk_kvcache_pos(d->kv);
+}
+static void dec_reset(decoder *d) {
+#ifdef SKIPLM_CUDA
+    if (d->cm) { sk_cuda_kvcache_reset(d->gkv); return; }
+#endif
+    sk_kvcache_reset(d->kv);
+}
+static void dec_bytes(const decoder *d, size_t *bytes, size_t *full) {
+#ifdef SKIPLM_CUDA
+    if (d->cm) { *bytes = sk_cuda_kvcache_bytes(d->gkv); *full = sk_cuda_kvcache_bytes_full(d->gkv); return; }
+#endif
+    *bytes = sk_kvcache_bytes(d->kv); *full = sk_kvcache_bytes_full(d->kv);
+}
+static void dec_free(decoder *d) {
+#ifdef SKIPLM_CUDA
+    sk_cuda_kvcache_free(d->gkv);
+    sk_cuda_model_free(d->cm);
+#endif
+    sk_kvcache_free(d->kv);
+}
+
 int cmd_sample(int argc, char **argv) {
-    const char *prompt = NULL, *tok_path = NULL;
-    int n_new = 256, top_k = 0, greedy = 0, quiet = 0;
+    const char *prompt = NULL, *tok_path = NULL, *device = "cpu";
+    int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0;
     float temperature = 0.8f, top_p = 1.0f;
     uint64_t seed = 1337;
     cli_opt opts[] = {
@@ -33,6 +93,8 @@ int cmd_sample(int argc, char **argv) {
         {"greedy", 'b', &greedy, "same as --temperature 0"},
         {"tokenizer", 's', &tok_path, "vocab.json (char) or folder with encoder.json + vocab.bpe (default: from the checkpoint)"},
         {"quiet", 'b', &quiet, "print only the generated text (no prompt, no statistics)"},
+        {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
+        {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
         {0},
     };
     char *pos[1]; int np;
@@ -44,6 +106,15 @@ int cmd_sample(int argc, char **argv) {
         fprintf(stderr, "skiplm sample: need --tokens >= 0, --temperature >= 0, --top-k >= 0, 0 < --top-p <= 1\n");
         return 2;
     }
+    int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
+    if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm sample: --device must be cpu or cuda (got '%s')\n", device); return 2; }
+#ifndef SKIPLM_CUDA
+    if (use_cuda) {
+        fprintf(stderr, "skiplm sample: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "
+                "then run build-cuda/skiplm)\n");
+        return 2;
+    }
+#endif
     sk_model *m;
     sk_tokenizer *tok;
     if (sk_model_load(&m, pos[0], NULL)) return cli_fail("sample");
@@ -66,14 +137,14 @@ int cmd_sample(int argc, char **argv) {
     int32_t *grown = realloc(ids, sizeof(int32_t) * (total + 1));
     if (!grown) { free(ids); return sk_error(SK_ENOMEM, "out of memory for %zu token ids", total + 1), cli_fail("sample"); }
     ids = grown;
-    sk_kvcache *kv;
-    if (sk_kvcache_new(&kv, m, c->block_size)) return cli_fail("sample");
+    decoder dec;
+    if (dec_new(&dec, m, use_cuda, tf32, c->block_size)) return cli_fail("sample");
     float *logits = malloc(sizeof(float) * c->vocab_size);
     if (!quiet && prompt) fwrite(prompt, 1, strlen(prompt), stdout);
     /* a prompt longer than the context keeps its last block_size tokens */
     size_t start = n > (size_t)c->block_size ? n - c->block_size : 0;
     double t0 = sk_now();
-    if (sk_model_decode(m, kv, ids + start, (int)(n - start), logits)) return cli_fail("sample");
+    if (dec_run(&dec, ids + start, (int)(n - start), logits)) return cli_fail("sample");
     double t1 = sk_now();
     uint64_t rng = seed;
     for (int i = 0; i < n_new; i++) {
@@ -84,21 +155,23 @@ int cmd_sample(int argc, char **argv) {
         const char *s = sk_tok_decode_one(tok, next, &len);
         if (s) { fwrite(s, 1, len, stdout); fflush(stdout); }
         if (i + 1 == n_new) break;
-        if (sk_kvcache_pos(kv) == c->block_size) {
+        if (dec_pos(&dec) == c->block_size) {
             /* context full: keep the newest half and rebuild the cache from it */
             int keep = c->block_size / 2;
-            sk_kvcache_reset(kv);
-            if (sk_model_decode(m, kv, ids + n - keep, keep, logits)) return cli_fail("sample");
-        } else if (sk_model_decode(m, kv, &next, 1, logits)) return cli_fail("sample");
+            dec_reset(&dec);
+            if (dec_run(&dec, ids + n - keep, keep, logits)) return cli_fail("sample");
+        } else if (dec_run(&dec, &next, 1, logits)) return cli_fail("sample");
     }
     double t2 = sk_now();
     printf("\n");
+    size_t kv_bytes, kv_full;
+    dec_bytes(&dec, &kv_bytes, &kv_full);
     if (!quiet)
         fprintf(stderr, "[prompt %zu tokens in %.3f s; %d new tokens at %.1f tok/s; KV cache %.2f MiB, %.2f MiB without SLA's saving]\n",
                 n - n_new - start, t1 - t0, n_new, n_new / (t2 - t1 > 0 ? t2 - t1 : 1e-9),
-                sk_kvcache_bytes(kv) / 1048576.0, sk_kvcache_bytes_full(kv) / 1048576.0);
+                kv_bytes / 1048576.0, kv_full / 1048576.0);
     free(ids); free(logits);
-    sk_kvcache_free(kv);
+    dec_free(&dec);
     sk_tok_free(tok);
     sk_model_free(m);
     return 0;

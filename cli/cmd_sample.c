@@ -31,7 +31,7 @@ typedef struct {
 #endif
 } decoder;
 
-static int dec_new(decoder *d, sk_model *m, int use_cuda, int tf32, int max_T) {
+static int dec_new(decoder *d, sk_model *m, int use_cuda, int tf32, int max_T, int quiet) {
     memset(d, 0, sizeof *d);
     d->m = m;
 #ifdef SKIPLM_CUDA
@@ -39,11 +39,11 @@ static int dec_new(decoder *d, sk_model *m, int use_cuda, int tf32, int max_T) {
         char dev[256];
         if (sk_cuda_device_info(dev, sizeof dev) || sk_cuda_model_new(&d->cm, m, tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32))
             return 1;
-        fprintf(stderr, "[device: cuda: %s]\n", dev);
+        if (!quiet) fprintf(stderr, "[device: cuda: %s]\n", dev);
         return sk_cuda_kvcache_new(&d->gkv, d->cm, max_T, 0);
     }
 #endif
-    (void)use_cuda; (void)tf32;
+    (void)use_cuda; (void)tf32; (void)quiet;
     return sk_kvcache_new(&d->kv, m, max_T);
 }
 static int dec_run(decoder *d, const int32_t *tokens, int n, float *logits) {
@@ -138,7 +138,7 @@ int cmd_sample(int argc, char **argv) {
     if (!grown) { free(ids); return sk_error(SK_ENOMEM, "out of memory for %zu token ids", total + 1), cli_fail("sample"); }
     ids = grown;
     decoder dec;
-    if (dec_new(&dec, m, use_cuda, tf32, c->block_size)) return cli_fail("sample");
+    if (dec_new(&dec, m, use_cuda, tf32, c->block_size, quiet)) return cli_fail("sample");
     float *logits = malloc(sizeof(float) * c->vocab_size);
     if (!quiet && prompt) fwrite(prompt, 1, strlen(prompt), stdout);
     /* a prompt longer than the context keeps its last block_size tokens */

@@ -15,6 +15,8 @@ Writes OUT/results-GRID.csv, OUT/results-GRID.md and OUT/curves-GRID.svg (seed 0
 variant). Runs that already finished (OUT/<variant>/s<seed>/ckpt.safetensors with the final
 step) are reused, so an interrupted sweep continues where it stopped, and grids that share
 variants (the baseline, nl9-nh6) run them once when given the same OUT and settings.
+With --tag TAG the files are named GRID-TAG. With several --seq lengths, each length is a
+grid in OUT/T<seq>/ and OUT/results-GRID-seq.md/.csv puts the lengths side by side.
 """
 import argparse
 import csv
@@ -69,6 +71,12 @@ def mean_std(xs):
     if not xs:
         return float("nan"), float("nan")
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def name(args):
+    """File stem of a grid's outputs: GRID, or GRID-TAG with --tag (so that sweeps of one grid
+    with different --only sets can share a folder, and its runs, without overwriting tables)."""
+    return f"{args.grid}-{args.tag}" if args.tag else args.grid
 
 
 def model_args(args):
@@ -144,6 +152,7 @@ def main():
     ap.add_argument("--eval-batches", type=int, default=20)
     ap.add_argument("--model", default="", help="model options replacing the 12L/12H/192 default, e.g. '--n_layer 12 --n_head 12 --n_embd 256'")
     ap.add_argument("--only", default="", help="comma-separated variants to run (default: the whole grid)")
+    ap.add_argument("--tag", default="", help="name the outputs results-GRID-TAG.* (e.g. for an --only subset)")
     ap.add_argument("--skiplm", default=os.path.join(ROOT, "build", "skiplm"))
     ap.add_argument("--bench-rounds", type=int, default=0,
                     help="measure the speed column with this many round-robin rounds of `skiplm bench` "
@@ -224,17 +233,17 @@ def run_grid(args, variants):
                               per_seed=" ".join(f"{v:.6f}" for v in vals)))
     md += ["", "Δ > 2σ: the mean paired difference exceeds twice its standard error over seeds.",
            f"ms/step: {speed_src}.", ""]
-    with open(os.path.join(args.out, f"results-{args.grid}.csv"), "w", newline="") as f:
+    with open(os.path.join(args.out, f"results-{name(args)}.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(lines_csv[0]))
         w.writeheader()
         w.writerows(lines_csv)
-    with open(os.path.join(args.out, f"results-{args.grid}.md"), "w") as f:
+    with open(os.path.join(args.out, f"results-{name(args)}.md"), "w") as f:
         f.write("\n".join(md))
     runs = [f"{v}=" + os.path.join(args.out, v, "s0") for v, _ in variants]
-    subprocess.run([args.skiplm, "plot", *runs, "-o", os.path.join(args.out, f"curves-{args.grid}.svg"),
+    subprocess.run([args.skiplm, "plot", *runs, "-o", os.path.join(args.out, f"curves-{name(args)}.svg"),
                     "--title", f"skiplm sweep: {args.grid}, T={args.seq}"], check=True, stdout=subprocess.DEVNULL)
     print("\n".join(md))
-    print(f"sweep: wrote {args.out}/results-{args.grid}.md, results-{args.grid}.csv, curves-{args.grid}.svg")
+    print(f"sweep: wrote {args.out}/results-{name(args)}.md, .csv and curves-{name(args)}.svg")
     return summary
 
 
@@ -258,14 +267,14 @@ def write_seq_table(args, out, variants, seqs, batches, rows):
                                   delta_std=f"{r['dsd']:.6f}", significant=r["sig"], ms_per_step=f"{r['ms']:.1f}"))
         md.append(f"| {variant} | " + " | ".join(cells) + " |")
     md.append("")
-    with open(os.path.join(out, f"results-{args.grid}-seq.csv"), "w", newline="") as f:
+    with open(os.path.join(out, f"results-{name(args)}-seq.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(lines_csv[0]))
         w.writeheader()
         w.writerows(lines_csv)
-    with open(os.path.join(out, f"results-{args.grid}-seq.md"), "w") as f:
+    with open(os.path.join(out, f"results-{name(args)}-seq.md"), "w") as f:
         f.write("\n".join(md))
     print("\n".join(md))
-    print(f"sweep: wrote {out}/results-{args.grid}-seq.md and .csv")
+    print(f"sweep: wrote {out}/results-{name(args)}-seq.md and .csv")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,9 @@ check "[ \$(grep -c 'reused' $tmp/log2) -eq 6 ]" "an interrupted or repeated swe
 check "[ -f $tmp/seq/T16/results-quick.md ] && [ -f $tmp/seq/T32/results-quick.md ] && grep -q -- '--batch 1 --seq 32 ' $tmp/log4" "--seq 16,32: one grid per length, each at its own length and batch"
 check "[ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) | [0-9.]* ± [0-9.]* | [-+][0-9.]* ± [0-9.]*\*\? | [0-9.]* ± [0-9.]* | [-+][0-9.]* ± [0-9.]*\*\? |\$' $tmp/seq/results-quick-seq.md) -eq 3 ] && head -3 $tmp/seq/results-quick-seq.md | grep -q 'T=16: val loss | T=16: Δ vs baseline | T=32: val loss'" "the table across lengths has a row per variant and two columns per length"
 check "[ \$(wc -l < $tmp/seq/results-quick-seq.csv) -eq 7 ]" "CSV across lengths: 3 variants x 2 lengths"
+# --tag names the outputs, so an --only subset does not overwrite the full grid's table
+"$PY" scripts/sweep.py --grid quick --data "$tmp/data" --out "$tmp/sweep" --seeds 2 --skiplm "$SKIPLM" --only multi --tag sub > "$tmp/log5" 2>&1
+check "[ -f $tmp/sweep/results-quick-sub.md ] && [ -f $tmp/sweep/curves-quick-sub.svg ] && [ \$(grep -c '^| \(baseline\|multi\) |' $tmp/sweep/results-quick-sub.md) -eq 2 ] && [ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) |' $tmp/sweep/results-quick.md) -eq 3 ] && [ \$(grep -c reused $tmp/log5) -eq 4 ]" "--tag: the subset's table beside the full one, runs reused"
 # the speed column from interleaved `skiplm bench` rounds instead of the training logs
 "$PY" scripts/sweep.py --grid quick --data "$tmp/data" --out "$tmp/sweep" --seeds 2 --skiplm "$SKIPLM" --bench-rounds 2 > "$tmp/log3" 2>&1
 check "[ \$(grep -c '^  bench round' $tmp/log3) -eq 2 ] && grep -q 'ms/step: .skiplm bench., median of 2 round-robin rounds' $tmp/sweep/results-quick.md" "--bench-rounds measures the speed column with round-robin skiplm bench runs"

@@ -259,19 +259,19 @@ int sk_trainer_set_backend(sk_trainer *tr, const sk_train_backend *be) {
     return be->push(be->ctx, sk_model_params(tr->m), tr->mom, tr->vel);
 }
 
-/* sk_trainer_step with a device backend: the same sequence as the CPU path below for one
- * process (micro-steps, hook, norm, NaN guard, clipping, scheduled AdamW), run by the backend. */
-static int step_device(sk_trainer *tr, sk_step_info *info) {
+/* Step part 1, shared by the CPU and device paths: forward + backward over the micro-steps,
+ * the gradients of loss/accum adding up; *loss is their mean, *sum (if not NULL) the sum. */
+static int micro_steps(sk_trainer *tr, float *loss, double *sum) {
     const sk_train_cfg *c = &tr->cfg;
-    const sk_train_backend *be = &tr->be;
-    int rc = be->zero_grad(be->ctx);
-    double loss_sum = 0;
     const float scale = 1.0f / (float)c->accum;
+    double loss_sum = 0;
+    int rc = SK_OK;
     for (int k = 0; k < c->accum && !rc; k++) {
         float l = 0;
+        const uint64_t ds = sk_dropout_seed(c->seed, tr->step, tr->world > 1 ? k * tr->world + tr->rank : k);
         rc = sk_loader_next_xy(tr->train, tr->x, tr->y);
-        if (!rc) rc = be->forward_backward(be->ctx, tr->x, tr->y, c->B, c->T, scale,
-                                           sk_dropout_seed(c->seed, tr->step, k), &l);
+        if (!rc) rc = tr->has_be ? tr->be.forward_backward(tr->be.ctx, tr->x, tr->y, c->B, c->T, scale, ds, &l)
+                                 : sk_model_forward_backward(tr->m, tr->x, tr->y, c->B, c->T, scale, ds, &l);
         if (rc) {
             char pre[32];
             snprintf(pre, sizeof pre, "step %d: ", tr->step + 1);
@@ -279,25 +279,44 @@ static int step_device(sk_trainer *tr, sk_step_info *info) {
         }
         loss_sum += l;
     }
-    float loss = (float)(loss_sum / c->accum);
+    *loss = (float)(loss_sum / c->accum);
+    if (sum) *sum = loss_sum;
+    return rc;
+}
+
+/* Fill info for this step (W ranks) and apply the NaN guard: a non-finite loss or norm is an
+ * error, or with skip_nonfinite a skipped step (info->skipped = 1). *lr: the scheduled rate. */
+static int step_info(sk_trainer *tr, sk_step_info *info, float loss, double norm, int W, double *lr) {
+    const sk_train_cfg *c = &tr->cfg;
+    sk_lr_sched sch = {c->lr, c->min_lr, c->warmup, c->lr_decay_steps};
+    *lr = sk_lr_at(&sch, tr->step);
+    info->step = tr->step + 1;
+    info->loss = loss; info->lr = *lr; info->grad_norm = norm;
+    info->tokens = (uint64_t)c->accum * c->B * c->T * W;
+    if (isfinite(loss) && isfinite(norm)) return SK_OK;
+    const char *what = !isfinite(loss) && !isfinite(norm) ? "loss and gradient norm" : !isfinite(loss) ? "loss" : "gradient norm";
+    if (!c->skip_nonfinite)
+        return sk_error(SK_ENUM, "step %d: non-finite %s (loss %g, gradient norm %g); the parameters "
+                        "were not updated", tr->step + 1, what, (double)loss, norm);
+    tr->skipped++; tr->step++;
+    info->skipped = 1;
+    return SK_OK;
+}
+
+/* sk_trainer_step with a device backend: the same sequence as the CPU path below for one
+ * process (micro-steps, hook, norm, NaN guard, clipping, scheduled AdamW), run by the backend. */
+static int step_device(sk_trainer *tr, sk_step_info *info) {
+    const sk_train_cfg *c = &tr->cfg;
+    const sk_train_backend *be = &tr->be;
+    int rc = be->zero_grad(be->ctx);
+    float loss = 0;
+    if (!rc) rc = micro_steps(tr, &loss, NULL);
     if (!rc && tr->hook) rc = tr->hook(NULL, 0, &loss, tr->hook_ctx);
     double norm = 0;
     if (!rc) rc = be->grad_norm(be->ctx, &norm);
     if (rc) return rc;
-    sk_lr_sched sch = {c->lr, c->min_lr, c->warmup, c->lr_decay_steps};
-    double lr = sk_lr_at(&sch, tr->step);
-    info->step = tr->step + 1;
-    info->loss = loss; info->lr = lr; info->grad_norm = norm;
-    info->tokens = (uint64_t)c->accum * c->B * c->T;
-    if (!isfinite(loss) || !isfinite(norm)) {
-        const char *what = !isfinite(loss) && !isfinite(norm) ? "loss and gradient norm" : !isfinite(loss) ? "loss" : "gradient norm";
-        if (!c->skip_nonfinite)
-            return sk_error(SK_ENUM, "step %d: non-finite %s (loss %g, gradient norm %g); the parameters "
-                            "were not updated", tr->step + 1, what, (double)loss, norm);
-        tr->skipped++; tr->step++;
-        info->skipped = 1;
-        return SK_OK;
-    }
+    double lr;
+    if ((rc = step_info(tr, info, loss, norm, 1, &lr)) || info->skipped) return rc;
     float coef = c->grad_clip > 0 ? sk_clip_coef(norm, c->grad_clip) : 1.0f;
     sk_adamw_cfg ac = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay};
     if ((rc = be->update(be->ctx, &ac, lr, tr->adam_t + 1, coef))) return rc;
@@ -316,22 +335,9 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
     if (tr->has_be) return step_device(tr, info);
     /* 1. forward + backward over the micro-steps; gradients of loss/accum add up */
     sk_model_zero_grad(m);
+    float loss = 0;
     double loss_sum = 0;
-    const float scale = 1.0f / (float)c->accum;
-    int rc = SK_OK;
-    for (int k = 0; k < c->accum && !rc; k++) {
-        float l = 0;
-        rc = sk_loader_next_xy(tr->train, tr->x, tr->y);
-        if (!rc) rc = sk_model_forward_backward(m, tr->x, tr->y, c->B, c->T, scale,
-                                                sk_dropout_seed(c->seed, tr->step, tr->world > 1 ? k * tr->world + tr->rank : k), &l);
-        if (rc) {
-            char pre[32];
-            snprintf(pre, sizeof pre, "step %d: ", tr->step + 1);
-            rc = rethrow(rc, pre);
-        }
-        loss_sum += l;
-    }
-    float loss = (float)(loss_sum / c->accum);
+    int rc = micro_steps(tr, &loss, &loss_sum);
     float *g = sk_model_grads(m);
     /* 2. hook point (this rank's gradients) */
     if (!rc && tr->hook) rc = tr->hook(g, tr->n_params, &loss, tr->hook_ctx);
@@ -369,20 +375,8 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
         norm = sk_grad_norm(g, tr->spans, tr->n_spans);
     }
     /* 4. NaN guard, clipping, update (the same decision on every rank: loss and norm are) */
-    sk_lr_sched sch = {c->lr, c->min_lr, c->warmup, c->lr_decay_steps};
-    double lr = sk_lr_at(&sch, tr->step);
-    info->step = tr->step + 1;
-    info->loss = loss; info->lr = lr; info->grad_norm = norm;
-    info->tokens = (uint64_t)c->accum * c->B * c->T * W;
-    if (!isfinite(loss) || !isfinite(norm)) {
-        const char *what = !isfinite(loss) && !isfinite(norm) ? "loss and gradient norm" : !isfinite(loss) ? "loss" : "gradient norm";
-        if (!c->skip_nonfinite)
-            return sk_error(SK_ENUM, "step %d: non-finite %s (loss %g, gradient norm %g); the parameters "
-                            "were not updated", tr->step + 1, what, (double)loss, norm);
-        tr->skipped++; tr->step++;
-        info->skipped = 1;
-        return SK_OK;
-    }
+    double lr;
+    if ((rc = step_info(tr, info, loss, norm, W, &lr)) || info->skipped) return rc;
     if (c->grad_clip > 0) sk_clip_grads(pg, us, nus, norm, c->grad_clip);
     sk_adamw_cfg ac = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay};
     tr->adam_t++;

@@ -2,9 +2,9 @@
 # Options: make SAN=1 (ASan+UBSan build in build-san/), make BLAS=openblas|none, BLAS_PKG=<pkg-config name>,
 # make MPI=1 (data-parallel training over MPI: mpicc, -DSK_HAVE_MPI, in build-mpi/).
 # make fuzz: libFuzzer harnesses (clang, build-fuzz/), each run FUZZ_SECONDS (scripts/fuzz.sh).
-# make cuda: the CLI with the CUDA backend in build-cuda/ (nvcc; NVCC=..., CUDA_ARCH=sm_90),
-# make cuda-test: build it and run the GPU/CPU parity test (docs/cuda.md). The default build
-# never looks for nvcc.
+# make cuda: the CLI with the CUDA backend in build-cuda/ (nvcc; NVCC=..., CUDA_ARCH=sm_90;
+# with MPI=1 in build-cuda-mpi/, multi-GPU, NCCL when found), make cuda-test: build it and run
+# the GPU/CPU parity test (docs/cuda.md). The default build never looks for nvcc.
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O3 -march=native
@@ -71,22 +71,32 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvc
 CUDA_ARCH ?= sm_90
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS ?= -O3 -arch=$(CUDA_ARCH) -lineinfo -std=c++17 -Xcompiler -Wall
+# MPI=1 too: build-cuda-mpi/, one GPU per rank; NCCL (NCCL_HOME, default CUDA_HOME) when its
+# header is there (NCCL=0 turns it off: the gradient mean then goes through host memory).
+NCCL_HOME ?= $(CUDA_HOME)
+NCCL      ?= $(if $(wildcard $(NCCL_HOME)/include/nccl.h),1,0)
+CUDA_BUILD := build-cuda$(if $(filter 1,$(MPI)),-mpi)
 ifeq ($(CUDA),1)
-BUILD    := build-cuda
+BUILD    := $(CUDA_BUILD)
 CFLAGS   += -DSKIPLM_CUDA -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+ifeq ($(MPI)$(NCCL),11)
+CFLAGS   += -DSKIPLM_NCCL -I$(NCCL_HOME)/include
+LDLIBS   += -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl
+endif
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o)
 LIB_OBJ  += $(patsubst src/cuda/%.c,$(BUILD)/src/cuda/%.o,$(wildcard src/cuda/*.c))
 LIB_OBJ  += $(patsubst src/cuda/%.cu,$(BUILD)/src/cuda/%.cu.o,$(wildcard src/cuda/*.cu))
 endif
 # CUDA_EMU=1 (set by `make cuda-emu-test`): the same CUDA sources on the CPU emulator of
 # tests/cuda/emu (g++, fibers for threads, NaN-filled device memory), into build-cuda-emu/.
+# With MPI=1 (make cuda-emu-mpi-test): build-cuda-emu-mpi/, with the NCCL emulator over MPI.
 ifeq ($(CUDA_EMU),1)
-BUILD    := build-cuda-emu
-CFLAGS   += -DSKIPLM_CUDA -Itests/cuda/emu
+BUILD    := build-cuda-emu$(if $(filter 1,$(MPI)),-mpi)
+CFLAGS   += -DSKIPLM_CUDA -Itests/cuda/emu $(if $(filter 1,$(MPI)),-DSKIPLM_NCCL)
 LDLIBS   += -lstdc++
 EMU_CXX  := $(CXX) -std=c++17 -O2 -g -ffp-contract=off -Wall -Wno-unknown-pragmas -DSK_CUDA_EMU -Itests/cuda/emu -Isrc/cuda -Iinclude
-LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o) $(BUILD)/emu/emu.o
+LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o) $(BUILD)/emu/emu.o $(if $(filter 1,$(MPI)),$(BUILD)/emu/nccl_emu.o)
 LIB_OBJ  += $(patsubst src/cuda/%.c,$(BUILD)/src/cuda/%.o,$(wildcard src/cuda/*.c))
 LIB_OBJ  += $(patsubst src/cuda/%.cu,$(BUILD)/src/cuda/%.emu.o,$(wildcard src/cuda/*.cu))
 endif
@@ -111,6 +121,9 @@ $(BUILD)/src/cuda/%.emu.o: src/cuda/%.cu src/cuda/cuda_kernels.h src/cuda/cuda_c
 $(BUILD)/emu/emu.o: tests/cuda/emu/emu.cpp $(wildcard tests/cuda/emu/*.h)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) -c $< -o $@
+$(BUILD)/emu/nccl_emu.o: tests/cuda/emu/nccl_emu.c tests/cuda/emu/nccl.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
 $(BUILD)/src/cuda/%.cu.o: src/cuda/%.cu src/cuda/cuda_kernels.h src/cuda/cuda_compat.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -133,7 +146,7 @@ test:
 	@BUILD=$(BUILD) bash tests/run_tests.sh
 
 clean:
-	rm -rf build build-san build-mpi build-mpi-san build-fuzz build-cuda build-cuda-emu
+	rm -rf build build-san build-mpi build-mpi-san build-fuzz build-cuda build-cuda-mpi build-cuda-emu build-cuda-emu-mpi
 
 .PHONY: all test clean
 
@@ -163,13 +176,19 @@ bench-attention: $(BUILD)/bench/bench_attention
 CUDA_TESTS := test_cuda_parity test_cuda_infer
 cuda:
 	@test -x "$(NVCC)" || { echo "make cuda: nvcc not found at '$(NVCC)' (give NVCC=/path/to/nvcc)"; exit 1; }
-	@$(MAKE) --no-print-directory CUDA=1 NVCC="$(NVCC)" build-cuda/skiplm $(CUDA_TESTS:%=build-cuda/tests/cuda/%)
+	@$(MAKE) --no-print-directory CUDA=1 NVCC="$(NVCC)" $(CUDA_BUILD)/skiplm $(CUDA_TESTS:%=$(CUDA_BUILD)/tests/cuda/%)
 cuda-test: cuda
-	./build-cuda/tests/cuda/test_cuda_parity "$(CASE)"
-	./build-cuda/tests/cuda/test_cuda_infer "$(CASE)"
+	./$(CUDA_BUILD)/tests/cuda/test_cuda_parity "$(CASE)"
+	./$(CUDA_BUILD)/tests/cuda/test_cuda_infer "$(CASE)"
 # The same tests with the CUDA sources on the CPU emulator (no GPU, no nvcc; slow: minutes).
 cuda-emu-test:
 	@$(MAKE) --no-print-directory CUDA_EMU=1 $(CUDA_TESTS:%=build-cuda-emu/tests/cuda/%)
 	./build-cuda-emu/tests/cuda/test_cuda_parity "$(CASE)"
 	./build-cuda-emu/tests/cuda/test_cuda_infer "$(CASE)"
-.PHONY: cuda cuda-test cuda-emu-test
+# Multi-GPU data parallelism on the emulator: 2 ranks of build-cuda-emu-mpi/skiplm (NCCL
+# emulated over MPI, and the host-memory path) against 2 CPU ranks of build-mpi/skiplm.
+cuda-emu-mpi-test:
+	@$(MAKE) --no-print-directory MPI=1 build-mpi/skiplm
+	@$(MAKE) --no-print-directory CUDA_EMU=1 MPI=1 build-cuda-emu-mpi/skiplm
+	bash tests/cuda/test_cuda_mpi.sh
+.PHONY: cuda cuda-test cuda-emu-test cuda-emu-mpi-test

@@ -51,11 +51,10 @@ static double sgemm_rate(int M, int N, int K) {
 #ifdef SKIPLM_CUDA
 /* The training benchmark on the GPU: the same step as the CPU one (forward + backward,
  * gradient norm, clipping, AdamW), timed from the host with the device synchronised. */
-static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup, int tf32, double peak_tflops) {
+static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup, sk_cuda_precision prec, double peak_tflops) {
     char dev[256];
     if (sk_cuda_device_info(dev, sizeof dev)) return cli_fail("bench");
-    sk_cuda_precision prec = tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
-    printf("device: cuda: %s, %s\n", dev, tf32 ? "fp32 with TF32 GEMMs" : "fp32");
+    printf("device: cuda: %s, %s\n", dev, sk_cuda_precision_name(prec));
     sk_model *m;
     if (sk_model_new(&m, cfg, 1)) return cli_fail("bench");
     int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
@@ -71,8 +70,8 @@ static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup,
         sk_cuda_sgemm_rate(N, 3 * C, C, prec, &g3))
         return cli_fail("bench");
     double ref = fmax(g1, fmax(g2, g3));
-    printf("cuBLAS sgemm (%s) on this model's shapes: %.0f / %.0f / %.0f GFLOP/s -> reference rate %.0f GFLOP/s\n",
-           tf32 ? "TF32" : "fp32", g1, g2, g3, ref);
+    printf("cuBLAS GEMM (%s) on this model's shapes: %.0f / %.0f / %.0f GFLOP/s -> reference rate %.0f GFLOP/s\n",
+           prec == SK_CUDA_BF16 ? "bf16" : prec == SK_CUDA_TF32 ? "TF32" : "fp32", g1, g2, g3, ref);
     int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
     double *times = malloc(sizeof(double) * steps);
     if (!x || !y || !times) { fprintf(stderr, "skiplm bench: out of memory\n"); return 1; }
@@ -126,7 +125,7 @@ static int gen_cuda_run(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
 /* Generation on the GPU: n greedy tokens after a 1-token prompt (the CPU benchmark's
  * measure), then a prompt of P tokens prefilled in one call and n tokens after it (decoding
  * at a long context, where SLA's smaller cache is read at every step). */
-static int bench_cuda_gen(const sk_config *cfg, int T, int gen, int tf32) {
+static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precision prec) {
     char dev[256];
     if (sk_cuda_device_info(dev, sizeof dev)) return cli_fail("bench");
     sk_model *m;
@@ -136,9 +135,9 @@ static int bench_cuda_gen(const sk_config *cfg, int T, int gen, int tf32) {
     int n = gen < cfg->block_size ? gen : cfg->block_size - 1;
     int P = T < cfg->block_size - n ? T : cfg->block_size - n;
     if (P < 1) P = 1;
-    if (sk_cuda_model_new(&cm, m, tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32) || sk_cuda_kvcache_new(&kv, cm, P + n, 0))
+    if (sk_cuda_model_new_inference(&cm, m, prec) || sk_cuda_kvcache_new(&kv, cm, P + n, 0))
         return cli_fail("bench");
-    printf("generation on cuda: %s, %s\n", dev, tf32 ? "fp32 with TF32 prefill GEMMs" : "fp32");
+    printf("generation on cuda: %s, %s\n", dev, prec == SK_CUDA_TF32 ? "fp32 with TF32 prefill GEMMs" : sk_cuda_precision_name(prec));
     int V = cfg->vocab_size;
     float *logits = malloc(sizeof(float) * V);
     int32_t *prompt = malloc(sizeof(int32_t) * P);
@@ -166,7 +165,7 @@ static int bench_cuda_gen(const sk_config *cfg, int T, int gen, int tf32) {
 #endif
 
 int cmd_bench(int argc, char **argv) {
-    int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1, tf32 = 0;
+    int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1, tf32 = 0, bf16 = 0;
     const char *device = "cpu";
     float peak_tflops = 0;
     cli_opt opts[] = {
@@ -180,6 +179,7 @@ int cmd_bench(int argc, char **argv) {
         {"no-gen", 'b', &no_gen, "skip the generation benchmark"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
+        {"bf16", 'b', &bf16, "with --device cuda: bf16 mixed precision (bf16 GEMMs, fp32 master weights)"},
         {"peak-tflops", 'f', &peak_tflops, "with --device cuda: also report MFU against this peak (e.g. 989 for H100 SXM bf16 dense)"},
         {0},
     };
@@ -196,11 +196,14 @@ int cmd_bench(int argc, char **argv) {
     sk_config_describe(&cfg, desc, sizeof desc);
     int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
     if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm bench: --device must be cpu or cuda (got '%s')\n", device); return 2; }
+    if (tf32 && bf16) { fprintf(stderr, "skiplm bench: --tf32 and --bf16 exclude each other\n"); return 2; }
+    if ((tf32 || bf16) && !use_cuda) { fprintf(stderr, "skiplm bench: --%s needs --device cuda\n", tf32 ? "tf32" : "bf16"); return 2; }
     if (use_cuda) {
 #ifdef SKIPLM_CUDA
+        const sk_cuda_precision prec = bf16 ? SK_CUDA_BF16 : tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
         printf("bench: %s\n", desc);
-        if (!no_train && (rc = bench_cuda(&cfg, B, T, steps, warmup, tf32, peak_tflops))) return rc;
-        if (!no_gen && gen > 0) return bench_cuda_gen(&cfg, T, gen, tf32);
+        if (!no_train && (rc = bench_cuda(&cfg, B, T, steps, warmup, prec, peak_tflops))) return rc;
+        if (!no_gen && gen > 0) return bench_cuda_gen(&cfg, T, gen, prec);
         return 0;
 #else
         fprintf(stderr, "skiplm bench: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "

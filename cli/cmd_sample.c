@@ -31,19 +31,20 @@ typedef struct {
 #endif
 } decoder;
 
-static int dec_new(decoder *d, sk_model *m, int use_cuda, int tf32, int max_T, int quiet) {
+/* prec: 0 fp32, 1 TF32, 2 bf16 (sk_cuda_precision) */
+static int dec_new(decoder *d, sk_model *m, int use_cuda, int prec, int max_T, int quiet) {
     memset(d, 0, sizeof *d);
     d->m = m;
 #ifdef SKIPLM_CUDA
     if (use_cuda) {
         char dev[256];
-        if (sk_cuda_device_info(dev, sizeof dev) || sk_cuda_model_new(&d->cm, m, tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32))
+        if (sk_cuda_device_info(dev, sizeof dev) || sk_cuda_model_new_inference(&d->cm, m, (sk_cuda_precision)prec))
             return 1;
-        if (!quiet) fprintf(stderr, "[device: cuda: %s]\n", dev);
+        if (!quiet) fprintf(stderr, "[device: cuda: %s, %s]\n", dev, sk_cuda_precision_name((sk_cuda_precision)prec));
         return sk_cuda_kvcache_new(&d->gkv, d->cm, max_T, 0);
     }
 #endif
-    (void)use_cuda; (void)tf32; (void)quiet;
+    (void)use_cuda; (void)prec; (void)quiet;
     return sk_kvcache_new(&d->kv, m, max_T);
 }
 static int dec_run(decoder *d, const int32_t *tokens, int n, float *logits) {
@@ -80,7 +81,7 @@ static void dec_free(decoder *d) {
 
 int cmd_sample(int argc, char **argv) {
     const char *prompt = NULL, *tok_path = NULL, *device = "cpu";
-    int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0;
+    int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0;
     float temperature = 0.8f, top_p = 1.0f;
     uint64_t seed = 1337;
     cli_opt opts[] = {
@@ -95,6 +96,7 @@ int cmd_sample(int argc, char **argv) {
         {"quiet", 'b', &quiet, "print only the generated text (no prompt, no statistics)"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
+        {"bf16", 'b', &bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
         {0},
     };
     char *pos[1]; int np;
@@ -108,6 +110,8 @@ int cmd_sample(int argc, char **argv) {
     }
     int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
     if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm sample: --device must be cpu or cuda (got '%s')\n", device); return 2; }
+    if (tf32 && bf16) { fprintf(stderr, "skiplm sample: --tf32 and --bf16 exclude each other\n"); return 2; }
+    if ((tf32 || bf16) && !use_cuda) { fprintf(stderr, "skiplm sample: --%s needs --device cuda\n", tf32 ? "tf32" : "bf16"); return 2; }
 #ifndef SKIPLM_CUDA
     if (use_cuda) {
         fprintf(stderr, "skiplm sample: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "
@@ -138,7 +142,7 @@ int cmd_sample(int argc, char **argv) {
     if (!grown) { free(ids); return sk_error(SK_ENOMEM, "out of memory for %zu token ids", total + 1), cli_fail("sample"); }
     ids = grown;
     decoder dec;
-    if (dec_new(&dec, m, use_cuda, tf32, c->block_size, quiet)) return cli_fail("sample");
+    if (dec_new(&dec, m, use_cuda, bf16 ? 2 : tf32 ? 1 : 0, c->block_size, quiet)) return cli_fail("sample");
     float *logits = malloc(sizeof(float) * c->vocab_size);
     if (!quiet && prompt) fwrite(prompt, 1, strlen(prompt), stdout);
     /* a prompt longer than the context keeps its last block_size tokens */

@@ -106,7 +106,7 @@ static int train_main(int argc, char **argv, int *agreed) {
     const int rank = sk_dist_rank(), world = sk_dist_size(), r0p = rank == 0;
     const char *data = NULL, *train_path = NULL, *val_path = NULL, *tok_path = NULL, *out = NULL;
     const char *resume = NULL, *init = NULL, *device = "cpu";
-    int tf32 = 0;
+    int tf32 = 0, bf16 = 0;
     int steps = UNSET_I, B = UNSET_I, T = UNSET_I, tps = UNSET_I, accum = UNSET_I, warmup = UNSET_I,
         decay = UNSET_I, eval_every = UNSET_I, eval_batches = UNSET_I, ckpt_every = UNSET_I,
         shuffle = UNSET_I, skip_nonfinite = 0, print_every = 10, overwrite = 0, zero = 0, recompute = -1;
@@ -146,6 +146,7 @@ static int train_main(int argc, char **argv, int *agreed) {
         {"zero", 'i', &zero, "under mpirun: 1 = shard the AdamW state over the ranks (ZeRO stage 1), 0 = replicate it (0)"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs (faster, ~1e-3 relative GEMM error)"},
+        {"bf16", 'b', &bf16, "with --device cuda: bf16 mixed precision (bf16 GEMMs, fp32 master weights and AdamW state)"},
         {0},
     };
     const char *syn = "--data DIR | --train FILE [--val FILE]  [options]";
@@ -211,8 +212,10 @@ static int train_main(int argc, char **argv, int *agreed) {
 #ifndef SKIPLM_CUDA
     if (use_cuda) FAIL("--device cuda: this skiplm was built without CUDA (build it with `make cuda`, then run build-cuda/skiplm)");
 #endif
-    if (tf32 && !use_cuda) FAIL("--tf32 needs --device cuda");
-    if (use_cuda && world > 1) FAIL("--device cuda with %d MPI ranks: multi-GPU training (NCCL) is not implemented yet", world);
+    if ((tf32 || bf16) && !use_cuda) FAIL("--%s needs --device cuda", tf32 ? "tf32" : "bf16");
+    if (tf32 && bf16) FAIL("--tf32 and --bf16 exclude each other");
+    if (use_cuda && world > 1 && zero)
+        FAIL("--zero 1 with --device cuda is not implemented: each GPU holds the whole AdamW state (use --zero 0)");
     if (recompute < -1 || recompute > 1) FAIL("--recompute must be -1, 0 or 1 (got %d)", recompute);
     tc.zero = zero;
     tc.world_size = world;
@@ -349,14 +352,16 @@ static int train_main(int argc, char **argv, int *agreed) {
         fprintf(stderr, "skiplm train: cannot resume: %s; nothing was written\n", sk_last_error());
         goto done;
     }
-    char devdesc[256] = "cpu";
 #ifdef SKIPLM_CUDA
+    char devdesc[256] = "cpu";
+    const sk_cuda_precision prec = bf16 ? SK_CUDA_BF16 : tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
     if (use_cuda) {
         /* the device holds parameters, gradients, AdamW state and activations from here on;
          * the host model keeps the config and receives the state for each checkpoint */
         sk_train_backend be;
-        if (sk_cuda_device_info(devdesc, sizeof devdesc)) FAIL_LIB();
-        if (sk_cuda_model_new(&cm, m, tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32)) FAIL_LIB();
+        if (sk_cuda_select_device() || sk_cuda_device_info(devdesc, sizeof devdesc)) FAIL_LIB();
+        if (sk_cuda_model_new(&cm, m, prec)) FAIL_LIB();
+        if (sk_cuda_dist_init(cm)) FAIL_LIB();    /* collective: NCCL or the host buffer */
         sk_cuda_train_backend(cm, &be);
         if (sk_trainer_set_backend(tr, &be)) FAIL_LIB();
         sk_model_set_recompute(m, recompute);   /* releases the host activations: unused now */
@@ -394,7 +399,11 @@ static int train_main(int argc, char **argv, int *agreed) {
     char desc[256];
     sk_config_describe(&cfg, desc, sizeof desc);
     fprintf(err, "skiplm train: %s, %.2fM parameters\n", desc, sk_model_num_params(m) / 1e6);
-    if (use_cuda) fprintf(err, "skiplm train: device cuda: %s, %s\n", devdesc, tf32 ? "fp32 with TF32 GEMMs" : "fp32");
+#ifdef SKIPLM_CUDA
+    if (use_cuda) fprintf(err, "skiplm train: device cuda: %s, %s%s\n", devdesc, sk_cuda_precision_name(prec),
+                          world < 2 ? "" : sk_cuda_nccl_enabled() ? "; one GPU per rank, gradients averaged by NCCL"
+                                                                  : "; one GPU per rank, gradients averaged through host memory (MPI)");
+#endif
     fprintf(err, "skiplm train: %d steps of %d x %d x %d = %d tokens, lr %g -> %g (warmup %d, decay %d), wd %g, clip %g, seed %" PRIu64 "%s\n",
             tc.steps, tc.accum, tc.B, tc.T, tc.accum * tc.B * tc.T, tc.lr, tc.min_lr, tc.warmup,
             tc.lr_decay_steps, tc.weight_decay, tc.grad_clip, tc.seed, tc.shuffle ? "" : ", sequential data");

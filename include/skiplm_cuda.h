@@ -5,8 +5,12 @@
  * used. Gradients, AdamW's m and v and all activations live on the GPU; the host model
  * supplies the config, the Skip-Layer routing tables and the tensor table.
  *
- * Precision: fp32 throughout (SK_CUDA_FP32, the parity mode: cuBLAS without TF32), or fp32
- * with TF32 tensor-core GEMMs (SK_CUDA_TF32: faster, ~1e-3 relative GEMM error).
+ * Precision: fp32 throughout (SK_CUDA_FP32, the parity mode: cuBLAS without TF32); fp32
+ * with TF32 tensor-core GEMMs (SK_CUDA_TF32: faster, ~1e-3 relative GEMM error); or bf16
+ * mixed precision (SK_CUDA_BF16): every GEMM multiplies bf16 operands on the tensor cores
+ * with fp32 accumulation and an fp32 result; the weights' bf16 copy is refreshed from the
+ * fp32 master weights after every update; activations, attention, norms, the loss,
+ * gradients and AdamW's state stay fp32.
  *
  * Not a part of skiplm.h: include it where the build defines SKIPLM_CUDA. */
 #ifndef SKIPLM_CUDA_H
@@ -17,7 +21,9 @@
 extern "C" {
 #endif
 
-typedef enum { SK_CUDA_FP32 = 0, SK_CUDA_TF32 = 1 } sk_cuda_precision;
+typedef enum { SK_CUDA_FP32 = 0, SK_CUDA_TF32 = 1, SK_CUDA_BF16 = 2 } sk_cuda_precision;
+/* "fp32", "fp32 with TF32 GEMMs", "bf16 mixed precision (fp32 master weights)" */
+const char *sk_cuda_precision_name(sk_cuda_precision p);
 
 typedef struct sk_cuda_model sk_cuda_model;
 
@@ -28,6 +34,11 @@ int sk_cuda_device_info(char *buf, size_t n);
 /* A device model for m (not owned: it must outlive the device model), with m's parameters
  * uploaded. Families: gpt2 and llama, any routing table, dropout, head size <= 128. */
 int sk_cuda_model_new(sk_cuda_model **out, sk_model *m, sk_cuda_precision prec);
+/* The same for inference only (sampling, evaluation): the parameters alone on the device (and
+ * their bf16 copy in SK_CUDA_BF16), no gradients and no AdamW state, a quarter of the
+ * training model's parameter memory. The calls that need gradients or moments refuse it
+ * with SK_EINVAL; sk_cuda_forward and the KV-cache calls work. */
+int sk_cuda_model_new_inference(sk_cuda_model **out, sk_model *m, sk_cuda_precision prec);
 void sk_cuda_model_free(sk_cuda_model *cm);
 sk_model *sk_cuda_host_model(sk_cuda_model *cm);
 
@@ -60,7 +71,22 @@ int sk_cuda_sync(void);
 /* Device memory in use (total - free, all processes) and the total, in bytes. */
 int sk_cuda_memory(size_t *used, size_t *total);
 
-/* The trainer backend over this device model (sk_trainer_set_backend). */
+/* ------------------------------------------------------- data parallelism
+ * One GPU per MPI rank (a CUDA build with MPI=1: build-cuda-mpi/, docs/cuda.md). */
+/* Make this rank's GPU the current device: its rank among the ranks on its node, modulo
+ * the GPUs visible. Call it before anything else touches the GPU. */
+int sk_cuda_select_device(void);
+/* Collective: what the gradient mean needs (the NCCL communicator, or the pinned host
+ * buffer); a no-op on one process. */
+int sk_cuda_dist_init(sk_cuda_model *cm);
+/* Collective: every rank's device gradients replaced by their mean over the ranks (the same
+ * bits on every rank): ncclAllReduce when built with NCCL, else through host memory and
+ * MPI. sk_cuda_dist_init must have run. */
+int sk_cuda_grads_mean(sk_cuda_model *cm);
+/* 1 when the gradient mean uses NCCL (built with it and SKIPLM_NCCL is not 0). */
+int sk_cuda_nccl_enabled(void);
+
+/* The trainer backend over this device model (sk_trainer_set_backend); it has grads_mean. */
 void sk_cuda_train_backend(sk_cuda_model *cm, sk_train_backend *be);
 
 /* ----------------------------------------------------------- generation
@@ -83,8 +109,8 @@ int sk_cuda_prefill(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *token
 /* One decoding step: the token at position pos (single-query attention over the cache). */
 int sk_cuda_decode(sk_cuda_model *cm, sk_cuda_kvcache *kv, int32_t token, float *logits);
 
-/* cuBLAS SGEMM rate in GFLOP/s for C (M, N) = A (M, K) B^T in the given precision, best of
- * a few runs (the benchmark's reference for MFU). */
+/* cuBLAS GEMM rate in GFLOP/s for C (M, N) = A (M, K) B^T in the given precision (SGEMM,
+ * TF32, or GemmEx with bf16 A and B), best of a few runs (the benchmark's reference for MFU). */
 int sk_cuda_sgemm_rate(int M, int N, int K, sk_cuda_precision prec, double *gflops);
 
 #ifdef __cplusplus

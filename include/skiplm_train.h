@@ -151,7 +151,8 @@ int sk_train_cfg_diff(const sk_train_cfg *a, const sk_train_cfg *b, const char *
  * the host model's parameters and the trainer's m and v (before a checkpoint is written),
  * push the other way (when the backend is set, and after a resume). update applies AdamW
  * with the gradients multiplied by clip_coef first (1 = no clipping). The gradient hook
- * gets grads = NULL, n = 0 with a backend. Single process only (world_size 1) for now.
+ * gets grads = NULL, n = 0 with a backend. With world_size > 1 the backend needs grads_mean,
+ * and the AdamW state is replicated (zero = 0): each device holds all of it.
  * Every function returns 0 or an error code with sk_error's message. */
 typedef struct {
     void *ctx;
@@ -163,6 +164,9 @@ typedef struct {
     int (*update)(void *ctx, const sk_adamw_cfg *c, double lr, long t, float clip_coef);
     int (*pull)(void *ctx, float *params, float *m, float *v);
     int (*push)(void *ctx, const float *params, const float *m, const float *v);
+    /* Data parallelism (world_size > 1; NULL: one process only): replace every rank's device
+     * gradients by their mean over the ranks, the same bits on every rank. Collective. */
+    int (*grads_mean)(void *ctx);
 } sk_train_backend;
 /* Attach a backend (copied) and push the current state to it. */
 int sk_trainer_set_backend(sk_trainer *tr, const sk_train_backend *be);
@@ -197,6 +201,10 @@ int sk_dist_init(void);          /* MPI_Init when started by mpirun (idempotent)
 void sk_dist_finalize(void);
 int sk_dist_rank(void);
 int sk_dist_size(void);          /* 1 without MPI */
+/* This rank's index among the ranks on its node, and their number (0 and 1 without MPI):
+ * which GPU a rank takes. */
+int sk_dist_local_rank(void);
+int sk_dist_local_size(void);
 int sk_dist_built_with_mpi(void);
 /* Stop every rank now (MPI_Abort; exit() in one process). For errors outside the agreed
  * points, after the message is printed. */

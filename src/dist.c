@@ -17,7 +17,7 @@
 #include <mpi.h>
 #endif
 
-static int g_rank = 0, g_size = 1;
+static int g_rank = 0, g_size = 1, g_local_rank = 0, g_local_size = 1;
 static double g_comm_s = 0;
 
 int sk_dist_built_with_mpi(void) {
@@ -30,6 +30,8 @@ int sk_dist_built_with_mpi(void) {
 
 int sk_dist_rank(void) { return g_rank; }
 int sk_dist_size(void) { return g_size; }
+int sk_dist_local_rank(void) { return g_local_rank; }
+int sk_dist_local_size(void) { return g_local_size; }
 double sk_dist_comm_seconds(void) { return g_comm_s; }
 
 #ifdef SK_HAVE_MPI
@@ -54,6 +56,12 @@ int sk_dist_init(void) {
     g_inited = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    MPI_Comm node;                      /* the ranks sharing this node's memory */
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_rank(node, &g_local_rank);
+        MPI_Comm_size(node, &g_local_size);
+        MPI_Comm_free(&node);
+    }
 #endif
     return SK_OK;
 }
@@ -62,7 +70,7 @@ void sk_dist_finalize(void) {
 #ifdef SK_HAVE_MPI
     if (g_inited) { MPI_Finalize(); g_inited = 0; }
 #endif
-    g_rank = 0; g_size = 1;
+    g_rank = 0; g_size = 1; g_local_rank = 0; g_local_size = 1;
 }
 
 void sk_dist_abort(int status) {

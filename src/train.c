@@ -251,9 +251,12 @@ int sk_trainer_new(sk_trainer **out, sk_model *m, const sk_train_cfg *cfg, sk_lo
 void sk_trainer_set_grad_hook(sk_trainer *tr, sk_grad_hook fn, void *ctx) { tr->hook = fn; tr->hook_ctx = ctx; }
 
 int sk_trainer_set_backend(sk_trainer *tr, const sk_train_backend *be) {
-    if (tr->world > 1)
-        return sk_error(SK_EINVAL, "a device backend with %d data-parallel ranks is not implemented yet "
-                        "(train on one process)", tr->world);
+    if (tr->world > 1 && !be->grads_mean)
+        return sk_error(SK_EINVAL, "this device backend has no gradient all-reduce: train on one process, not %d",
+                        tr->world);
+    if (tr->world > 1 && tr->starts)
+        return sk_error(SK_EINVAL, "ZeRO (zero = 1) with a device backend is not implemented: every GPU holds "
+                        "the whole AdamW state (use zero = 0)");
     tr->be = *be;
     tr->has_be = 1;
     return be->push(be->ctx, sk_model_params(tr->m), tr->mom, tr->vel);
@@ -303,20 +306,29 @@ static int step_info(sk_trainer *tr, sk_step_info *info, float loss, double norm
     return SK_OK;
 }
 
-/* sk_trainer_step with a device backend: the same sequence as the CPU path below for one
- * process (micro-steps, hook, norm, NaN guard, clipping, scheduled AdamW), run by the backend. */
+/* sk_trainer_step with a device backend: the same sequence as the CPU path below without
+ * ZeRO (micro-steps, hook, mean over the ranks, norm, NaN guard, clipping, scheduled AdamW),
+ * run by the backend. */
 static int step_device(sk_trainer *tr, sk_step_info *info) {
     const sk_train_cfg *c = &tr->cfg;
     const sk_train_backend *be = &tr->be;
+    const int W = tr->world;
     int rc = be->zero_grad(be->ctx);
     float loss = 0;
-    if (!rc) rc = micro_steps(tr, &loss, NULL);
+    double loss_sum = 0;
+    if (!rc) rc = micro_steps(tr, &loss, &loss_sum);
     if (!rc && tr->hook) rc = tr->hook(NULL, 0, &loss, tr->hook_ctx);
-    double norm = 0;
-    if (!rc) rc = be->grad_norm(be->ctx, &norm);
+    if (W > 1) rc = sk_dist_agree(rc);    /* one rank failed: all stop, with its message */
     if (rc) return rc;
+    if (W > 1) {
+        if (tr->hook) loss_sum = (double)loss * c->accum;   /* the hook may have changed it */
+        if ((rc = sk_dist_sum_f64(&loss_sum, 1)) || (rc = be->grads_mean(be->ctx))) return rc;
+        loss = (float)(loss_sum / ((double)c->accum * W));
+    }
+    double norm = 0;
+    if ((rc = be->grad_norm(be->ctx, &norm))) return rc;
     double lr;
-    if ((rc = step_info(tr, info, loss, norm, 1, &lr)) || info->skipped) return rc;
+    if ((rc = step_info(tr, info, loss, norm, W, &lr)) || info->skipped) return rc;
     float coef = c->grad_clip > 0 ? sk_clip_coef(norm, c->grad_clip) : 1.0f;
     sk_adamw_cfg ac = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay};
     if ((rc = be->update(be->ctx, &ac, lr, tr->adam_t + 1, coef))) return rc;

@@ -71,32 +71,7 @@ A="--train $tmp/train.bin --val $tmp/val.bin --vocab_size 64 --n_layer 2 --n_hea
 
 # compare RUN_A RUN_B TOL: log (loss, grad_norm, val_loss per step) and every tensor of the
 # final checkpoints within TOL relative (per step / per tensor: max|a-b| <= TOL * max|b|)
-compare() {
-    "$PY" - "$1" "$2" "$3" <<'EOF'
-import sys, json
-sys.path.insert(0, "tests/ref")
-import st
-a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
-la = [json.loads(l) for l in open(a + "/log.jsonl")]
-lb = [json.loads(l) for l in open(b + "/log.jsonl")]
-if [x["step"] for x in la] != [x["step"] for x in lb]:
-    print("steps differ"); sys.exit(1)
-worst = 0.0
-for x, y in zip(la, lb):
-    for k in ("loss", "grad_norm", "val_loss", "tokens"):
-        if (k in x) != (k in y): print("step", x["step"], k, "missing"); sys.exit(1)
-        if k in x: worst = max(worst, abs(x[k] - y[k]) / max(abs(y[k]), 1e-30))
-ta, _ = st.load_file(a + "/ckpt.safetensors")
-tb, _ = st.load_file(b + "/ckpt.safetensors")
-if set(ta) != set(tb): print("tensor names differ"); sys.exit(1)
-wt, wname = 0.0, ""
-for k in ta:
-    d = (ta[k].double() - tb[k].double()).abs().max().item() / max(tb[k].double().abs().max().item(), 1e-30)
-    if d > wt: wt, wname = d, k
-print(f"  {len(la)} steps: loss/norm/val max rel diff {worst:.2e}; tensors max rel diff {wt:.2e} ({wname})")
-sys.exit(0 if worst <= tol and wt <= tol else 1)
-EOF
-}
+compare() { "$PY" tests/ref/compare_runs.py "$@"; }   # RUN_A RUN_B TOL [TENSOR_TOL]: log and checkpoint
 same_tensors() {   # bit-identical tensors (metadata may differ)
     "$PY" - "$1" "$2" <<'EOF'
 import sys

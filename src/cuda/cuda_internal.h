@@ -14,6 +14,8 @@ struct sk_cuda_model {
     sk_cuda_precision prec;
     cublasHandle_t blas;
     float *params, *grads, *mom, *vel;   /* device, n_params floats each */
+    uint16_t *params16;               /* SK_CUDA_BF16: params rounded to bf16 (same layout), else NULL */
+    uint16_t *op16[2]; size_t op16_n[2];  /* SK_CUDA_BF16: the GEMM's activation operands in bf16 */
     sk_params p, g;                   /* device views (sk_params_views on the device buffers) */
     float *pos_table;                 /* sinusoidal positions (block_size, C), or NULL */
     float *rope;                      /* RoPE table (block_size, hs/2, 2), or NULL */
@@ -30,6 +32,9 @@ struct sk_cuda_model {
     int32_t *next_h;                  /* (N) bucket cursors */
     float *losses_h;                  /* (N) */
     int n_uniq;
+    /* data parallelism (dist_cuda.c) */
+    void *nccl;                       /* ncclComm_t, or NULL */
+    float *grads_h;                   /* pinned host copy of the gradients (mean without NCCL) */
 };
 
 /* sk_error(SK_EIO, ...) naming the call, file and line and CUDA's / cuBLAS's message */
@@ -41,9 +46,18 @@ int sk_cu_kcheck(const char *name, const char *file, int line);
 /* cudaMalloc into *(void **)p with a message naming what, how much, and the free memory;
  * 0 bytes gives NULL. */
 int sk_cu_alloc(void *p, size_t bytes, const char *what);
-/* Row-major C (M, N) = alpha op(A) op(B) + beta C on cm's cuBLAS handle (sk_gemm's contract). */
+/* Row-major C (M, N) = alpha op(A) op(B) + beta C on cm's cuBLAS handle (sk_gemm's contract).
+ * SK_CUDA_BF16: A and B are multiplied in bf16 (a pointer into the parameters reads their
+ * bf16 copy; any other operand is rounded into a scratch buffer first), C stays fp32. */
 int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
                const float *B, int ldb, float beta, float *C, int ldc);
+
+/* cudaMallocHost (pinned memory) with the message of sk_cu_alloc. */
+int sk_cu_alloc_host(void *p, size_t bytes, const char *what);
+/* Releases the NCCL communicator and the host gradient buffer (sk_cuda_model_free). */
+void sk_cu_dist_free(sk_cuda_model *cm);
+/* Refresh the bf16 copy of the parameters (SK_CUDA_BF16; a no-op otherwise). */
+int sk_cu_params_changed(sk_cuda_model *cm);
 
 #define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return sk_cu_fail(e_, #call, __FILE__, __LINE__); } while (0)
 #define BLAS(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) return sk_cu_blas_fail(s_, #call, __FILE__, __LINE__); } while (0)

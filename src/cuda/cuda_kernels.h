@@ -57,6 +57,9 @@ void cu_swiglu_backward(float *dh, const float *h, const float *dout, int N, int
 /* RoPE as sk_rope: table (max_pos, hs/2, 2) cos/sin on the device. */
 void cu_rope(float *x, const float *table, int B, int T, int row, int col0, int n_heads, int hs, int pos0, int inverse);
 void cu_add_inplace(float *y, const float *x, size_t n);
+/* dst (rows, cols, packed) = src (rows, cols, leading dimension ld) rounded to bf16 (nearest
+ * even; raw bits, __nv_bfloat16's layout): the operands of the bf16 GEMMs. */
+void cu_to_bf16(uint16_t *dst, const float *src, size_t rows, int cols, size_t ld);
 /* sk_dropout: keep element i iff sk_hash32(seed, stream, i) >= p * 2^32, scale 1/(1-p). */
 void cu_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t stream);
 

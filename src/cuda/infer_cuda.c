@@ -114,13 +114,14 @@ int sk_cuda_kvcache_new(sk_cuda_kvcache **out, sk_cuda_model *cm, int max_T, int
 
 /* ------------------------------------------------------------------ ops */
 
-/* out (n, OC; row stride ldo) = inp (n, IC) @ w^T + b: one token by cublasSgemv, a chunk by
- * sk_cu_gemm. w is row-major (OC, IC), i.e. column-major (IC, OC): y = w_cm^T x. */
+/* out (n, OC; row stride ldo) = inp (n, IC) @ w^T + b: one fp32 token by cublasSgemv, a chunk
+ * (or, in bf16, any n: the weights' bf16 copy halves a decoding step's reads) by sk_cu_gemm.
+ * w is row-major (OC, IC), i.e. column-major (IC, OC): y = w_cm^T x. */
 static int linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, const float *w, const float *b,
                   int n, int IC, int OC) {
     float one = 1.0f, beta = b ? 1.0f : 0.0f;
     if (b) K(cu_bias_broadcast(out, b, n, OC, ldo));
-    if (n == 1) {
+    if (n == 1 && cm->prec != SK_CUDA_BF16) {
         BLAS(cublasSgemv(cm->blas, CUBLAS_OP_T, IC, OC, &one, w, IC, inp, 1, &beta, out, 1));
         return SK_OK;
     }

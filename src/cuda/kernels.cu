@@ -363,6 +363,24 @@ __global__ void add_k(float *y, const float *x, size_t n) {
 }
 extern "C" void cu_add_inplace(float *y, const float *x, size_t n) { LAUNCH(add_k, blocks_for(n, BS), BS, 0, y, x, n); }
 
+/* ------------------------------------------------------------- precision */
+
+/* fp32 -> bf16 bits, rounded to nearest even (a NaN stays a quiet NaN): __float2bfloat16_rn,
+ * written out so that the emulator rounds exactly as the GPU does. */
+__device__ __forceinline__ uint16_t bf16_bits(float f) {
+    const uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+__global__ void to_bf16_k(uint16_t *dst, const float *src, size_t n, int cols, size_t ld) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = bf16_bits(src[(i / cols) * ld + i % cols]);
+}
+extern "C" void cu_to_bf16(uint16_t *dst, const float *src, size_t rows, int cols, size_t ld) {
+    const size_t n = rows * (size_t)cols;
+    if (n) LAUNCH(to_bf16_k, blocks_for(n, BS), BS, 0, dst, src, n, cols, ld);
+}
+
 /* sk_hash32 of src/ops.h, bit for bit */
 __device__ __forceinline__ uint32_t hash32(uint64_t seed, uint64_t stream, uint64_t i) {
     uint64_t z = seed ^ (stream * 0x9E3779B97F4A7C15ULL) ^ (i * 0xD1B54A32D192ED03ULL);

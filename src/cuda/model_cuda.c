@@ -92,6 +92,20 @@ int sk_cu_alloc(void *p, size_t bytes, const char *what) {
     return SK_OK;
 }
 
+int sk_cu_alloc_host(void *p, size_t bytes, const char *what) {
+    void **pp = (void **)p;
+    *pp = NULL;
+    if (bytes == 0) return SK_OK;
+    cudaError_t e = cudaMallocHost(pp, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *pp = NULL;
+        return sk_error(SK_ENOMEM, "CUDA: %s needs %zu bytes (%.2f GiB) of pinned host memory (%s)", what, bytes,
+                        bytes / 1073741824.0, cudaGetErrorString(e));
+    }
+    return SK_OK;
+}
+
 /* ------------------------------------------------------------ the model */
 
 
@@ -107,30 +121,41 @@ static void free_acts(sk_cuda_model *cm) {
 void sk_cuda_model_free(sk_cuda_model *cm) {
     if (!cm) return;
     free_acts(cm);
+    sk_cu_dist_free(cm);
     cudaFree(cm->params); cudaFree(cm->grads); cudaFree(cm->mom); cudaFree(cm->vel);
+    cudaFree(cm->params16); cudaFree(cm->op16[0]); cudaFree(cm->op16[1]);
     cudaFree(cm->pos_table); cudaFree(cm->rope); cudaFree(cm->spans); cudaFree(cm->sq_d);
     free(cm->sq_h); free(cm->slot_h);
     if (cm->blas) cublasDestroy(cm->blas);
     free(cm);
 }
 
-static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec) {
+/* training = 0: the parameters alone (sk_cuda_model_new_inference) */
+static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int training) {
     cm->m = m; cm->prec = prec;
     if (m->hs > 128)
         return sk_error(SK_EINVAL, "CUDA: head size %d is above the attention kernel's 128", m->hs);
     BLAS(cublasCreate(&cm->blas));
+    if (prec != SK_CUDA_FP32 && prec != SK_CUDA_TF32 && prec != SK_CUDA_BF16)
+        return sk_error(SK_EINVAL, "CUDA: unknown precision %d", (int)prec);
     BLAS(cublasSetMathMode(cm->blas, prec == SK_CUDA_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     size_t P = m->n_params * sizeof(float);
     TRY(sk_cu_alloc(&cm->params, P, "the parameters"));
-    TRY(sk_cu_alloc(&cm->grads, P, "the gradients"));
-    TRY(sk_cu_alloc(&cm->mom, P, "AdamW's m"));
-    TRY(sk_cu_alloc(&cm->vel, P, "AdamW's v"));
     CU(cudaMemcpy(cm->params, m->params, P, cudaMemcpyHostToDevice));
-    CU(cudaMemset(cm->grads, 0, P));
-    CU(cudaMemset(cm->mom, 0, P));
-    CU(cudaMemset(cm->vel, 0, P));
+    if (training) {
+        TRY(sk_cu_alloc(&cm->grads, P, "the gradients"));
+        TRY(sk_cu_alloc(&cm->mom, P, "AdamW's m"));
+        TRY(sk_cu_alloc(&cm->vel, P, "AdamW's v"));
+        CU(cudaMemset(cm->grads, 0, P));
+        CU(cudaMemset(cm->mom, 0, P));
+        CU(cudaMemset(cm->vel, 0, P));
+        sk_params_views(m, cm->grads, &cm->g);
+    }
+    if (prec == SK_CUDA_BF16) {
+        TRY(sk_cu_alloc(&cm->params16, m->n_params * sizeof(uint16_t), "the bf16 copy of the parameters"));
+        TRY(sk_cu_params_changed(cm));
+    }
     sk_params_views(m, cm->params, &cm->p);
-    sk_params_views(m, cm->grads, &cm->g);
     if (m->sinus) {
         size_t b = (size_t)m->cfg.block_size * m->C * sizeof(float);
         TRY(sk_cu_alloc(&cm->pos_table, b, "the sinusoidal position table"));
@@ -158,41 +183,65 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec) {
     return SK_OK;
 }
 
-int sk_cuda_model_new(sk_cuda_model **out, sk_model *m, sk_cuda_precision prec) {
+static int model_create(sk_cuda_model **out, sk_model *m, sk_cuda_precision prec, int training) {
     *out = NULL;
     sk_cuda_model *cm = calloc(1, sizeof *cm);
     if (!cm) return sk_error(SK_ENOMEM, "out of memory");
-    int rc = model_new(cm, m, prec);
+    int rc = model_new(cm, m, prec, training);
     if (rc) { sk_cuda_model_free(cm); return rc; }
     *out = cm;
+    return SK_OK;
+}
+int sk_cuda_model_new(sk_cuda_model **out, sk_model *m, sk_cuda_precision prec) {
+    return model_create(out, m, prec, 1);
+}
+int sk_cuda_model_new_inference(sk_cuda_model **out, sk_model *m, sk_cuda_precision prec) {
+    return model_create(out, m, prec, 0);
+}
+
+/* the calls that need the gradients or AdamW's state refuse an inference-only model */
+#define NEED_TRAINING(cm) do { if (!(cm)->grads) return sk_error(SK_EINVAL, "CUDA: %s: this device model " \
+    "holds no gradients or AdamW state (it was made by sk_cuda_model_new_inference)", __func__); } while (0)
+
+const char *sk_cuda_precision_name(sk_cuda_precision p) {
+    return p == SK_CUDA_TF32 ? "fp32 with TF32 GEMMs"
+         : p == SK_CUDA_BF16 ? "bf16 mixed precision (bf16 GEMMs, fp32 master weights)" : "fp32";
+}
+
+int sk_cu_params_changed(sk_cuda_model *cm) {
+    if (cm->params16) K(cu_to_bf16(cm->params16, cm->params, cm->m->n_params, 1, 1));
     return SK_OK;
 }
 
 int sk_cuda_upload_params(sk_cuda_model *cm, const float *params) {
     CU(cudaMemcpy(cm->params, params, cm->m->n_params * sizeof(float), cudaMemcpyHostToDevice));
-    return SK_OK;
+    return sk_cu_params_changed(cm);
 }
 int sk_cuda_download_params(sk_cuda_model *cm, float *params) {
     CU(cudaMemcpy(params, cm->params, cm->m->n_params * sizeof(float), cudaMemcpyDeviceToHost));
     return SK_OK;
 }
 int sk_cuda_download_grads(sk_cuda_model *cm, float *grads) {
+    NEED_TRAINING(cm);
     CU(cudaMemcpy(grads, cm->grads, cm->m->n_params * sizeof(float), cudaMemcpyDeviceToHost));
     return SK_OK;
 }
 int sk_cuda_upload_adam(sk_cuda_model *cm, const float *mo, const float *ve) {
+    NEED_TRAINING(cm);
     size_t b = cm->m->n_params * sizeof(float);
     if (mo) CU(cudaMemcpy(cm->mom, mo, b, cudaMemcpyHostToDevice));
     if (ve) CU(cudaMemcpy(cm->vel, ve, b, cudaMemcpyHostToDevice));
     return SK_OK;
 }
 int sk_cuda_download_adam(sk_cuda_model *cm, float *mo, float *ve) {
+    NEED_TRAINING(cm);
     size_t b = cm->m->n_params * sizeof(float);
     if (mo) CU(cudaMemcpy(mo, cm->mom, b, cudaMemcpyDeviceToHost));
     if (ve) CU(cudaMemcpy(ve, cm->vel, b, cudaMemcpyDeviceToHost));
     return SK_OK;
 }
 int sk_cuda_zero_grad(sk_cuda_model *cm) {
+    NEED_TRAINING(cm);
     CU(cudaMemset(cm->grads, 0, cm->m->n_params * sizeof(float)));
     return SK_OK;
 }
@@ -273,11 +322,45 @@ int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
 /* Row-major C (M, N) = alpha op(A) op(B) + beta C, the contract of sk_gemm (src/ops.h).
  * cuBLAS is column-major: a row-major X (r x c, ld) is the column-major X^T with the same
  * ld, so we ask for C^T (N x M) = op(B)^T op(A)^T, i.e. swap the operands and the sizes. */
+/* The bf16 form of a row-major operand X (rows, cols, ld) for slot 0 or 1: inside the
+ * parameters, their bf16 copy at the same offset (same ld); anything else rounded into the
+ * slot's scratch buffer (packed: ld = cols), grown on demand. */
+static int bf16_operand(sk_cuda_model *cm, int slot, const float *X, int rows, int cols, int ld,
+                        const uint16_t **out, int *ld16) {
+    const uintptr_t x = (uintptr_t)X, p0 = (uintptr_t)cm->params;
+    if (x >= p0 && x < p0 + cm->m->n_params * sizeof(float)) {
+        *out = cm->params16 + (x - p0) / sizeof(float);
+        *ld16 = ld;
+        return SK_OK;
+    }
+    const size_t n = (size_t)rows * cols;
+    if (n > cm->op16_n[slot]) {
+        cudaFree(cm->op16[slot]);
+        cm->op16[slot] = NULL; cm->op16_n[slot] = 0;
+        TRY(sk_cu_alloc(&cm->op16[slot], n * sizeof(uint16_t), "a bf16 GEMM operand"));
+        cm->op16_n[slot] = n;
+    }
+    K(cu_to_bf16(cm->op16[slot], X, (size_t)rows, cols, (size_t)ld));
+    *out = cm->op16[slot];
+    *ld16 = cols;
+    return SK_OK;
+}
+
 int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
-                const float *B, int ldb, float beta, float *C, int ldc) {
+               const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return SK_OK;
-    BLAS(cublasSgemm(cm->blas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                     &alpha, B, ldb, A, lda, &beta, C, ldc));
+    if (cm->prec != SK_CUDA_BF16 || K <= 0) {
+        BLAS(cublasSgemm(cm->blas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                         &alpha, B, ldb, A, lda, &beta, C, ldc));
+        return SK_OK;
+    }
+    const uint16_t *A16, *B16;
+    int lda16, ldb16;
+    TRY(bf16_operand(cm, 0, A, tA ? K : M, tA ? M : K, lda, &A16, &lda16));
+    TRY(bf16_operand(cm, 1, B, tB ? N : K, tB ? K : N, ldb, &B16, &ldb16));
+    BLAS(cublasGemmEx(cm->blas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+                      B16, CUDA_R_16BF, ldb16, A16, CUDA_R_16BF, lda16, &beta, C, CUDA_R_32F, ldc,
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return SK_OK;
 }
 
@@ -608,6 +691,7 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
 
 int sk_cuda_forward_backward(sk_cuda_model *cm, const int32_t *inputs, const int32_t *targets, int B, int T,
                              float grad_scale, uint64_t dropout_seed, float *loss) {
+    NEED_TRAINING(cm);
     if (!targets) return sk_error(SK_EINVAL, "forward_backward needs targets");
     TRY(sk_cuda_reserve(cm, B, T));
     TRY(upload_tokens(cm, inputs, targets, B * T));
@@ -619,6 +703,7 @@ int sk_cuda_forward_backward(sk_cuda_model *cm, const int32_t *inputs, const int
 /* ------------------------------------------------------------- optimizer */
 
 int sk_cuda_grad_norm(sk_cuda_model *cm, double *norm) {
+    NEED_TRAINING(cm);
     K(cu_span_sq(cm->sq_d, cm->grads, cm->spans, cm->n_spans));
     CU(cudaMemcpy(cm->sq_h, cm->sq_d, sizeof(double) * cm->n_spans, cudaMemcpyDeviceToHost));
     double sum = 0;
@@ -629,6 +714,7 @@ int sk_cuda_grad_norm(sk_cuda_model *cm, double *norm) {
 
 /* The scalars exactly as sk_adamw_step computes them (double, rounded once to float). */
 int sk_cuda_adamw_step(sk_cuda_model *cm, const sk_adamw_cfg *c, double lr, long t, float clip_coef) {
+    NEED_TRAINING(cm);
     double b1 = c->beta1, b2 = c->beta2;
     const float decay = (float)(1.0 - lr * (double)c->weight_decay);
     const float fb1 = (float)b1, fb2 = (float)b2, a1 = (float)(1.0 - b1), a2 = (float)(1.0 - b2);
@@ -636,7 +722,7 @@ int sk_cuda_adamw_step(sk_cuda_model *cm, const sk_adamw_cfg *c, double lr, long
     const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)t));
     K(cu_adamw(cm->params, cm->grads, cm->mom, cm->vel, cm->spans, cm->n_spans, decay, fb1, fb2, a1, a2, step_size,
                bc2_sqrt, c->eps, c->weight_decay != 0.0f, clip_coef));
-    return SK_OK;
+    return sk_cu_params_changed(cm);
 }
 
 /* --------------------------------------------------------- trainer backend */
@@ -661,11 +747,14 @@ static int be_push(void *ctx, const float *params, const float *mo, const float 
     return sk_cuda_upload_adam(ctx, mo, ve);
 }
 
+static int be_mean(void *ctx) { return sk_cuda_grads_mean(ctx); }
+
 void sk_cuda_train_backend(sk_cuda_model *cm, sk_train_backend *be) {
     memset(be, 0, sizeof *be);
     be->ctx = cm;
     be->zero_grad = be_zero; be->forward_backward = be_fb; be->forward = be_fwd;
     be->grad_norm = be_norm; be->update = be_update; be->pull = be_pull; be->push = be_push;
+    be->grads_mean = be_mean;
 }
 
 /* ------------------------------------------------------------- benchmark */
@@ -674,13 +763,16 @@ int sk_cuda_sgemm_rate(int M, int N, int Kd, sk_cuda_precision prec, double *gfl
     *gflops = 0;
     cublasHandle_t h;
     BLAS(cublasCreate(&h));
-    float *A = NULL, *B = NULL, *C = NULL;
+    void *A = NULL, *B = NULL;
+    float *C = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    int rc = sk_cu_alloc(&A, sizeof(float) * M * (size_t)Kd, "the sgemm probe");
-    if (!rc) rc = sk_cu_alloc(&B, sizeof(float) * N * (size_t)Kd, "the sgemm probe");
+    const int bf16 = prec == SK_CUDA_BF16;
+    const size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);   /* A and B in the GEMMs' operand type */
+    int rc = sk_cu_alloc(&A, es * M * (size_t)Kd, "the sgemm probe");
+    if (!rc) rc = sk_cu_alloc(&B, es * N * (size_t)Kd, "the sgemm probe");
     if (!rc) rc = sk_cu_alloc(&C, sizeof(float) * M * (size_t)N, "the sgemm probe");
-    if (!rc && (cudaMemset(A, 0, sizeof(float) * M * (size_t)Kd) != cudaSuccess ||
-                cudaMemset(B, 0, sizeof(float) * N * (size_t)Kd) != cudaSuccess ||
+    if (!rc && (cudaMemset(A, 0, es * M * (size_t)Kd) != cudaSuccess ||
+                cudaMemset(B, 0, es * N * (size_t)Kd) != cudaSuccess ||
                 cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess))
         rc = sk_error(SK_EIO, "CUDA: sgemm probe setup failed: %s", cudaGetErrorString(cudaGetLastError()));
     if (!rc && cublasSetMathMode(h, prec == SK_CUDA_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)
@@ -690,7 +782,10 @@ int sk_cuda_sgemm_rate(int M, int N, int Kd, sk_cuda_precision prec, double *gfl
         float ms = 0;
         cudaEventRecord(e0, 0);
         /* row-major C (M, N) = A (M, K) B^T */
-        cublasStatus_t s = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, Kd, &one, B, Kd, A, Kd, &zero, C, N);
+        cublasStatus_t s = bf16 ? cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, Kd, &one, B, CUDA_R_16BF, Kd, A,
+                                               CUDA_R_16BF, Kd, &zero, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                               CUBLAS_GEMM_DEFAULT)
+                                : cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, Kd, &one, B, Kd, A, Kd, &zero, C, N);
         cudaEventRecord(e1, 0);
         if (s != CUBLAS_STATUS_SUCCESS) { rc = sk_cu_blas_fail(s, "cublasSgemm (probe)", __FILE__, __LINE__); break; }
         if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {

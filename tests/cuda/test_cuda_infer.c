@@ -13,6 +13,11 @@
  *   4. a second multi-token prefill after decoding (queries at an offset), then more steps;
  *   5. cache full: the step past max_T fails with SK_EINVAL and changes nothing; after a
  *      reset the prompt gives the same logits again; bad tokens are refused.
+ * The cases run on inference-only device models (sk_cuda_model_new_inference, as `sample`),
+ * which the api case checks against a training model and for refusing training calls.
+ * bf16 (SK_CUDA_BF16: bf16 GEMMs, single-token steps included): the logits of a chunked
+ * prefill and of every decoding step equal the bf16 full forward over the same tokens (1e-4:
+ * the same bf16 operands, only the summation order differs) and stay near the CPU's fp32.
  * Prints PASS/FAIL per check and "N passed, N failed"; exits non-zero on failure. */
 #include "skiplm.h"
 #include "skiplm_cuda.h"
@@ -77,7 +82,7 @@ static void run_case(const icase *tc) {
     float *lc = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V), *l0 = malloc(sizeof(float) * V);
     int32_t *prompt = malloc(sizeof(int32_t) * (P + tc->mid));
     random_tokens(prompt, P + tc->mid, V, 11);
-    if (sk_cuda_model_new(&cm, m, SK_CUDA_FP32) || sk_cuda_kvcache_new(&kg, cm, max_T, tc->chunk) ||
+    if (sk_cuda_model_new_inference(&cm, m, SK_CUDA_FP32) || sk_cuda_kvcache_new(&kg, cm, max_T, tc->chunk) ||
         sk_kvcache_new(&kc, m, max_T)) {
         CHECK2(0, "%s: setup: %s", tc->name, sk_last_error());
         goto done;
@@ -159,6 +164,40 @@ done:
     sk_model_free(m);
 }
 
+/* bf16 cached generation: prefill + steps vs the bf16 full forward and the CPU's fp32. */
+static void run_bf16(const icase *tc) {
+    sk_config cfg;
+    if (make_config(tc->fields, &cfg)) { CHECK2(0, "bf16 %s: config", tc->name); return; }
+    sk_model *m = NULL;
+    sk_cuda_model *cm = NULL;
+    sk_cuda_kvcache *kg = NULL;
+    const int V = cfg.vocab_size, P = tc->prompt, n = P + tc->steps;
+    int32_t *tok = malloc(sizeof(int32_t) * n);
+    float *full = malloc(sizeof(float) * n * V), *cpu = malloc(sizeof(float) * n * V), *lg = malloc(sizeof(float) * V);
+    random_tokens(tok, n, V, 13);
+    if (sk_model_new(&m, &cfg, 4321) || sk_cuda_model_new_inference(&cm, m, SK_CUDA_BF16) ||
+        sk_cuda_kvcache_new(&kg, cm, n, tc->chunk) || sk_cuda_forward(cm, tok, NULL, 1, n, NULL, full) ||
+        sk_model_forward(m, tok, NULL, 1, n, NULL, cpu)) {
+        CHECK2(0, "bf16 %s: setup: %s", tc->name, sk_last_error());
+        goto done;
+    }
+    double d_full = 0, d_cpu = 0, big = max_abs(cpu, (size_t)n * V);
+    for (int t = P - 1; t < n; t++) {
+        int rc = t == P - 1 ? sk_cuda_prefill(cm, kg, tok, P, lg) : sk_cuda_decode(cm, kg, tok[t], lg);
+        if (rc) { CHECK2(0, "bf16 %s: position %d: %s", tc->name, t, sk_last_error()); goto done; }
+        d_full = fmax(d_full, max_abs_diff(lg, full + (size_t)t * V, V));
+        d_cpu = fmax(d_cpu, max_abs_diff(lg, cpu + (size_t)t * V, V));
+    }
+    CHECK2(d_full <= 1e-4 && d_cpu <= 2e-2 * fmax(1.0, big) && d_cpu > 1e-5,
+           "bf16 %s: prefill %d (chunk %d) + %d steps: logits vs the bf16 forward max |diff| %.2e, vs CPU fp32 %.2e "
+           "(max |logit| %.2f)", tc->name, P, tc->chunk, tc->steps, d_full, d_cpu, big);
+done:
+    free(tok); free(full); free(cpu); free(lg);
+    sk_cuda_kvcache_free(kg);
+    sk_cuda_model_free(cm);
+    sk_model_free(m);
+}
+
 /* A cache is tied to its model; arguments are checked. */
 static void run_api(void) {
     sk_config cfg;
@@ -179,6 +218,25 @@ static void run_api(void) {
         int r4 = sk_cuda_prefill(c1, kv, &one, 0, logits);
         CHECK2(r2 == SK_EINVAL && r3 == SK_EINVAL && r4 == SK_EINVAL && !bad,
                "api: max_T above block_size or 0, and n = 0, are refused: %s", sk_last_error());
+        /* an inference-only model: the training model's forward, and no training calls */
+        sk_cuda_model *ci = NULL;
+        int32_t x[20], y[20];
+        for (int i = 0; i < 20; i++) { x[i] = (i * 7) % 50; y[i] = (i * 3) % 50; }
+        float la[2 * 10 * 50], lb[2 * 10 * 50], l1 = 0, l2 = 0;
+        double g = 0;
+        if (sk_cuda_model_new_inference(&ci, m1, SK_CUDA_FP32) || sk_cuda_forward(c1, x, y, 2, 10, &l1, la) ||
+            sk_cuda_forward(ci, x, y, 2, 10, &l2, lb)) {
+            CHECK2(0, "api: inference-only model: %s", sk_last_error());
+        } else {
+            CHECK2(l1 == l2 && max_abs_diff(la, lb, 2 * 10 * 50) == 0,
+                   "api: inference-only model: loss and logits identical to the training model's (%.6f)", l1);
+            int e1 = sk_cuda_zero_grad(ci), e2 = sk_cuda_forward_backward(ci, x, y, 2, 10, 1.0f, 0, &l2);
+            int e3 = sk_cuda_grad_norm(ci, &g), e4 = sk_cuda_download_adam(ci, la, NULL);
+            CHECK2(e1 == SK_EINVAL && e2 == SK_EINVAL && e3 == SK_EINVAL && e4 == SK_EINVAL &&
+                   strstr(sk_last_error(), "no gradients or AdamW state"),
+                   "api: inference-only model refuses the training calls: %s", sk_last_error());
+        }
+        sk_cuda_model_free(ci);
     }
     sk_cuda_kvcache_free(kv);
     sk_cuda_model_free(c1); sk_cuda_model_free(c2);
@@ -196,6 +254,12 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
         if (!only || strstr(CASES[i].name, only)) run_case(&CASES[i]);
     if (!only || strstr("api", only)) run_api();
+    static const int BF16_CASES[] = {0, 5, 8};      /* gpt2 chunked, gpt2 hs64 SLA long, llama GQA SLA */
+    for (size_t i = 0; i < sizeof BF16_CASES / sizeof BF16_CASES[0]; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "bf16 %s", CASES[BF16_CASES[i]].name);
+        if (!only || strstr(name, only)) run_bf16(&CASES[BF16_CASES[i]]);
+    }
     printf("%d passed, %d failed\n", n_pass, sk_test_failed);
     return sk_test_failed ? 1 : 0;
 }

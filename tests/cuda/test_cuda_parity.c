@@ -13,10 +13,19 @@
  *      parameters within 1e-4 absolute (lr 1e-3);
  * and the trainer (sk_trainer with the CUDA backend vs the CPU trainer, on a token shard):
  * losses of 4 steps, a checkpoint pulled from the device, the parameters equal.
+ * bf16 mixed precision (SK_CUDA_BF16):
+ *   - the GEMM: every transpose pair, strided operands, alpha/beta, operands in the parameters
+ *     (their bf16 copy, also after an upload and an AdamW step) and outside them, against a
+ *     double-precision product of the operands rounded to bf16 on the host (1e-5), and
+ *     measurably away from the fp32 product (so the bf16 path really ran);
+ *   - the model: loss, logits and every gradient tensor near the CPU's fp32 values (bf16
+ *     tolerances: relative L2 error per tensor), and not equal to them;
+ *   - the trainer: 8 steps of bf16 training track the CPU's fp32 loss curve.
  * Prints PASS/FAIL per check and "N passed, N failed"; exits non-zero on failure. */
 #include "skiplm.h"
 #include "skiplm_cuda.h"
 #include "../test.h"
+#include "cuda/cuda_internal.h"      /* sk_cu_gemm and the device buffers, for the bf16 GEMM test */
 #include <stdint.h>
 
 static int n_pass = 0;
@@ -195,7 +204,174 @@ done:
     sk_model_free(m);
 }
 
-/* The trainer with the CUDA backend against the CPU trainer on the same shard. */
+/* ------------------------------------------------------------------ bf16 */
+
+/* fp32 rounded to bf16 (nearest even) and back: what the GPU's operands hold */
+static float bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return f;
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* row-major C (M, N) = alpha op(A) op(B) + beta C in double, operands optionally bf16-rounded */
+static void ref_gemm(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                     float beta, const float *C0, double *C, int ldc, int round) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) {
+                float a = tA ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                float b = tB ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                if (round) { a = bf16_round(a); b = bf16_round(b); }
+                acc += (double)a * b;
+            }
+            C[(size_t)i * ldc + j] = alpha * acc + beta * (double)C0[(size_t)i * ldc + j];
+        }
+}
+static void fill(float *x, size_t n, uint64_t seed) {
+    uint64_t r = seed * 0x9E3779B97F4A7C15ULL + 7;
+    for (size_t i = 0; i < n; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+}
+
+/* One bf16 GEMM on the device (A from the parameters at offset a_off, or from an activation
+ * buffer when a_off < 0; B the other way round) against the host references. */
+static void bf16_gemm_case(sk_cuda_model *cm, const float *host_params, int tA, int tB, int a_in_params,
+                           const char *what) {
+    const int M = 37, N = 29, K = 45;
+    const int ar = tA ? K : M, ac = tA ? M : K, br = tB ? N : K, bc = tB ? K : N;
+    const int lda = ac + 3, ldb = bc + 5, ldc = N + 2;
+    const size_t na = (size_t)ar * lda, nb = (size_t)br * ldb, nc = (size_t)M * ldc;
+    const size_t w_off = 301;                 /* an odd offset into the parameters */
+    float *ha = malloc(na * sizeof(float)), *hb = malloc(nb * sizeof(float)), *hc = malloc(nc * sizeof(float));
+    float *out = malloc(nc * sizeof(float));
+    double *r16 = malloc(nc * sizeof(double)), *r32 = malloc(nc * sizeof(double));
+    float *dact = NULL, *dc = NULL;
+    fill(hc, nc, 3);
+    /* the operand taken from the parameters reads the host copy of them; the other is random */
+    float *act_h = a_in_params ? hb : ha;
+    const size_t act_n = a_in_params ? nb : na;
+    fill(act_h, act_n, 5 + tA + 2 * tB);
+    if (a_in_params) memcpy(ha, host_params + w_off, na * sizeof(float));
+    else memcpy(hb, host_params + w_off, nb * sizeof(float));
+    int ok = cudaMalloc((void **)&dact, act_n * sizeof(float)) == cudaSuccess &&
+             cudaMalloc((void **)&dc, nc * sizeof(float)) == cudaSuccess &&
+             cudaMemcpy(dact, act_h, act_n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess &&
+             cudaMemcpy(dc, hc, nc * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess;
+    const float *dA = a_in_params ? cm->params + w_off : dact, *dB = a_in_params ? dact : cm->params + w_off;
+    ok = ok && !sk_cu_gemm(cm, tA, tB, M, N, K, 1.25f, dA, lda, dB, ldb, 0.5f, dc, ldc) &&
+         cudaMemcpy(out, dc, nc * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess;
+    if (!ok) { CHECK2(0, "bf16 gemm %s: %s", what, sk_last_error()); goto done; }
+    ref_gemm(tA, tB, M, N, K, 1.25f, ha, lda, hb, ldb, 0.5f, hc, r16, ldc, 1);
+    ref_gemm(tA, tB, M, N, K, 1.25f, ha, lda, hb, ldb, 0.5f, hc, r32, ldc, 0);
+    double d16 = 0, d32 = 0, big = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            size_t k = (size_t)i * ldc + j;
+            d16 = fmax(d16, fabs(out[k] - r16[k]));
+            d32 = fmax(d32, fabs(out[k] - r32[k]));
+            big = fmax(big, fabs(r16[k]));
+        }
+    CHECK2(d16 <= 1e-5 * fmax(1.0, big) && d32 >= 1e-4 * big,
+           "bf16 gemm %s (tA=%d tB=%d, weights as %s): max |diff| vs bf16-rounded product %.2e, vs fp32 product %.2e (max |C| %.2f)",
+           what, tA, tB, a_in_params ? "A" : "B", d16, d32, big);
+done:
+    cudaFree(dact); cudaFree(dc);
+    free(ha); free(hb); free(hc); free(out); free(r16); free(r32);
+}
+
+static void run_bf16_gemm(void) {
+    sk_config cfg;
+    make_config("n_layer=2 n_head=4 n_embd=64 vocab_size=97 block_size=64", &cfg);
+    sk_model *m = NULL;
+    sk_cuda_model *cm = NULL;
+    if (sk_model_new(&m, &cfg, 11) || sk_cuda_model_new(&cm, m, SK_CUDA_BF16)) {
+        CHECK2(0, "bf16 gemm: setup: %s", sk_last_error());
+        sk_model_free(m);
+        return;
+    }
+    const size_t P = sk_model_num_params(m);
+    float *hp = malloc(P * sizeof(float));
+    memcpy(hp, sk_model_params(m), P * sizeof(float));
+    for (int t = 0; t < 4; t++) bf16_gemm_case(cm, hp, t & 1, t >> 1, 1, "initial weights");
+    for (int t = 0; t < 4; t++) bf16_gemm_case(cm, hp, t & 1, t >> 1, 0, "initial weights");
+    /* the bf16 copy follows an upload ... */
+    fill(hp, P, 99);
+    if (sk_cuda_upload_params(cm, hp)) CHECK2(0, "bf16 gemm: upload: %s", sk_last_error());
+    bf16_gemm_case(cm, hp, 0, 1, 1, "after an upload");
+    /* ... and an AdamW step (zero gradients: weight decay alone moves the weights) */
+    sk_adamw_cfg ac;
+    sk_adamw_default(&ac);
+    ac.weight_decay = 0.5f;
+    if (sk_cuda_zero_grad(cm) || sk_cuda_adamw_step(cm, &ac, 0.1, 1, 1.0f) || sk_cuda_download_params(cm, hp))
+        CHECK2(0, "bf16 gemm: adamw: %s", sk_last_error());
+    bf16_gemm_case(cm, hp, 1, 0, 0, "after an AdamW step");
+    free(hp);
+    sk_cuda_model_free(cm);
+    sk_model_free(m);
+}
+
+/* relative L2 error |a - b| / |b| */
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) { d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); r += (double)b[i] * b[i]; }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+/* bf16 mixed precision against the CPU's fp32 on the same weights and batch. */
+static void run_bf16_case(const tcase *tc) {
+    sk_config cfg;
+    if (make_config(tc->fields, &cfg)) { CHECK2(0, "bf16 %s: config", tc->name); return; }
+    sk_model *m = NULL;
+    sk_cuda_model *cm = NULL;
+    if (sk_model_new(&m, &cfg, 1234) || sk_cuda_model_new(&cm, m, SK_CUDA_BF16)) {
+        CHECK2(0, "bf16 %s: setup: %s", tc->name, sk_last_error());
+        sk_model_free(m);
+        return;
+    }
+    const int B = tc->B, T = tc->T, N = B * T, V = cfg.vocab_size;
+    const size_t P = sk_model_num_params(m);
+    int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
+    float *lc = malloc(sizeof(float) * N * V), *lg = malloc(sizeof(float) * N * V), *gg = malloc(sizeof(float) * P);
+    random_batch(x, y, N, V, 77);
+    float loss_c = 0, loss_g = 0;
+    if (sk_model_forward(m, x, y, B, T, &loss_c, lc) || sk_cuda_forward(cm, x, y, B, T, &loss_g, lg)) {
+        CHECK2(0, "bf16 %s: forward: %s", tc->name, sk_last_error());
+        goto done;
+    }
+    double dl = max_abs_diff(lc, lg, (size_t)N * V), ml = max_abs(lc, (size_t)N * V);
+    CHECK2(rel(loss_g, loss_c) <= 1e-3 && dl <= 2e-2 * fmax(1.0, ml) && dl > 0,
+           "bf16 %s: forward loss cpu fp32 %.6f gpu bf16 %.6f (rel %.2e), logits max |diff| %.2e (max |logit| %.2f)",
+           tc->name, loss_c, loss_g, rel(loss_g, loss_c), dl, ml);
+    sk_model_zero_grad(m);
+    if (sk_model_forward_backward(m, x, y, B, T, 1.0f, 5, &loss_c) || sk_cuda_zero_grad(cm) ||
+        sk_cuda_forward_backward(cm, x, y, B, T, 1.0f, 5, &loss_g) || sk_cuda_download_grads(cm, gg)) {
+        CHECK2(0, "bf16 %s: backward: %s", tc->name, sk_last_error());
+        goto done;
+    }
+    {
+        int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
+        const float *gc = sk_model_grads(m);
+        double worst = 0; const char *wn = "";
+        for (int i = 0; i < nt; i++) {
+            double e = rel_l2(gg + ts[i].offset, gc + ts[i].offset, ts[i].numel);
+            if (e > worst) { worst = e; wn = ts[i].name; }
+        }
+        CHECK2(worst <= 2e-2 && worst > 0, "bf16 %s: all %d gradient tensors within 2e-2 relative L2 of fp32 (worst %s %.2e)",
+               tc->name, nt, wn, worst);
+    }
+done:
+    free(x); free(y); free(lc); free(lg); free(gg);
+    sk_cuda_model_free(cm);
+    sk_model_free(m);
+}
+
+/* The trainer with the CUDA backend against the CPU trainer on the same shard: fp32 for 4
+ * steps (parity), bf16 for 12 (it tracks the CPU's fp32 loss curve). */
 static void run_trainer(void) {
     if (test_tmp_open("skiplm_cuda")) { CHECK2(0, "trainer: temp dir"); return; }
     const char *shard = test_path("train.bin");
@@ -218,13 +394,16 @@ static void run_trainer(void) {
     make_config("n_layer=3 n_head=4 n_embd=64 vocab_size=97 block_size=64 n_skip_layer=1 n_skip_head=2", &cfg);
     sk_train_cfg tc;
     sk_train_default(&tc);
-    tc.steps = 4; tc.B = 4; tc.T = 64; tc.accum = 2; tc.lr = 1e-3f; tc.min_lr = 1e-4f; tc.warmup = 1;
+    enum { S = 8, S32 = 4 };                      /* steps: CPU and bf16; fp32 GPU */
+    tc.steps = S; tc.B = 4; tc.T = 64; tc.accum = 2; tc.lr = 3e-3f; tc.min_lr = 3e-4f; tc.warmup = 1;
     tc.eval_every = 0; tc.ckpt_every = 0;
     sk_loader_cfg lc = {.B = tc.B, .T = tc.T, .seed = tc.seed, .shuffle = 1, .vocab_size = V, .rank = 0, .world_size = 1};
-    float loss[2][4];
-    float *params[2] = {0, 0};
+    static const char *dev_name[3] = {"cpu", "gpu fp32", "gpu bf16"};
+    const int n_steps[3] = {S, S32, S};
+    float loss[3][S];
+    float *params[3] = {0, 0, 0}, *cpu_at_s32 = NULL;
     size_t P = 0;
-    for (int dev = 0; dev < 2; dev++) {
+    for (int dev = 0; dev < 3; dev++) {
         sk_model *m = NULL;
         sk_loader *L = NULL;
         sk_trainer *tr = NULL;
@@ -234,21 +413,26 @@ static void run_trainer(void) {
             CHECK2(0, "trainer setup: %s", sk_last_error());
         } else {
             int ok = 1;
+            P = sk_model_num_params(m);
             if (dev) {
                 sk_train_backend be;
-                ok = !sk_cuda_model_new(&cm, m, SK_CUDA_FP32);
+                ok = !sk_cuda_model_new(&cm, m, dev == 2 ? SK_CUDA_BF16 : SK_CUDA_FP32);
                 if (ok) { sk_cuda_train_backend(cm, &be); ok = !sk_trainer_set_backend(tr, &be); }
                 if (!ok) CHECK2(0, "trainer backend: %s", sk_last_error());
             }
-            for (int s = 0; ok && s < 4; s++) {
+            for (int s = 0; ok && s < n_steps[dev]; s++) {
                 sk_step_info info;
-                if (sk_trainer_step(tr, &info)) { CHECK2(0, "trainer step (%s): %s", dev ? "gpu" : "cpu", sk_last_error()); ok = 0; }
+                if (sk_trainer_step(tr, &info)) { CHECK2(0, "trainer step (%s): %s", dev_name[dev], sk_last_error()); ok = 0; }
                 else loss[dev][s] = info.loss;
+                if (ok && dev == 0 && s == S32 - 1) {
+                    cpu_at_s32 = malloc(P * sizeof(float));
+                    memcpy(cpu_at_s32, sk_model_params(m), P * sizeof(float));
+                }
             }
-            const char *ck = test_path(dev ? "gpu.safetensors" : "cpu.safetensors");
-            if (ok && sk_trainer_save(tr, ck, NULL)) { CHECK2(0, "trainer save: %s", sk_last_error()); ok = 0; }
+            char ck[32];
+            snprintf(ck, sizeof ck, "dev%d.safetensors", dev);
+            if (ok && sk_trainer_save(tr, test_path(ck), NULL)) { CHECK2(0, "trainer save: %s", sk_last_error()); ok = 0; }
             if (ok) {
-                P = sk_model_num_params(m);
                 params[dev] = malloc(P * sizeof(float));
                 memcpy(params[dev], sk_model_params(m), P * sizeof(float));   /* pulled from the GPU by the save */
             }
@@ -258,16 +442,30 @@ static void run_trainer(void) {
         sk_loader_free(L);
         sk_model_free(m);
     }
-    if (params[0] && params[1]) {
+    if (params[0] && params[1] && cpu_at_s32) {
         double worst = 0;
-        for (int s = 0; s < 4; s++) worst = fmax(worst, rel(loss[1][s], loss[0][s]));
+        for (int s = 0; s < S32; s++) worst = fmax(worst, rel(loss[1][s], loss[0][s]));
         printf("  trainer losses cpu %.5f %.5f %.5f %.5f gpu %.5f %.5f %.5f %.5f\n", loss[0][0], loss[0][1], loss[0][2],
                loss[0][3], loss[1][0], loss[1][1], loss[1][2], loss[1][3]);
         CHECK2(worst <= 1e-4, "trainer: 4 steps (accum 2, SLA) losses within 1e-4 relative (worst %.2e)", worst);
-        double dp = max_abs_diff(params[0], params[1], P);
+        double dp = max_abs_diff(cpu_at_s32, params[1], P);
         CHECK2(dp <= 1e-4, "trainer: checkpointed parameters max |diff| %.2e", dp);
     }
-    free(params[0]); free(params[1]);
+    if (params[0] && params[2]) {
+        double worst = 0;
+        printf("  trainer bf16 vs cpu fp32 losses:");
+        for (int s = 0; s < S; s++) {
+            worst = fmax(worst, rel(loss[2][s], loss[0][s]));
+            printf(" %.4f/%.4f", loss[2][s], loss[0][s]);
+        }
+        printf("\n");
+        CHECK2(worst <= 2e-3 && loss[2][S - 1] < loss[2][0] - 0.3f,
+               "trainer: %d bf16 steps track the fp32 loss curve within 2e-3 relative (worst %.2e; loss %.3f -> %.3f)",
+               S, worst, loss[2][0], loss[2][S - 1]);
+        double e = rel_l2(params[2], params[0], P);
+        CHECK2(e <= 1e-2, "trainer: bf16 checkpoint parameters within 1e-2 relative L2 of fp32 (%.2e)", e);
+    }
+    free(params[0]); free(params[1]); free(params[2]); free(cpu_at_s32);
     test_tmp_close();
 }
 
@@ -281,6 +479,14 @@ int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;    /* optional: run only cases whose name contains this */
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
         if (!only || strstr(CASES[i].name, only)) run_case(&CASES[i]);
+    if (!only || strstr("bf16 gemm", only)) run_bf16_gemm();
+    static const int BF16_CASES[] = {1, 6, 12};      /* gpt2 SLA hs16, gpt2 hs64 SLA, llama GQA SLA */
+    for (size_t i = 0; i < sizeof BF16_CASES / sizeof BF16_CASES[0]; i++) {
+        const tcase *tc = &CASES[BF16_CASES[i]];
+        char name[128];
+        snprintf(name, sizeof name, "bf16 %s", tc->name);
+        if (!only || strstr(name, only)) run_bf16_case(tc);
+    }
     if (!only || strstr("trainer", only)) run_trainer();
     printf("%d passed, %d failed\n", n_pass, sk_test_failed);
     return sk_test_failed ? 1 : 0;

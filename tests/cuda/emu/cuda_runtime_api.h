@@ -21,6 +21,9 @@ typedef struct emu_event *cudaEvent_t;
 typedef struct emu_stream *cudaStream_t;
 cudaError_t cudaMalloc(void **p, size_t n);
 cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocHost(void **p, size_t n);   /* plain host memory, NaN-filled */
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaSetDevice(int d);                 /* devices 0 .. SK_EMU_GPUS-1 (default 1) */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k);
 cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                          cudaMemcpyKind k);

@@ -30,6 +30,20 @@ extern "C" cudaError_t cudaMalloc(void **p, size_t n) {
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+extern "C" cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
+extern "C" cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
+/* SK_EMU_GPUS=n (default 1) emulated devices, all the same memory; the current one is remembered */
+static int emu_devices(void) {
+    const char *v = getenv("SK_EMU_GPUS");
+    int n = v ? atoi(v) : 1;
+    return n < 1 ? 1 : n;
+}
+static int g_device = 0;
+extern "C" cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= emu_devices()) return cudaErrorInvalidValue;
+    g_device = d;
+    return cudaSuccess;
+}
 extern "C" cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
     if (n) memmove(d, s, n);
     return cudaSuccess;
@@ -61,8 +75,8 @@ extern "C" const char *cudaGetErrorName(cudaError_t e) {
     default: return "cudaErrorLaunchFailure";
     }
 }
-extern "C" cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
-extern "C" cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+extern "C" cudaError_t cudaGetDeviceCount(int *n) { *n = emu_devices(); return cudaSuccess; }
+extern "C" cudaError_t cudaGetDevice(int *d) { *d = g_device; return cudaSuccess; }
 extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int) {
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "CPU emulator (tests/cuda/emu)");
@@ -87,12 +101,20 @@ extern "C" cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new emu_blas{0}
 extern "C" cublasStatus_t cublasDestroy(cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
 extern "C" cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->mode = (int)m; return CUBLAS_STATUS_SUCCESS; }
 extern "C" const char *cublasGetStatusString(cublasStatus_t s) {
-    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_INVALID_VALUE";
+    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : s == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED" : "CUBLAS_STATUS_INVALID_VALUE";
 }
-/* C (m x n, ldc) = alpha op(A) op(B) + beta C, column-major; C is not read when beta == 0 */
-extern "C" cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                                      const float *alpha, const float *A, int lda, const float *B, int ldb,
-                                      const float *beta, float *C, int ldc) {
+/* C (m x n, ldc) = alpha op(A) op(B) + beta C, column-major, accumulated in double; C is not
+ * read when beta == 0. A and B are fp32 or bf16 (raw bits: the high half of a float). */
+static float emu_elem(const void *X, int bf16, size_t i) {
+    if (!bf16) return ((const float *)X)[i];
+    uint32_t u = (uint32_t)((const uint16_t *)X)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                               const void *A, int a16, int lda, const void *B, int b16, int ldb, float beta, float *C,
+                               int ldc) {
     if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
     if (lda < (ta == CUBLAS_OP_N ? (m > 1 ? m : 1) : (k > 1 ? k : 1))) return CUBLAS_STATUS_INVALID_VALUE;
     if (ldb < (tb == CUBLAS_OP_N ? (k > 1 ? k : 1) : (n > 1 ? n : 1))) return CUBLAS_STATUS_INVALID_VALUE;
@@ -101,14 +123,29 @@ extern "C" cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cubl
         for (int i = 0; i < m; i++) {
             double s = 0;
             for (int p = 0; p < k; p++) {
-                float a = ta == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
-                float b = tb == CUBLAS_OP_N ? B[p + (size_t)j * ldb] : B[j + (size_t)p * ldb];
+                float a = emu_elem(A, a16, ta == CUBLAS_OP_N ? i + (size_t)p * lda : p + (size_t)i * lda);
+                float b = emu_elem(B, b16, tb == CUBLAS_OP_N ? p + (size_t)j * ldb : j + (size_t)p * ldb);
                 s += (double)a * b;
             }
             float *c = &C[i + (size_t)j * ldc];
-            *c = *beta == 0.0f ? (float)(*alpha * s) : (float)(*alpha * s + *beta * (double)*c);
+            *c = beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + beta * (double)*c);
         }
     return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                      const float *alpha, const float *A, int lda, const float *B, int ldb,
+                                      const float *beta, float *C, int ldc) {
+    return emu_gemm(ta, tb, m, n, k, *alpha, A, 0, lda, B, 0, ldb, *beta, C, ldc);
+}
+extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                       const void *alpha, const void *A, cudaDataType_t at, int lda, const void *B,
+                                       cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct, int ldc,
+                                       cublasComputeType_t compute, cublasGemmAlgo_t) {
+    if (compute != CUBLAS_COMPUTE_32F || ct != CUDA_R_32F || (at != CUDA_R_32F && at != CUDA_R_16BF) ||
+        (bt != CUDA_R_32F && bt != CUDA_R_16BF))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return emu_gemm(ta, tb, m, n, k, *(const float *)alpha, A, at == CUDA_R_16BF, lda, B, bt == CUDA_R_16BF, ldb,
+                    *(const float *)beta, (float *)C, ldc);
 }
 
 /* y = alpha op(A) x + beta y, A column-major (m x n, lda); y is not read when beta == 0 */

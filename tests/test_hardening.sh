@@ -34,6 +34,14 @@ expect_err "train --steps huge" "is not a valid integer" $T --steps 99999999999 
 expect_err "train --lr nan" "--lr: 'nan' is not a valid number" $T --lr nan --out "$tmp/r"
 expect_err "train --dropout inf" "dropout = 'inf' is not a finite number" $T --dropout inf --out "$tmp/r"
 expect_err "train --seq > block_size" "64" $T --seq 65 --out "$tmp/r"
+# --- GPU options in a CPU build (this suite's skiplm is built without CUDA)
+expect_err "train --device cuda (CPU build)" "built without CUDA" $T --device cuda --out "$tmp/r"
+expect_err "train --device tpu" "--device must be cpu or cuda" $T --device tpu --out "$tmp/r"
+expect_err "train --bf16 without --device cuda" "--bf16 needs --device cuda" $T --bf16 --out "$tmp/r"
+expect_err "train --tf32 without --device cuda" "--tf32 needs --device cuda" $T --tf32 --out "$tmp/r"
+expect_err "bench --tf32 --bf16" "--tf32 and --bf16 exclude each other" $SK bench $M --tf32 --bf16
+expect_err "bench --bf16 without --device cuda" "--bf16 needs --device cuda" $SK bench $M --bf16
+expect_err "bench --device cuda (CPU build)" "built without CUDA" $SK bench $M --device cuda
 [ ! -e "$tmp/r/ckpt.safetensors" ] && pass "no checkpoint written by refused runs" || fail "a refused run wrote a checkpoint"
 
 # --- memory limits, refused up front with the byte count
@@ -51,6 +59,10 @@ expect_err "sample KV cache over the limit" "the KV cache for 64 positions" \
     env SKIPLM_MEM_LIMIT=12K "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a
 env SKIPLM_MEM_LIMIT=1G "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a >/dev/null 2>&1 &&
     pass "sample under the limit runs" || fail "sample under the limit"
+expect_err "sample --bf16 without --device cuda" "--bf16 needs --device cuda" \
+    "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a --bf16
+expect_err "sample --device cuda (CPU build)" "built without CUDA" \
+    "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a --device cuda
 
 # --- damaged files named in the error
 head -c 3000 "$tmp/m.st" >"$tmp/torn.st"

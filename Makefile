@@ -180,11 +180,13 @@ cuda:
 cuda-test: cuda
 	./$(CUDA_BUILD)/tests/cuda/test_cuda_parity "$(CASE)"
 	./$(CUDA_BUILD)/tests/cuda/test_cuda_infer "$(CASE)"
+	@if [ -z "$(CASE)" ]; then SKIPLM=$(CURDIR)/$(CUDA_BUILD)/skiplm bash tests/cuda/test_cuda_cli.sh; fi
 # The same tests with the CUDA sources on the CPU emulator (no GPU, no nvcc; slow: minutes).
 cuda-emu-test:
-	@$(MAKE) --no-print-directory CUDA_EMU=1 $(CUDA_TESTS:%=build-cuda-emu/tests/cuda/%)
+	@$(MAKE) --no-print-directory CUDA_EMU=1 build-cuda-emu/skiplm $(CUDA_TESTS:%=build-cuda-emu/tests/cuda/%)
 	./build-cuda-emu/tests/cuda/test_cuda_parity "$(CASE)"
 	./build-cuda-emu/tests/cuda/test_cuda_infer "$(CASE)"
+	@if [ -z "$(CASE)" ]; then bash tests/cuda/test_cuda_cli.sh; fi
 # Multi-GPU data parallelism on the emulator: 2 ranks of build-cuda-emu-mpi/skiplm (NCCL
 # emulated over MPI, and the host-memory path) against 2 CPU ranks of build-mpi/skiplm.
 cuda-emu-mpi-test:

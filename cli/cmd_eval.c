@@ -1,18 +1,25 @@
-/* skiplm eval: mean loss and perplexity of a weights file (or checkpoint) on token shards. */
+/* skiplm eval: mean loss and perplexity of a weights file (or checkpoint) on token shards,
+ * on the CPU or (build-cuda/skiplm --device cuda) the GPU. */
 #include "cli.h"
+#ifdef SKIPLM_CUDA
+#include "skiplm_cuda.h"
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 int cmd_eval(int argc, char **argv) {
-    int B = 8, T = 0, max_batches = 0;
-    const char *dump = NULL;
+    int B = 8, T = 0, max_batches = 0, tf32 = 0, bf16 = 0;
+    const char *dump = NULL, *device = "cpu";
     cli_opt opts[] = {
         {"batch", 'i', &B, "sequences per batch (8)"},
         {"seq", 'i', &T, "sequence length (the model's block_size)"},
         {"max-batches", 'i', &max_batches, "stop after N batches (0 = the whole shard)"},
         {"dump-logits", 's', &dump, "write inputs, targets and logits of the evaluated batches to this safetensors file"},
+        {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
+        {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
+        {"bf16", 'b', &bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
         {0},
     };
     char *pos[64]; int np;
@@ -22,6 +29,17 @@ int cmd_eval(int argc, char **argv) {
     if (B < 1) { fprintf(stderr, "skiplm eval: --batch must be >= 1\n"); return 2; }
     if (T < 0) { fprintf(stderr, "skiplm eval: --seq must be >= 1 (0 = the model's block_size)\n"); return 2; }
     if (max_batches < 0) { fprintf(stderr, "skiplm eval: --max-batches must be >= 0\n"); return 2; }
+    const int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
+    if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm eval: --device must be cpu or cuda (got '%s')\n", device); return 2; }
+    if (tf32 && bf16) { fprintf(stderr, "skiplm eval: --tf32 and --bf16 exclude each other\n"); return 2; }
+    if ((tf32 || bf16) && !use_cuda) { fprintf(stderr, "skiplm eval: --%s needs --device cuda\n", tf32 ? "tf32" : "bf16"); return 2; }
+#ifndef SKIPLM_CUDA
+    if (use_cuda) {
+        fprintf(stderr, "skiplm eval: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "
+                "then run build-cuda/skiplm)\n");
+        return 2;
+    }
+#endif
     sk_model *m;
     if (sk_model_load(&m, pos[0], NULL)) return cli_fail("eval");
     const sk_config *c = sk_model_config(m);
@@ -54,14 +72,34 @@ int cmd_eval(int argc, char **argv) {
     int32_t *x = malloc(BT * sizeof(int32_t) * nb), *y = malloc(BT * sizeof(int32_t) * nb);
     float *logits = dump ? malloc(BT * nb * c->vocab_size * sizeof(float)) : NULL;
     if (!x || !y || (dump && !logits)) { fprintf(stderr, "skiplm eval: out of memory\n"); return 1; }
+    /* the forward pass of one batch: the CPU model's, or an inference-only device model's */
+#ifdef SKIPLM_CUDA
+    sk_cuda_model *cm = NULL;
+    if (use_cuda) {
+        char dev[256];
+        const sk_cuda_precision prec = bf16 ? SK_CUDA_BF16 : tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
+        if (sk_cuda_select_device() || sk_cuda_device_info(dev, sizeof dev) || sk_cuda_model_new_inference(&cm, m, prec))
+            return cli_fail("eval");
+        fprintf(stderr, "skiplm eval: device cuda: %s, %s\n", dev, sk_cuda_precision_name(prec));
+    }
+#endif
     double sum = 0;
     for (uint64_t i = 0; i < nb; i++) {
         float loss;
-        if (sk_loader_next_xy(L, x + i * BT, y + i * BT) ||
-            sk_model_forward(m, x + i * BT, y + i * BT, B, T, &loss, dump ? logits + i * BT * c->vocab_size : NULL))
+        float *lo = dump ? logits + i * BT * c->vocab_size : NULL;
+        if (sk_loader_next_xy(L, x + i * BT, y + i * BT)) return cli_fail("eval");
+#ifdef SKIPLM_CUDA
+        if (cm ? sk_cuda_forward(cm, x + i * BT, y + i * BT, B, T, &loss, lo)
+               : sk_model_forward(m, x + i * BT, y + i * BT, B, T, &loss, lo))
             return cli_fail("eval");
+#else
+        if (sk_model_forward(m, x + i * BT, y + i * BT, B, T, &loss, lo)) return cli_fail("eval");
+#endif
         sum += loss;
     }
+#ifdef SKIPLM_CUDA
+    sk_cuda_model_free(cm);
+#endif
     double mean = sum / nb;
     printf("loss %.6f ppl %.4f tokens %llu batches %llu\n", mean, exp(mean),
            (unsigned long long)(nb * BT), (unsigned long long)nb);

@@ -42,6 +42,8 @@ expect_err "train --tf32 without --device cuda" "--tf32 needs --device cuda" $T 
 expect_err "bench --tf32 --bf16" "--tf32 and --bf16 exclude each other" $SK bench $M --tf32 --bf16
 expect_err "bench --bf16 without --device cuda" "--bf16 needs --device cuda" $SK bench $M --bf16
 expect_err "bench --device cuda (CPU build)" "built without CUDA" $SK bench $M --device cuda
+expect_err "eval --device cuda (CPU build)" "built without CUDA" $SK eval "$tmp/t.bin" "$tmp/t.bin" --device cuda
+expect_err "eval --bf16 without --device cuda" "--bf16 needs --device cuda" $SK eval "$tmp/t.bin" "$tmp/t.bin" --bf16
 [ ! -e "$tmp/r/ckpt.safetensors" ] && pass "no checkpoint written by refused runs" || fail "a refused run wrote a checkpoint"
 
 # --- memory limits, refused up front with the byte count

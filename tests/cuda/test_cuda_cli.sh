@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The command-line tool with --device cuda, on the CPU emulator (make cuda-emu-test; no GPU
+# needed; SKIPLM=build-cuda/skiplm runs it on a real GPU). The same tool runs each command on
+# the CPU and on the (emulated) GPU, on the same files:
+#  1. train: 6 steps (SLA, grad-accum 2, validation, a checkpoint at step 3) on either device:
+#     loss curve, val loss and the checkpoints (weights, AdamW m and v) within 1e-4;
+#  2. eval of the GPU's checkpoint: the same loss (1e-5 relative) and --dump-logits (1e-4)
+#     on both devices; with --bf16 near it (1e-2) but not equal;
+#  3. sample --device cuda writes the CPU's text for the same seed (temperature, top-k);
+#     --bf16 writes as many tokens;
+#  4. a GPU run resumed on the CPU (and a CPU run resumed on the GPU) ends where the
+#     uninterrupted run does.
+# Prints PASS/FAIL lines and "N passed, N failed".
+set -u
+PY=${PY:-/usr/bin/python3}
+SK=${SKIPLM:-$PWD/build-cuda-emu/skiplm}
+passes=0 fails=0
+pass() { echo "PASS $*"; passes=$((passes + 1)); }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+[ -x "$SK" ] || { echo "FAIL $SK is not built (make cuda-emu-test builds it)"; echo "0 passed, 1 failed"; exit 1; }
+tmp=$(mktemp -d)
+trap "rm -rf $tmp" EXIT
+"$PY" - "$tmp" <<'PYEOF'
+import sys, numpy as np
+d = sys.argv[1]
+def shard(path, toks):
+    h = np.zeros(256, dtype="<i4"); h[0], h[1], h[2] = 20240520, 1, len(toks)
+    open(path, "wb").write(h.tobytes() + np.asarray(toks, dtype="<u2").tobytes())
+rng = np.random.default_rng(1)
+n = 12000
+t = np.where(rng.random(n) < 0.15, rng.integers(0, 8, n), (np.arange(n) * 3 + np.arange(n) // 5) % 8)
+shard(d + "/train.bin", t[:10000]); shard(d + "/val.bin", t[10000:])
+PYEOF
+printf '{"type": "char", "vocab": ["a", "b", "c", "d", "e", "f", "g", "h"]}' >"$tmp/vocab.json"
+A="--train $tmp/train.bin --val $tmp/val.bin --vocab_size 8 --n_layer 3 --n_head 4 --n_embd 32 --block_size 32
+   --bias 0 --n_skip_layer 1 --n_skip_head 2 --seq 32 --batch 4 --grad-accum 2 --lr 3e-3 --warmup 2 --steps 6
+   --eval-every 3 --eval-batches 2 --ckpt-every 3 --print-every 3"
+compare() { "$PY" tests/ref/compare_runs.py "$@"; }
+rel_ok() { "$PY" -c "import sys; a, b, t = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= t * abs(b) else 1)" "$@"; }
+t0=$SECONDS
+
+# 1. training on either device
+$SK train $A --out "$tmp/cpu" 2>"$tmp/cpu.err" || fail "CPU train: $(tail -2 "$tmp/cpu.err")"
+$SK train $A --out "$tmp/gpu" --device cuda 2>"$tmp/gpu.err" || fail "GPU train: $(tail -2 "$tmp/gpu.err")"
+check "train --device cuda announced: $(grep -m1 -o 'device cuda: .*' "$tmp/gpu.err")" grep -q "device cuda: .*fp32" "$tmp/gpu.err"
+check "train: GPU == CPU within 1e-4 (loss curve, val loss, weights, m, v)" compare "$tmp/gpu" "$tmp/cpu" 1e-4
+
+# 2. eval
+ck=$tmp/gpu/ckpt.safetensors
+lc=$($SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-batches 12 --dump-logits "$tmp/lc.st" 2>/dev/null | awk '{print $2}')
+lg=$($SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-batches 12 --dump-logits "$tmp/lg.st" --device cuda 2>/dev/null | awk '{print $2}')
+lb=$($SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-batches 12 --device cuda --bf16 2>/dev/null | awk '{print $2}')
+check "eval --device cuda: loss $lg == CPU $lc (1e-5)" rel_ok "${lg:-nan}" "${lc:-nan}" 1e-5
+check "eval --dump-logits: GPU logits == CPU logits (1e-4)" "$PY" - "$tmp/lc.st" "$tmp/lg.st" <<'PYEOF'
+import sys
+sys.path.insert(0, "tests/ref")
+import st
+a, _ = st.load_file(sys.argv[1]); b, _ = st.load_file(sys.argv[2])
+d = (a["logits"] - b["logits"]).abs().max().item()
+print(f"  logits {tuple(a['logits'].shape)} max |diff| {d:.2e}; inputs equal: {bool((a['inputs'] == b['inputs']).all())}")
+sys.exit(0 if d <= 1e-4 and bool((a["inputs"] == b["inputs"]).all()) else 1)
+PYEOF
+near_not_equal() { rel_ok "$1" "$2" "$3" && [ "$1" != "$2" ]; }
+check "eval --device cuda --bf16: loss $lb near fp32 $lc (1e-2) but not equal" near_not_equal "${lb:-nan}" "${lc:-nan}" 1e-2
+
+# 3. sample
+S="$ck --tokenizer $tmp/vocab.json --prompt abc --tokens 60 --seed 7 --temperature 0.9 --top-k 5 --quiet"
+$SK sample $S >"$tmp/s_cpu.txt" 2>/dev/null || fail "CPU sample"
+$SK sample $S --device cuda >"$tmp/s_gpu.txt" 2>/dev/null || fail "GPU sample"
+$SK sample $S --device cuda --bf16 >"$tmp/s_bf16.txt" 2>/dev/null || fail "GPU bf16 sample"
+check "sample --device cuda writes the CPU's text (seed 7, T 0.9, top-k 5): '$(head -c 40 "$tmp/s_gpu.txt")...'" \
+    cmp -s "$tmp/s_cpu.txt" "$tmp/s_gpu.txt"
+check "sample --device cuda --bf16 writes as many characters ($(wc -c <"$tmp/s_bf16.txt") vs $(wc -c <"$tmp/s_cpu.txt"))" \
+    test "$(wc -c <"$tmp/s_bf16.txt")" = "$(wc -c <"$tmp/s_cpu.txt")" -a -s "$tmp/s_cpu.txt"
+
+# 4. resume across devices: stop after the step-3 checkpoint (an injected error at step 4)
+for pair in "cuda cpu" "cpu cuda"; do
+    set -- $pair
+    SKIPLM_TEST_FAIL_AT=0:4 $SK train $A --out "$tmp/x_$1" --device "$1" >"$tmp/x.err" 2>&1
+    grep -q "injected failure" "$tmp/x.err" || fail "resume $1 -> $2: the injected stop did not happen: $(tail -2 "$tmp/x.err")"
+    $SK train --resume "$tmp/x_$1" --device "$2" >"$tmp/y.err" 2>&1 || fail "resume $1 -> $2: $(tail -2 "$tmp/y.err")"
+    check "trained on $1 to step 3, resumed on $2: ends as the uninterrupted CPU run (1e-4)" compare "$tmp/x_$1" "$tmp/cpu" 1e-4
+done
+echo "info: took $((SECONDS - t0)) s"
+echo "$passes passed, $fails failed"
+[ "$fails" = 0 ]

@@ -115,7 +115,7 @@ $(BUILD)/src/%.o: src/%.c $(wildcard include/*.h src/*.h)
 $(BUILD)/src/cuda/%.o: src/cuda/%.c $(wildcard include/*.h src/*.h src/cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(BUILD)/src/cuda/%.emu.o: src/cuda/%.cu src/cuda/cuda_kernels.h src/cuda/cuda_compat.cuh $(wildcard tests/cuda/emu/*.h)
+$(BUILD)/src/cuda/%.emu.o: src/cuda/%.cu src/cuda/cuda_kernels.h $(wildcard src/cuda/*.cuh) $(wildcard tests/cuda/emu/*.h)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) -x c++ -c $< -o $@
 $(BUILD)/emu/emu.o: tests/cuda/emu/emu.cpp $(wildcard tests/cuda/emu/*.h)
@@ -124,7 +124,7 @@ $(BUILD)/emu/emu.o: tests/cuda/emu/emu.cpp $(wildcard tests/cuda/emu/*.h)
 $(BUILD)/emu/nccl_emu.o: tests/cuda/emu/nccl_emu.c tests/cuda/emu/nccl.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(BUILD)/src/cuda/%.cu.o: src/cuda/%.cu src/cuda/cuda_kernels.h src/cuda/cuda_compat.cuh
+$(BUILD)/src/cuda/%.cu.o: src/cuda/%.cu src/cuda/cuda_kernels.h $(wildcard src/cuda/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 $(BUILD)/cli/%.o: cli/%.c $(wildcard include/*.h src/*.h cli/*.h)

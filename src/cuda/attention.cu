@@ -20,45 +20,7 @@
  * rows ty + 16*ii and head dims tx + 16*dd stays in registers. DM (a multiple of 16 >= D)
  * is a template parameter; head dims D..DM-1 are zero padding. Q/K/V/dO rows in shared
  * memory have stride DM+1 and score rows BK+1, which keeps the walks free of bank conflicts. */
-#include "cuda_kernels.h"
-#include "cuda_compat.cuh"
-#include <math.h>
-
-#define NT 256
-
-/* ----------------------------------------------- dropout hash (attention_internal.h) */
-__device__ __forceinline__ uint64_t mix64(uint64_t x) {
-    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27; x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31; return x;
-}
-__device__ __forceinline__ uint64_t rowkey(uint64_t seed, int b, int h, int i) {
-    return mix64(mix64(seed) + (((uint64_t)b << 48) ^ ((uint64_t)h << 32) ^ (uint64_t)(uint32_t)i));
-}
-__device__ __forceinline__ bool keep(uint64_t rk, int j, uint64_t thr) {
-    return (mix64(rk + (uint64_t)j * 0x9e3779b97f4a7c15ULL) >> 32) >= thr;
-}
-
-__device__ __forceinline__ float half_warp_max(float v) {
-    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-__device__ __forceinline__ float half_warp_sum(float v) {
-    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* may query i attend key j (global indices)? */
-__device__ __forceinline__ bool allowed(const cu_attn &a, int i, int j) {
-    return !a.causal || (long)j <= (long)i + a.causal_offset;
-}
-
-/* keys [0, end) visible to query rows [i0, i0 + nq) */
-__device__ __forceinline__ int key_end(const cu_attn &a, int i0, int nq) {
-    if (!a.causal) return a.Lk;
-    long e = (long)i0 + nq - 1 + a.causal_offset + 1;
-    return e < 0 ? 0 : (e < a.Lk ? (int)e : a.Lk);
-}
+#include "attention_common.cuh"
 
 /* rows [r0, r0 + n) of a strided head into dst (rows x DM, stride ds), times s; zero padded
  * to `rows` rows and DM columns */
@@ -126,39 +88,10 @@ __global__ void __launch_bounds__(NT) attn_fwd_k(cu_attn a) {
         /* mask, online softmax per row (the row's 16 lanes agree on m, l, alpha) */
 #pragma unroll
         for (int ii = 0; ii < RQ; ii++) {
-            const int r = ty + 16 * ii, i = i0 + r;
-            float mx = -INFINITY;
+            const int r = ty + 16 * ii;
+            const float alpha = softmax_row<RK>(a, s[ii], r < nq, i0 + r, j0, nk, tx, rk[ii], mrow[ii], lrow[ii]);
 #pragma unroll
-            for (int jj = 0; jj < RK; jj++) {
-                const int c = tx + 16 * jj;
-                if (!(r < nq && c < nk && allowed(a, i, j0 + c))) s[ii][jj] = -INFINITY;
-                mx = fmaxf(mx, s[ii][jj]);
-            }
-            mx = half_warp_max(mx);
-            const float mnew = fmaxf(mrow[ii], mx);
-            float alpha = 1.0f, sum = 0.0f;
-            if (mnew == -INFINITY) {          /* nothing visible yet in this row */
-#pragma unroll
-                for (int jj = 0; jj < RK; jj++) s[ii][jj] = 0.0f;
-            } else {
-                alpha = expf(mrow[ii] - mnew);
-#pragma unroll
-                for (int jj = 0; jj < RK; jj++) { s[ii][jj] = expf(s[ii][jj] - mnew); sum += s[ii][jj]; }
-            }
-            sum = half_warp_sum(sum);
-            if (mnew != -INFINITY) {
-                lrow[ii] = lrow[ii] * alpha + sum;
-                mrow[ii] = mnew;
-#pragma unroll
-                for (int dd = 0; dd < RD; dd++) o[ii][dd] *= alpha;
-            }
-            if (a.dropout && r < nq) {
-#pragma unroll
-                for (int jj = 0; jj < RK; jj++) {
-                    const int c = tx + 16 * jj;
-                    s[ii][jj] = (c < nk && keep(rk[ii], j0 + c, a.thr)) ? s[ii][jj] * a.inv_keep : 0.0f;
-                }
-            }
+            for (int dd = 0; dd < RD; dd++) o[ii][dd] *= alpha;
 #pragma unroll
             for (int jj = 0; jj < RK; jj++) Ps[r * PS + tx + 16 * jj] = s[ii][jj];
         }
@@ -178,19 +111,8 @@ __global__ void __launch_bounds__(NT) attn_fwd_k(cu_attn a) {
         }
     }
 #pragma unroll
-    for (int ii = 0; ii < RQ; ii++) {
-        const int r = ty + 16 * ii;
-        if (r >= nq) continue;
-        const float inv = lrow[ii] > 0.0f ? 1.0f / lrow[ii] : 0.0f;
-        float *orow = a.out + b * a.o_sb + h * a.o_sh + (long)(i0 + r) * a.o_st;
-#pragma unroll
-        for (int dd = 0; dd < RD; dd++) {
-            const int d = tx + 16 * dd;
-            if (d < D) orow[d] = o[ii][dd] * inv;
-        }
-        if (tx == 0 && a.lse)
-            a.lse[((size_t)b * a.H + h) * a.Lq + i0 + r] = lrow[ii] > 0.0f ? mrow[ii] + logf(lrow[ii]) : INFINITY;
-    }
+    for (int ii = 0; ii < RQ; ii++)
+        if (ty + 16 * ii < nq) finish_row<RD>(a, o[ii], mrow[ii], lrow[ii], b, h, i0 + ty + 16 * ii, tx);
 }
 
 /* ----------------------------------------------------------------- backward */
@@ -245,30 +167,6 @@ __device__ __forceinline__ void load_q_side(const cu_attn &a, const float *dout,
     for (int r = threadIdx.x; r < BQ; r += NT) {
         lse_s[r] = r < nq ? a.lse[base + r] : INFINITY;
         di_s[r] = r < nq ? Di[base + r] : 0.0f;
-    }
-}
-
-/* P = exp(S - lse) (0 where masked), Z = dropout factor, dS = P (Z dP - Di): in place,
- * s becomes Z*P and dp becomes dS. */
-template <int RQ, int RK>
-__device__ __forceinline__ void bwd_elementwise(const cu_attn &a, float (&s)[RQ][RK], float (&dp)[RQ][RK],
-                                                const float *lse_s, const float *di_s, int b, int h,
-                                                int i0, int nq, int j0, int nk, int ty, int tx) {
-#pragma unroll
-    for (int ii = 0; ii < RQ; ii++) {
-        const int r = ty + 16 * ii, i = i0 + r;
-        const float L = lse_s[r], di = di_s[r];
-        const uint64_t rk = (a.dropout && r < nq) ? rowkey(a.seed, b, h, i) : 0;
-#pragma unroll
-        for (int jj = 0; jj < RK; jj++) {
-            const int c = tx + 16 * jj;
-            const bool ok = r < nq && c < nk && allowed(a, i, j0 + c);
-            const float p = ok ? expf(s[ii][jj] - L) : 0.0f;     /* L = +inf (row all masked) gives 0 */
-            float z = 1.0f;
-            if (a.dropout) z = (ok && keep(rk, j0 + c, a.thr)) ? a.inv_keep : 0.0f;
-            dp[ii][jj] = p * (z * dp[ii][jj] - di);
-            s[ii][jj] = p * z;
-        }
     }
 }
 
@@ -470,6 +368,7 @@ static int bwd_launch(const cu_attn *a, const float *dout, float *dq, float *dk,
 
 extern "C" int cu_attn_forward(const cu_attn *a) {
     if (a->B < 1 || a->H < 1 || a->Lq < 1) return 0;
+    if (a->tc) return cu_attn_tc_forward(a);
     if (a->D <= 16) return fwd_launch<16, 64, 64>(a);
     if (a->D <= 32) return fwd_launch<32, 64, 64>(a);
     if (a->D <= 64) return fwd_launch<64, 64, 64>(a);
@@ -484,6 +383,7 @@ extern "C" int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, 
     LAUNCH(attn_di_k, (unsigned)((rows + 7) / 8), 256, 0, *a, dout, Di);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
+    if (a->tc) return cu_attn_tc_backward(a, dout, dq, dk, dv, Di);
     if (a->D <= 16) return bwd_launch<16, 64, 64>(a, dout, dq, dk, dv, Di);
     if (a->D <= 32) return bwd_launch<32, 64, 64>(a, dout, dq, dk, dv, Di);
     if (a->D <= 64) return bwd_launch<64, 64, 64>(a, dout, dq, dk, dv, Di);

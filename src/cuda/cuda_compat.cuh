@@ -8,8 +8,12 @@
 #include "sk_cuda_emu.h"
 #else
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <mma.h>
 /* float *name: the block's dynamic shared memory */
 #define DYN_SMEM(name) extern __shared__ float name[]
+/* unsigned char *name: the same, 128-byte aligned (wmma tiles need 256-bit alignment) */
+#define DYN_SMEM_BYTES(name) extern __shared__ __align__(128) unsigned char name[]
 /* kernel<<<grid, block, smem>>>(args...); `kernel` may be a pointer to a __global__ function */
 #define LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem)>>>(__VA_ARGS__)
 #endif

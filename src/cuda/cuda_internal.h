@@ -16,11 +16,14 @@ struct sk_cuda_model {
     float *params, *grads, *mom, *vel;   /* device, n_params floats each */
     uint16_t *params16;               /* SK_CUDA_BF16: params rounded to bf16 (same layout), else NULL */
     uint16_t *op16[2]; size_t op16_n[2];  /* SK_CUDA_BF16: the GEMM's activation operands in bf16 */
+    int attn_tc;                      /* attention on tensor cores (cu_attn.tc): SK_CUDA_BF16 unless
+                                         SKIPLM_CUDA_TC_ATTN=0; single-token decoding stays fp32 */
     sk_params p, g;                   /* device views (sk_params_views on the device buffers) */
     float *pos_table;                 /* sinusoidal positions (block_size, C), or NULL */
     float *rope;                      /* RoPE table (block_size, hs/2, 2), or NULL */
     cu_span *spans; int n_spans;      /* AdamW / norm spans (device) */
-    double *sq_d, *sq_h;              /* per-span squared norms: device, host */
+    int span_split;                   /* blocks per span (cu_span_split) */
+    double *sq_d, *sq_h;              /* squared-norm partials, n_spans * span_split: device, host */
     /* activations for (B, T) */
     int B, T;
     float *acts_mem;

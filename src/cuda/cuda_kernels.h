@@ -71,13 +71,18 @@ void cu_crossentropy(float *logits, float *losses, const int32_t *targets, int N
                      float row_scale, int backward);
 
 /* ------------------------------------------------------------- optimizer */
+/* The span kernels below run `split` blocks per span (grid n_spans x split), so that a
+ * model of a few large tensors still fills the GPU: cu_span_split(largest span). */
+int cu_span_split(size_t max_span);
 /* AdamW over the spans, op by op as sk_adamw_step (no FMA contraction); the gradient is
- * first multiplied by clip_coef when clip_coef != 1 (sk_clip_grads folded in). */
-void cu_adamw(float *p, const float *g, float *m, float *v, const cu_span *spans, int n_spans,
+ * first multiplied by clip_coef when clip_coef != 1 (sk_clip_grads folded in). Elementwise,
+ * so the split does not change a bit. */
+void cu_adamw(float *p, const float *g, float *m, float *v, const cu_span *spans, int n_spans, int split,
               float decay, float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt,
               float eps, int wd, float clip_coef);
-/* part[s] = sum of g^2 over span s, in double (one block per span, fixed tree order). */
-void cu_span_sq(double *part, const float *g, const cu_span *spans, int n_spans);
+/* part[s * split + y] = sum of g^2 over the y-th share of span s, in double (fixed order:
+ * deterministic); the caller adds the n_spans * split partials. */
+void cu_span_sq(double *part, const float *g, const cu_span *spans, int n_spans, int split);
 
 /* ------------------------------------------------------------- attention
  * Fused causal/non-causal attention over strided (B, H, L, D) views, the layout of sk_attn:
@@ -97,12 +102,16 @@ typedef struct {
     float inv_keep;
     uint64_t seed;
     float *lse;
+    int tc;                        /* 1: bf16 operands on tensor cores (attention_tc.cu) */
 } cu_attn;
 /* 0, or a cudaError_t code (launch failure), or -1 for an unsupported D. */
 int cu_attn_forward(const cu_attn *a);
 /* Gradients accumulated into dq, dk, dv (strides of q, k, v; dk/dv may point into another
  * layer's gradient buffer: SLA). Di: scratch of B*H*Lq floats. */
 int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, float *Di);
+/* The tensor-core kernels behind a->tc (attention_tc.cu); cu_attn_backward computes Di first. */
+int cu_attn_tc_forward(const cu_attn *a);
+int cu_attn_tc_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di);
 
 /* ---------------------------------------------- cached generation (infer_kernels.cu)
  * Single-query attention over a KV cache (one decoding step): a->Lq must be 1 and every key

@@ -201,6 +201,7 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
             a.scale = 1.0f / sqrtf((float)hs);
             a.causal = 1; a.causal_offset = pos0;
             a.inv_keep = 1.0f;
+            a.tc = cm->attn_tc;                  /* the prefill's kernel; decoding is fp32 */
             if (n == 1) TRY(attn_rc(cu_attn_decode(&a, kv->part), "decoding", l, part));
             else TRY(attn_rc(cu_attn_forward(&a), "prefill", l, part));
         }

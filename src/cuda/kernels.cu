@@ -439,7 +439,8 @@ __global__ void adamw_k(float *p, const float *g, float *m, float *v, const cu_s
                         int wd, float clip_coef) {
     const cu_span sp = spans[blockIdx.x];
     const int dec = wd && sp.decay;
-    for (size_t i = threadIdx.x; i < sp.n; i += blockDim.x) {
+    const size_t stride = (size_t)blockDim.x * gridDim.y;
+    for (size_t i = (size_t)blockIdx.y * blockDim.x + threadIdx.x; i < sp.n; i += stride) {
         const size_t o = sp.offset + i;
         float gi = g[o];
         if (clip_coef != 1.0f) gi = __fmul_rn(gi, clip_coef);
@@ -452,23 +453,29 @@ __global__ void adamw_k(float *p, const float *g, float *m, float *v, const cu_s
         p[o] = pi; m[o] = mi; v[o] = vi;
     }
 }
-extern "C" void cu_adamw(float *p, const float *g, float *m, float *v, const cu_span *spans, int n_spans,
+/* about 16 elements per thread per block, at most 64 blocks per span */
+extern "C" int cu_span_split(size_t max_span) {
+    size_t s = (max_span + (size_t)BS * 16 - 1) / ((size_t)BS * 16);
+    return s < 1 ? 1 : s > 64 ? 64 : (int)s;
+}
+extern "C" void cu_adamw(float *p, const float *g, float *m, float *v, const cu_span *spans, int n_spans, int split,
                          float decay, float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt,
                          float eps, int wd, float clip_coef) {
     if (n_spans > 0)
-        LAUNCH(adamw_k, n_spans, BS, 0, p, g, m, v, spans, decay, b1, b2, a1, a2, step_size, bc2_sqrt, eps, wd, clip_coef);
+        LAUNCH(adamw_k, dim3(n_spans, split), BS, 0, p, g, m, v, spans, decay, b1, b2, a1, a2, step_size, bc2_sqrt, eps, wd, clip_coef);
 }
 
 __global__ void span_sq_k(double *part, const float *g, const cu_span *spans) {
     const cu_span sp = spans[blockIdx.x];
     double acc = 0.0;
-    for (size_t i = threadIdx.x; i < sp.n; i += blockDim.x) {
+    const size_t stride = (size_t)blockDim.x * gridDim.y;
+    for (size_t i = (size_t)blockIdx.y * blockDim.x + threadIdx.x; i < sp.n; i += stride) {
         double x = (double)g[sp.offset + i];
         acc += x * x;
     }
     acc = block_sum_d(acc);
-    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+    if (threadIdx.x == 0) part[(size_t)blockIdx.x * gridDim.y + blockIdx.y] = acc;
 }
-extern "C" void cu_span_sq(double *part, const float *g, const cu_span *spans, int n_spans) {
-    if (n_spans > 0) LAUNCH(span_sq_k, n_spans, BS, 0, part, g, spans);
+extern "C" void cu_span_sq(double *part, const float *g, const cu_span *spans, int n_spans, int split) {
+    if (n_spans > 0) LAUNCH(span_sq_k, dim3(n_spans, split), BS, 0, part, g, spans);
 }

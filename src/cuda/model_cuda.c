@@ -133,6 +133,8 @@ void sk_cuda_model_free(sk_cuda_model *cm) {
 /* training = 0: the parameters alone (sk_cuda_model_new_inference) */
 static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int training) {
     cm->m = m; cm->prec = prec;
+    const char *tc = getenv("SKIPLM_CUDA_TC_ATTN");
+    cm->attn_tc = prec == SK_CUDA_BF16 && !(tc && !strcmp(tc, "0"));
     if (m->hs > 128)
         return sk_error(SK_EINVAL, "CUDA: head size %d is above the attention kernel's 128", m->hs);
     BLAS(cublasCreate(&cm->blas));
@@ -168,6 +170,9 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int
     }
     sk_span *spans;
     TRY(sk_spans_build(m->tensors, m->n_tensors, &spans, &cm->n_spans));
+    size_t max_span = 0;
+    for (int i = 0; i < cm->n_spans; i++) max_span = spans[i].n > max_span ? spans[i].n : max_span;
+    cm->span_split = cu_span_split(max_span);
     int rc = sk_cu_alloc(&cm->spans, (size_t)cm->n_spans * sizeof(cu_span), "the parameter spans");
     if (!rc && cm->n_spans) {
         cudaError_t e = cudaMemcpy(cm->spans, spans, (size_t)cm->n_spans * sizeof(cu_span), cudaMemcpyHostToDevice);
@@ -175,8 +180,9 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int
     }
     free(spans);
     if (rc) return rc;
-    TRY(sk_cu_alloc(&cm->sq_d, (size_t)(cm->n_spans ? cm->n_spans : 1) * sizeof(double), "the norm partials"));
-    cm->sq_h = malloc((size_t)(cm->n_spans ? cm->n_spans : 1) * sizeof(double));
+    size_t n_part = (size_t)(cm->n_spans ? cm->n_spans : 1) * cm->span_split;
+    TRY(sk_cu_alloc(&cm->sq_d, n_part * sizeof(double), "the norm partials"));
+    cm->sq_h = malloc(n_part * sizeof(double));
     cm->slot_h = malloc((size_t)m->Vp * sizeof(int32_t));
     if (!cm->sq_h || !cm->slot_h) return sk_error(SK_ENOMEM, "out of memory");
     for (int i = 0; i < m->Vp; i++) cm->slot_h[i] = -1;
@@ -434,6 +440,7 @@ static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int 
     a->seed = sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) |
               ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
     a->lse = la->lse + (size_t)B * h0 * T;
+    a->tc = cm->attn_tc;
 }
 
 static int attn_rc(int rc, const char *what, int l, int part) {
@@ -704,10 +711,11 @@ int sk_cuda_forward_backward(sk_cuda_model *cm, const int32_t *inputs, const int
 
 int sk_cuda_grad_norm(sk_cuda_model *cm, double *norm) {
     NEED_TRAINING(cm);
-    K(cu_span_sq(cm->sq_d, cm->grads, cm->spans, cm->n_spans));
-    CU(cudaMemcpy(cm->sq_h, cm->sq_d, sizeof(double) * cm->n_spans, cudaMemcpyDeviceToHost));
+    const size_t n_part = (size_t)cm->n_spans * cm->span_split;
+    K(cu_span_sq(cm->sq_d, cm->grads, cm->spans, cm->n_spans, cm->span_split));
+    CU(cudaMemcpy(cm->sq_h, cm->sq_d, sizeof(double) * n_part, cudaMemcpyDeviceToHost));
     double sum = 0;
-    for (int s = 0; s < cm->n_spans; s++) sum += cm->sq_h[s];
+    for (size_t s = 0; s < n_part; s++) sum += cm->sq_h[s];
     *norm = sqrt(sum);
     return SK_OK;
 }
@@ -720,7 +728,7 @@ int sk_cuda_adamw_step(sk_cuda_model *cm, const sk_adamw_cfg *c, double lr, long
     const float fb1 = (float)b1, fb2 = (float)b2, a1 = (float)(1.0 - b1), a2 = (float)(1.0 - b2);
     const float step_size = (float)(lr / (1.0 - pow(b1, (double)t)));
     const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)t));
-    K(cu_adamw(cm->params, cm->grads, cm->mom, cm->vel, cm->spans, cm->n_spans, decay, fb1, fb2, a1, a2, step_size,
+    K(cu_adamw(cm->params, cm->grads, cm->mom, cm->vel, cm->spans, cm->n_spans, cm->span_split, decay, fb1, fb2, a1, a2, step_size,
                bc2_sqrt, c->eps, c->weight_decay != 0.0f, clip_coef));
     return sk_cu_params_changed(cm);
 }

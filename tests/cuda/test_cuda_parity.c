@@ -20,7 +20,10 @@
  *     measurably away from the fp32 product (so the bf16 path really ran);
  *   - the model: loss, logits and every gradient tensor near the CPU's fp32 values (bf16
  *     tolerances: relative L2 error per tensor), and not equal to them;
- *   - the trainer: 8 steps of bf16 training track the CPU's fp32 loss curve.
+ *   - the trainer: 8 steps of bf16 training track the CPU's fp32 loss curve;
+ *   - the tensor-core attention (cu_attn.tc) alone against the fp32 kernels on the same
+ *     bf16-valued inputs through strided views: output, lse, dQ, dK, dV within bf16's
+ *     rounding, not equal, nothing outside the views touched.
  * Prints PASS/FAIL per check and "N passed, N failed"; exits non-zero on failure. */
 #include "skiplm.h"
 #include "skiplm_cuda.h"
@@ -322,6 +325,122 @@ static double rel_l2(const float *a, const float *b, size_t n) {
     return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 
+/* ------------------------------------------------- tensor-core attention (cu_attn.tc) */
+
+typedef struct {
+    const char *name;
+    int B, H, Hkv, Lq, Lk, D, causal, offset;
+    float dropout;
+} acase;
+
+static const acase ACASES[] = {
+    {"causal hs64 T=130", 2, 4, 4, 130, 130, 64, 1, 0, 0.0f},
+    {"causal hs16 GQA 4/2 T=70", 2, 4, 2, 70, 70, 16, 1, 0, 0.0f},
+    {"causal hs128 MQA T=65", 1, 2, 1, 65, 65, 128, 1, 0, 0.0f},
+    {"causal hs40 (padded) T=100", 2, 2, 2, 100, 100, 40, 1, 0, 0.0f},
+    {"causal hs32 dropout 0.1", 2, 4, 2, 67, 67, 32, 1, 0, 0.1f},
+    {"prefill chunk hs64 (Lq 37, Lk 150, offset 113)", 1, 4, 2, 37, 150, 64, 1, 113, 0.0f},
+    {"causal offset -20 (rows that see nothing) hs32", 1, 2, 2, 70, 50, 32, 1, -20, 0.0f},
+    {"non-causal cross hs48 (Lq 50, Lk 90)", 2, 2, 1, 50, 90, 48, 0, 0, 0.0f},
+    {"single query hs64 (Lq 1, Lk 200)", 1, 2, 2, 1, 200, 64, 1, 199, 0.0f},
+};
+
+/* max |a - b| over n values, +inf == +inf (the lse of a row that sees no key) */
+static double max_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] == b[i]) continue;
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= m)) m = d;                          /* NaN or inf sticks */
+    }
+    return m;
+}
+/* The bf16 tensor-core kernels against the fp32 kernels (themselves checked against the CPU
+ * above) on the same bf16-valued inputs, through SLA-style strided views: q in one buffer,
+ * K/V in the K/V columns of another with another row stride, outputs and gradients added
+ * (+=) to what is there. Only P and dS are rounded in the tensor-core path (and Q's scale
+ * when it is not a power of two), so the results must agree to bf16's rounding (1e-2 of the
+ * largest value), and differ (so the tensor-core path really ran). */
+static void run_tc_attention(const acase *c) {
+    const int B = c->B, H = c->H, Hkv = c->Hkv, Lq = c->Lq, Lk = c->Lk, D = c->D;
+    const long qst = (long)H * D + 3, kst = 2L * Hkv * D + 5;
+    const size_t nq = (size_t)B * Lq * qst, nkv = (size_t)B * Lk * kst, no = (size_t)B * Lq * H * D;
+    const size_t nlse = (size_t)B * H * Lq;
+    float *hq = malloc(nq * 4), *hkv = malloc(nkv * 4), *hdo = malloc(no * 4);
+    float *out[2], *lse[2], *gq[2], *gkv[2], *gq0 = malloc(nq * 4), *gkv0 = malloc(nkv * 4);
+    float *dq = NULL, *dkv = NULL, *dout = NULL, *dlse = NULL, *ddo = NULL, *dgq = NULL, *dgkv = NULL, *dDi = NULL;
+    int ok = hq && hkv && hdo && gq0 && gkv0;
+    for (int t = 0; t < 2; t++) {
+        out[t] = malloc(no * 4); lse[t] = malloc(nlse * 4); gq[t] = malloc(nq * 4); gkv[t] = malloc(nkv * 4);
+        ok = ok && out[t] && lse[t] && gq[t] && gkv[t];
+    }
+    ok = ok && !cudaMalloc((void **)&dq, nq * 4) && !cudaMalloc((void **)&dkv, nkv * 4) &&
+         !cudaMalloc((void **)&dout, no * 4) && !cudaMalloc((void **)&dlse, nlse * 4) &&
+         !cudaMalloc((void **)&ddo, no * 4) && !cudaMalloc((void **)&dgq, nq * 4) &&
+         !cudaMalloc((void **)&dgkv, nkv * 4) && !cudaMalloc((void **)&dDi, nlse * 4);
+    if (!ok) { CHECK2(0, "tc attention %s: allocation", c->name); goto done; }
+    fill(hq, nq, 1); fill(hkv, nkv, 2); fill(hdo, no, 3); fill(gq0, nq, 4); fill(gkv0, nkv, 5);
+    for (size_t i = 0; i < nq; i++) hq[i] = bf16_round(2.0f * hq[i]);          /* sharper softmax */
+    for (size_t i = 0; i < nkv; i++) hkv[i] = bf16_round(2.0f * hkv[i]);
+    for (size_t i = 0; i < no; i++) hdo[i] = bf16_round(hdo[i]);
+    cudaMemcpy(dq, hq, nq * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dkv, hkv, nkv * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(ddo, hdo, no * 4, cudaMemcpyHostToDevice);
+    for (int t = 0; t < 2; t++) {
+        cu_attn a;
+        memset(&a, 0, sizeof a);
+        a.B = B; a.H = H; a.Hkv = Hkv; a.Lq = Lq; a.Lk = Lk; a.D = D;
+        a.q = dq + 1;                 a.q_sb = Lq * qst;  a.q_sh = D; a.q_st = qst;
+        a.k = dkv + 2;                a.k_sb = Lk * kst;  a.k_sh = D; a.k_st = kst;
+        a.v = dkv + 2 + Hkv * D;      a.v_sb = Lk * kst;  a.v_sh = D; a.v_st = kst;
+        a.out = dout;                 a.o_sb = (long)Lq * H * D; a.o_sh = D; a.o_st = (long)H * D;
+        a.scale = 1.0f / sqrtf((float)D);
+        a.causal = c->causal; a.causal_offset = c->offset;
+        a.dropout = c->dropout > 0; a.thr = (uint64_t)((double)c->dropout * 4294967296.0);
+        a.inv_keep = a.dropout ? 1.0f / (1.0f - c->dropout) : 1.0f;
+        a.seed = 0x1234567890abcdefULL;
+        a.lse = dlse;
+        a.tc = t;
+        cudaMemcpy(dgq, gq0, nq * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(dgkv, gkv0, nkv * 4, cudaMemcpyHostToDevice);
+        int rc = cu_attn_forward(&a);
+        if (!rc) rc = cu_attn_backward(&a, ddo, dgq + 1, dgkv + 2, dgkv + 2 + Hkv * D, dDi);
+        if (!rc) rc = (int)cudaDeviceSynchronize();
+        if (rc) { CHECK2(0, "tc attention %s: %s kernels failed (%d)", c->name, t ? "tensor-core" : "fp32", rc); goto done; }
+        cudaMemcpy(out[t], dout, no * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(lse[t], dlse, nlse * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(gq[t], dgq, nq * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(gkv[t], dgkv, nkv * 4, cudaMemcpyDeviceToHost);
+        for (size_t i = 0; i < nq; i++) gq[t][i] -= gq0[i];                  /* the gradient added */
+        for (size_t i = 0; i < nkv; i++) gkv[t][i] -= gkv0[i];
+    }
+    {
+        double mo = max_abs(out[0], no), d_o = max_diff(out[1], out[0], no), d_l = max_diff(lse[1], lse[0], nlse);
+        double mq = max_abs(gq[0], nq), d_q = max_diff(gq[1], gq[0], nq);
+        double mkv = max_abs(gkv[0], nkv), d_kv = max_diff(gkv[1], gkv[0], nkv);
+        int untouched = 1;            /* the columns outside the views keep their values exactly */
+        for (int t = 0; t < 2; t++) {
+            for (size_t i = 0; i < nq; i++) {
+                long col = (long)(i % (size_t)qst);
+                if ((col < 1 || col >= 1 + (long)H * D) && gq[t][i] != 0.0f) untouched = 0;
+            }
+            for (size_t i = 0; i < nkv; i++) {
+                long col = (long)(i % (size_t)kst);
+                if ((col < 2 || col >= 2 + 2L * Hkv * D) && gkv[t][i] != 0.0f) untouched = 0;
+            }
+        }
+        CHECK2(d_o <= 1e-2 * mo && d_o > 0 && d_l <= 1e-2 && mo > 0,
+               "tc attention %s: output max |diff| %.2e (max |o| %.2f), lse %.2e", c->name, d_o, mo, d_l);
+        CHECK2(d_q <= 1e-2 * mq && d_kv <= 1e-2 * mkv && d_q > 0 && mq > 0 && mkv > 0 && untouched,
+               "tc attention %s: dq max |diff| %.2e (max %.2f), dk/dv %.2e (max %.2f), outside the views %s",
+               c->name, d_q, mq, d_kv, mkv, untouched ? "untouched" : "CHANGED");
+    }
+done:
+    for (int t = 0; t < 2; t++) { free(out[t]); free(lse[t]); free(gq[t]); free(gkv[t]); }
+    free(hq); free(hkv); free(hdo); free(gq0); free(gkv0);
+    cudaFree(dq); cudaFree(dkv); cudaFree(dout); cudaFree(dlse); cudaFree(ddo); cudaFree(dgq); cudaFree(dgkv); cudaFree(dDi);
+}
+
 /* bf16 mixed precision against the CPU's fp32 on the same weights and batch. */
 static void run_bf16_case(const tcase *tc) {
     sk_config cfg;
@@ -480,7 +599,13 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
         if (!only || strstr(CASES[i].name, only)) run_case(&CASES[i]);
     if (!only || strstr("bf16 gemm", only)) run_bf16_gemm();
-    static const int BF16_CASES[] = {1, 6, 12};      /* gpt2 SLA hs16, gpt2 hs64 SLA, llama GQA SLA */
+    for (size_t i = 0; i < sizeof ACASES / sizeof ACASES[0]; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "tc attention %s", ACASES[i].name);
+        if (!only || strstr(name, only)) run_tc_attention(&ACASES[i]);
+    }
+    /* every tensor-core tile configuration (head sizes 16, 32, 48, 64, 128), dropout, GQA/MQA */
+    static const int BF16_CASES[] = {1, 6, 7, 8, 10, 12, 13};
     for (size_t i = 0; i < sizeof BF16_CASES / sizeof BF16_CASES[0]; i++) {
         const tcase *tc = &CASES[BF16_CASES[i]];
         char name[128];

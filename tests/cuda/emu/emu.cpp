@@ -185,7 +185,10 @@ static double g_slots[MAX_THREADS];
 
 extern "C++" unsigned emu_tid(void) { return (unsigned)g_cur; }
 double *emu_warp_slots(void) { return g_slots; }
-void *emu_dyn_smem(void) { return g_smem.data(); }
+void *emu_dyn_smem(void) {                     /* 128-byte aligned, as on the GPU */
+    uintptr_t a = (uintptr_t)g_smem.data();
+    return g_smem.data() + ((128 - a % 128) % 128);
+}
 
 static void yield_to_sched(int state) {
     g_fib[g_cur].state = state;
@@ -261,7 +264,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> 
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
                 emu_blockIdx = dim3(x, y, z);
-                g_smem.assign(smem ? smem : 1, 0xff);          /* NaN until written */
+                g_smem.assign(smem + 128, 0xff);                  /* NaN until written */
                 run_block(nt);
             }
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 
 #define __global__
 #define __device__
@@ -55,6 +56,9 @@ static inline int min(int a, int b) { return a < b ? a : b; }
 
 void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
 #define DYN_SMEM(name) float *name = (float *)emu_dyn_smem()
+#define DYN_SMEM_BYTES(name) unsigned char *name = (unsigned char *)emu_dyn_smem()
+#define __syncwarp() emu_syncwarp()
 #define LAUNCH(kernel, grid, block, smem, ...) \
     emu_launch(dim3(grid), dim3(block), (size_t)(smem), [=]() { kernel(__VA_ARGS__); })
+#include "sk_wmma_emu.h"
 #endif

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The GPU checks and benchmarks of docs/cuda.md ("First run on a GPU"), batched so that a
+# session with a short GPU lease runs them in a few calls, each well under 10 minutes:
+#
+#   bash scripts/gpu_session.sh check   # nvidia-smi, make cuda, the three parity tests (~3 min)
+#   bash scripts/gpu_session.sh train   # GPT-2 124M training step: fp32/TF32/bf16, T=1024 and
+#                                       # T=16384, baseline and SLA alternated (~6 min)
+#   bash scripts/gpu_session.sh gen     # generation benchmarks, and GPU vs CPU sampled text (~4 min)
+#   bash scripts/gpu_session.sh llmc    # llm.c's train_gpt2cu at B=8, T=1024 on the same GPU, from a
+#                                       # prepared copy in .bench/llmc (not in the repository; docs/cuda.md)
+#
+# Each phase appends everything it prints to $LOG (default: $OUT/gpu_session.log when OUT is
+# set, else runs/gpu_session.log) and ends with a summary of the figures; it exits non-zero
+# if a test or a command failed. Nothing here is timed against anything else running: run it
+# alone on the machine.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+phase=${1:-}
+LOG=${LOG:-${OUT:-runs}/gpu_session.log}
+mkdir -p "$(dirname "$LOG")"
+B=build-cuda/skiplm
+fail=0
+
+say() { echo "== $*" | tee -a "$LOG"; }
+# run CMD...: print and log the command and its output; remember a failure
+run() {
+    echo "\$ $*" | tee -a "$LOG"
+    "$@" 2>&1 | tee -a "$LOG"
+    local rc=${PIPESTATUS[0]}
+    [ "$rc" = 0 ] || { echo "!! exit $rc: $*" | tee -a "$LOG"; fail=1; }
+    return 0
+}
+# make cuda; the GPU machine's image has nvcc and gcc but maybe not OpenBLAS: then the CPU
+# side (the reference runs here) is built with BLAS=none, and its figures are not the CPU's best
+build() {
+    [ -x $B ] && [ -x build-cuda/tests/cuda/test_cuda_parity ] && return 0
+    command -v make >/dev/null || { say "make is not installed here"; exit 1; }
+    local blas=""
+    if ! ls /usr/lib/*-linux-gnu/libopenblas.so >/dev/null 2>&1 && ! pkg-config --exists openblas 2>/dev/null; then
+        blas="BLAS=none"
+        say "no OpenBLAS here: building the CPU side with BLAS=none"
+    fi
+    run make -j"$(nproc)" cuda $blas
+    [ -x $B ] || { say "make cuda failed"; exit 1; }
+}
+bench() { run $B bench --device cuda --preset gpt2 "$@"; }
+summary() {
+    say "summary ($phase)"
+    tail -n +"$1" "$LOG" | grep -E '^(\$ .*bench|device:|train:|generate:|prefill:|total average|[0-9]+ passed|sample:|!! )' |
+        tee -a "$LOG.summary"
+}
+
+start=$(($(wc -l < "$LOG" 2>/dev/null || echo 0) + 1))
+case "$phase" in
+check)
+    say "check: $(date -u)"
+    run nvidia-smi
+    run nvcc --version
+    build
+    run ./build-cuda/tests/cuda/test_cuda_parity
+    run ./build-cuda/tests/cuda/test_cuda_infer
+    run env SKIPLM="$PWD/$B" bash tests/cuda/test_cuda_cli.sh
+    ;;
+train)
+    say "train: $(date -u)"
+    build
+    # baseline and SLA alternate, twice each, so that drift hits both alike
+    for prec in "" --tf32 --bf16; do
+        for rep in 1 2; do
+            bench --batch 8 --seq 1024 --steps 10 --no-gen $prec
+            bench --batch 8 --seq 1024 --steps 10 --no-gen $prec --sla
+        done
+    done
+    for prec in --tf32 --bf16; do
+        bench --block_size 16384 --batch 1 --seq 16384 --steps 5 --no-gen $prec
+        bench --block_size 16384 --batch 1 --seq 16384 --steps 5 --no-gen $prec --sla
+    done
+    # what the tensor-core attention buys at the paper's length: the same bf16 step on the fp32 kernels
+    run env SKIPLM_CUDA_TC_ATTN=0 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
+        --steps 5 --no-gen --bf16
+    ;;
+gen)
+    say "gen: $(date -u)"
+    build
+    for sla in "" --sla; do
+        bench --no-train --gen 256 --seq 768 $sla
+        bench --no-train --gen 256 --seq 768 --bf16 $sla
+        bench --block_size 16384 --no-train --gen 256 --seq 16000 $sla
+    done
+    run $B bench --preset gpt2 --no-train --gen 64           # the CPU's figure, for the ratio
+    # a short real training run on the default corpus (data/sotu-char: the device has no
+    # network, so carry it from a machine where scripts/setup.sh prepared it), then GPU vs
+    # CPU sampled text from its checkpoint
+    if [ -f data/sotu-char/train.bin ]; then
+        run $B train --data data/sotu-char --out runs/gpu-check --overwrite --preset small --sla --steps 200 \
+            --eval-every 100 --device cuda
+        ck=runs/gpu-check/ckpt.safetensors
+        if [ -f $ck ]; then
+            $B sample $ck --prompt "The" --tokens 200 --seed 7 --top-k 40 --quiet > runs/gpu-check/cpu.txt 2>>"$LOG"
+            $B sample $ck --prompt "The" --tokens 200 --seed 7 --top-k 40 --quiet --device cuda > runs/gpu-check/gpu.txt 2>>"$LOG"
+            if cmp -s runs/gpu-check/cpu.txt runs/gpu-check/gpu.txt; then say "sample: GPU text identical to the CPU's"
+            else say "sample: GPU text DIFFERS from the CPU's"; fail=1; fi
+        fi
+    else
+        say "data/sotu-char missing: the training run and the sample comparison are skipped"
+    fi
+    ;;
+llmc)
+    say "llmc: $(date -u)"
+    d=.bench/llmc
+    [ -f $d/train_gpt2.cu ] && [ -f $d/make_data.py ] || { say "no llm.c copy in $d (docs/cuda.md)"; exit 1; }
+    run bash -c "cd $d && mkdir -p data && nvcc -O3 -t=0 --use_fast_math -std=c++17 -DENABLE_BF16 -arch=sm_90 \
+        train_gpt2.cu -lcublas -lcublasLt -o train_gpt2cu && python3 make_data.py data/rand 2000000 --val-tokens 20000 --seed 1337"
+    for rep in 1 2; do
+        run bash -c "cd $d && ./train_gpt2cu -e d12 -b 8 -t 1024 -x 30 -i data/rand_train.bin -j data/rand_val.bin \
+            -v 100000 -m 0 -s 0 -n 0 -h 0 | grep -E 'total average iteration time|^step +(2|30)/'"
+        bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16       # ours, alternated with llm.c's
+    done
+    ;;
+*)
+    echo "usage: bash scripts/gpu_session.sh check|train|gen|llmc   (log: \$LOG, default \$OUT/gpu_session.log)" >&2
+    exit 2
+    ;;
+esac
+summary "$start"
+exit $fail

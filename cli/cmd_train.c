@@ -214,8 +214,6 @@ static int train_main(int argc, char **argv, int *agreed) {
 #endif
     if ((tf32 || bf16) && !use_cuda) FAIL("--%s needs --device cuda", tf32 ? "tf32" : "bf16");
     if (tf32 && bf16) FAIL("--tf32 and --bf16 exclude each other");
-    if (use_cuda && world > 1 && zero)
-        FAIL("--zero 1 with --device cuda is not implemented: each GPU holds the whole AdamW state (use --zero 0)");
     if (recompute < -1 || recompute > 1) FAIL("--recompute must be -1, 0 or 1 (got %d)", recompute);
     tc.zero = zero;
     tc.world_size = world;
@@ -482,12 +480,16 @@ static int train_main(int argc, char **argv, int *agreed) {
         /* peak memory and time in collectives: the largest over the ranks */
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        double mx[2] = {ru.ru_maxrss / 1024.0, sk_dist_comm_seconds()};
+        double mx[3] = {ru.ru_maxrss / 1024.0, sk_dist_comm_seconds(), 0};
+#ifdef SKIPLM_CUDA
+        size_t dused = 0, dtotal = 0;
+        if (use_cuda && !sk_cuda_memory(&dused, &dtotal)) mx[2] = dused / 1048576.0;
+#endif
         double rss[64];
         int cnt[64], dsp[64], nr = world < 64 ? world : 0;   /* per-rank list for up to 64 ranks */
         for (int i = 0; i < nr; i++) { cnt[i] = 1; dsp[i] = i; }
         if (nr) sk_dist_allgather_f64(&mx[0], rss, cnt, dsp);
-        sk_dist_max_f64(mx, 2);
+        sk_dist_max_f64(mx, 3);
         double el = now_s() - t_start;
         int done_steps = tc.steps - start_step;
         fprintf(err, "skiplm train: done: %d steps in %.1f s (%.0f tokens/s), final loss %.4f",
@@ -501,6 +503,7 @@ static int train_main(int argc, char **argv, int *agreed) {
         }
         fprintf(err, ")");
         if (world > 1) fprintf(err, ", time in MPI collectives %.2f s (max over ranks, %.1f%%)", mx[1], 100 * mx[1] / (el > 0 ? el : 1));
+        if (use_cuda) fprintf(err, "\nskiplm train: GPU memory in use %.2f MiB (max over ranks)", mx[2]);
         fprintf(err, "\nskiplm train: checkpoint %s, log %s\n", ckp, logp);
     }
     status = 0;

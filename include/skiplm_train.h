@@ -151,8 +151,9 @@ int sk_train_cfg_diff(const sk_train_cfg *a, const sk_train_cfg *b, const char *
  * the host model's parameters and the trainer's m and v (before a checkpoint is written),
  * push the other way (when the backend is set, and after a resume). update applies AdamW
  * with the gradients multiplied by clip_coef first (1 = no clipping). The gradient hook
- * gets grads = NULL, n = 0 with a backend. With world_size > 1 the backend needs grads_mean,
- * and the AdamW state is replicated (zero = 0): each device holds all of it.
+ * gets grads = NULL, n = 0 with a backend. With world_size > 1 the backend needs grads_mean;
+ * with zero = 1 also shard, and then grads_mean, grad_norm, update, pull and push take the
+ * ZeRO-1 meanings given below (m and v: this rank's shard only, as the trainer's are).
  * Every function returns 0 or an error code with sk_error's message. */
 typedef struct {
     void *ctx;
@@ -167,6 +168,15 @@ typedef struct {
     /* Data parallelism (world_size > 1; NULL: one process only): replace every rank's device
      * gradients by their mean over the ranks, the same bits on every rank. Collective. */
     int (*grads_mean)(void *ctx);
+    /* ZeRO-1 (zero = 1, world_size > 1; NULL: refused). Called once, before the first push,
+     * with the trainer's shards: rank r owns the parameter buffer range [starts[r],
+     * starts[r+1]) and the spans [span_displs[r], span_displs[r] + span_counts[r]) (in
+     * sk_spans_build's order). From then on the device keeps only this rank's range of m
+     * and v (pull and push move that range); grads_mean leaves the mean in this rank's
+     * range only (reduce-scatter); grad_norm is still the norm of the whole mean gradient
+     * (per-span squares all-gathered, added in span order); update applies AdamW to this
+     * rank's range, then all-gathers the parameters. Collective. */
+    int (*shard)(void *ctx, const size_t *starts, const int *span_counts, const int *span_displs);
 } sk_train_backend;
 /* Attach a backend (copied) and push the current state to it. */
 int sk_trainer_set_backend(sk_trainer *tr, const sk_train_backend *be);

@@ -254,9 +254,12 @@ int sk_trainer_set_backend(sk_trainer *tr, const sk_train_backend *be) {
     if (tr->world > 1 && !be->grads_mean)
         return sk_error(SK_EINVAL, "this device backend has no gradient all-reduce: train on one process, not %d",
                         tr->world);
-    if (tr->world > 1 && tr->starts)
-        return sk_error(SK_EINVAL, "ZeRO (zero = 1) with a device backend is not implemented: every GPU holds "
-                        "the whole AdamW state (use zero = 0)");
+    if (tr->world > 1 && tr->starts && !be->shard)
+        return sk_error(SK_EINVAL, "ZeRO (zero = 1): this device backend cannot shard the AdamW state (use zero = 0)");
+    if (tr->world > 1 && tr->starts) {
+        int rc = be->shard(be->ctx, tr->starts, tr->sq_counts, tr->sq_displs);
+        if ((rc = sk_dist_agree(rc))) return rc;
+    }
     tr->be = *be;
     tr->has_be = 1;
     return be->push(be->ctx, sk_model_params(tr->m), tr->mom, tr->vel);
@@ -306,9 +309,9 @@ static int step_info(sk_trainer *tr, sk_step_info *info, float loss, double norm
     return SK_OK;
 }
 
-/* sk_trainer_step with a device backend: the same sequence as the CPU path below without
- * ZeRO (micro-steps, hook, mean over the ranks, norm, NaN guard, clipping, scheduled AdamW),
- * run by the backend. */
+/* sk_trainer_step with a device backend: the same sequence as the CPU path below (micro-steps,
+ * hook, mean over the ranks, norm, NaN guard, clipping, scheduled AdamW), run by the backend;
+ * with ZeRO-1 the backend's grads_mean / grad_norm / update do the sharded versions. */
 static int step_device(sk_trainer *tr, sk_step_info *info) {
     const sk_train_cfg *c = &tr->cfg;
     const sk_train_backend *be = &tr->be;

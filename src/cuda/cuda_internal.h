@@ -38,6 +38,15 @@ struct sk_cuda_model {
     /* data parallelism (dist_cuda.c) */
     void *nccl;                       /* ncclComm_t, or NULL */
     float *grads_h;                   /* pinned host copy of the gradients (mean without NCCL) */
+    /* ZeRO-1 (sk_cuda_shard; zero = 0 until then): this rank owns the buffer range [z_base,
+     * z_base + z_n) and the spans [z_s_lo, z_s_lo + z_n_spans); mom and vel hold z_n floats */
+    int zero;
+    size_t *z_starts;                 /* (world + 1) shard boundaries, host */
+    int *z_counts, *z_displs;         /* (world) spans per rank and their first span, host */
+    size_t z_base, z_n;
+    int z_s_lo, z_n_spans;
+    cu_span *z_spans;                 /* this rank's spans, offsets relative to z_base (device) */
+    double *span_sq;                  /* (n_spans) squared norm per span, host */
 };
 
 /* sk_error(SK_EIO, ...) naming the call, file and line and CUDA's / cuBLAS's message */
@@ -57,6 +66,9 @@ int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alp
 
 /* cudaMallocHost (pinned memory) with the message of sk_cu_alloc. */
 int sk_cu_alloc_host(void *p, size_t bytes, const char *what);
+/* ZeRO-1: after this rank's AdamW update, every rank's parameters from their owners
+ * (dist_cuda.c). */
+int sk_cu_params_allgather(sk_cuda_model *cm);
 /* Releases the NCCL communicator and the host gradient buffer (sk_cuda_model_free). */
 void sk_cu_dist_free(sk_cuda_model *cm);
 /* Refresh the bf16 copy of the parameters (SK_CUDA_BF16; a no-op otherwise). */

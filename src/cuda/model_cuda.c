@@ -125,7 +125,7 @@ void sk_cuda_model_free(sk_cuda_model *cm) {
     cudaFree(cm->params); cudaFree(cm->grads); cudaFree(cm->mom); cudaFree(cm->vel);
     cudaFree(cm->params16); cudaFree(cm->op16[0]); cudaFree(cm->op16[1]);
     cudaFree(cm->pos_table); cudaFree(cm->rope); cudaFree(cm->spans); cudaFree(cm->sq_d);
-    free(cm->sq_h); free(cm->slot_h);
+    free(cm->sq_h); free(cm->span_sq); free(cm->slot_h);
     if (cm->blas) cublasDestroy(cm->blas);
     free(cm);
 }
@@ -183,8 +183,9 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int
     size_t n_part = (size_t)(cm->n_spans ? cm->n_spans : 1) * cm->span_split;
     TRY(sk_cu_alloc(&cm->sq_d, n_part * sizeof(double), "the norm partials"));
     cm->sq_h = malloc(n_part * sizeof(double));
+    cm->span_sq = malloc((size_t)(cm->n_spans ? cm->n_spans : 1) * sizeof(double));
     cm->slot_h = malloc((size_t)m->Vp * sizeof(int32_t));
-    if (!cm->sq_h || !cm->slot_h) return sk_error(SK_ENOMEM, "out of memory");
+    if (!cm->sq_h || !cm->span_sq || !cm->slot_h) return sk_error(SK_ENOMEM, "out of memory");
     for (int i = 0; i < m->Vp; i++) cm->slot_h[i] = -1;
     return SK_OK;
 }
@@ -234,14 +235,14 @@ int sk_cuda_download_grads(sk_cuda_model *cm, float *grads) {
 }
 int sk_cuda_upload_adam(sk_cuda_model *cm, const float *mo, const float *ve) {
     NEED_TRAINING(cm);
-    size_t b = cm->m->n_params * sizeof(float);
+    size_t b = (cm->zero ? cm->z_n : cm->m->n_params) * sizeof(float);
     if (mo) CU(cudaMemcpy(cm->mom, mo, b, cudaMemcpyHostToDevice));
     if (ve) CU(cudaMemcpy(cm->vel, ve, b, cudaMemcpyHostToDevice));
     return SK_OK;
 }
 int sk_cuda_download_adam(sk_cuda_model *cm, float *mo, float *ve) {
     NEED_TRAINING(cm);
-    size_t b = cm->m->n_params * sizeof(float);
+    size_t b = (cm->zero ? cm->z_n : cm->m->n_params) * sizeof(float);
     if (mo) CU(cudaMemcpy(mo, cm->mom, b, cudaMemcpyDeviceToHost));
     if (ve) CU(cudaMemcpy(ve, cm->vel, b, cudaMemcpyDeviceToHost));
     return SK_OK;
@@ -709,13 +710,24 @@ int sk_cuda_forward_backward(sk_cuda_model *cm, const int32_t *inputs, const int
 
 /* ------------------------------------------------------------- optimizer */
 
+/* As sk_grad_norm: one double per span (its blocks' partials added in order), the spans
+ * added in order. ZeRO-1: this rank's spans, all-gathered first (the same norm). */
 int sk_cuda_grad_norm(sk_cuda_model *cm, double *norm) {
     NEED_TRAINING(cm);
-    const size_t n_part = (size_t)cm->n_spans * cm->span_split;
-    K(cu_span_sq(cm->sq_d, cm->grads, cm->spans, cm->n_spans, cm->span_split));
-    CU(cudaMemcpy(cm->sq_h, cm->sq_d, sizeof(double) * n_part, cudaMemcpyDeviceToHost));
+    const int S = cm->zero ? cm->z_n_spans : cm->n_spans, split = cm->span_split;
+    double *sq = cm->span_sq + (cm->zero ? cm->z_s_lo : 0);
+    if (S) {
+        K(cu_span_sq(cm->sq_d, cm->zero ? cm->grads + cm->z_base : cm->grads, cm->zero ? cm->z_spans : cm->spans, S, split));
+        CU(cudaMemcpy(cm->sq_h, cm->sq_d, sizeof(double) * S * split, cudaMemcpyDeviceToHost));
+    }
+    for (int s = 0; s < S; s++) {
+        double acc = 0;
+        for (int j = 0; j < split; j++) acc += cm->sq_h[(size_t)s * split + j];
+        sq[s] = acc;
+    }
+    if (cm->zero) TRY(sk_dist_allgather_f64(sq, cm->span_sq, cm->z_counts, cm->z_displs));
     double sum = 0;
-    for (size_t s = 0; s < n_part; s++) sum += cm->sq_h[s];
+    for (int s = 0; s < cm->n_spans; s++) sum += cm->span_sq[s];
     *norm = sqrt(sum);
     return SK_OK;
 }
@@ -728,8 +740,14 @@ int sk_cuda_adamw_step(sk_cuda_model *cm, const sk_adamw_cfg *c, double lr, long
     const float fb1 = (float)b1, fb2 = (float)b2, a1 = (float)(1.0 - b1), a2 = (float)(1.0 - b2);
     const float step_size = (float)(lr / (1.0 - pow(b1, (double)t)));
     const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)t));
-    K(cu_adamw(cm->params, cm->grads, cm->mom, cm->vel, cm->spans, cm->n_spans, cm->span_split, decay, fb1, fb2, a1, a2, step_size,
-               bc2_sqrt, c->eps, c->weight_decay != 0.0f, clip_coef));
+    if (!cm->zero) {
+        K(cu_adamw(cm->params, cm->grads, cm->mom, cm->vel, cm->spans, cm->n_spans, cm->span_split, decay, fb1, fb2, a1,
+                   a2, step_size, bc2_sqrt, c->eps, c->weight_decay != 0.0f, clip_coef));
+    } else {            /* ZeRO-1: this rank's range with its m and v, then everyone's range */
+        K(cu_adamw(cm->params + cm->z_base, cm->grads + cm->z_base, cm->mom, cm->vel, cm->z_spans, cm->z_n_spans,
+                   cm->span_split, decay, fb1, fb2, a1, a2, step_size, bc2_sqrt, c->eps, c->weight_decay != 0.0f, clip_coef));
+        TRY(sk_cu_params_allgather(cm));
+    }
     return sk_cu_params_changed(cm);
 }
 
@@ -756,13 +774,16 @@ static int be_push(void *ctx, const float *params, const float *mo, const float 
 }
 
 static int be_mean(void *ctx) { return sk_cuda_grads_mean(ctx); }
+static int be_shard(void *ctx, const size_t *starts, const int *counts, const int *displs) {
+    return sk_cuda_shard(ctx, starts, counts, displs);
+}
 
 void sk_cuda_train_backend(sk_cuda_model *cm, sk_train_backend *be) {
     memset(be, 0, sizeof *be);
     be->ctx = cm;
     be->zero_grad = be_zero; be->forward_backward = be_fb; be->forward = be_fwd;
     be->grad_norm = be_norm; be->update = be_update; be->pull = be_pull; be->push = be_push;
-    be->grads_mean = be_mean;
+    be->grads_mean = be_mean; be->shard = be_shard;
 }
 
 /* ------------------------------------------------------------- benchmark */

@@ -7,7 +7,8 @@
  *     runs until it reaches __syncthreads(), a warp shuffle or its end; a barrier opens
  *     when every live thread of the block (warp) has reached it; a barrier that can never
  *     open (divergence) aborts;
- *   - device memory and dynamic shared memory start as NaN bytes;
+ *   - device memory and dynamic shared memory start as NaN bytes; cudaMemGetInfo reports
+ *     this process's cudaMalloc bytes as used, of 8 GiB (pinned host memory not counted);
  *   - cublasSgemm / cublasSgemv are column-major references with cuBLAS's argument checks. */
 #include "cuda_runtime_api.h"
 #include "cublas_v2.h"
@@ -15,7 +16,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <ucontext.h>
+#include <unordered_map>
 #include <vector>
 
 /* ---------------------------------------------------------------- runtime */
@@ -23,14 +26,41 @@
 static cudaError_t g_err = cudaSuccess;
 extern "C" void emu_set_error(cudaError_t e) { if (g_err == cudaSuccess) g_err = e; }
 
+/* device allocations and their sizes, for cudaMemGetInfo */
+static std::mutex g_mem_mu;
+static std::unordered_map<void *, size_t> g_mem;
+static size_t g_mem_used;
+static const size_t EMU_MEM_TOTAL = (size_t)8 << 30;
+
+static void *emu_alloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (p) memset(p, 0xff, n);        /* NaN floats: reads of unwritten memory show */
+    return p;
+}
 extern "C" cudaError_t cudaMalloc(void **p, size_t n) {
-    *p = malloc(n ? n : 1);
+    *p = emu_alloc(n);
     if (!*p) return cudaErrorMemoryAllocation;
-    memset(*p, 0xff, n);              /* NaN floats: reads of unwritten memory show */
+    std::lock_guard<std::mutex> lk(g_mem_mu);
+    g_mem[*p] = n;
+    g_mem_used += n;
     return cudaSuccess;
 }
-extern "C" cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
-extern "C" cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
+extern "C" cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> lk(g_mem_mu);
+        auto it = g_mem.find(p);
+        if (it == g_mem.end()) return cudaErrorInvalidValue;   /* not from cudaMalloc */
+        g_mem_used -= it->second;
+        g_mem.erase(it);
+    }
+    free(p);
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaMallocHost(void **p, size_t n) {
+    *p = emu_alloc(n);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
 extern "C" cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
 /* SK_EMU_GPUS=n (default 1) emulated devices, all the same memory; the current one is remembered */
 static int emu_devices(void) {
@@ -83,7 +113,12 @@ extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int) {
     p->totalGlobalMem = (size_t)8 << 30; p->major = 9; p->minor = 0; p->multiProcessorCount = 1;
     return cudaSuccess;
 }
-extern "C" cudaError_t cudaMemGetInfo(size_t *f, size_t *t) { *f = (size_t)4 << 30; *t = (size_t)8 << 30; return cudaSuccess; }
+extern "C" cudaError_t cudaMemGetInfo(size_t *f, size_t *t) {
+    std::lock_guard<std::mutex> lk(g_mem_mu);
+    *t = EMU_MEM_TOTAL;
+    *f = g_mem_used < EMU_MEM_TOTAL ? EMU_MEM_TOTAL - g_mem_used : 0;
+    return cudaSuccess;
+}
 struct emu_event { int x; };
 extern "C" cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new emu_event{0}; return cudaSuccess; }
 extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }

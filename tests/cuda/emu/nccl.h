@@ -19,6 +19,14 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
+                        ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type, int root,
+                           ncclComm_t comm, cudaStream_t stream);
+/* Groups: calls between start and end are launched together; the emulator runs each call
+ * as it comes (blocking MPI, the same order on every rank), and checks the nesting. */
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
 const char *ncclGetErrorString(ncclResult_t r);
 #ifdef __cplusplus
 }

@@ -2,7 +2,9 @@
  * string and rank 0's process id; ncclCommInitRank compares every rank's id with rank 0's,
  * so a rank that did not receive the broadcast id fails as with NCCL. ncclAllReduce sums
  * with MPI_Allreduce and, for ncclAvg, divides the sum by the number of ranks (NCCL may
- * round differently: it can pre-multiply each term by 1/n). */
+ * round differently: it can pre-multiply each term by 1/n). ncclReduce and ncclBroadcast
+ * are MPI_Reduce and MPI_Bcast with NCCL's argument checks (root in range, recv used on the
+ * root only for a reduce); groups nest as NCCL's do. */
 #include "nccl.h"
 #include <mpi.h>
 #include <limits.h>
@@ -50,6 +52,41 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
         return ncclSystemError;
     if (op == ncclAvg)
         for (size_t i = 0; i < count; i++) ((float *)recv)[i] /= (float)comm->size;
+    return ncclSuccess;
+}
+
+static int group_depth;
+
+ncclResult_t ncclGroupStart(void) { group_depth++; return ncclSuccess; }
+ncclResult_t ncclGroupEnd(void) {
+    if (group_depth <= 0) return ncclInvalidUsage;
+    group_depth--;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
+                        ncclComm_t comm, cudaStream_t stream) {
+    (void)stream;
+    if (!comm || type != ncclFloat32 || (op != ncclSum && op != ncclAvg) || count > INT_MAX || root < 0 ||
+        root >= comm->size || !send || (comm->rank == root && !recv))
+        return ncclInvalidArgument;
+    const int is_root = comm->rank == root;
+    if (MPI_Reduce(is_root && send == recv ? MPI_IN_PLACE : send, is_root ? recv : NULL, (int)count, MPI_FLOAT,
+                   MPI_SUM, root, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return ncclSystemError;
+    if (is_root && op == ncclAvg)
+        for (size_t i = 0; i < count; i++) ((float *)recv)[i] /= (float)comm->size;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type, int root,
+                           ncclComm_t comm, cudaStream_t stream) {
+    (void)stream;
+    if (!comm || type != ncclFloat32 || count > INT_MAX || root < 0 || root >= comm->size || !recv ||
+        (comm->rank == root && !send))
+        return ncclInvalidArgument;
+    if (comm->rank == root && send != recv) memcpy(recv, send, count * sizeof(float));
+    if (MPI_Bcast(recv, (int)count, MPI_FLOAT, root, MPI_COMM_WORLD) != MPI_SUCCESS) return ncclSystemError;
     return ncclSuccess;
 }
 

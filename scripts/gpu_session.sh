@@ -8,6 +8,9 @@
 #   bash scripts/gpu_session.sh gen     # generation benchmarks, and GPU vs CPU sampled text (~4 min)
 #   bash scripts/gpu_session.sh llmc    # llm.c's train_gpt2cu at B=8, T=1024 on the same GPU, from a
 #                                       # prepared copy in .bench/llmc (not in the repository; docs/cuda.md)
+#   bash scripts/gpu_session.sh mpi     # if mpirun is there: 2 ranks sharing the one GPU (gradient
+#                                       # mean through host memory), replicated and ZeRO-1, on real
+#                                       # hardware; the two runs must agree (~3 min)
 #
 # Each phase appends everything it prints to $LOG (default: $OUT/gpu_session.log when OUT is
 # set, else runs/gpu_session.log) and ends with a summary of the figures; it exits non-zero
@@ -46,7 +49,7 @@ build() {
 bench() { run $B bench --device cuda --preset gpt2 "$@"; }
 summary() {
     say "summary ($phase)"
-    tail -n +"$1" "$LOG" | grep -E '^(\$ .*bench|device:|train:|generate:|prefill:|total average|[0-9]+ passed|sample:|!! )' |
+    tail -n +"$1" "$LOG" | grep -E '^(\$ .*bench|device:|train:|generate:|prefill:|total average|[0-9]+ passed|sample:|!! )|GPU memory in use|max rel diff' |
         tee -a "$LOG.summary"
 }
 
@@ -117,8 +120,37 @@ llmc)
         bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16       # ours, alternated with llm.c's
     done
     ;;
+mpi)
+    say "mpi: $(date -u)"
+    command -v mpirun >/dev/null || { say "no mpirun here: the 2-rank check is skipped"; exit 0; }
+    BM=${B_MPI:-build-cuda-mpi/skiplm}
+    if [ ! -x "$BM" ]; then
+        blas=""
+        ls /usr/lib/*-linux-gnu/libopenblas.so >/dev/null 2>&1 || pkg-config --exists openblas 2>/dev/null || blas="BLAS=none"
+        run make -j"$(nproc)" cuda MPI=1 $blas
+    fi
+    [ -x "$BM" ] || { say "make cuda MPI=1 failed"; exit 1; }
+    d=runs/gpu-mpi
+    mkdir -p $d
+    run /usr/bin/python3 - $d <<'PYEOF'
+import sys, numpy as np
+rng = np.random.default_rng(0)
+t = np.where(rng.random(200000) < 0.2, rng.integers(0, 256, 200000), (np.arange(200000) * 7) % 251)
+for name, part in (("train", t[:180000]), ("val", t[180000:])):
+    h = np.zeros(256, dtype="<i4"); h[0], h[1], h[2] = 20240520, 1, len(part)
+    open(f"{sys.argv[1]}/{name}.bin", "wb").write(h.tobytes() + part.astype("<u2").tobytes())
+PYEOF
+    # one GPU: NCCL refuses 2 ranks on it, so the mean goes through host memory (SKIPLM_NCCL=0)
+    M="--train $d/train.bin --val $d/val.bin --vocab_size 256 --n_layer 4 --n_head 8 --n_embd 256 --block_size 256
+       --bias 0 --dropout 0 --sla --seq 256 --batch 8 --steps 30 --warmup 5 --eval-every 10 --ckpt-every 10
+       --print-every 10 --device cuda --overwrite ${MPI_ARGS:-}"     # MPI_ARGS: overrides, for a smoke test
+    mp="mpirun --allow-run-as-root --oversubscribe -np 2 -x SKIPLM_NCCL=0"
+    run $mp $BM train $M --out $d/rep
+    run $mp $BM train $M --out $d/zero --zero 1
+    run /usr/bin/python3 tests/ref/compare_runs.py $d/zero $d/rep 1e-6
+    ;;
 *)
-    echo "usage: bash scripts/gpu_session.sh check|train|gen|llmc   (log: \$LOG, default \$OUT/gpu_session.log)" >&2
+    echo "usage: bash scripts/gpu_session.sh check|train|gen|llmc|mpi   (log: \$LOG, default \$OUT/gpu_session.log)" >&2
     exit 2
     ;;
 esac

@@ -54,13 +54,7 @@ __global__ void __launch_bounds__(NT) attn_fwd_k(cu_attn a) {
     load_tile<DM>(Qs, KS, BQ, qb, a.q_st, i0, nq, D, a.scale);
     float o[RQ][RD], mrow[RQ], lrow[RQ];
     uint64_t rk[RQ];
-#pragma unroll
-    for (int ii = 0; ii < RQ; ii++) {
-        mrow[ii] = -INFINITY; lrow[ii] = 0.0f;
-        rk[ii] = a.dropout ? rowkey(a.seed, b, h, i0 + ty + 16 * ii) : 0;
-#pragma unroll
-        for (int dd = 0; dd < RD; dd++) o[ii][dd] = 0.0f;
-    }
+    init_rows(a, o, mrow, lrow, rk, b, h, i0, ty);
     const int jend = key_end(a, i0, nq);
     for (int j0 = 0; j0 < jend; j0 += BK) {
         const int nk = min(BK, jend - j0);

@@ -44,6 +44,20 @@ __device__ __forceinline__ int key_end(const cu_attn &a, int i0, int nq) {
     return e < 0 ? 0 : (e < a.Lk ? (int)e : a.Lk);
 }
 
+/* The forward pass's per-thread row state for rows i0 + ty + 16 ii: the output accumulator
+ * o = 0, running max m = -inf and sum l = 0, and the row's dropout key. */
+template <int RQ, int RD>
+__device__ __forceinline__ void init_rows(const cu_attn &a, float (&o)[RQ][RD], float (&m)[RQ], float (&l)[RQ],
+                                          uint64_t (&rk)[RQ], int b, int h, int i0, int ty) {
+#pragma unroll
+    for (int ii = 0; ii < RQ; ii++) {
+        m[ii] = -INFINITY; l[ii] = 0.0f;
+        rk[ii] = a.dropout ? rowkey(a.seed, b, h, i0 + ty + 16 * ii) : 0;
+#pragma unroll
+        for (int dd = 0; dd < RD; dd++) o[ii][dd] = 0.0f;
+    }
+}
+
 /* ------------------------------------------------ forward: one score row of a tile
  * The online-softmax step of the 16 lanes (one half-warp) that hold score row i of a key
  * tile at columns j0 + tx + 16*jj: masks s (the row is valid, the column is below nk and

@@ -154,13 +154,7 @@ __global__ void __launch_bounds__(NT) attn_tc_fwd_k(cu_attn a) {
     load_tile16<DM>(Qs, L::QS, a.q + b * a.q_sb + h * a.q_sh, a.q_st, i0, nq, D, a.scale);
     float o[R][RD], mrow[R], lrow[R];
     uint64_t rk[R];
-#pragma unroll
-    for (int ii = 0; ii < R; ii++) {
-        mrow[ii] = -INFINITY; lrow[ii] = 0.0f;
-        rk[ii] = a.dropout ? rowkey(a.seed, b, h, i0 + ty + 16 * ii) : 0;
-#pragma unroll
-        for (int dd = 0; dd < RD; dd++) o[ii][dd] = 0.0f;
-    }
+    init_rows(a, o, mrow, lrow, rk, b, h, i0, ty);
     const int jend = key_end(a, i0, nq);
     for (int j0 = 0; j0 < jend; j0 += TB) {
         const int nk = min(TB, jend - j0);
@@ -233,6 +227,21 @@ __device__ __forceinline__ void read_sdp(float (&s)[TB / 16][TB / 16], float (&d
         }
 }
 
+/* The step both backward kernels share, for the tiles in shared memory (Q scaled, K, dO, V):
+ * S = Q K^T and dP = dO V^T on the tensor cores, then the thread's elements through
+ * bwd_elementwise: s becomes P (dropout applied), dp becomes dS. */
+template <int DM>
+__device__ __forceinline__ void scores_and_ds(const cu_attn &a, float (&s)[TB / 16][TB / 16], float (&dp)[TB / 16][TB / 16],
+                                              const bf16 *Qs, const bf16 *Ks, const bf16 *dOs, const bf16 *Vs, float *Ss,
+                                              float *DPs, const float *lse_s, const float *di_s, int b, int h, int i0,
+                                              int nq, int j0, int nk, int ty, int tx) {
+    product_xyT<DM>(Ss, Qs, Ks);
+    product_xyT<DM>(DPs, dOs, Vs);
+    __syncthreads();
+    read_sdp<DM>(s, dp, Ss, DPs, ty, tx);
+    bwd_elementwise<TB / 16, TB / 16>(a, s, dp, lse_s, di_s, b, h, i0, nq, j0, nk, ty, tx);
+}
+
 /* rows [r0, r0 + n) of a strided head g += s * (an fp32 tile of stride OS), head dims < D */
 template <int DM>
 __device__ __forceinline__ void add_rows(float *g, long st, const float *Out, int r0, int n, int D, float s) {
@@ -267,12 +276,8 @@ __global__ void __launch_bounds__(NT) attn_tc_dq_k(cu_attn a, const float *dout,
         load_tile16<DM>(Ks, L::QS, kb, a.k_st, j0, nk, D, 1.0f);
         load_tile16<DM>(Vs, L::QS, vb, a.v_st, j0, nk, D, 1.0f);
         __syncthreads();
-        product_xyT<DM>(Ss, Qs, Ks);
-        product_xyT<DM>(DPs, dOs, Vs);
-        __syncthreads();
         float s[R][R], dp[R][R];
-        read_sdp<DM>(s, dp, Ss, DPs, ty, tx);
-        bwd_elementwise<R, R>(a, s, dp, lse_s, di_s, b, h, i0, nq, j0, nk, ty, tx);
+        scores_and_ds<DM>(a, s, dp, Qs, Ks, dOs, Vs, Ss, DPs, lse_s, di_s, b, h, i0, nq, j0, nk, ty, tx);
 #pragma unroll
         for (int ii = 0; ii < R; ii++)
 #pragma unroll
@@ -317,12 +322,8 @@ __global__ void __launch_bounds__(NT, DM <= 64 ? 2 : 0) attn_tc_dkv_k(cu_attn a,
             __syncthreads();
             load_q_side16<DM>(a, dout, Di, b, h, i0, nq, Qs, dOs, lse_s, di_s);
             __syncthreads();
-            product_xyT<DM>(Ss, Qs, Ks);
-            product_xyT<DM>(DPs, dOs, Vs);
-            __syncthreads();
             float s[R][R], dp[R][R];
-            read_sdp<DM>(s, dp, Ss, DPs, ty, tx);
-            bwd_elementwise<R, R>(a, s, dp, lse_s, di_s, b, h, i0, nq, j0, nk, ty, tx);
+            scores_and_ds<DM>(a, s, dp, Qs, Ks, dOs, Vs, Ss, DPs, lse_s, di_s, b, h, i0, nq, j0, nk, ty, tx);
 #pragma unroll
             for (int ii = 0; ii < R; ii++)
 #pragma unroll

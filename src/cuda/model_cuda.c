@@ -134,6 +134,9 @@ void sk_cuda_model_free(sk_cuda_model *cm) {
 static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int training) {
     cm->m = m; cm->prec = prec;
     const char *tc = getenv("SKIPLM_CUDA_TC_ATTN");
+    if (tc && *tc && strcmp(tc, "0") && strcmp(tc, "1"))
+        return sk_error(SK_EINVAL, "SKIPLM_CUDA_TC_ATTN='%s': give 0 (the fp32 attention kernels) or 1 (tensor "
+                        "cores with --bf16, the default)", tc);
     cm->attn_tc = prec == SK_CUDA_BF16 && !(tc && !strcmp(tc, "0"));
     if (m->hs > 128)
         return sk_error(SK_EINVAL, "CUDA: head size %d is above the attention kernel's 128", m->hs);

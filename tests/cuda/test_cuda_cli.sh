@@ -5,7 +5,8 @@
 #  1. train: 6 steps (SLA, grad-accum 2, validation, a checkpoint at step 3) on either device:
 #     loss curve, val loss and the checkpoints (weights, AdamW m and v) within 1e-4;
 #  2. eval of the GPU's checkpoint: the same loss (1e-5 relative) and --dump-logits (1e-4)
-#     on both devices; with --bf16 near it (1e-2) but not equal;
+#     on both devices; with --bf16 near it (1e-2) but not equal; a bad SKIPLM_CUDA_TC_ATTN
+#     is refused;
 #  3. sample --device cuda writes the CPU's text for the same seed (temperature, top-k);
 #     --bf16 writes as many tokens;
 #  4. a GPU run resumed on the CPU (and a CPU run resumed on the GPU) ends where the
@@ -64,6 +65,10 @@ sys.exit(0 if d <= 1e-4 and bool((a["inputs"] == b["inputs"]).all()) else 1)
 PYEOF
 near_not_equal() { rel_ok "$1" "$2" "$3" && [ "$1" != "$2" ]; }
 check "eval --device cuda --bf16: loss $lb near fp32 $lc (1e-2) but not equal" near_not_equal "${lb:-nan}" "${lc:-nan}" 1e-2
+SKIPLM_CUDA_TC_ATTN=no $SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-batches 1 --device cuda --bf16 \
+    >/dev/null 2>"$tmp/tc.err"; rc=$?
+check "SKIPLM_CUDA_TC_ATTN=no refused (rc $rc): $(grep -m1 -o "SKIPLM_CUDA_TC_ATTN='no'[^(]*" "$tmp/tc.err")" \
+    eval '[ $rc -ne 0 ] && grep -q "give 0 (the fp32 attention kernels) or 1" "$tmp/tc.err"'
 
 # 3. sample
 S="$ck --tokenizer $tmp/vocab.json --prompt abc --tokens 60 --seed 7 --temperature 0.9 --top-k 5 --quiet"

@@ -27,6 +27,7 @@
 #include "skiplm.h"
 #include "skiplm_cuda.h"
 #include "../test.h"
+#include "cuda_test.h"
 #include <stdint.h>
 
 static int n_pass = 0;
@@ -54,30 +55,14 @@ static const icase CASES[] = {
     {"llama GQA routing long", "family=llama n_layer=3 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=256 routing=2:0-1=@0;2:2-3=-1 bias=0", 131, 6, 0, 3},
 };
 
-static int make_config(const char *fields, sk_config *cfg) {
-    sk_config_default(cfg);
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", fields);
-    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
-        char *eq = strchr(tok, '=');
-        if (!eq) return -1;
-        *eq = 0;
-        if (sk_config_set(cfg, tok, eq + 1)) return -1;
-    }
-    return sk_config_check(cfg);
-}
-
 static void random_tokens(int32_t *x, int n, int V, uint64_t seed) {
-    uint64_t r = seed * 2654435761ULL + 1;
-    for (int i = 0; i < n; i++) {
-        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-        x[i] = (int32_t)((r >> 33) % (uint64_t)V);
-    }
+    uint64_t r = test_lcg_seed(seed);
+    for (int i = 0; i < n; i++) x[i] = TEST_TOKEN(&r, V);
 }
 
 static void run_case(const icase *tc) {
     sk_config cfg;
-    if (make_config(tc->fields, &cfg)) { CHECK2(0, "%s: config: %s", tc->name, sk_last_error()); return; }
+    if (test_config(tc->fields, &cfg)) { CHECK2(0, "%s: config: %s", tc->name, sk_last_error()); return; }
     sk_model *m = NULL;
     sk_cuda_model *cm = NULL;
     sk_kvcache *kc = NULL;
@@ -174,7 +159,7 @@ done:
 static void run_bf16(const icase *tc, int attn_tc) {
     sk_config cfg;
     const char *mode = attn_tc ? "tensor-core attention" : "fp32 attention";
-    if (make_config(tc->fields, &cfg)) { CHECK2(0, "bf16 %s: config", tc->name); return; }
+    if (test_config(tc->fields, &cfg)) { CHECK2(0, "bf16 %s: config", tc->name); return; }
     sk_model *m = NULL;
     sk_cuda_model *cm = NULL;
     sk_cuda_kvcache *kg = NULL;
@@ -215,7 +200,7 @@ done:
 /* A cache is tied to its model; arguments are checked. */
 static void run_api(void) {
     sk_config cfg;
-    make_config("n_layer=2 n_head=2 n_embd=32 vocab_size=50 block_size=32", &cfg);
+    test_config("n_layer=2 n_head=2 n_embd=32 vocab_size=50 block_size=32", &cfg);
     sk_model *m1 = NULL, *m2 = NULL;
     sk_cuda_model *c1 = NULL, *c2 = NULL;
     sk_cuda_kvcache *kv = NULL, *bad = NULL;

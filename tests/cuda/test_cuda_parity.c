@@ -28,6 +28,7 @@
 #include "skiplm.h"
 #include "skiplm_cuda.h"
 #include "../test.h"
+#include "cuda_test.h"
 #include "cuda/cuda_internal.h"      /* sk_cu_gemm and the device buffers, for the bf16 GEMM test */
 #include <stdint.h>
 
@@ -58,26 +59,12 @@ static const tcase CASES[] = {
     {"llama relu", "family=llama n_layer=2 n_head=4 n_embd=64 vocab_size=97 block_size=64 relu=1 bias=0", 2, 31},
 };
 
-static int make_config(const char *fields, sk_config *cfg) {
-    sk_config_default(cfg);
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", fields);
-    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
-        char *eq = strchr(tok, '=');
-        if (!eq) return -1;
-        *eq = 0;
-        if (sk_config_set(cfg, tok, eq + 1)) return -1;
-    }
-    return sk_config_check(cfg);
-}
-
 static void random_batch(int32_t *x, int32_t *y, int n, int V, uint64_t seed) {
-    uint64_t r = seed * 2654435761ULL + 1;
+    uint64_t r = test_lcg_seed(seed);
     for (int i = 0; i < n; i++) {
-        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-        x[i] = (int32_t)((r >> 33) % (uint64_t)V);
-        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-        y[i] = (r >> 60) == 0 ? -1 : (int32_t)((r >> 33) % (uint64_t)V);    /* ~1/16 ignored */
+        x[i] = TEST_TOKEN(&r, V);
+        uint64_t u = test_lcg(&r);
+        y[i] = (u >> 60) == 0 ? -1 : (int32_t)((u >> 33) % (uint64_t)V);    /* ~1/16 ignored */
     }
 }
 
@@ -103,7 +90,7 @@ static int step_gpu(sk_cuda_model *cm, const int32_t *x, const int32_t *y, int B
 
 static void run_case(const tcase *tc) {
     sk_config cfg;
-    if (make_config(tc->fields, &cfg)) { CHECK2(0, "%s: config: %s", tc->name, sk_last_error()); return; }
+    if (test_config(tc->fields, &cfg)) { CHECK2(0, "%s: config: %s", tc->name, sk_last_error()); return; }
     sk_model *m = NULL;
     sk_cuda_model *cm = NULL;
     if (sk_model_new(&m, &cfg, 1234)) { CHECK2(0, "%s: model: %s", tc->name, sk_last_error()); return; }
@@ -289,7 +276,7 @@ done:
 
 static void run_bf16_gemm(void) {
     sk_config cfg;
-    make_config("n_layer=2 n_head=4 n_embd=64 vocab_size=97 block_size=64", &cfg);
+    test_config("n_layer=2 n_head=4 n_embd=64 vocab_size=97 block_size=64", &cfg);
     sk_model *m = NULL;
     sk_cuda_model *cm = NULL;
     if (sk_model_new(&m, &cfg, 11) || sk_cuda_model_new(&cm, m, SK_CUDA_BF16)) {
@@ -444,7 +431,7 @@ done:
 /* bf16 mixed precision against the CPU's fp32 on the same weights and batch. */
 static void run_bf16_case(const tcase *tc) {
     sk_config cfg;
-    if (make_config(tc->fields, &cfg)) { CHECK2(0, "bf16 %s: config", tc->name); return; }
+    if (test_config(tc->fields, &cfg)) { CHECK2(0, "bf16 %s: config", tc->name); return; }
     sk_model *m = NULL;
     sk_cuda_model *cm = NULL;
     if (sk_model_new(&m, &cfg, 1234) || sk_cuda_model_new(&cm, m, SK_CUDA_BF16)) {
@@ -510,7 +497,7 @@ static void run_trainer(void) {
         free(buf);
     }
     sk_config cfg;
-    make_config("n_layer=3 n_head=4 n_embd=64 vocab_size=97 block_size=64 n_skip_layer=1 n_skip_head=2", &cfg);
+    test_config("n_layer=3 n_head=4 n_embd=64 vocab_size=97 block_size=64 n_skip_layer=1 n_skip_head=2", &cfg);
     sk_train_cfg tc;
     sk_train_default(&tc);
     enum { S = 8, S32 = 4 };                      /* steps: CPU and bf16; fp32 GPU */

@@ -51,7 +51,8 @@ static double sgemm_rate(int M, int N, int K) {
 #ifdef SKIPLM_CUDA
 /* The training benchmark on the GPU: the same step as the CPU one (forward + backward,
  * gradient norm, clipping, AdamW), timed from the host with the device synchronised. */
-static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup, sk_cuda_precision prec, double peak_tflops) {
+static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup, sk_cuda_precision prec, double peak_tflops,
+                      int profile) {
     char dev[256];
     if (sk_cuda_device_info(dev, sizeof dev)) return cli_fail("bench");
     printf("device: cuda: %s, %s\n", dev, sk_cuda_precision_name(prec));
@@ -79,16 +80,20 @@ static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup,
     for (int i = 0; i < N; i++) { r = r * 6364136223846793005ULL + 1; x[i] = (int32_t)((r >> 33) % cfg->vocab_size); y[i] = (int32_t)((r >> 13) % cfg->vocab_size); }
     sk_adamw_cfg ac;
     sk_adamw_default(&ac);
-    for (int s = 1 - warmup; s <= steps; s++) {
+    double t_prof = 0;
+    /* warm-up, timed steps, then (--profile) the profiled ones */
+    for (int s = 1 - warmup; s <= steps + profile; s++) {
+        if (s == steps + 1) { sk_cuda_profile_start(); t_prof = sk_now(); }
         double t0 = sk_now(), norm;
         float loss;
         if (sk_cuda_zero_grad(cm) || sk_cuda_forward_backward(cm, x, y, B, T, 1.0f, (uint64_t)s, &loss) ||
             sk_cuda_grad_norm(cm, &norm) ||
             sk_cuda_adamw_step(cm, &ac, 1e-4, s + warmup, sk_clip_coef(norm, 1.0f)) || sk_cuda_sync())
             return cli_fail("bench");
-        if (s > 0) times[s - 1] = sk_now() - t0;
+        if (s > 0 && s <= steps) times[s - 1] = sk_now() - t0;
         if (s == 1 - warmup || s == steps) printf("  step %d: loss %.4f, grad norm %.4f\n", s, loss, norm);
     }
+    if (profile) t_prof = sk_now() - t_prof;
     qsort(times, steps, sizeof(double), cmp_double);
     double med = times[steps / 2];
     double flops = (6.0 * n_matmul + 6.0 * cfg->n_layer * T * C) * N;
@@ -100,6 +105,7 @@ static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup,
     size_t used = 0, total = 0;
     if (!sk_cuda_memory(&used, &total))
         printf("  GPU memory in use %.2f GiB of %.2f GiB\n", used / 1073741824.0, total / 1073741824.0);
+    if (profile && sk_cuda_profile_report(stdout, profile, med * 1e3, t_prof / profile * 1e3)) return cli_fail("bench");
     free(x); free(y); free(times);
     sk_cuda_model_free(cm);
     sk_model_free(m);
@@ -125,7 +131,7 @@ static int gen_cuda_run(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
 /* Generation on the GPU: n greedy tokens after a 1-token prompt (the CPU benchmark's
  * measure), then a prompt of P tokens prefilled in one call and n tokens after it (decoding
  * at a long context, where SLA's smaller cache is read at every step). */
-static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precision prec) {
+static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precision prec, int profile) {
     char dev[256];
     if (sk_cuda_device_info(dev, sizeof dev)) return cli_fail("bench");
     sk_model *m;
@@ -156,6 +162,15 @@ static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precisio
     size_t used = 0, total = 0;
     if (!sk_cuda_memory(&used, &total))
         printf("  GPU memory in use %.2f GiB of %.2f GiB\n", used / 1073741824.0, total / 1073741824.0);
+    if (profile) {       /* decoding after a 1-token prompt, per op: unprofiled, then profiled */
+        double tp2, tg2;
+        if (gen_cuda_run(cm, kv, &zero, 1, n, V, logits, &tp, &tg)) return cli_fail("bench");
+        sk_cuda_profile_start();
+        if (gen_cuda_run(cm, kv, &zero, 1, n, V, logits, &tp2, &tg2)) return cli_fail("bench");
+        printf("decoding, per token (%d steps: the 1-token prompt and %d decoded):\n", n + 1, n);
+        if (sk_cuda_profile_report(stdout, n + 1, (tp + tg) / (n + 1) * 1e3, (tp2 + tg2) / (n + 1) * 1e3))
+            return cli_fail("bench");
+    }
     free(logits); free(prompt);
     sk_cuda_kvcache_free(kv);
     sk_cuda_model_free(cm);
@@ -165,7 +180,8 @@ static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precisio
 #endif
 
 int cmd_bench(int argc, char **argv) {
-    int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1, tf32 = 0, bf16 = 0;
+    int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1, tf32 = 0, bf16 = 0,
+        profile = 0;
     const char *device = "cpu";
     float peak_tflops = 0;
     cli_opt opts[] = {
@@ -181,6 +197,7 @@ int cmd_bench(int argc, char **argv) {
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &bf16, "with --device cuda: bf16 mixed precision (bf16 GEMMs, fp32 master weights)"},
         {"peak-tflops", 'f', &peak_tflops, "with --device cuda: also report MFU against this peak (e.g. 989 for H100 SXM bf16 dense)"},
+        {"profile", 'i', &profile, "with --device cuda: N more training steps (and the decoding steps) timed per op with CUDA events, as a table (0)"},
         {0},
     };
     sk_config cfg;
@@ -191,19 +208,20 @@ int cmd_bench(int argc, char **argv) {
     if (cfg.vocab_size == 0) cfg.vocab_size = 50257;
     if (sk_config_check(&cfg)) return cli_fail("bench");
     if (T <= 0) T = cfg.block_size;
-    if (B < 1 || steps < 1 || gen < 0 || warmup < 0 || T > cfg.block_size) { fprintf(stderr, "skiplm bench: bad --batch/--seq/--steps/--gen\n"); return 2; }
+    if (B < 1 || steps < 1 || gen < 0 || warmup < 0 || profile < 0 || T > cfg.block_size) { fprintf(stderr, "skiplm bench: bad --batch/--seq/--steps/--gen/--warmup/--profile\n"); return 2; }
     char desc[256];
     sk_config_describe(&cfg, desc, sizeof desc);
     int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
     if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm bench: --device must be cpu or cuda (got '%s')\n", device); return 2; }
     if (tf32 && bf16) { fprintf(stderr, "skiplm bench: --tf32 and --bf16 exclude each other\n"); return 2; }
+    if (profile && !use_cuda) { fprintf(stderr, "skiplm bench: --profile needs --device cuda\n"); return 2; }
     if ((tf32 || bf16) && !use_cuda) { fprintf(stderr, "skiplm bench: --%s needs --device cuda\n", tf32 ? "tf32" : "bf16"); return 2; }
     if (use_cuda) {
 #ifdef SKIPLM_CUDA
         const sk_cuda_precision prec = bf16 ? SK_CUDA_BF16 : tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
         printf("bench: %s\n", desc);
-        if (!no_train && (rc = bench_cuda(&cfg, B, T, steps, warmup, prec, peak_tflops))) return rc;
-        if (!no_gen && gen > 0) return bench_cuda_gen(&cfg, T, gen, prec);
+        if (!no_train && (rc = bench_cuda(&cfg, B, T, steps, warmup, prec, peak_tflops, profile))) return rc;
+        if (!no_gen && gen > 0) return bench_cuda_gen(&cfg, T, gen, prec, profile);
         return 0;
 #else
         fprintf(stderr, "skiplm bench: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "

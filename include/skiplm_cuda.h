@@ -16,6 +16,7 @@
 #ifndef SKIPLM_CUDA_H
 #define SKIPLM_CUDA_H
 #include "skiplm.h"
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +69,13 @@ int sk_cuda_grad_norm(sk_cuda_model *cm, double *norm);
 int sk_cuda_adamw_step(sk_cuda_model *cm, const sk_adamw_cfg *c, double lr, long t, float clip_coef);
 /* Wait for the device (for timings). */
 int sk_cuda_sync(void);
+/* Per-op GPU time (bench --profile): after sk_cuda_profile_start every kernel launch, GEMM
+ * and attention call is timed with CUDA events; sk_cuda_profile_report waits for the device
+ * and prints, per op, the calls and milliseconds per step over `steps` steps and their share
+ * of profiled_step_ms (the profiled steps' wall time; step_ms, an unprofiled step's, is
+ * printed beside it), then stops profiling and frees the events. */
+void sk_cuda_profile_start(void);
+int sk_cuda_profile_report(FILE *f, int steps, double step_ms, double profiled_step_ms);
 /* Device memory in use (total - free, all processes) and the total, in bytes. */
 int sk_cuda_memory(size_t *used, size_t *total);
 

@@ -49,7 +49,7 @@ build() {
 bench() { run $B bench --device cuda --preset gpt2 "$@"; }
 summary() {
     say "summary ($phase)"
-    tail -n +"$1" "$LOG" | grep -E '^(\$ .*bench|device:|train:|generate:|prefill:|total average|[0-9]+ passed|sample:|!! )|GPU memory in use|max rel diff' |
+    tail -n +"$1" "$LOG" | grep -E '^(\$ .*bench|device:|train:|generate:|prefill:|total average|[0-9]+ passed|sample:|!! |profile:|decoding, per token|  all recorded ops)|GPU memory in use|max rel diff' |
         tee -a "$LOG.summary"
 }
 
@@ -68,15 +68,17 @@ train)
     say "train: $(date -u)"
     build
     # baseline and SLA alternate, twice each, so that drift hits both alike
+    # (--profile: a per-op table from extra steps after the timed ones, on the last round)
     for prec in "" --tf32 --bf16; do
         for rep in 1 2; do
-            bench --batch 8 --seq 1024 --steps 10 --no-gen $prec
-            bench --batch 8 --seq 1024 --steps 10 --no-gen $prec --sla
+            prof=""; [ $rep = 2 ] && prof="--profile 3"
+            bench --batch 8 --seq 1024 --steps 10 --no-gen $prec $prof
+            bench --batch 8 --seq 1024 --steps 10 --no-gen $prec --sla $prof
         done
     done
     for prec in --tf32 --bf16; do
-        bench --block_size 16384 --batch 1 --seq 16384 --steps 5 --no-gen $prec
-        bench --block_size 16384 --batch 1 --seq 16384 --steps 5 --no-gen $prec --sla
+        bench --block_size 16384 --batch 1 --seq 16384 --steps 5 --no-gen $prec --profile 2
+        bench --block_size 16384 --batch 1 --seq 16384 --steps 5 --no-gen $prec --sla --profile 2
     done
     # what the tensor-core attention buys at the paper's length: the same bf16 step on the fp32 kernels
     run env SKIPLM_CUDA_TC_ATTN=0 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
@@ -86,7 +88,7 @@ gen)
     say "gen: $(date -u)"
     build
     for sla in "" --sla; do
-        bench --no-train --gen 256 --seq 768 $sla
+        bench --no-train --gen 256 --seq 768 $sla --profile 1          # + a per-op table of decoding
         bench --no-train --gen 256 --seq 768 --bf16 $sla
         bench --block_size 16384 --no-train --gen 256 --seq 16000 $sla
     done

@@ -78,6 +78,11 @@ int sk_cu_params_changed(sk_cuda_model *cm);
 #define BLAS(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) return sk_cu_blas_fail(s_, #call, __FILE__, __LINE__); } while (0)
 #define TRY(call) do { int rc_ = (call); if (rc_) return rc_; } while (0)
 #define KCHECK(name) TRY(sk_cu_kcheck(name, __FILE__, __LINE__))
-/* a kernel launch (the cu_* call) followed by its check */
-#define K(call) do { call; KCHECK(#call); } while (0)
+/* Profiling (prof.c, sk_cuda_profile_start): the region between begin and end is timed with
+ * two CUDA events and counted under name (up to its '('); no-ops when off. */
+void sk_cu_prof_begin(void);
+void sk_cu_prof_end(const char *name);
+#define PROF(name, stmt) do { sk_cu_prof_begin(); stmt; sk_cu_prof_end(name); } while (0)
+/* a kernel launch (the cu_* call) followed by its check; a profiled region */
+#define K(call) do { sk_cu_prof_begin(); call; KCHECK(#call); sk_cu_prof_end(#call); } while (0)
 #endif

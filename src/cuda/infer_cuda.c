@@ -122,7 +122,7 @@ static int linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, cons
     float one = 1.0f, beta = b ? 1.0f : 0.0f;
     if (b) K(cu_bias_broadcast(out, b, n, OC, ldo));
     if (n == 1 && cm->prec != SK_CUDA_BF16) {
-        BLAS(cublasSgemv(cm->blas, CUBLAS_OP_T, IC, OC, &one, w, IC, inp, 1, &beta, out, 1));
+        PROF("GEMV x W^T, one token", BLAS(cublasSgemv(cm->blas, CUBLAS_OP_T, IC, OC, &one, w, IC, inp, 1, &beta, out, 1)));
         return SK_OK;
     }
     return sk_cu_gemm(cm, 0, 1, n, OC, IC, 1.0f, inp, IC, w, IC, beta, out, ldo);
@@ -202,8 +202,8 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
             a.causal = 1; a.causal_offset = pos0;
             a.inv_keep = 1.0f;
             a.tc = cm->attn_tc;                  /* the prefill's kernel; decoding is fp32 */
-            if (n == 1) TRY(attn_rc(cu_attn_decode(&a, kv->part), "decoding", l, part));
-            else TRY(attn_rc(cu_attn_forward(&a), "prefill", l, part));
+            if (n == 1) PROF("attention decode", TRY(attn_rc(cu_attn_decode(&a, kv->part), "decoding", l, part)));
+            else PROF("attention prefill", TRY(attn_rc(cu_attn_forward(&a), "prefill", l, part)));
         }
         TRY(linear(cm, kv->tmp, C, kv->att, p->attprojw + (size_t)l * C * C, p->attprojb ? p->attprojb + (size_t)l * C : NULL,
                    n, C, C));

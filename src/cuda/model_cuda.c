@@ -356,9 +356,8 @@ static int bf16_operand(sk_cuda_model *cm, int slot, const float *X, int rows, i
     return SK_OK;
 }
 
-int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
-               const float *B, int ldb, float beta, float *C, int ldc) {
-    if (M <= 0 || N <= 0) return SK_OK;
+static int gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc) {
     if (cm->prec != SK_CUDA_BF16 || K <= 0) {
         BLAS(cublasSgemm(cm->blas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
                          &alpha, B, ldb, A, lda, &beta, C, ldc));
@@ -372,6 +371,16 @@ int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alp
                       B16, CUDA_R_16BF, ldb16, A16, CUDA_R_16BF, lda16, &beta, C, CUDA_R_32F, ldc,
                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return SK_OK;
+}
+int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return SK_OK;
+    /* the profile's names: the three GEMMs of a linear layer (and of the classifier) */
+    const char *name = !tA && tB ? "GEMM forward, X W^T" : !tA ? "GEMM input gradient, dY W"
+                     : "GEMM weight gradient, dY^T X";
+    int rc;
+    PROF(name, rc = gemm(cm, tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+    return rc;
 }
 
 /* out (N, OC) = inp (N, IC) @ w^T + b */
@@ -531,7 +540,8 @@ static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_laye
     for (int part = 0; part < m->n_runs[l]; part++) {
         cu_attn d;
         attn_desc(cm, &d, l, part, B, T, drop, seed, training, la);
-        TRY(attn_rc(cu_attn_forward(&d), "forward", l, part));
+        PROF(d.tc ? "attention forward, tensor cores" : "attention forward",
+             TRY(attn_rc(cu_attn_forward(&d), "forward", l, part)));
     }
     TRY(linear_forward(cm, la->res2, la->atty, p->attprojw + (size_t)l * C * C,
                        p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, C));
@@ -686,7 +696,8 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
             float *dk = dsrc + (d.k - qkv_src);
             float *dv = dsrc + (d.v - qkv_src);
             const float *dout = a->dbtc2 + (d.out - la.atty);
-            TRY(attn_rc(cu_attn_backward(&d, dout, dq, dk, dv, cm->Di), "backward", l, part));
+            PROF(d.tc ? "attention backward, tensor cores" : "attention backward",
+                 TRY(attn_rc(cu_attn_backward(&d, dout, dq, dk, dv, cm->Di), "backward", l, part)));
         }
         if (cm->rope) K(cu_rope(dqkv, cm->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 1));
         TRY(qkv_backward(cm, l, a->dbtc, dqkv, la.ln1, N));

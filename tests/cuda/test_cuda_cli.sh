@@ -10,7 +10,8 @@
 #  3. sample --device cuda writes the CPU's text for the same seed (temperature, top-k);
 #     --bf16 writes as many tokens;
 #  4. a GPU run resumed on the CPU (and a CPU run resumed on the GPU) ends where the
-#     uninterrupted run does.
+#     uninterrupted run does;
+#  5. bench --profile counts each op's calls per training step and per decoded token.
 # Prints PASS/FAIL lines and "N passed, N failed".
 set -u
 PY=${PY:-/usr/bin/python3}
@@ -88,6 +89,19 @@ for pair in "cuda cpu" "cpu cuda"; do
     $SK train --resume "$tmp/x_$1" --device "$2" >"$tmp/y.err" 2>&1 || fail "resume $1 -> $2: $(tail -2 "$tmp/y.err")"
     check "trained on $1 to step 3, resumed on $2: ends as the uninterrupted CPU run (1e-4)" compare "$tmp/x_$1" "$tmp/cpu" 1e-4
 done
+
+# 5. bench --profile: per-op table of the training step and of decoding (2 layers, no SLA:
+# 2L+1 = 5 layernorms, L attention calls each way, 1 AdamW per step; 1 attention decode per
+# layer and token); without --device cuda it is refused
+$SK bench --device cuda --n_layer 2 --n_head 4 --n_embd 32 --block_size 32 --vocab_size 61 --batch 2 --seq 32 \
+    --steps 1 --warmup 0 --profile 2 --gen 4 >"$tmp/prof.txt" 2>&1 || fail "bench --profile: $(tail -2 "$tmp/prof.txt")"
+calls() { awk -v op="$1" -v sec="$2" '/^decoding, per token/ { d = 1 } $0 ~ "^  " op " " && d == sec { print $(NF - 2); exit }' "$tmp/prof.txt"; }
+check "bench --profile, training step: layernorm forward $(calls cu_layernorm_forward 0), attention forward $(calls 'attention forward' 0) / backward $(calls 'attention backward' 0), AdamW $(calls cu_adamw 0) calls per step" \
+    test "$(calls cu_layernorm_forward 0):$(calls 'attention forward' 0):$(calls 'attention backward' 0):$(calls cu_adamw 0)" = "5.0:2.0:2.0:1.0"
+check "bench --profile, decoding: attention decode $(calls 'attention decode' 1) calls per token (2 layers; the 1-token prompt decodes too)" \
+    test "$(calls 'attention decode' 1)" = "2.0"
+$SK bench --n_layer 2 --n_head 4 --n_embd 32 --block_size 32 --vocab_size 61 --profile 2 >/dev/null 2>"$tmp/p.err"; rc=$?
+check "bench --profile without --device cuda refused (rc $rc): $(head -1 "$tmp/p.err")" grep -q "profile needs --device cuda" "$tmp/p.err"
 echo "info: took $((SECONDS - t0)) s"
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]

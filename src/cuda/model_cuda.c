@@ -837,7 +837,7 @@ int sk_cuda_sgemm_rate(int M, int N, int Kd, sk_cuda_precision prec, double *gfl
         }
         if (r > 0 && ms < best) best = ms;      /* the first run warms up */
     }
-    if (!rc) *gflops = 2.0 * M * (double)N * Kd / (best * 1e-3) / 1e9;
+    if (!rc) *gflops = 2.0 * M * (double)N * Kd / (fmax(best, 1e-3) * 1e-3) / 1e9;   /* 1 us: the events' floor */
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     cudaFree(A); cudaFree(B); cudaFree(C);

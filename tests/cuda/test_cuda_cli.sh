@@ -11,7 +11,8 @@
 #     --bf16 writes as many tokens;
 #  4. a GPU run resumed on the CPU (and a CPU run resumed on the GPU) ends where the
 #     uninterrupted run does;
-#  5. bench --profile counts each op's calls per training step and per decoded token.
+#  5. bench --profile counts each op's calls per training step and per decoded token; in
+#     bf16 the nested operand rounding is its own op and the self times add up.
 # Prints PASS/FAIL lines and "N passed, N failed".
 set -u
 PY=${PY:-/usr/bin/python3}
@@ -100,6 +101,13 @@ check "bench --profile, training step: layernorm forward $(calls cu_layernorm_fo
     test "$(calls cu_layernorm_forward 0):$(calls 'attention forward' 0):$(calls 'attention backward' 0):$(calls cu_adamw 0)" = "5.0:2.0:2.0:1.0"
 check "bench --profile, decoding: attention decode $(calls 'attention decode' 1) calls per token (2 layers; the 1-token prompt decodes too)" \
     test "$(calls 'attention decode' 1)" = "2.0"
+# bf16: the operand rounding nested in each GEMM is its own op (self times: the nested
+# region's time is taken out of the GEMM's), and the self times add up to at most the step
+$SK bench --device cuda --bf16 --n_layer 2 --n_head 4 --n_embd 32 --block_size 32 --vocab_size 61 --batch 2 --seq 32 \
+    --steps 1 --warmup 0 --profile 2 --no-gen >"$tmp/prof.txt" 2>&1 || fail "bench --bf16 --profile: $(tail -2 "$tmp/prof.txt")"
+share=$(awk '/^  all recorded ops/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) { sub("%", "", $i); print $i; exit } }' "$tmp/prof.txt")
+check "bench --bf16 --profile: cu_to_bf16 $(calls cu_to_bf16 0) and GEMM forward $(calls 'GEMM forward, X W.T' 0) calls per step, self times $share% of the step" \
+    awk -v r="$(calls cu_to_bf16 0)" -v g="$(calls 'GEMM forward, X W.T' 0)" -v s="$share" 'BEGIN { exit !(r > 9 && g == 9 && s > 50 && s <= 100.5) }'
 $SK bench --n_layer 2 --n_head 4 --n_embd 32 --block_size 32 --vocab_size 61 --profile 2 >/dev/null 2>"$tmp/p.err"; rc=$?
 check "bench --profile without --device cuda refused (rc $rc): $(head -1 "$tmp/p.err")" grep -q "profile needs --device cuda" "$tmp/p.err"
 echo "info: took $((SECONDS - t0)) s"

@@ -9,7 +9,7 @@ extern "C" {
 #endif
 typedef enum {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-    cudaErrorInvalidConfiguration = 9, cudaErrorLaunchFailure = 719
+    cudaErrorInvalidConfiguration = 9, cudaErrorNotReady = 600, cudaErrorLaunchFailure = 719
 } cudaError_t;
 typedef enum {
     cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,

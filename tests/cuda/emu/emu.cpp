@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <ucontext.h>
 #include <unordered_map>
@@ -93,6 +94,7 @@ extern "C" const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNotReady: return "device not ready";
     default: return "unspecified launch failure";
     }
 }
@@ -102,6 +104,7 @@ extern "C" const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
     default: return "cudaErrorLaunchFailure";
     }
 }
@@ -119,12 +122,24 @@ extern "C" cudaError_t cudaMemGetInfo(size_t *f, size_t *t) {
     *f = g_mem_used < EMU_MEM_TOTAL ? EMU_MEM_TOTAL - g_mem_used : 0;
     return cudaSuccess;
 }
-struct emu_event { int x; };
-extern "C" cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new emu_event{0}; return cudaSuccess; }
+/* events: everything runs synchronously, so an event records the host clock when it is
+ * recorded; elapsed time between two is the emulator's own (slow) time, and NotReady
+ * for an event never recorded, as on the GPU */
+struct emu_event { double t; int recorded; };
+static double emu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+extern "C" cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new emu_event{0.0, 0}; return cudaSuccess; }
 extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-extern "C" cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { e->t = emu_now(); e->recorded = 1; return cudaSuccess; }
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { *ms = 1.0f; return cudaSuccess; }
+extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!a->recorded || !b->recorded) return cudaErrorNotReady;
+    *ms = (float)((b->t - a->t) * 1e3);
+    return cudaSuccess;
+}
 extern "C" cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int v) {
     return v > 227 * 1024 ? cudaErrorInvalidValue : cudaSuccess;
 }

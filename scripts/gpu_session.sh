@@ -136,11 +136,11 @@ mpi)
     mkdir -p $d
     run /usr/bin/python3 - $d <<'PYEOF'
 import sys, numpy as np
+sys.path.insert(0, "tests/ref")
+from shards import write
 rng = np.random.default_rng(0)
 t = np.where(rng.random(200000) < 0.2, rng.integers(0, 256, 200000), (np.arange(200000) * 7) % 251)
-for name, part in (("train", t[:180000]), ("val", t[180000:])):
-    h = np.zeros(256, dtype="<i4"); h[0], h[1], h[2] = 20240520, 1, len(part)
-    open(f"{sys.argv[1]}/{name}.bin", "wb").write(h.tobytes() + part.astype("<u2").tobytes())
+write(sys.argv[1] + "/train.bin", t[:180000]); write(sys.argv[1] + "/val.bin", t[180000:])
 PYEOF
     # one GPU: NCCL refuses 2 ranks on it, so the mean goes through host memory (SKIPLM_NCCL=0)
     M="--train $d/train.bin --val $d/val.bin --vocab_size 256 --n_layer 4 --n_head 8 --n_embd 256 --block_size 256

@@ -19,10 +19,10 @@ expect_err() {
     else fail "$name: status $rc, stderr: $(head -c 300 "$tmp/err")"; fi
 }
 "$PY" - "$tmp" <<'PYEOF'
-import sys, struct
-d = sys.argv[1]
-h = [0] * 256; h[0], h[1], h[2] = 20240520, 1, 4000
-open(d + "/t.bin", "wb").write(struct.pack("<256i", *h) + struct.pack("<4000H", *[(i * 5) % 8 for i in range(4000)]))
+import sys
+sys.path.insert(0, "tests/ref")
+from shards import write
+write(sys.argv[1] + "/t.bin", [(i * 5) % 8 for i in range(4000)])
 PYEOF
 M="--vocab_size 8 --n_layer 1 --n_head 2 --n_embd 8 --block_size 64"
 T="$SK train --train $tmp/t.bin $M --eval-every 0"

@@ -52,17 +52,7 @@ SK=$PWD/$MB/skiplm
 tmp=$(mktemp -d)
 trap "rm -rf $tmp" EXIT
 
-"$PY" - "$tmp" <<'EOF'
-import sys, numpy as np
-d = sys.argv[1]
-def shard(path, toks):
-    h = np.zeros(256, dtype="<i4"); h[0], h[1], h[2] = 20240520, 1, len(toks)
-    open(path, "wb").write(h.tobytes() + np.asarray(toks, dtype="<u2").tobytes())
-rng = np.random.default_rng(0)
-n = 60000
-t = np.where(rng.random(n) < 0.2, rng.integers(0, 64, n), (np.arange(n) * 7) % 61)
-shard(d + "/train.bin", t[:50000]); shard(d + "/val.bin", t[50000:])
-EOF
+"$PY" tests/ref/shards.py "$tmp" 50000 10000
 # no dropout: masks are drawn per rank (equal in law, not in bits); no biases: the key
 # bias has a zero true gradient that Adam turns float noise into updates of (docs/training.md)
 A="--train $tmp/train.bin --val $tmp/val.bin --vocab_size 64 --n_layer 2 --n_head 4 --n_embd 48 --block_size 32

@@ -30,13 +30,10 @@ trap 'rm -rf "$tmp"' EXIT
 # --- data: a noisy periodic sequence over 64 tokens
 "$PY" - "$tmp" <<'EOF'
 import sys, numpy as np
+sys.path.insert(0, "tests/ref")
+from shards import periodic, write as shard
 d = sys.argv[1]
-def shard(path, toks):
-    h = np.zeros(256, dtype="<i4"); h[0], h[1], h[2] = 20240520, 1, len(toks)
-    open(path, "wb").write(h.tobytes() + np.asarray(toks, dtype="<u2").tobytes())
-rng = np.random.default_rng(0)
-n = 60000
-t = np.where(rng.random(n) < 0.2, rng.integers(0, 64, n), (np.arange(n) * 7) % 61)
+t = periodic(60000)
 shard(d + "/train.bin", t[:50000]); shard(d + "/val.bin", t[50000:])
 shard(d + "/short.bin", t[:40])                   # fewer windows than one batch
 shard(d + "/oov.bin", np.append(t[:5000], 200))   # a token outside a 64-token vocabulary

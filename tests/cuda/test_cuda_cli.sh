@@ -27,10 +27,9 @@ tmp=$(mktemp -d)
 trap "rm -rf $tmp" EXIT
 "$PY" - "$tmp" <<'PYEOF'
 import sys, numpy as np
+sys.path.insert(0, "tests/ref")
+from shards import write as shard
 d = sys.argv[1]
-def shard(path, toks):
-    h = np.zeros(256, dtype="<i4"); h[0], h[1], h[2] = 20240520, 1, len(toks)
-    open(path, "wb").write(h.tobytes() + np.asarray(toks, dtype="<u2").tobytes())
 rng = np.random.default_rng(1)
 n = 12000
 t = np.where(rng.random(n) < 0.15, rng.integers(0, 8, n), (np.arange(n) * 3 + np.arange(n) // 5) % 8)

@@ -33,17 +33,7 @@ for b in "$CPU" "$GPU"; do [ -x "$b" ] || { echo "FAIL $b is not built (make cud
 tmp=$(mktemp -d)
 trap "rm -rf $tmp" EXIT
 
-"$PY" - "$tmp" <<'PYEOF'
-import sys, numpy as np
-d = sys.argv[1]
-def shard(path, toks):
-    h = np.zeros(256, dtype="<i4"); h[0], h[1], h[2] = 20240520, 1, len(toks)
-    open(path, "wb").write(h.tobytes() + np.asarray(toks, dtype="<u2").tobytes())
-rng = np.random.default_rng(0)
-n = 20000
-t = np.where(rng.random(n) < 0.2, rng.integers(0, 64, n), (np.arange(n) * 7) % 61)
-shard(d + "/train.bin", t[:16000]); shard(d + "/val.bin", t[16000:])
-PYEOF
+"$PY" tests/ref/shards.py "$tmp" 16000 4000
 # no dropout (masks are per rank), no biases (see tests/test_mpi.sh)
 A="--train $tmp/train.bin --val $tmp/val.bin --vocab_size 64 --n_layer 2 --n_head 4 --n_embd 48 --block_size 32
    --bias 0 --dropout 0 --n_skip_layer 1 --n_skip_head 2 --seq 32 --lr 3e-3 --warmup 2 --steps 8 --eval-every 4

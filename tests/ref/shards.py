@@ -1,0 +1,39 @@
+"""Token shards for the shell tests, in src/data.c's layout: a header of 256 little-endian
+int32 (magic 20240520, version 1, token count, zeros), then the tokens as uint16.
+
+    python3 tests/ref/shards.py DIR N_TRAIN N_VAL
+        DIR/train.bin and DIR/val.bin: the first N_TRAIN and the next N_VAL tokens of
+        periodic(N_TRAIN + N_VAL), the corpus the training tests share
+
+From Python (sys.path.insert(0, "tests/ref")): write(path, tokens), periodic(n, seed)."""
+import sys
+
+import numpy as np
+
+MAGIC, VERSION = 20240520, 1
+
+
+def write(path, tokens):
+    toks = np.asarray(tokens)
+    if toks.size and (toks.min() < 0 or toks.max() > 65535):
+        raise ValueError("shard tokens must fit in uint16")
+    h = np.zeros(256, dtype="<i4")
+    h[0], h[1], h[2] = MAGIC, VERSION, toks.size
+    with open(path, "wb") as f:
+        f.write(h.tobytes() + toks.astype("<u2").tobytes())
+
+
+def periodic(n, seed=0):
+    """n tokens over a 64-token vocabulary: a ramp of step 7 modulo 61, and with
+    probability 0.2 a uniform token instead (learnable, but not trivially)."""
+    rng = np.random.default_rng(seed)
+    return np.where(rng.random(n) < 0.2, rng.integers(0, 64, n), (np.arange(n) * 7) % 61)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    d, n_train, n_val = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    t = periodic(n_train + n_val)
+    write(d + "/train.bin", t[:n_train])
+    write(d + "/val.bin", t[n_train:])

@@ -34,13 +34,15 @@ int sk_config_preset(sk_config *c, const char *name) {
     return sk_error(SK_EINVAL, "unknown preset '%s' (known: gpt2, gpt2-medium, gpt2-large, nano, small)", name);
 }
 
+/* Runs before sk_config_check, so n_layer and n_head may be anything an option parsed:
+ * the products are taken in 64 bits (the check refuses such values afterwards). */
 void sk_config_sla_default(sk_config *c) {
-    c->n_skip_layer = 3 * c->n_layer / 4;
+    c->n_skip_layer = (int)(3LL * c->n_layer / 4);
     int kvh = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
     int group = c->n_head / (kvh > 0 ? kvh : 1);
     if (group < 1) group = 1;
     /* 3/4 of the heads, rounded down to whole KV groups (at least one group). */
-    int nh = 3 * c->n_head / 4 / group * group;
+    int nh = (int)(3LL * c->n_head / 4 / group * group);
     c->n_skip_head = nh > 0 ? nh : group;
 }
 

@@ -2,6 +2,7 @@
  * whole models, dropout included), config validation messages, refusal of corrupt weight
  * files, determinism and thread-count behaviour. The PyTorch comparison is
  * tests/test_gpt2_torch.py. */
+#include <limits.h>
 #include "test.h"
 #include "skiplm.h"
 #include "ops.h"
@@ -255,6 +256,14 @@ static void config_checks(void) {
     CHECK(c.n_layer == 24 && c.n_head == 16 && c.n_embd == 1024 && c.n_skip_layer == 18 && c.n_skip_head == 12, "gpt2-medium 24/16/1024, SLA 18/12");
     sk_config_preset(&c, "gpt2-large"); sk_config_sla_default(&c);
     CHECK(c.n_layer == 36 && c.n_head == 20 && c.n_embd == 1280 && c.n_skip_layer == 27 && c.n_skip_head == 15, "gpt2-large 36/20/1280, SLA 27/15");
+    /* the 3/4 rule runs before the check, on whatever the options parsed: huge values must
+     * not overflow (fuzz_config found 3 * 1111111110; UBSan in make test SAN=1) and are then
+     * refused by the check */
+    c.n_layer = 1111111110; c.n_head = INT_MAX; c.n_kv_head = 0;
+    sk_config_sla_default(&c);
+    CHECK(c.n_skip_layer == 833333332 && c.n_skip_head == 1610612735 && sk_config_check(&c) == SK_EINVAL,
+          "SLA 3/4 rule on n_layer 1111111110, n_head INT_MAX: %d/%d without overflow, then refused (%s)",
+          c.n_skip_layer, c.n_skip_head, sk_last_error());
     /* routing */
     sk_config_default(&c);
     c.n_layer = 12; c.n_head = 12; c.n_skip_layer = 9; c.n_skip_head = 6; c.vocab_size = 10;

@@ -119,7 +119,8 @@ __global__ void attn_di_k(cu_attn a, const float *dout, float *Di) {
     const int i = (int)(row % a.Lq), h = (int)(row / a.Lq % a.H), b = (int)(row / ((long)a.Lq * a.H));
     const long off = b * a.o_sb + h * a.o_sh + (long)i * a.o_st;
     float s = 0.0f;
-    for (int d = lane; d < a.D; d += 32) s += a.out[off + d] * dout[off + d];
+    if (a.out16) for (int d = lane; d < a.D; d += 32) s += bf16_float(a.out16[off + d]) * dout[off + d];
+    else for (int d = lane; d < a.D; d += 32) s += a.out[off + d] * dout[off + d];
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) Di[row] = s;
 }

@@ -103,11 +103,14 @@ template <int RD>
 __device__ __forceinline__ void finish_row(const cu_attn &a, const float (&o)[RD], float m, float l, int b, int h,
                                            int i, int tx) {
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    float *orow = a.out + b * a.o_sb + h * a.o_sh + (long)i * a.o_st;
+    const long off = b * a.o_sb + h * a.o_sh + (long)i * a.o_st;
 #pragma unroll
     for (int dd = 0; dd < RD; dd++) {
         const int d = tx + 16 * dd;
-        if (d < a.D) orow[d] = o[dd] * inv;
+        if (d < a.D) {
+            if (a.out16) a.out16[off + d] = bf16_bits(o[dd] * inv);
+            else a.out[off + d] = o[dd] * inv;
+        }
     }
     if (tx == 0 && a.lse) a.lse[((size_t)b * a.H + h) * a.Lq + i] = l > 0.0f ? m + logf(l) : INFINITY;
 }

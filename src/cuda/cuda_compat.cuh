@@ -17,4 +17,15 @@
 /* kernel<<<grid, block, smem>>>(args...); `kernel` may be a pointer to a __global__ function */
 #define LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem)>>>(__VA_ARGS__)
 #endif
+#include <stdint.h>
+
+/* fp32 -> bf16 bits, rounded to nearest even (a NaN stays a quiet NaN): __float2bfloat16_rn,
+ * written out so that the emulator rounds exactly as the GPU does. */
+__device__ __forceinline__ uint16_t bf16_bits(float f) {
+    const uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+/* bf16 bits -> fp32 (exact) */
+__device__ __forceinline__ float bf16_float(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 #endif

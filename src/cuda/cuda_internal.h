@@ -28,6 +28,11 @@ struct sk_cuda_model {
     int B, T;
     float *acts_mem;
     sk_acts a;                        /* device views, src/model.h's layout names */
+    /* SK_CUDA_BF16: the activations that are only GEMM inputs, kept in bf16 instead of fp32
+     * (a.ln1, a.atty, a.ln2, a.fch_act and a.lnf are then NULL): written so by their kernels,
+     * read as they are by the forward GEMM and again by the weight-gradient GEMM (and the
+     * attention output by the attention backward, for Di). Else NULL. */
+    uint16_t *ln1_16, *atty16, *ln2_16, *act16, *lnf16;
     float *part;                      /* column-sum partials (2 * R * max(QKV, Ffc, C)) */
     float *Di;                        /* attention backward scratch (B, H, T) */
     int32_t *tok_d, *tok_h;           /* inputs, targets, uniq, off (N+1), pos: 5N + 1 ints */
@@ -63,6 +68,10 @@ int sk_cu_alloc(void *p, size_t bytes, const char *what);
  * bf16 copy; any other operand is rounded into a scratch buffer first), C stays fp32. */
 int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
                const float *B, int ldb, float beta, float *C, int ldc);
+/* A linear layer: out (N, OC; row stride ldo) = inp (N, IC) @ w^T + b (b may be NULL). In
+ * SK_CUDA_BF16 the input may be given as inp16, already bf16 (inp is then not read). */
+int sk_cu_linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, const uint16_t *inp16,
+                 const float *w, const float *b, int N, int IC, int OC);
 
 /* cudaMallocHost (pinned memory) with the message of sk_cu_alloc. */
 int sk_cu_alloc_host(void *p, size_t bytes, const char *what);

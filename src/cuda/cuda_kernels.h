@@ -28,15 +28,19 @@ void cu_encoder_backward_wte(float *dwte, const float *dout, const int32_t *uniq
 void cu_encoder_backward_wpe(float *dwpe, const float *dout, int B, int T, int C);
 
 /* ----------------------------------------------------------------- norms */
+/* The forward ops below whose output is only ever a GEMM's input (the norms, the MLP's
+ * activation) take out16: NULL, or where the output goes instead, rounded to bf16 (bf16
+ * mixed precision keeps these activations in bf16; out is then unused and may be NULL). */
 /* LayerNorm over C: saves mean, rstd (N). b may be NULL. */
-void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                          const float *b, int N, int C, float eps);
+void cu_layernorm_forward(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C, float eps);
 /* dinp += ..., dw += ..., db += ... (db may be NULL). part: scratch of 2 * R * C floats,
  * R = cu_colsum_chunks(N). */
 void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                            const float *w, const float *mean, const float *rstd, int N, int C, float *part);
 /* RMSNorm (Llama): saves rstd (N). */
-void cu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+void cu_rmsnorm_forward(float *out, uint16_t *out16, float *rstd, const float *inp, const float *w,
+                        int N, int C, float eps);
 void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                          const float *rstd, int N, int C, float *part);
 
@@ -48,11 +52,11 @@ void cu_colsum_add(float *out, const float *x, int N, int ncols, int ld, float *
 void cu_bias_broadcast(float *out, const float *b, int N, int ncols, int ld);
 
 /* ----------------------------------------------------------- elementwise */
-void cu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx);
+void cu_gelu_forward(float *out, uint16_t *out16, const float *inp, size_t n, int tanh_approx);
 void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx);   /* overwrites */
-void cu_relu_forward(float *out, const float *inp, size_t n);
+void cu_relu_forward(float *out, uint16_t *out16, const float *inp, size_t n);
 void cu_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);                    /* overwrites */
-void cu_swiglu_forward(float *out, const float *h, int N, int F);
+void cu_swiglu_forward(float *out, uint16_t *out16, const float *h, int N, int F);
 void cu_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F);                  /* overwrites */
 /* RoPE as sk_rope: table (max_pos, hs/2, 2) cos/sin on the device. */
 void cu_rope(float *x, const float *table, int B, int T, int row, int col0, int n_heads, int hs, int pos0, int inverse);
@@ -65,10 +69,12 @@ void cu_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t stream);
 
 /* ------------------------------------------------------------ classifier */
 /* Per row of logits (N, Vp): lse over the first V columns, losses[r] = lse - z[target]
- * (0 for target < 0). backward: the row becomes s * (softmax - onehot(target)) over the
- * first V columns (s = row_scale, 0 for ignored rows) and 0 on the padding columns. */
+ * (0 for target < 0). backward: the row's gradient s * (softmax - onehot(target)) over the
+ * first V columns (s = row_scale, 0 for ignored rows) and 0 on the padding columns replaces
+ * the row, or, with grad16, is written there rounded to bf16 (N, Vp) and the logits are kept:
+ * the classifier's backward GEMMs read it as it is, with no rounding pass of their own. */
 void cu_crossentropy(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
-                     float row_scale, int backward);
+                     float row_scale, int backward, uint16_t *grad16);
 
 /* ------------------------------------------------------------- optimizer */
 /* The span kernels below run `split` blocks per span (grid n_spans x split), so that a
@@ -95,6 +101,9 @@ typedef struct {
     const float *k; long k_sb, k_sh, k_st;
     const float *v; long v_sb, v_sh, v_st;
     float *out; long o_sb, o_sh, o_st;
+    uint16_t *out16;               /* if set, the output goes here in bf16 instead of to out (same
+                                      strides; the backward's Di reads it): cu_attn_forward,
+                                      cu_attn_backward; the decoding kernels write out */
     float scale;
     int causal, causal_offset;     /* key j allowed for query i iff j <= i + causal_offset */
     int dropout;                   /* 1: dropout active */

@@ -32,6 +32,7 @@ struct sk_cuda_kvcache {
     float *mem;                      /* device: the K/V, then the scratch */
     /* device scratch for one chunk */
     float *x, *ln, *q, *att, *tmp, *fch, *act, *stat, *logits, *part;
+    uint16_t *ln16, *act16;          /* SK_CUDA_BF16: ln and act in bf16 instead (GEMM inputs only) */
     int32_t *tok;
 };
 
@@ -68,6 +69,10 @@ static size_t kv_layout(sk_cuda_kvcache *kv, float *base) {
     V(kv->stat, 2 * ch);
     V(kv->logits, m->Vp);
     V(kv->part, (size_t)m->H * cu_decode_splits(kv->max_T) * (m->hs + 2));
+    float *h16[2];                   /* bf16 views: half a float per element */
+    V(h16[0], (ch * C + 1) / 2);
+    V(h16[1], (ch * m->F + 1) / 2);
+    if (base) { kv->ln16 = (uint16_t *)h16[0]; kv->act16 = (uint16_t *)h16[1]; }
 #undef V
     return total;
 }
@@ -115,32 +120,39 @@ int sk_cuda_kvcache_new(sk_cuda_kvcache **out, sk_cuda_model *cm, int max_T, int
 /* ------------------------------------------------------------------ ops */
 
 /* out (n, OC; row stride ldo) = inp (n, IC) @ w^T + b: one fp32 token by cublasSgemv, a chunk
- * (or, in bf16, any n: the weights' bf16 copy halves a decoding step's reads) by sk_cu_gemm.
- * w is row-major (OC, IC), i.e. column-major (IC, OC): y = w_cm^T x. */
-static int linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, const float *w, const float *b,
-                  int n, int IC, int OC) {
-    float one = 1.0f, beta = b ? 1.0f : 0.0f;
-    if (b) K(cu_bias_broadcast(out, b, n, OC, ldo));
+ * (or, in bf16, any n: the weights' bf16 copy halves a decoding step's reads) by sk_cu_linear,
+ * reading inp16 (bf16) when given. w is row-major (OC, IC), i.e. column-major (IC, OC):
+ * y = w_cm^T x. */
+static int linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, const uint16_t *inp16, const float *w,
+                  const float *b, int n, int IC, int OC) {
     if (n == 1 && cm->prec != SK_CUDA_BF16) {
+        float one = 1.0f, beta = b ? 1.0f : 0.0f;
+        if (b) K(cu_bias_broadcast(out, b, n, OC, ldo));
         PROF("GEMV x W^T, one token", BLAS(cublasSgemv(cm->blas, CUBLAS_OP_T, IC, OC, &one, w, IC, inp, 1, &beta, out, 1)));
         return SK_OK;
     }
-    return sk_cu_gemm(cm, 0, 1, n, OC, IC, 1.0f, inp, IC, w, IC, beta, out, ldo);
+    return sk_cu_linear(cm, out, ldo, inp, inp16, w, b, n, IC, OC);
 }
 
-static int norm(sk_cuda_model *cm, sk_cuda_kvcache *kv, float *out, const float *x, const float *w, const float *b, int n) {
+/* In bf16 the norm and the MLP activation write kv->ln16 / kv->act16 (the GEMMs' bf16
+ * input, what rounding kv->ln / kv->act would give) and skip the fp32 form. */
+static uint16_t *bf16_or_null(const sk_cuda_model *cm, uint16_t *p) { return cm->prec == SK_CUDA_BF16 ? p : NULL; }
+
+static int norm(sk_cuda_model *cm, sk_cuda_kvcache *kv, const float *x, const float *w, const float *b, int n) {
     const sk_model *m = cm->m;
-    if (m->cfg.family == SK_GPT2) K(cu_layernorm_forward(out, kv->stat, kv->stat + kv->chunk, x, w, b, n, m->C, m->cfg.norm_eps));
-    else K(cu_rmsnorm_forward(out, kv->stat, x, w, n, m->C, m->cfg.norm_eps));
+    uint16_t *o16 = bf16_or_null(cm, kv->ln16);
+    if (m->cfg.family == SK_GPT2) K(cu_layernorm_forward(kv->ln, o16, kv->stat, kv->stat + kv->chunk, x, w, b, n, m->C, m->cfg.norm_eps));
+    else K(cu_rmsnorm_forward(kv->ln, o16, kv->stat, x, w, n, m->C, m->cfg.norm_eps));
     return SK_OK;
 }
 
-static int mlp_act(sk_cuda_model *cm, float *act, const float *h, int n) {
+static int mlp_act(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n) {
     const sk_model *m = cm->m;
     size_t e = (size_t)n * m->F;
-    if (m->cfg.relu) K(cu_relu_forward(act, h, e));
-    else if (m->gated) K(cu_swiglu_forward(act, h, n, m->F));
-    else K(cu_gelu_forward(act, h, e, m->cfg.gelu == SK_GELU_TANH));
+    uint16_t *o16 = bf16_or_null(cm, kv->act16);
+    if (m->cfg.relu) K(cu_relu_forward(kv->act, o16, kv->fch, e));
+    else if (m->gated) K(cu_swiglu_forward(kv->act, o16, kv->fch, n, m->F));
+    else K(cu_gelu_forward(kv->act, o16, kv->fch, e, m->cfg.gelu == SK_GELU_TANH));
     return SK_OK;
 }
 
@@ -161,14 +173,15 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
     size_t nC = (size_t)n * C;
     CU(cudaMemcpy(kv->tok, tok, sizeof(int32_t) * n, cudaMemcpyHostToDevice));
     const float *wpe = p->wpe ? p->wpe : cm->pos_table;
+    const uint16_t *ln16 = bf16_or_null(cm, kv->ln16);
     /* the encoder adds position row t of its table to token t: start the table at pos0 */
     K(cu_encoder_forward(kv->x, kv->tok, p->wte, wpe ? wpe + (size_t)pos0 * C : NULL, 1, n, C));
     for (int l = 0; l < m->L; l++) {
         const float *qkvw = p->qkvw + (size_t)l * m->QKV * C, *qkvb = p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL;
         int ns = kv->n_store[l], ld = ns * hs;
-        TRY(norm(cm, kv, kv->ln, kv->x, p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, n));
+        TRY(norm(cm, kv, kv->x, p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, n));
         /* q for all heads; k and v only for the stored heads, straight into the cache rows */
-        TRY(linear(cm, kv->q, H * hs, kv->ln, qkvw, qkvb, n, C, H * hs));
+        TRY(linear(cm, kv->q, H * hs, kv->ln, ln16, qkvw, qkvb, n, C, H * hs));
         float *kc = kv->k[l] + (size_t)pos0 * ld, *vc = kv->v[l] + (size_t)pos0 * ld;
         const int *slot = kv->slot + l * Hkv;
         for (int j = 0; j < Hkv;) {
@@ -178,8 +191,9 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
             while (e < Hkv && slot[e] >= 0) e++;
             int w = (e - j) * hs;
             size_t off = (size_t)slot[j] * hs;
-            TRY(linear(cm, kc + off, ld, kv->ln, qkvw + (size_t)(H + j) * hs * C, qkvb ? qkvb + (H + j) * hs : NULL, n, C, w));
-            TRY(linear(cm, vc + off, ld, kv->ln, qkvw + (size_t)(H + Hkv + j) * hs * C,
+            TRY(linear(cm, kc + off, ld, kv->ln, ln16, qkvw + (size_t)(H + j) * hs * C, qkvb ? qkvb + (H + j) * hs : NULL,
+                       n, C, w));
+            TRY(linear(cm, vc + off, ld, kv->ln, ln16, qkvw + (size_t)(H + Hkv + j) * hs * C,
                        qkvb ? qkvb + (H + Hkv + j) * hs : NULL, n, C, w));
             j = e;
         }
@@ -205,21 +219,21 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
             if (n == 1) PROF("attention decode", TRY(attn_rc(cu_attn_decode(&a, kv->part), "decoding", l, part)));
             else PROF("attention prefill", TRY(attn_rc(cu_attn_forward(&a), "prefill", l, part)));
         }
-        TRY(linear(cm, kv->tmp, C, kv->att, p->attprojw + (size_t)l * C * C, p->attprojb ? p->attprojb + (size_t)l * C : NULL,
+        TRY(linear(cm, kv->tmp, C, kv->att, NULL, p->attprojw + (size_t)l * C * C, p->attprojb ? p->attprojb + (size_t)l * C : NULL,
                    n, C, C));
         K(cu_add_inplace(kv->x, kv->tmp, nC));
-        TRY(norm(cm, kv, kv->ln, kv->x, p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, n));
-        TRY(linear(cm, kv->fch, Ffc, kv->ln, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n, C, Ffc));
-        TRY(mlp_act(cm, kv->act, kv->fch, n));
-        TRY(linear(cm, kv->tmp, C, kv->act, p->fcprojw + (size_t)l * C * F, p->fcprojb ? p->fcprojb + (size_t)l * C : NULL,
+        TRY(norm(cm, kv, kv->x, p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, n));
+        TRY(linear(cm, kv->fch, Ffc, kv->ln, ln16, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n, C, Ffc));
+        TRY(mlp_act(cm, kv, n));
+        TRY(linear(cm, kv->tmp, C, kv->act, bf16_or_null(cm, kv->act16), p->fcprojw + (size_t)l * C * F, p->fcprojb ? p->fcprojb + (size_t)l * C : NULL,
                    n, F, C));
         K(cu_add_inplace(kv->x, kv->tmp, nC));
     }
     kv->pos += n;
     if (logits) {
         /* only the last token's logits: final norm of its row, then (1, Vp) = lnf @ wte^T */
-        TRY(norm(cm, kv, kv->ln, kv->x + (size_t)(n - 1) * C, p->lnfw, p->lnfb, 1));
-        TRY(linear(cm, kv->logits, m->Vp, kv->ln, p->wte, NULL, 1, C, m->Vp));
+        TRY(norm(cm, kv, kv->x + (size_t)(n - 1) * C, p->lnfw, p->lnfb, 1));
+        TRY(linear(cm, kv->logits, m->Vp, kv->ln, ln16, p->wte, NULL, 1, C, m->Vp));
         CU(cudaMemcpy(logits, kv->logits, sizeof(float) * m->cfg.vocab_size, cudaMemcpyDeviceToHost));
     }
     return SK_OK;

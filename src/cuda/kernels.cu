@@ -17,6 +17,13 @@ static unsigned blocks_for(size_t n, int bs) {
     return (unsigned)(b < 1 ? 1 : b);
 }
 
+/* An op's output element i: fp32 into out, or, when out16 is given (bf16 mixed precision:
+ * the output is only a GEMM's input), rounded to bf16 into out16 instead. */
+__device__ __forceinline__ void put(float *out, uint16_t *out16, size_t i, float v) {
+    if (out16) out16[i] = bf16_bits(v);
+    else out[i] = v;
+}
+
 /* ---------------------------------------------------------------- reductions */
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -114,12 +121,12 @@ extern "C" void cu_encoder_backward_wpe(float *dwpe, const float *dout, int B, i
 /* ----------------------------------------------------------------------- norms */
 
 /* one warp per row */
-__global__ void layernorm_fwd_k(float *out, float *mean, float *rstd, const float *inp, const float *w,
+__global__ void layernorm_fwd_k(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp, const float *w,
                                 const float *b, int N, int C, float eps) {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;                      /* uniform over the warp */
     const float *x = inp + (size_t)row * C;
-    float *o = out + (size_t)row * C;
+    const size_t o = (size_t)row * C;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) s += x[c];
     const float m = warp_sum(s) / C;
@@ -127,12 +134,12 @@ __global__ void layernorm_fwd_k(float *out, float *mean, float *rstd, const floa
     for (int c = lane; c < C; c += 32) { float d = x[c] - m; v += d * d; }
     v = warp_sum(v) / C;
     const float r = 1.0f / sqrtf(v + eps);
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + (b ? b[c] : 0.0f);
+    for (int c = lane; c < C; c += 32) put(out, out16, o + c, (x[c] - m) * r * w[c] + (b ? b[c] : 0.0f));
     if (lane == 0) { if (mean) mean[row] = m; rstd[row] = r; }
 }
-extern "C" void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                     const float *b, int N, int C, float eps) {
-    LAUNCH(layernorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, mean, rstd, inp, w, b, N, C, eps);
+extern "C" void cu_layernorm_forward(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
+                                     const float *w, const float *b, int N, int C, float eps) {
+    LAUNCH(layernorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, out16, mean, rstd, inp, w, b, N, C, eps);
 }
 
 __global__ void layernorm_bwd_dx_k(float *dinp, const float *dout, const float *inp, const float *w,
@@ -211,19 +218,20 @@ extern "C" void cu_colsum_add(float *out, const float *x, int N, int ncols, int 
     LAUNCH(colsum_finish_k, blocks_for((size_t)ncols, 128), 128, 0, out, NULL, part, ncols, R);
 }
 
-__global__ void rmsnorm_fwd_k(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+__global__ void rmsnorm_fwd_k(float *out, uint16_t *out16, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const float *x = inp + (size_t)row * C;
-    float *o = out + (size_t)row * C;
+    const size_t o = (size_t)row * C;
     float ss = 0.0f;
     for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
     const float s = 1.0f / sqrtf(warp_sum(ss) / C + eps);
-    for (int c = lane; c < C; c += 32) o[c] = w[c] * (x[c] * s);
+    for (int c = lane; c < C; c += 32) put(out, out16, o + c, w[c] * (x[c] * s));
     if (lane == 0) rstd[row] = s;
 }
-extern "C" void cu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
-    LAUNCH(rmsnorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, rstd, inp, w, N, C, eps);
+extern "C" void cu_rmsnorm_forward(float *out, uint16_t *out16, float *rstd, const float *inp, const float *w,
+                                   int N, int C, float eps) {
+    LAUNCH(rmsnorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, out16, rstd, inp, w, N, C, eps);
 }
 
 __global__ void rmsnorm_bwd_dx_k(float *dinp, const float *dout, const float *inp, const float *w,
@@ -265,15 +273,15 @@ extern "C" void cu_bias_broadcast(float *out, const float *b, int N, int ncols, 
 #define INV_SQRT2 0.7071067811865476f
 #define INV_SQRT_2PI 0.3989422804014327f
 
-__global__ void gelu_fwd_k(float *out, const float *inp, size_t n, int tanh_approx) {
+__global__ void gelu_fwd_k(float *out, uint16_t *out16, const float *inp, size_t n, int tanh_approx) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = inp[i];
-    out[i] = tanh_approx ? 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)))
-                         : 0.5f * x * (1.0f + erff(x * INV_SQRT2));
+    put(out, out16, i, tanh_approx ? 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)))
+                                   : 0.5f * x * (1.0f + erff(x * INV_SQRT2)));
 }
-extern "C" void cu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx) {
-    LAUNCH(gelu_fwd_k, blocks_for(n, BS), BS, 0, out, inp, n, tanh_approx);
+extern "C" void cu_gelu_forward(float *out, uint16_t *out16, const float *inp, size_t n, int tanh_approx) {
+    LAUNCH(gelu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, n, tanh_approx);
 }
 
 __global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx) {
@@ -294,27 +302,29 @@ extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dou
     LAUNCH(gelu_bwd_k, blocks_for(n, BS), BS, 0, dinp, inp, dout, n, tanh_approx);
 }
 
-__global__ void relu_fwd_k(float *out, const float *inp, size_t n) {
+__global__ void relu_fwd_k(float *out, uint16_t *out16, const float *inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+    if (i < n) put(out, out16, i, inp[i] > 0.0f ? inp[i] : 0.0f);
 }
 __global__ void relu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
 }
-extern "C" void cu_relu_forward(float *out, const float *inp, size_t n) { LAUNCH(relu_fwd_k, blocks_for(n, BS), BS, 0, out, inp, n); }
+extern "C" void cu_relu_forward(float *out, uint16_t *out16, const float *inp, size_t n) {
+    LAUNCH(relu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, n);
+}
 extern "C" void cu_relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     LAUNCH(relu_bwd_k, blocks_for(n, BS), BS, 0, dinp, inp, dout, n);
 }
 
 /* h (N, 2F) = [a | b]: out = silu(a) * b */
-__global__ void swiglu_fwd_k(float *out, const float *h, int F, size_t n) {
+__global__ void swiglu_fwd_k(float *out, uint16_t *out16, const float *h, int F, size_t n) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n) return;
     size_t r = idx / F;
     int f = (int)(idx % F);
     float a = h[r * 2 * F + f], b = h[r * 2 * F + F + f];
-    out[idx] = a / (1.0f + expf(-a)) * b;
+    put(out, out16, idx, a / (1.0f + expf(-a)) * b);
 }
 __global__ void swiglu_bwd_k(float *dh, const float *h, const float *dout, int F, size_t n) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -326,9 +336,9 @@ __global__ void swiglu_bwd_k(float *dh, const float *h, const float *dout, int F
     dh[r * 2 * F + f] = dy * b * sg * (1.0f + a * (1.0f - sg));
     dh[r * 2 * F + F + f] = dy * silu;
 }
-extern "C" void cu_swiglu_forward(float *out, const float *h, int N, int F) {
+extern "C" void cu_swiglu_forward(float *out, uint16_t *out16, const float *h, int N, int F) {
     size_t n = (size_t)N * F;
-    LAUNCH(swiglu_fwd_k, blocks_for(n, BS), BS, 0, out, h, F, n);
+    LAUNCH(swiglu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, h, F, n);
 }
 extern "C" void cu_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F) {
     size_t n = (size_t)N * F;
@@ -365,13 +375,6 @@ extern "C" void cu_add_inplace(float *y, const float *x, size_t n) { LAUNCH(add_
 
 /* ------------------------------------------------------------- precision */
 
-/* fp32 -> bf16 bits, rounded to nearest even (a NaN stays a quiet NaN): __float2bfloat16_rn,
- * written out so that the emulator rounds exactly as the GPU does. */
-__device__ __forceinline__ uint16_t bf16_bits(float f) {
-    const uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 __global__ void to_bf16_k(uint16_t *dst, const float *src, size_t n, int cols, size_t ld) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = bf16_bits(src[(i / cols) * ld + i % cols]);
@@ -401,34 +404,41 @@ extern "C" void cu_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t 
 
 /* ------------------------------------------------------------------ classifier */
 
+/* One pass over the row for both softmax statistics (an online max and rescaled sum per
+ * thread, combined across the block), a second for the gradient: two reads of the logits,
+ * the least the gradient allows. */
 __global__ void crossentropy_k(float *logits, float *losses, const int32_t *targets, int V, int Vp,
-                               float row_scale, int backward) {
+                               float row_scale, int backward, uint16_t *grad16) {
     const int r = blockIdx.x;
     float *z = logits + (size_t)r * Vp;
     const int tgt = targets[r];
-    float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, z[v]);
-    mx = block_reduce<true>(mx);
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(z[v] - mx);
-    sum = block_reduce<false>(sum);
+    float m = -INFINITY, s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        const float x = z[v];
+        if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }     /* expf(-inf) = 0 on the first */
+        else if (x != -INFINITY) s += expf(x - m);           /* -inf adds 0; a NaN makes s NaN */
+    }
+    const float mx = block_reduce<true>(m);
+    const float sum = block_reduce<false>(s == 0.0f ? 0.0f : s * expf(m - mx));   /* NaN stays NaN */
     const float lse = mx + logf(sum);
     if (threadIdx.x == 0) losses[r] = tgt >= 0 ? lse - z[tgt] : 0.0f;
     if (!backward) return;
     __syncthreads();          /* z[tgt] is read above before any thread overwrites it */
-    const float s = tgt >= 0 ? row_scale : 0.0f;
+    const float sc = tgt >= 0 ? row_scale : 0.0f;
+    uint16_t *g16 = grad16 ? grad16 + (size_t)r * Vp : NULL;
     for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
         float g = 0.0f;
         if (v < V) {
-            g = s * expf(z[v] - lse);
-            if (v == tgt) g -= s;
+            g = sc * expf(z[v] - lse);
+            if (v == tgt) g -= sc;
         }
-        z[v] = g;
+        if (g16) g16[v] = bf16_bits(g);
+        else z[v] = g;
     }
 }
 extern "C" void cu_crossentropy(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
-                                float row_scale, int backward) {
-    if (N > 0) LAUNCH(crossentropy_k, N, 512, 0, logits, losses, targets, V, Vp, row_scale, backward);
+                                float row_scale, int backward, uint16_t *grad16) {
+    if (N > 0) LAUNCH(crossentropy_k, N, 512, 0, logits, losses, targets, V, Vp, row_scale, backward, grad16);
 }
 
 /* ------------------------------------------------------------------- optimizer */

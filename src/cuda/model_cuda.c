@@ -115,6 +115,7 @@ static void free_acts(sk_cuda_model *cm) {
     cudaFree(cm->acts_mem); cudaFree(cm->tok_d);
     free(cm->tok_h); free(cm->losses_h); free(cm->next_h);
     cm->acts_mem = NULL; cm->tok_d = NULL; cm->tok_h = NULL; cm->losses_h = NULL; cm->next_h = NULL;
+    cm->ln1_16 = cm->atty16 = cm->ln2_16 = cm->act16 = cm->lnf16 = NULL;
     cm->B = cm->T = 0;
 }
 
@@ -267,25 +268,31 @@ static int imax(int a, int b) { return a > b ? a : b; }
 
 /* Lays out (or counts, base == NULL) the activations of (B, T): sk_acts with every layer
  * kept (L copies), full logits (N, Vp), the backward scratch, then part and Di. */
-static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk_acts *a, float **part, float **Di) {
+static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk_acts *a, float **part, float **Di,
+                          uint16_t **a16) {
     const sk_model *m = cm->m;
     size_t BT = (size_t)B * T, C = m->C, F = m->F, L = m->L;
     size_t Ffc = m->gated ? 2 * F : F;
     int gpt = m->cfg.family == SK_GPT2;
     size_t R = (size_t)cu_colsum_chunks((int)BT);
-    size_t sizes[40]; float **ptrs[40]; int n = 0;
+    /* in bf16, the GEMM-only activations are bf16 (half a float each), the fp32 ones absent */
+    const size_t f32 = cm->prec == SK_CUDA_BF16 ? 0 : 1, h16 = 1 - f32;
+    float *h[5];
+    size_t sizes[44]; float **ptrs[44]; int n = 0;
 #define A(ptr, size) do { ptrs[n] = &(ptr); sizes[n++] = (size); } while (0)
     A(a->encoded, BT * C);
-    A(a->ln1, L * BT * C); A(a->ln1_mean, gpt ? L * BT : 0); A(a->ln1_rstd, L * BT);
+    A(h[0], h16 * (L * BT * C + 1) / 2); A(h[1], h16 * (L * BT * C + 1) / 2); A(h[2], h16 * (L * BT * C + 1) / 2);
+    A(h[3], h16 * (L * BT * F + 1) / 2); A(h[4], h16 * (BT * C + 1) / 2);
+    A(a->ln1, f32 * L * BT * C); A(a->ln1_mean, gpt ? L * BT : 0); A(a->ln1_rstd, L * BT);
     A(a->qkv, L * BT * m->QKV);
-    A(a->atty, L * BT * C);
+    A(a->atty, f32 * L * BT * C);
     A(a->lse, L * BT * m->H);
     A(a->res2, L * BT * C);
-    A(a->ln2, L * BT * C); A(a->ln2_mean, gpt ? L * BT : 0); A(a->ln2_rstd, L * BT);
+    A(a->ln2, f32 * L * BT * C); A(a->ln2_mean, gpt ? L * BT : 0); A(a->ln2_rstd, L * BT);
     A(a->fch, L * BT * Ffc);
-    A(a->fch_act, L * BT * F);
+    A(a->fch_act, f32 * L * BT * F);
     A(a->res3, L * BT * C);
-    A(a->lnf, BT * C); A(a->lnf_mean, gpt ? BT : 0); A(a->lnf_rstd, BT);
+    A(a->lnf, f32 * BT * C); A(a->lnf_mean, gpt ? BT : 0); A(a->lnf_rstd, BT);
     A(a->logits, BT * m->Vp);
     A(a->losses, BT);
     A(a->dres, BT * C); A(a->dbtc, BT * C); A(a->dbtc2, BT * C);
@@ -300,6 +307,7 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
         if (base) *ptrs[i] = sizes[i] ? base + total : NULL;
         total += (sizes[i] + 63) / 64 * 64;    /* 256-byte aligned views */
     }
+    for (int i = 0; i < 5; i++) a16[i] = base ? (uint16_t *)h[i] : NULL;
     return total;
 }
 
@@ -312,11 +320,13 @@ int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
     free_acts(cm);
     sk_acts a;
     float *part, *Di;
-    size_t floats = acts_layout(cm, B, T, NULL, &a, &part, &Di);
+    uint16_t *a16[5];
+    size_t floats = acts_layout(cm, B, T, NULL, &a, &part, &Di, a16);
     char what[160];
     snprintf(what, sizeof what, "the activations for B=%d x T=%d", B, T);
     TRY(sk_cu_alloc(&cm->acts_mem, floats * sizeof(float), what));
-    acts_layout(cm, B, T, cm->acts_mem, &cm->a, &cm->part, &cm->Di);
+    acts_layout(cm, B, T, cm->acts_mem, &cm->a, &cm->part, &cm->Di, a16);
+    cm->ln1_16 = a16[0]; cm->atty16 = a16[1]; cm->ln2_16 = a16[2]; cm->act16 = a16[3]; cm->lnf16 = a16[4];
     size_t N = (size_t)B * T;
     TRY(sk_cu_alloc(&cm->tok_d, (5 * N + 1) * sizeof(int32_t), "the token buffers"));
     cm->tok_h = malloc((5 * N + 1) * sizeof(int32_t));
@@ -329,9 +339,15 @@ int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
 
 /* ------------------------------------------------------------------ GEMM */
 
-/* Row-major C (M, N) = alpha op(A) op(B) + beta C, the contract of sk_gemm (src/ops.h).
- * cuBLAS is column-major: a row-major X (r x c, ld) is the column-major X^T with the same
- * ld, so we ask for C^T (N x M) = op(B)^T op(A)^T, i.e. swap the operands and the sizes. */
+/* bf16 scratch slot 0 or 1 of at least n elements, grown on demand */
+static int op16_reserve(sk_cuda_model *cm, int slot, size_t n) {
+    if (n <= cm->op16_n[slot]) return SK_OK;
+    cudaFree(cm->op16[slot]);
+    cm->op16[slot] = NULL; cm->op16_n[slot] = 0;
+    TRY(sk_cu_alloc(&cm->op16[slot], n * sizeof(uint16_t), "a bf16 GEMM operand"));
+    cm->op16_n[slot] = n;
+    return SK_OK;
+}
 /* The bf16 form of a row-major operand X (rows, cols, ld) for slot 0 or 1: inside the
  * parameters, their bf16 copy at the same offset (same ld); anything else rounded into the
  * slot's scratch buffer (packed: ld = cols), grown on demand. */
@@ -343,57 +359,79 @@ static int bf16_operand(sk_cuda_model *cm, int slot, const float *X, int rows, i
         *ld16 = ld;
         return SK_OK;
     }
-    const size_t n = (size_t)rows * cols;
-    if (n > cm->op16_n[slot]) {
-        cudaFree(cm->op16[slot]);
-        cm->op16[slot] = NULL; cm->op16_n[slot] = 0;
-        TRY(sk_cu_alloc(&cm->op16[slot], n * sizeof(uint16_t), "a bf16 GEMM operand"));
-        cm->op16_n[slot] = n;
-    }
+    TRY(op16_reserve(cm, slot, (size_t)rows * cols));
     K(cu_to_bf16(cm->op16[slot], X, (size_t)rows, cols, (size_t)ld));
     *out = cm->op16[slot];
     *ld16 = cols;
     return SK_OK;
 }
 
+/* Row-major C (M, N) = alpha op(A) op(B) + beta C, the contract of sk_gemm (src/ops.h).
+ * cuBLAS is column-major: a row-major X (r x c, ld) is the column-major X^T with the same
+ * ld, so we ask for C^T (N x M) = op(B)^T op(A)^T, i.e. swap the operands and the sizes. */
+/* A16 (with lda16) and B16 (ldb16), when given, are A and B already in bf16 (SK_CUDA_BF16
+ * only; A or B is then not read): a backward pass rounds dY once for the two GEMMs that read
+ * it, the classifier's dY comes out of the cross-entropy kernel in bf16, and the norms and
+ * the MLP activation write their outputs in bf16. */
 static int gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
-                const float *B, int ldb, float beta, float *C, int ldc) {
+                const uint16_t *A16, int lda16, const float *B, int ldb, const uint16_t *B16, int ldb16,
+                float beta, float *C, int ldc) {
     if (cm->prec != SK_CUDA_BF16 || K <= 0) {
         BLAS(cublasSgemm(cm->blas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
                          &alpha, B, ldb, A, lda, &beta, C, ldc));
         return SK_OK;
     }
-    const uint16_t *A16, *B16;
-    int lda16, ldb16;
-    TRY(bf16_operand(cm, 0, A, tA ? K : M, tA ? M : K, lda, &A16, &lda16));
-    TRY(bf16_operand(cm, 1, B, tB ? N : K, tB ? K : N, ldb, &B16, &ldb16));
+    if (!A16) TRY(bf16_operand(cm, 0, A, tA ? K : M, tA ? M : K, lda, &A16, &lda16));
+    if (!B16) TRY(bf16_operand(cm, 1, B, tB ? N : K, tB ? K : N, ldb, &B16, &ldb16));
     BLAS(cublasGemmEx(cm->blas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
                       B16, CUDA_R_16BF, ldb16, A16, CUDA_R_16BF, lda16, &beta, C, CUDA_R_32F, ldc,
                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return SK_OK;
 }
+/* the profile's names: the three GEMMs of a linear layer (and of the classifier) */
+static const char *gemm_name(int tA, int tB) {
+    return !tA && tB ? "GEMM forward, X W^T" : !tA ? "GEMM input gradient, dY W" : "GEMM weight gradient, dY^T X";
+}
 int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
                const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return SK_OK;
-    /* the profile's names: the three GEMMs of a linear layer (and of the classifier) */
-    const char *name = !tA && tB ? "GEMM forward, X W^T" : !tA ? "GEMM input gradient, dY W"
-                     : "GEMM weight gradient, dY^T X";
     int rc;
-    PROF(name, rc = gemm(cm, tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+    PROF(gemm_name(tA, tB), rc = gemm(cm, tA, tB, M, N, K, alpha, A, lda, NULL, 0, B, ldb, NULL, 0, beta, C, ldc));
     return rc;
 }
 
-/* out (N, OC) = inp (N, IC) @ w^T + b */
-static int linear_forward(sk_cuda_model *cm, float *out, const float *inp, const float *w, const float *b,
-                          int N, int IC, int OC) {
-    if (b) K(cu_bias_broadcast(out, b, N, OC, OC));
-    return sk_cu_gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC);
+/* The backward pass of a linear layer y = x W^T over cw output columns: dx (N, IC,
+ * overwritten or, with accumulate, added to; may be NULL) = dY W, dW += dY^T x. dY (ld ldy)
+ * is read by both GEMMs; in bf16 it is rounded once for the two (unless dy16 is given), and
+ * x may be given as x16, already bf16 (x is then not read). */
+static int linear_grads(sk_cuda_model *cm, float *dx, int accumulate, float *dw, const float *dy, int ldy,
+                        const uint16_t *dy16, int ldy16, const float *x, const uint16_t *x16, const float *w,
+                        int N, int IC, int cw) {
+    if (N <= 0 || cw <= 0) return SK_OK;
+    if (cm->prec == SK_CUDA_BF16 && !dy16) TRY(bf16_operand(cm, 0, dy, N, cw, ldy, &dy16, &ldy16));
+    int rc;
+    if (dx) {
+        PROF(gemm_name(0, 0), rc = gemm(cm, 0, 0, N, IC, cw, 1.0f, dy, ldy, dy16, ldy16, w, IC, NULL, 0,
+                                        accumulate ? 1.0f : 0.0f, dx, IC));
+        TRY(rc);
+    }
+    PROF(gemm_name(1, 0), rc = gemm(cm, 1, 0, cw, IC, N, 1.0f, dy, ldy, dy16, ldy16, x, IC, x16, IC, 1.0f, dw, IC));
+    return rc;
+}
+
+int sk_cu_linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, const uint16_t *inp16,
+                 const float *w, const float *b, int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0) return SK_OK;
+    if (b) K(cu_bias_broadcast(out, b, N, OC, ldo));
+    int rc;
+    PROF(gemm_name(0, 1), rc = gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, inp16, IC, w, IC, NULL, 0,
+                                    b ? 1.0f : 0.0f, out, ldo));
+    return rc;
 }
 /* dinp = dout @ w (overwritten, may be NULL); dw += dout^T @ inp; db += colsum(dout) */
 static int linear_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db, const float *dout,
-                           const float *inp, const float *w, int N, int IC, int OC) {
-    if (dinp) TRY(sk_cu_gemm(cm, 0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC));
-    TRY(sk_cu_gemm(cm, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC));
+                           const float *inp, const uint16_t *inp16, const float *w, int N, int IC, int OC) {
+    TRY(linear_grads(cm, dinp, 0, dw, dout, OC, NULL, 0, inp, inp16, w, N, IC, OC));
     if (db) K(cu_colsum_add(db, dout, N, OC, OC, cm->part));
     return SK_OK;
 }
@@ -415,19 +453,24 @@ static void layer_acts(const sk_cuda_model *cm, int l, sk_layer_acts *la) {
     const sk_model *m = cm->m;
     const sk_acts *a = &cm->a;
     size_t BT = (size_t)cm->B * cm->T, C = m->C, F = m->F, Ffc = m->gated ? 2 * F : F, w = (size_t)l;
-    la->ln1 = a->ln1 + w * BT * C;
+    la->ln1 = a->ln1 ? a->ln1 + w * BT * C : NULL;              /* NULL in bf16: ln1_16 */
     la->ln1_mean = a->ln1_mean ? a->ln1_mean + w * BT : NULL;
     la->ln1_rstd = a->ln1_rstd + w * BT;
     la->qkv = qkv_of(cm, l);
-    la->atty = a->atty + w * BT * C;
+    la->atty = a->atty ? a->atty + w * BT * C : NULL;
     la->lse = a->lse + w * BT * m->H;
     la->res2 = a->res2 + w * BT * C;
-    la->ln2 = a->ln2 + w * BT * C;
+    la->ln2 = a->ln2 ? a->ln2 + w * BT * C : NULL;
     la->ln2_mean = a->ln2_mean ? a->ln2_mean + w * BT : NULL;
     la->ln2_rstd = a->ln2_rstd + w * BT;
     la->fch = a->fch + w * BT * Ffc;
-    la->fch_act = a->fch_act + w * BT * F;
+    la->fch_act = a->fch_act ? a->fch_act + w * BT * F : NULL;
     la->res3 = a->res3 + w * BT * C;
+}
+
+/* layer l's rows of a bf16 activation (width columns per token), or NULL outside bf16 */
+static uint16_t *at16(const sk_cuda_model *cm, uint16_t *base, int l, size_t width) {
+    return base ? base + (size_t)l * cm->B * cm->T * width : NULL;
 }
 
 /* The attention call `part` of layer l: src/model.c's attn_desc, same views, same seed. */
@@ -444,7 +487,9 @@ static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int 
     a->q = la->qkv + (size_t)h0 * hs;                               a->q_sb = T * row; a->q_sh = hs; a->q_st = row;
     a->k = qkv_kv + (size_t)m->H * hs + (size_t)(h0 / group) * hs;  a->k_sb = T * row; a->k_sh = hs; a->k_st = row;
     a->v = a->k + (size_t)m->Hkv * hs;                              a->v_sb = T * row; a->v_sh = hs; a->v_st = row;
-    a->out = la->atty + (size_t)h0 * hs;                            a->o_sb = (long)T * m->C; a->o_sh = hs; a->o_st = m->C;
+    uint16_t *o16 = at16(cm, cm->atty16, l, m->C);                 /* bf16: only the bf16 output */
+    a->out = la->atty ? la->atty + (size_t)h0 * hs : NULL;          a->o_sb = (long)T * m->C; a->o_sh = hs; a->o_st = m->C;
+    a->out16 = o16 ? o16 + (size_t)h0 * hs : NULL;
     a->scale = 1.0f / sqrtf((float)hs);
     a->causal = 1; a->causal_offset = 0;
     a->dropout = training && dropout > 0.0f;
@@ -463,11 +508,11 @@ static int attn_rc(int rc, const char *what, int l, int part) {
     return sk_cu_kcheck(what, __FILE__, __LINE__);
 }
 
-static int norm_forward(sk_cuda_model *cm, float *out, float *mean, float *rstd, const float *inp,
+static int norm_forward(sk_cuda_model *cm, float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
                         const float *w, const float *b, int N) {
     const sk_model *m = cm->m;
-    if (m->cfg.family == SK_GPT2) K(cu_layernorm_forward(out, mean, rstd, inp, w, b, N, m->C, m->cfg.norm_eps));
-    else K(cu_rmsnorm_forward(out, rstd, inp, w, N, m->C, m->cfg.norm_eps));
+    if (m->cfg.family == SK_GPT2) K(cu_layernorm_forward(out, out16, mean, rstd, inp, w, b, N, m->C, m->cfg.norm_eps));
+    else K(cu_rmsnorm_forward(out, out16, rstd, inp, w, N, m->C, m->cfg.norm_eps));
     return SK_OK;
 }
 static int norm_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db, const float *dout,
@@ -477,12 +522,12 @@ static int norm_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db, c
     else K(cu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, m->C, cm->part));
     return SK_OK;
 }
-static int mlp_act_forward(sk_cuda_model *cm, float *act, const float *h, int N) {
+static int mlp_act_forward(sk_cuda_model *cm, float *act, uint16_t *act16, const float *h, int N) {
     const sk_model *m = cm->m;
     size_t n = (size_t)N * m->F;
-    if (m->cfg.relu) K(cu_relu_forward(act, h, n));
-    else if (m->gated) K(cu_swiglu_forward(act, h, N, m->F));
-    else K(cu_gelu_forward(act, h, n, m->cfg.gelu == SK_GELU_TANH));
+    if (m->cfg.relu) K(cu_relu_forward(act, act16, h, n));
+    else if (m->gated) K(cu_swiglu_forward(act, act16, h, N, m->F));
+    else K(cu_gelu_forward(act, act16, h, n, m->cfg.gelu == SK_GELU_TANH));
     return SK_OK;
 }
 static int mlp_act_backward(sk_cuda_model *cm, float *dh, const float *h, const float *dact, int N) {
@@ -495,31 +540,29 @@ static int mlp_act_backward(sk_cuda_model *cm, float *dh, const float *h, const 
 }
 
 /* qkv (N, QKV) = ln1 @ Wqkv^T + b over the column ranges some layer reads (model.c). */
-static int qkv_forward(sk_cuda_model *cm, int l, float *qkv, const float *ln1, int N) {
+static int qkv_forward(sk_cuda_model *cm, int l, float *qkv, const float *ln1, const uint16_t *ln1_16, int N) {
     const sk_model *m = cm->m;
     const float *w = cm->p.qkvw + (size_t)l * m->QKV * m->C, *b = cm->p.qkvb ? cm->p.qkvb + (size_t)l * m->QKV : NULL;
     const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
     int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
-    if (n == 1 && r[1] == QKV) return linear_forward(cm, qkv, ln1, w, b, N, C, QKV);
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
-        if (b) K(cu_bias_broadcast(qkv + c0, b + c0, N, cw, QKV));
-        TRY(sk_cu_gemm(cm, 0, 1, N, cw, C, 1.0f, ln1, C, w + (size_t)c0 * C, C, b ? 1.0f : 0.0f, qkv + c0, QKV));
+        TRY(sk_cu_linear(cm, qkv + c0, QKV, ln1, ln1_16, w + (size_t)c0 * C, b ? b + c0 : NULL, N, C, cw));
     }
     return SK_OK;
 }
-static int qkv_backward(sk_cuda_model *cm, int l, float *dln1, const float *dqkv, const float *ln1, int N) {
+static int qkv_backward(sk_cuda_model *cm, int l, float *dln1, const float *dqkv, const float *ln1,
+                        const uint16_t *ln1_16, int N) {
     const sk_model *m = cm->m;
     size_t off = (size_t)l * m->QKV * m->C;
     const float *w = cm->p.qkvw + off;
     float *dw = cm->g.qkvw + off, *db = cm->g.qkvb ? cm->g.qkvb + (size_t)l * m->QKV : NULL;
     const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
     int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
-    if (n == 1 && r[1] == QKV) return linear_backward(cm, dln1, dw, db, dqkv, ln1, w, N, C, QKV);
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
-        TRY(sk_cu_gemm(cm, 0, 0, N, C, cw, 1.0f, dqkv + c0, QKV, w + (size_t)c0 * C, C, i ? 1.0f : 0.0f, dln1, C));
-        TRY(sk_cu_gemm(cm, 1, 0, cw, C, N, 1.0f, dqkv + c0, QKV, ln1, C, 1.0f, dw + (size_t)c0 * C, C));
+        TRY(linear_grads(cm, dln1, i > 0, dw + (size_t)c0 * C, dqkv + c0, QKV, NULL, 0, ln1, ln1_16,
+                         w + (size_t)c0 * C, N, C, cw));
         if (db) K(cu_colsum_add(db + c0, dqkv + c0, N, cw, QKV, cm->part));
     }
     return SK_OK;
@@ -533,9 +576,10 @@ static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_laye
     int Ffc = m->gated ? 2 * F : F;
     size_t BT = (size_t)N;
     float drop = training ? m->cfg.dropout : 0.0f;
-    TRY(norm_forward(cm, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1w + (size_t)l * C,
+    uint16_t *ln1_16 = at16(cm, cm->ln1_16, l, C), *ln2_16 = at16(cm, cm->ln2_16, l, C), *act16 = at16(cm, cm->act16, l, F);
+    TRY(norm_forward(cm, la->ln1, ln1_16, la->ln1_mean, la->ln1_rstd, x, p->ln1w + (size_t)l * C,
                      p->ln1b ? p->ln1b + (size_t)l * C : NULL, N));
-    TRY(qkv_forward(cm, l, la->qkv, la->ln1, N));
+    TRY(qkv_forward(cm, l, la->qkv, la->ln1, ln1_16, N));
     if (cm->rope) K(cu_rope(la->qkv, cm->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
     for (int part = 0; part < m->n_runs[l]; part++) {
         cu_attn d;
@@ -543,16 +587,16 @@ static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_laye
         PROF(d.tc ? "attention forward, tensor cores" : "attention forward",
              TRY(attn_rc(cu_attn_forward(&d), "forward", l, part)));
     }
-    TRY(linear_forward(cm, la->res2, la->atty, p->attprojw + (size_t)l * C * C,
+    TRY(sk_cu_linear(cm, la->res2, C, la->atty, at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C,
                        p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, C));
     K(cu_dropout(la->res2, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT)));
     K(cu_add_inplace(la->res2, x, BT * C));
-    TRY(norm_forward(cm, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w + (size_t)l * C,
+    TRY(norm_forward(cm, la->ln2, ln2_16, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w + (size_t)l * C,
                      p->ln2b ? p->ln2b + (size_t)l * C : NULL, N));
-    TRY(linear_forward(cm, la->fch, la->ln2, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL,
+    TRY(sk_cu_linear(cm, la->fch, Ffc, la->ln2, ln2_16, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL,
                        N, C, Ffc));
-    TRY(mlp_act_forward(cm, la->fch_act, la->fch, N));
-    TRY(linear_forward(cm, la->res3, la->fch_act, p->fcprojw + (size_t)l * C * F,
+    TRY(mlp_act_forward(cm, la->fch_act, act16, la->fch, N));
+    TRY(sk_cu_linear(cm, la->res3, C, la->fch_act, act16, p->fcprojw + (size_t)l * C * F,
                        p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, C));
     K(cu_dropout(la->res3, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT)));
     K(cu_add_inplace(la->res3, la->res2, BT * C));
@@ -573,7 +617,7 @@ static int forward_blocks(sk_cuda_model *cm, int B, int T, int training, uint64_
         layer_acts(cm, l, &la);
         TRY(layer_forward(cm, l, l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C, &la, B, T, training, seed));
     }
-    return norm_forward(cm, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3 + (size_t)(L - 1) * BT * C, p->lnfw, p->lnfb, N);
+    return norm_forward(cm, a->lnf, cm->lnf16, a->lnf_mean, a->lnf_rstd, a->res3 + (size_t)(L - 1) * BT * C, p->lnfw, p->lnfb, N);
 }
 
 /* Classifier: logits = lnf @ wte^T (N, Vp), softmax cross-entropy over the real vocabulary;
@@ -586,15 +630,20 @@ static int classifier(sk_cuda_model *cm, const int32_t *targets, int N, float *l
     size_t n_valid = 0;
     if (targets) for (int i = 0; i < N; i++) n_valid += targets[i] >= 0;
     float row_scale = n_valid ? scale / (float)n_valid : 0.0f;
-    TRY(sk_cu_gemm(cm, 0, 1, N, Vp, C, 1.0f, a->lnf, C, cm->p.wte, C, 0.0f, a->logits, Vp));
+    TRY(sk_cu_linear(cm, a->logits, Vp, a->lnf, cm->lnf16, cm->p.wte, NULL, N, C, Vp));
     if (logits_out)
         CU(cudaMemcpy2D(logits_out, sizeof(float) * V, a->logits, sizeof(float) * Vp, sizeof(float) * V, N,
                         cudaMemcpyDeviceToHost));
-    if (targets) K(cu_crossentropy(a->logits, a->losses, cm->tok_d + N, N, V, Vp, row_scale, dlnf != NULL));
-    if (dlnf) {
-        TRY(sk_cu_gemm(cm, 0, 0, N, C, Vp, 1.0f, a->logits, Vp, cm->p.wte, C, 0.0f, dlnf, C));
-        TRY(sk_cu_gemm(cm, 1, 0, Vp, C, N, 1.0f, a->logits, Vp, a->lnf, C, 1.0f, cm->g.wte, C));
+    /* in bf16 the gradient of the logits goes straight to the GEMMs' bf16 scratch */
+    uint16_t *dlogits16 = NULL;
+    if (dlnf && cm->prec == SK_CUDA_BF16) {
+        TRY(op16_reserve(cm, 0, (size_t)N * Vp));
+        dlogits16 = cm->op16[0];
     }
+    if (targets)              /* always, with dlnf (sk_cuda_forward_backward) */
+        K(cu_crossentropy(a->logits, a->losses, cm->tok_d + N, N, V, Vp, row_scale, dlnf != NULL, dlogits16));
+    if (dlnf) TRY(linear_grads(cm, dlnf, 0, cm->g.wte, a->logits, Vp, dlogits16, Vp, a->lnf, cm->lnf16, cm->p.wte,
+                               N, C, Vp));
     if (loss) {
         double s = 0.0;
         if (targets) {
@@ -672,17 +721,17 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
         CU(cudaMemcpy(a->dbtc, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice));
         K(cu_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT)));
         TRY(linear_backward(cm, a->dfch_act, g->fcprojw + (size_t)l * C * F, g->fcprojb ? g->fcprojb + (size_t)l * C : NULL,
-                            a->dbtc, la.fch_act, p->fcprojw + (size_t)l * C * F, N, F, C));
+                            a->dbtc, la.fch_act, at16(cm, cm->act16, l, F), p->fcprojw + (size_t)l * C * F, N, F, C));
         TRY(mlp_act_backward(cm, a->dfch, la.fch, a->dfch_act, N));
         TRY(linear_backward(cm, a->dbtc2, g->fcw + (size_t)l * Ffc * C, g->fcb ? g->fcb + (size_t)l * F : NULL,
-                            a->dfch, la.ln2, p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
+                            a->dfch, la.ln2, at16(cm, cm->ln2_16, l, C), p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
         TRY(norm_backward(cm, a->dres, g->ln2w + (size_t)l * C, g->ln2b ? g->ln2b + (size_t)l * C : NULL,
                           a->dbtc2, la.res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
         /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))) */
         CU(cudaMemcpy(a->dbtc, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice));
         K(cu_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT)));
         TRY(linear_backward(cm, a->dbtc2, g->attprojw + (size_t)l * C * C, g->attprojb ? g->attprojb + (size_t)l * C : NULL,
-                            a->dbtc, la.atty, p->attprojw + (size_t)l * C * C, N, C, C));
+                            a->dbtc, la.atty, at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C, N, C, C));
         float *dqkv = dqkv_of(cm, l);
         if (m->lend_index[l] < 0) CU(cudaMemset(dqkv, 0, BT * m->QKV * sizeof(float)));
         for (int part = 0; part < m->n_runs[l]; part++) {
@@ -695,12 +744,12 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
             float *dq = dqkv + (d.q - la.qkv);
             float *dk = dsrc + (d.k - qkv_src);
             float *dv = dsrc + (d.v - qkv_src);
-            const float *dout = a->dbtc2 + (d.out - la.atty);
+            const float *dout = a->dbtc2 + (size_t)m->runs[(size_t)l * m->H + part].h0 * m->hs;   /* d.out's view */
             PROF(d.tc ? "attention backward, tensor cores" : "attention backward",
                  TRY(attn_rc(cu_attn_backward(&d, dout, dq, dk, dv, cm->Di), "backward", l, part)));
         }
         if (cm->rope) K(cu_rope(dqkv, cm->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 1));
-        TRY(qkv_backward(cm, l, a->dbtc, dqkv, la.ln1, N));
+        TRY(qkv_backward(cm, l, a->dbtc, dqkv, la.ln1, at16(cm, cm->ln1_16, l, C), N));
         TRY(norm_backward(cm, a->dres, g->ln1w + (size_t)l * C, g->ln1b ? g->ln1b + (size_t)l * C : NULL,
                           a->dbtc, x, p->ln1w + (size_t)l * C, la.ln1_mean, la.ln1_rstd, N));
     }

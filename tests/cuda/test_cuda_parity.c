@@ -23,7 +23,10 @@
  *   - the trainer: 8 steps of bf16 training track the CPU's fp32 loss curve;
  *   - the tensor-core attention (cu_attn.tc) alone against the fp32 kernels on the same
  *     bf16-valued inputs through strided views: output, lse, dQ, dK, dV within bf16's
- *     rounding, not equal, nothing outside the views touched.
+ *     rounding, not equal, nothing outside the views touched;
+ *   - the activations that only feed GEMMs are kept in bf16: the measured activation memory
+ *     is smaller than fp32's by what their fp32 copies took, less their bf16 copies.
+ * A NaN weight gives a NaN loss (forward and training, fp32 and bf16).
  * Prints PASS/FAIL per check and "N passed, N failed"; exits non-zero on failure. */
 #include "skiplm.h"
 #include "skiplm_cuda.h"
@@ -428,6 +431,68 @@ done:
     cudaFree(dq); cudaFree(dkv); cudaFree(dout); cudaFree(dlse); cudaFree(ddo); cudaFree(dgq); cudaFree(dgkv); cudaFree(dDi);
 }
 
+/* A NaN anywhere in the logits makes the loss NaN (the trainer's guard stops on it), in
+ * fp32 and in bf16 (where the gradient of the logits is written in bf16 by the same kernel):
+ * one NaN in the token embedding, which the classifier shares, poisons one logit per row. */
+static void run_nan_loss(void) {
+    sk_config cfg;
+    if (test_config(CASES[0].fields, &cfg)) { CHECK2(0, "nan loss: config"); return; }
+    for (int bf = 0; bf < 2; bf++) {
+        sk_model *m = NULL;
+        sk_cuda_model *cm = NULL;
+        const char *pr = bf ? "bf16" : "fp32";
+        if (sk_model_new(&m, &cfg, 5) || sk_cuda_model_new(&cm, m, bf ? SK_CUDA_BF16 : SK_CUDA_FP32)) {
+            CHECK2(0, "nan loss %s: setup: %s", pr, sk_last_error());
+            sk_model_free(m);
+            return;
+        }
+        const int B = 2, T = 16, N = B * T;
+        int32_t x[32], y[32];
+        random_batch(x, y, N, cfg.vocab_size, 3);
+        float loss_f = 0, loss_b = 0;
+        int ok = !sk_cuda_forward(cm, x, y, B, T, &loss_f, NULL) && isfinite(loss_f);
+        sk_model_params(m)[(size_t)7 * cfg.n_embd + 3] = NAN;          /* wte[7][3] */
+        ok = ok && !sk_cuda_upload_params(cm, sk_model_params(m)) && !sk_cuda_forward(cm, x, y, B, T, &loss_f, NULL) &&
+             !sk_cuda_zero_grad(cm) && !sk_cuda_forward_backward(cm, x, y, B, T, 1.0f, 1, &loss_b);
+        CHECK2(ok && isnan(loss_f) && isnan(loss_b), "nan loss %s: a NaN weight gives forward loss %f, training loss %f (%s)",
+               pr, loss_f, loss_b, ok ? "both must be NaN" : sk_last_error());
+        sk_cuda_model_free(cm);
+        sk_model_free(m);
+    }
+}
+
+/* bf16 keeps the activations that only feed GEMMs (both norms' outputs, the attention output,
+ * the MLP activation, the final norm) in bf16 and drops their fp32 form: the activations of
+ * (B, T) take 2 x (L x B x T x (3C + F) + B x T x C) bytes less than in fp32 (measured on
+ * the device). */
+static void run_bf16_memory(void) {
+    sk_config cfg;
+    if (test_config("n_layer=4 n_head=4 n_embd=512 vocab_size=97 block_size=512", &cfg)) {
+        CHECK2(0, "bf16 memory: config");
+        return;
+    }
+    const int B = 4, T = 512;
+    double delta[2] = {0, 0};
+    for (int bf = 0; bf < 2; bf++) {
+        sk_model *m = NULL;
+        sk_cuda_model *cm = NULL;
+        size_t u0 = 0, u1 = 0, tot;
+        if (sk_model_new(&m, &cfg, 1) || sk_cuda_model_new(&cm, m, bf ? SK_CUDA_BF16 : SK_CUDA_FP32) ||
+            sk_cuda_memory(&u0, &tot) || sk_cuda_reserve(cm, B, T) || sk_cuda_memory(&u1, &tot)) {
+            CHECK2(0, "bf16 memory: %s", sk_last_error());
+            sk_cuda_model_free(cm); sk_model_free(m);
+            return;
+        }
+        delta[bf] = (double)u1 - (double)u0;
+        sk_cuda_model_free(cm);
+        sk_model_free(m);
+    }
+    const double L = cfg.n_layer, C = cfg.n_embd, F = 4 * C, BT = (double)B * T;
+    const double want = 2 * (L * BT * (3 * C + F) + BT * C), got = delta[0] - delta[1];
+    CHECK2(fabs(got - want) <= 0.03 * want, "bf16 memory: activations %.1f MiB in fp32, %.1f MiB in bf16: %.2f MiB less, expected %.2f",
+           delta[0] / 1048576, delta[1] / 1048576, got / 1048576, want / 1048576);
+}
+
 /* bf16 mixed precision against the CPU's fp32 on the same weights and batch. */
 static void run_bf16_case(const tcase *tc) {
     sk_config cfg;
@@ -599,6 +664,8 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "bf16 %s", tc->name);
         if (!only || strstr(name, only)) run_bf16_case(tc);
     }
+    if (!only || strstr("bf16 memory", only)) run_bf16_memory();
+    if (!only || strstr("nan loss", only)) run_nan_loss();
     if (!only || strstr("trainer", only)) run_trainer();
     printf("%d passed, %d failed\n", n_pass, sk_test_failed);
     return sk_test_failed ? 1 : 0;

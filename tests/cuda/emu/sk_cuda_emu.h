@@ -52,6 +52,7 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fsqrt_rn(float a) { return sqrtf(a); }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int min(int a, int b) { return a < b ? a : b; }
 
 void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);

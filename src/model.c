@@ -639,6 +639,17 @@ static float *dqkv_of(sk_model *m, int l, size_t BT) {
     return k >= 0 ? m->a.dqkv_lend + (size_t)k * BT * m->QKV : m->a.dqkv_own;
 }
 
+/* The gradient that reaches a residual branch's output (site of layer l): with dropout a
+ * masked copy of dres in dbtc; without, dres itself, read in place (no copy): the branch's
+ * backward only reads it, and dres changes only after, when the norm's backward adds to it. */
+static const float *branch_grad(sk_model *m, float drop, uint64_t seed, int l, int site, size_t BT) {
+    sk_acts *a = &m->a;
+    if (!(drop > 0.0f)) return a->dres;
+    memcpy(a->dbtc, a->dres, BT * m->C * sizeof(float));
+    sk_dropout(a->dbtc, BT * m->C, drop, seed, drop_stream(l, site));
+    return a->dbtc;
+}
+
 static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uint64_t seed) {
     const sk_config *c = &m->cfg;
     const sk_params *p = &m->p;
@@ -666,10 +677,9 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
         }
         const float *ln1 = la.ln1, *atty = la.atty, *res2 = la.res2, *ln2 = la.ln2, *fch = la.fch, *fch_act = la.fch_act;
         /* MLP: res3 = res2 + drop(fcproj(act(fc(norm2(res2))))) */
-        memcpy(a->dbtc, a->dres, BT * C * sizeof(float));
-        sk_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT));
+        const float *dy = branch_grad(m, drop, seed, l, DROP_MLP_OUT, BT);
         TIMED(matmul, sk_linear_backward(a->dfch_act, g->fcprojw + (size_t)l * C * F,
-                                         g->fcprojb ? g->fcprojb + (size_t)l * C : NULL, a->dbtc, fch_act,
+                                         g->fcprojb ? g->fcprojb + (size_t)l * C : NULL, dy, fch_act,
                                          p->fcprojw + (size_t)l * C * F, N, F, C));
         TIMED(elementwise, sk_mlp_act_backward(m, a->dfch, fch, a->dfch_act, N));
         TIMED(matmul, sk_linear_backward(a->dbtc2, g->fcw + (size_t)l * Ffc * C, g->fcb ? g->fcb + (size_t)l * F : NULL,
@@ -677,10 +687,9 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
         TIMED(norm, norm_backward(m, a->dres, g->ln2w + (size_t)l * C, g->ln2b ? g->ln2b + (size_t)l * C : NULL,
                                   a->dbtc2, res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
         /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))) */
-        memcpy(a->dbtc, a->dres, BT * C * sizeof(float));
-        sk_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT));
+        dy = branch_grad(m, drop, seed, l, DROP_ATTN_OUT, BT);
         TIMED(matmul, sk_linear_backward(a->dbtc2, g->attprojw + (size_t)l * C * C,
-                                         g->attprojb ? g->attprojb + (size_t)l * C : NULL, a->dbtc, atty,
+                                         g->attprojb ? g->attprojb + (size_t)l * C : NULL, dy, atty,
                                          p->attprojw + (size_t)l * C * C, N, C, C));
         float *dqkv = dqkv_of(m, l, BT);
         if (m->lend_index[l] < 0) memset(dqkv, 0, BT * m->QKV * sizeof(float));

@@ -698,6 +698,20 @@ int sk_cuda_forward(sk_cuda_model *cm, const int32_t *inputs, const int32_t *tar
 
 /* -------------------------------------------------------------- backward */
 
+/* The gradient that reaches a residual branch's output (site of layer l): with dropout a
+ * masked copy of dres in dbtc; without, dres itself, read in place (no copy): the branch's
+ * backward only reads it, and dres changes only after, when the norm's backward adds to it. */
+static int branch_grad(sk_cuda_model *cm, float drop, uint64_t seed, int l, int site, const float **dy) {
+    sk_acts *a = &cm->a;
+    size_t n = (size_t)cm->B * cm->T * cm->m->C;
+    *dy = a->dres;
+    if (!(drop > 0.0f)) return SK_OK;
+    CU(cudaMemcpy(a->dbtc, a->dres, n * sizeof(float), cudaMemcpyDeviceToDevice));
+    K(cu_dropout(a->dbtc, n, drop, seed, drop_stream(l, site)));
+    *dy = a->dbtc;
+    return SK_OK;
+}
+
 static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
     const sk_model *m = cm->m;
     const sk_params *p = &cm->p;
@@ -718,20 +732,19 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
         sk_layer_acts la;
         layer_acts(cm, l, &la);
         /* MLP: res3 = res2 + drop(fcproj(act(fc(norm2(res2))))) */
-        CU(cudaMemcpy(a->dbtc, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice));
-        K(cu_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT)));
+        const float *dy;
+        TRY(branch_grad(cm, drop, seed, l, DROP_MLP_OUT, &dy));
         TRY(linear_backward(cm, a->dfch_act, g->fcprojw + (size_t)l * C * F, g->fcprojb ? g->fcprojb + (size_t)l * C : NULL,
-                            a->dbtc, la.fch_act, at16(cm, cm->act16, l, F), p->fcprojw + (size_t)l * C * F, N, F, C));
+                            dy, la.fch_act, at16(cm, cm->act16, l, F), p->fcprojw + (size_t)l * C * F, N, F, C));
         TRY(mlp_act_backward(cm, a->dfch, la.fch, a->dfch_act, N));
         TRY(linear_backward(cm, a->dbtc2, g->fcw + (size_t)l * Ffc * C, g->fcb ? g->fcb + (size_t)l * F : NULL,
                             a->dfch, la.ln2, at16(cm, cm->ln2_16, l, C), p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
         TRY(norm_backward(cm, a->dres, g->ln2w + (size_t)l * C, g->ln2b ? g->ln2b + (size_t)l * C : NULL,
                           a->dbtc2, la.res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
         /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))) */
-        CU(cudaMemcpy(a->dbtc, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice));
-        K(cu_dropout(a->dbtc, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT)));
+        TRY(branch_grad(cm, drop, seed, l, DROP_ATTN_OUT, &dy));
         TRY(linear_backward(cm, a->dbtc2, g->attprojw + (size_t)l * C * C, g->attprojb ? g->attprojb + (size_t)l * C : NULL,
-                            a->dbtc, la.atty, at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C, N, C, C));
+                            dy, la.atty, at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C, N, C, C));
         float *dqkv = dqkv_of(cm, l);
         if (m->lend_index[l] < 0) CU(cudaMemset(dqkv, 0, BT * m->QKV * sizeof(float)));
         for (int part = 0; part < m->n_runs[l]; part++) {

@@ -1,7 +1,8 @@
 /* GPU time per op (bench --profile): while on, every kernel launch checked with K(), every
- * GEMM (sk_cu_gemm) and every attention call is put between two CUDA events on the stream,
- * named after the call; the report waits for the device, reads the event pairs and adds
- * them up per op. Regions nest (the bf16 operand rounding inside a GEMM): each op is given
+ * GEMM (sk_cu_gemm, sk_cu_linear and a layer's backward in model_cuda.c) and every attention
+ * call is put between two CUDA events on the stream, named after the call; the report waits
+ * for the device, reads the event pairs and adds them up per op. Regions nest (the bf16
+ * rounding of an operand not already in bf16, inside its GEMM): each op is given
  * its own time, its nested regions' time taken out, so the rounding shows as cu_to_bf16 and
  * the GEMM as the cuBLAS call alone. The events cost about a microsecond of host time each,
  * so a profiled step may run slower than an unprofiled one: the report prints both. */

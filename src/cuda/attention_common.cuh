@@ -107,10 +107,7 @@ __device__ __forceinline__ void finish_row(const cu_attn &a, const float (&o)[RD
 #pragma unroll
     for (int dd = 0; dd < RD; dd++) {
         const int d = tx + 16 * dd;
-        if (d < a.D) {
-            if (a.out16) a.out16[off + d] = bf16_bits(o[dd] * inv);
-            else a.out[off + d] = o[dd] * inv;
-        }
+        if (d < a.D) put(a.out, a.out16, off + d, o[dd] * inv);
     }
     if (tx == 0 && a.lse) a.lse[((size_t)b * a.H + h) * a.Lq + i] = l > 0.0f ? m + logf(l) : INFINITY;
 }

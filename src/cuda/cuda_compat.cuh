@@ -28,4 +28,10 @@ __device__ __forceinline__ uint16_t bf16_bits(float f) {
 }
 /* bf16 bits -> fp32 (exact) */
 __device__ __forceinline__ float bf16_float(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+/* An op's output element i: fp32 into out, or, when out16 is given (bf16 mixed precision:
+ * the output is only a GEMM's input), rounded to bf16 into out16 instead. */
+__device__ __forceinline__ void put(float *out, uint16_t *out16, size_t i, float v) {
+    if (out16) out16[i] = bf16_bits(v);
+    else out[i] = v;
+}
 #endif

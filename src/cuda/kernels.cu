@@ -17,13 +17,6 @@ static unsigned blocks_for(size_t n, int bs) {
     return (unsigned)(b < 1 ? 1 : b);
 }
 
-/* An op's output element i: fp32 into out, or, when out16 is given (bf16 mixed precision:
- * the output is only a GEMM's input), rounded to bf16 into out16 instead. */
-__device__ __forceinline__ void put(float *out, uint16_t *out16, size_t i, float v) {
-    if (out16) out16[i] = bf16_bits(v);
-    else out[i] = v;
-}
-
 /* ---------------------------------------------------------------- reductions */
 
 __device__ __forceinline__ float warp_sum(float v) {

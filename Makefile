@@ -91,11 +91,15 @@ endif
 # CUDA_EMU=1 (set by `make cuda-emu-test`): the same CUDA sources on the CPU emulator of
 # tests/cuda/emu (g++, fibers for threads, NaN-filled device memory), into build-cuda-emu/.
 # With MPI=1 (make cuda-emu-mpi-test): build-cuda-emu-mpi/, with the NCCL emulator over MPI.
+# With SAN=1 (make cuda-emu-san-test): build-cuda-emu-san/, kernels, emulator and library
+# under ASan + UBSan: an out-of-bounds device access is a heap overflow there.
 ifeq ($(CUDA_EMU),1)
-BUILD    := build-cuda-emu$(if $(filter 1,$(MPI)),-mpi)
+BUILD    := build-cuda-emu$(if $(filter 1,$(MPI)),-mpi)$(if $(filter 1,$(SAN)),-san)
 CFLAGS   += -DSKIPLM_CUDA -Itests/cuda/emu $(if $(filter 1,$(MPI)),-DSKIPLM_NCCL)
 LDLIBS   += -lstdc++
-EMU_CXX  := $(CXX) -std=c++17 -O2 -g -ffp-contract=off -Wall -Wno-unknown-pragmas -DSK_CUDA_EMU -Itests/cuda/emu -Isrc/cuda -Iinclude
+EMU_SAN  := -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+EMU_OPT  := -O2 $(if $(filter 1,$(SAN)),$(EMU_SAN))
+EMU_CXX  := $(CXX) -std=c++17 $(EMU_OPT) -g -ffp-contract=off -Wall -Wno-unknown-pragmas -DSK_CUDA_EMU -Itests/cuda/emu -Isrc/cuda -Iinclude
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o) $(BUILD)/emu/emu.o $(if $(filter 1,$(MPI)),$(BUILD)/emu/nccl_emu.o)
 LIB_OBJ  += $(patsubst src/cuda/%.c,$(BUILD)/src/cuda/%.o,$(wildcard src/cuda/*.c))
 LIB_OBJ  += $(patsubst src/cuda/%.cu,$(BUILD)/src/cuda/%.emu.o,$(wildcard src/cuda/*.cu))
@@ -146,7 +150,7 @@ test:
 	@BUILD=$(BUILD) bash tests/run_tests.sh
 
 clean:
-	rm -rf build build-san build-mpi build-mpi-san build-fuzz build-cuda build-cuda-mpi build-cuda-emu build-cuda-emu-mpi
+	rm -rf build build-san build-mpi build-mpi-san build-fuzz build-cuda build-cuda-mpi build-cuda-emu build-cuda-emu-mpi build-cuda-emu-san
 
 .PHONY: all test clean
 
@@ -187,10 +191,18 @@ cuda-emu-test:
 	./build-cuda-emu/tests/cuda/test_cuda_parity "$(CASE)"
 	./build-cuda-emu/tests/cuda/test_cuda_infer "$(CASE)"
 	@if [ -z "$(CASE)" ]; then bash tests/cuda/test_cuda_cli.sh; fi
+# The emulator tests under ASan + UBSan (build-cuda-emu-san/; slower still), with blocks and
+# threads run in reverse order (SK_EMU_ORDER=reverse: data races show as wrong numbers).
+# The parity and generation tests only by default; CLI=1 adds the command-line test.
+cuda-emu-san-test:
+	@$(MAKE) --no-print-directory CUDA_EMU=1 SAN=1 build-cuda-emu-san/skiplm $(CUDA_TESTS:%=build-cuda-emu-san/tests/cuda/%)
+	SK_EMU_ORDER=reverse ./build-cuda-emu-san/tests/cuda/test_cuda_parity "$(CASE)"
+	SK_EMU_ORDER=reverse ./build-cuda-emu-san/tests/cuda/test_cuda_infer "$(CASE)"
+	@if [ "$(CLI)" = 1 ]; then SK_EMU_ORDER=reverse SKIPLM=$(CURDIR)/build-cuda-emu-san/skiplm bash tests/cuda/test_cuda_cli.sh; fi
 # Multi-GPU data parallelism on the emulator: 2 ranks of build-cuda-emu-mpi/skiplm (NCCL
 # emulated over MPI, and the host-memory path) against 2 CPU ranks of build-mpi/skiplm.
 cuda-emu-mpi-test:
 	@$(MAKE) --no-print-directory MPI=1 build-mpi/skiplm
 	@$(MAKE) --no-print-directory CUDA_EMU=1 MPI=1 build-cuda-emu-mpi/skiplm
 	bash tests/cuda/test_cuda_mpi.sh
-.PHONY: cuda cuda-test cuda-emu-test cuda-emu-mpi-test
+.PHONY: cuda cuda-test cuda-emu-test cuda-emu-san-test cuda-emu-mpi-test

@@ -48,7 +48,7 @@ static int load_run(run *r, const char *arg, int use_tokens) {
         else if (!sl && !strcmp(tmp, "log.jsonl")) snprintf(tmp, sizeof tmp, ".");
     }
     const char *base = strrchr(tmp, '/');
-    snprintf(r->name, sizeof r->name, "%s", label[0] ? label : base ? base + 1 : tmp);
+    snprintf(r->name, sizeof r->name, "%.*s", (int)sizeof r->name - 1, label[0] ? label : base ? base + 1 : tmp);
     char *data; size_t len;
     if (cli_read_file(path, &data, &len)) return SK_EIO;
     size_t cap = 1;

@@ -3,10 +3,11 @@
  * (make cuda-emu-test). It checks the logic (indexing, shared-memory layout, barriers,
  * reductions, the GEMM operand mapping, the host orchestration); it says nothing about
  * speed, and a real GPU's memory model and warp scheduling are only approximated:
- *   - the threads of a block are fibers (ucontext) run in turn in one OS thread; a thread
- *     runs until it reaches __syncthreads(), a warp shuffle or its end; a barrier opens
- *     when every live thread of the block (warp) has reached it; a barrier that can never
- *     open (divergence) aborts;
+ *   - the threads of a block are fibers (ucontext stacks, setjmp/longjmp switches) run
+ *     in turn in one OS thread; a thread runs until it reaches __syncthreads(), a warp
+ *     shuffle or its end; a barrier opens when every live thread of the block (warp) has
+ *     reached it; a barrier that can never open (divergence) aborts;
+ *   - SK_EMU_ORDER=reverse runs blocks and threads in the other order (races show);
  *   - device memory and dynamic shared memory start as NaN bytes; cudaMemGetInfo reports
  *     this process's cudaMalloc bytes as used, of 8 GiB (pinned host memory not counted);
  *   - cublasSgemm / cublasSgemv are column-major references with cuBLAS's argument checks. */
@@ -219,55 +220,127 @@ extern "C" cublasStatus_t cublasSgemv(cublasHandle_t, cublasOperation_t trans, i
 
 /* ------------------------------------------------------------- the blocks */
 
+/* Under ASan (make cuda-emu-san-test) every switch between the scheduler's stack and a
+ * fiber's is announced, so that ASan knows which stack is live (no false reports on the
+ * fibers' stacks, and use-after-return still checked on them). */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#define ASAN_UNPOISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+static inline void __sanitizer_start_switch_fiber(void **, const void *, size_t) {}
+static inline void __sanitizer_finish_switch_fiber(void *, const void **, size_t *) {}
+#endif
+
 enum { READY, AT_BLOCK, AT_WARP, DONE };
-struct Fiber { ucontext_t ctx; int state; };
+/* A fiber per thread slot, made once (makecontext) and kept: a finished thread parks at the
+ * end of its loop and runs the next block's body when resumed. Switches are setjmp /
+ * longjmp (no signal mask, so no system call; swapcontext makes two per switch and was
+ * 85% of the emulator's time); ucontext only starts each fiber the first time. */
+struct Fiber { ucontext_t boot; void *jb[5]; int state, started; void *fake_stack; };
 
 dim3 emu_blockIdx, emu_blockDim, emu_gridDim;
-static ucontext_t g_sched;
+static void *g_sched[5];
+/* GCC's __builtin_setjmp / __builtin_longjmp: registers and stack pointer only, and not
+ * intercepted by ASan (whose longjmp hook unpoisons the whole stack and makes a system
+ * call, 40% of the time under make cuda-emu-san-test); the fiber annotations tell ASan
+ * about the stack switch instead. The jump is in its own function, as the builtins ask. */
+static void __attribute__((noinline, no_sanitize_address)) jump_to(void **buf) { __builtin_longjmp(buf, 1); }
 static std::vector<Fiber> g_fib;
 static int g_cur = 0;
 static const std::function<void()> *g_body;
 static char *g_stacks = nullptr;
 static const size_t STACK = 256 << 10;
 static const int MAX_THREADS = 1024;
-static std::vector<unsigned char> g_smem;
+static const size_t SMEM_MAX = 227 * 1024;
+static unsigned char g_smem[SMEM_MAX + 128];  /* a block's dynamic shared memory, 128-aligned in it */
+static unsigned char *g_smem_base;
 static double g_slots[MAX_THREADS];
+static const void *g_sched_stack;               /* the scheduler's stack, for ASan */
+static size_t g_sched_stack_size;
+static void *g_sched_fake;
 
 extern "C++" unsigned emu_tid(void) { return (unsigned)g_cur; }
 double *emu_warp_slots(void) { return g_slots; }
-void *emu_dyn_smem(void) {                     /* 128-byte aligned, as on the GPU */
-    uintptr_t a = (uintptr_t)g_smem.data();
-    return g_smem.data() + ((128 - a % 128) % 128);
+void *emu_dyn_smem(void) { return g_smem_base; }
+
+/* the launch's dynamic shared memory: 128-byte aligned, as on the GPU, NaN until written;
+ * under ASan the bytes past its size are poisoned (a read past the end is reported) */
+static void smem_reset(size_t smem) {
+    static size_t poisoned_for = (size_t)-1;  /* the size the poisoning is set for */
+    uintptr_t a = (uintptr_t)g_smem;
+    g_smem_base = g_smem + ((128 - a % 128) % 128);
+    if (smem != poisoned_for) {
+        ASAN_UNPOISON_MEMORY_REGION(g_smem, sizeof g_smem);
+        ASAN_POISON_MEMORY_REGION(g_smem, (size_t)(g_smem_base - g_smem));
+        ASAN_POISON_MEMORY_REGION(g_smem_base + smem, (size_t)(g_smem + sizeof g_smem - (g_smem_base + smem)));
+        poisoned_for = smem;
+    }
+    memset(g_smem_base, 0xff, smem);
 }
 
-static void yield_to_sched(int state) {
-    g_fib[g_cur].state = state;
-    swapcontext(&g_fib[g_cur].ctx, &g_sched);
+/* The two switch functions are not instrumented: ASan would call its longjmp hook before
+ * the (noreturn) jump. */
+#define EMU_SWITCH __attribute__((no_sanitize_address))
+static EMU_SWITCH void yield_to_sched(int state) {
+    Fiber &f = g_fib[g_cur];
+    f.state = state;
+    __sanitizer_start_switch_fiber(&f.fake_stack, g_sched_stack, g_sched_stack_size);
+    if (!__builtin_setjmp(f.jb)) jump_to(g_sched);
+    __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
 }
 void emu_syncthreads(void) { yield_to_sched(AT_BLOCK); }
 void emu_syncwarp(void) { yield_to_sched(AT_WARP); }
 
 static void fiber_main(void) {
-    (*g_body)();
-    g_fib[g_cur].state = DONE;        /* uc_link returns to the scheduler */
+    __sanitizer_finish_switch_fiber(nullptr, &g_sched_stack, &g_sched_stack_size);
+    for (;;) {                        /* one block's body per turn, then park */
+        (*g_body)();
+        yield_to_sched(DONE);
+    }
+}
+
+/* run thread t until it reaches a barrier or its end */
+static EMU_SWITCH void resume(int t) {
+    Fiber &f = g_fib[t];
+    g_cur = t;
+    __sanitizer_start_switch_fiber(&g_sched_fake, g_stacks + (size_t)t * STACK, STACK);
+    if (!__builtin_setjmp(g_sched)) {
+        if (f.started) jump_to(f.jb);
+        f.started = 1;
+        setcontext(&f.boot);          /* first run of this fiber: fiber_main on its stack */
+    }
+    __sanitizer_finish_switch_fiber(g_sched_fake, nullptr, nullptr);
+}
+
+/* SK_EMU_ORDER=reverse runs the blocks of a grid, and the threads of each barrier interval,
+ * from the last to the first. Between two barriers a race-free kernel gives the same bits in any order; a data
+ * race on shared or global memory (a thread reading what another writes in the same
+ * interval, a block reading what another block of the grid writes) reads the other value, often the NaN the memory started as, in one of the two
+ * orders. make cuda-emu-san-test runs this way, make cuda-emu-test the forward way. */
+static int thread_order_reverse(void) {
+    static int rev = -1;
+    if (rev < 0) {
+        const char *v = getenv("SK_EMU_ORDER");
+        rev = v && !strcmp(v, "reverse");
+        if (v && !rev && strcmp(v, "forward")) {
+            fprintf(stderr, "emu: SK_EMU_ORDER=%s: expected forward or reverse\n", v);
+            abort();
+        }
+    }
+    return rev;
 }
 
 static void run_block(int nt) {
-    for (int t = 0; t < nt; t++) {
-        Fiber &f = g_fib[t];
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = g_stacks + (size_t)t * STACK;
-        f.ctx.uc_stack.ss_size = STACK;
-        f.ctx.uc_link = &g_sched;
-        makecontext(&f.ctx, fiber_main, 0);
-        f.state = READY;
-    }
+    const int rev = thread_order_reverse();
+    for (int t = 0; t < nt; t++) g_fib[t].state = READY;
     for (;;) {
         bool ran = false;
-        for (int t = 0; t < nt; t++) {
+        for (int i = 0; i < nt; i++) {
+            int t = rev ? nt - 1 - i : i;
             if (g_fib[t].state != READY) continue;
-            g_cur = t;
-            swapcontext(&g_sched, &g_fib[t].ctx);
+            resume(t);
             ran = true;
         }
         int done = 0, at_block = 0;
@@ -298,7 +371,7 @@ static void run_block(int nt) {
 void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
     int nt = (int)(block.x * block.y * block.z);
     if (block.y != 1 || block.z != 1 || nt < 1 || nt > MAX_THREADS || grid.x < 1 || grid.y < 1 || grid.z < 1 ||
-        grid.y > 65535 || grid.z > 65535 || smem > 227 * 1024) {
+        grid.y > 65535 || grid.z > 65535 || smem > SMEM_MAX) {
         fprintf(stderr, "emu: bad launch: grid (%u, %u, %u), block %d, smem %zu\n", grid.x, grid.y, grid.z, nt, smem);
         emu_set_error(cudaErrorInvalidConfiguration);
         return;
@@ -307,14 +380,24 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> 
         g_stacks = (char *)malloc((size_t)MAX_THREADS * STACK);
         g_fib.resize(MAX_THREADS);
         if (!g_stacks) { fprintf(stderr, "emu: out of memory for fiber stacks\n"); abort(); }
+        for (int t = 0; t < MAX_THREADS; t++) {
+            Fiber &f = g_fib[t];
+            getcontext(&f.boot);
+            f.boot.uc_stack.ss_sp = g_stacks + (size_t)t * STACK;
+            f.boot.uc_stack.ss_size = STACK;
+            f.boot.uc_link = nullptr;     /* fiber_main never returns */
+            makecontext(&f.boot, fiber_main, 0);
+            f.started = 0;
+        }
     }
     g_body = &body;
     emu_gridDim = grid; emu_blockDim = block;
+    const int rev = thread_order_reverse();               /* blocks in reverse order too */
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
-                emu_blockIdx = dim3(x, y, z);
-                g_smem.assign(smem + 128, 0xff);                  /* NaN until written */
+                emu_blockIdx = rev ? dim3(grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z) : dim3(x, y, z);
+                smem_reset(smem);
                 run_block(nt);
             }
 }

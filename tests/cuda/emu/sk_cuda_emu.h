@@ -3,7 +3,8 @@
  * one OS thread: __syncthreads() and warp shuffles are real barriers (a thread waits until
  * every live thread of its block / warp arrives), a barrier that can never complete (a
  * divergent __syncthreads or shuffle) aborts with a message, and dynamic shared memory
- * starts filled with NaN. Blocks run one after the other, in grid order. */
+ * starts filled with NaN. Blocks run one after the other, in grid order (SK_EMU_ORDER=reverse:
+ * in reverse order, and the threads of each barrier interval last to first). */
 #ifndef SK_CUDA_EMU_H
 #define SK_CUDA_EMU_H
 #include "cuda_runtime_api.h"

@@ -72,6 +72,10 @@ int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alp
  * SK_CUDA_BF16 the input may be given as inp16, already bf16 (inp is then not read). */
 int sk_cu_linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, const uint16_t *inp16,
                  const float *w, const float *b, int N, int IC, int OC);
+/* out (N, OC, contiguous) = res + inp @ w^T + b, res possibly out itself: residual and bias
+ * first, the GEMM added onto them (beta = 1). */
+int sk_cu_linear_res(sk_cuda_model *cm, float *out, const float *res, const float *inp, const uint16_t *inp16,
+                     const float *w, const float *b, int N, int IC, int OC);
 
 /* cudaMallocHost (pinned memory) with the message of sk_cu_alloc. */
 int sk_cu_alloc_host(void *p, size_t bytes, const char *what);

@@ -50,6 +50,9 @@ int cu_colsum_chunks(int N);
 void cu_colsum_add(float *out, const float *x, int N, int ncols, int ld, float *part);
 /* out rows (N, ncols, leading dimension ld) = b: a bias broadcast before a beta = 1 GEMM. */
 void cu_bias_broadcast(float *out, const float *b, int N, int ncols, int ld);
+/* out (N, ncols, contiguous) = res + b (b may be NULL; out may be res): a residual and a
+ * bias written before a beta = 1 GEMM adds a projection onto them. */
+void cu_bias_residual(float *out, const float *res, const float *b, int N, int ncols);
 
 /* ----------------------------------------------------------- elementwise */
 void cu_gelu_forward(float *out, uint16_t *out16, const float *inp, size_t n, int tanh_approx);
@@ -103,7 +106,7 @@ typedef struct {
     float *out; long o_sb, o_sh, o_st;
     uint16_t *out16;               /* if set, the output goes here in bf16 instead of to out (same
                                       strides; the backward's Di reads it): cu_attn_forward,
-                                      cu_attn_backward; the decoding kernels write out */
+                                      cu_attn_backward, cu_attn_decode */
     float scale;
     int causal, causal_offset;     /* key j allowed for query i iff j <= i + causal_offset */
     int dropout;                   /* 1: dropout active */
@@ -134,6 +137,12 @@ int cu_attn_tc_backward(const cu_attn *a, const float *dout, float *dq, float *d
 #define CU_DECODE_KEYS 128
 int cu_decode_splits(int Lk);
 int cu_attn_decode(const cu_attn *a, float *part);
+/* The end of a chunk's q/k/v projection (qkv: n rows of (H + 2 Hkv) hs, the GEMM without its
+ * bias): adds the bias (may be NULL), applies RoPE to q and k (rope: cu_rope's table, or NULL)
+ * at positions pos0.., keeps q in qkv and writes k, v of KV head j to row pos0 + i, slot
+ * slot[j] (device memory; -1: not stored, not read) of kc / vc (rows of ld floats). */
+void cu_qkv_to_cache(float *qkv, int n, int H, int Hkv, int hs, const float *bias, const float *rope,
+                     int pos0, const int *slot, float *kc, float *vc, int ld);
 
 #ifdef __cplusplus
 }

@@ -5,12 +5,13 @@
  * layer computes and stores only its own read heads; its borrowed heads' attention reads
  * the lender layer's cache in place (a strided view: nothing is copied).
  *
- * sk_cuda_prefill appends n tokens in chunks of up to kv->chunk: per layer the norm, the q
- * projection for all heads and the K/V projections of the stored heads written by cuBLAS
- * straight into the cache rows (ldc = the cache row), RoPE at the chunk's positions, the
- * fused attention of attention.cu with causal offset pos0 (queries pos0.., keys 0..pos0+n),
- * then c_proj, the MLP and the residuals; a single token (a decoding step) takes the
- * single-query split-K kernel of infer_kernels.cu and cublasSgemv for the projections.
+ * sk_cuda_prefill appends n tokens in chunks of up to kv->chunk: per layer the norm, the
+ * q/k/v projection of q and of the stored heads' K/V (the training's column ranges), one
+ * kernel that adds the bias, applies RoPE at the chunk's positions and writes K/V to the
+ * cache rows, the fused attention of attention.cu with causal offset pos0 (queries pos0..,
+ * keys 0..pos0+n), then c_proj and the MLP, each projection added onto the residual stream
+ * in place (beta = 1); a single token (a decoding step) takes the single-query split-K
+ * kernel of infer_kernels.cu, and in fp32 cublasSgemv for the projections.
  * The logits of the last token only are computed and copied to the host (vocab_size
  * floats): sampling stays on the host (sk_sample_token), so for the same seed the GPU picks
  * the CPU's tokens whenever the logits agree. */
@@ -31,9 +32,10 @@ struct sk_cuda_kvcache {
     size_t floats, floats_full;      /* K/V floats; the same without SLA's saving */
     float *mem;                      /* device: the K/V, then the scratch */
     /* device scratch for one chunk */
-    float *x, *ln, *q, *att, *tmp, *fch, *act, *stat, *logits, *part;
-    uint16_t *ln16, *act16;          /* SK_CUDA_BF16: ln and act in bf16 instead (GEMM inputs only) */
+    float *x, *ln, *qkv, *att, *fch, *act, *stat, *logits, *part;
+    uint16_t *ln16, *att16, *act16;  /* SK_CUDA_BF16: ln, att and act in bf16 instead (GEMM inputs only) */
     int32_t *tok;
+    int *slot_d;                     /* device copy of slot */
 };
 
 void sk_cuda_kvcache_free(sk_cuda_kvcache *kv) {
@@ -62,17 +64,17 @@ static size_t kv_layout(sk_cuda_kvcache *kv, float *base) {
     V(kv->x, ch * C);
     V(kv->ln, ch * C);
     V(kv->att, ch * C);
-    V(kv->tmp, ch * C);
-    V(kv->q, ch * m->H * m->hs);
+    V(kv->qkv, ch * m->QKV);
     V(kv->fch, ch * Ffc);
     V(kv->act, ch * m->F);
     V(kv->stat, 2 * ch);
     V(kv->logits, m->Vp);
     V(kv->part, (size_t)m->H * cu_decode_splits(kv->max_T) * (m->hs + 2));
-    float *h16[2];                   /* bf16 views: half a float per element */
+    float *h16[3];                   /* bf16 views: half a float per element */
     V(h16[0], (ch * C + 1) / 2);
-    V(h16[1], (ch * m->F + 1) / 2);
-    if (base) { kv->ln16 = (uint16_t *)h16[0]; kv->act16 = (uint16_t *)h16[1]; }
+    V(h16[1], (ch * C + 1) / 2);
+    V(h16[2], (ch * m->F + 1) / 2);
+    if (base) { kv->ln16 = (uint16_t *)h16[0]; kv->att16 = (uint16_t *)h16[1]; kv->act16 = (uint16_t *)h16[2]; }
 #undef V
     return total;
 }
@@ -99,7 +101,10 @@ static int kvcache_new(sk_cuda_kvcache *kv, const sk_model *m, int max_T, int ch
              kv->floats * sizeof(float), kv->chunk);
     TRY(sk_cu_alloc(&kv->mem, total * sizeof(float), what));
     kv_layout(kv, kv->mem);
-    TRY(sk_cu_alloc(&kv->tok, (size_t)kv->chunk * sizeof(int32_t), "the prefill tokens"));
+    const size_t nslot = (size_t)m->L * m->Hkv;
+    TRY(sk_cu_alloc(&kv->tok, ((size_t)kv->chunk + nslot) * sizeof(int32_t), "the prefill tokens and the cache slots"));
+    kv->slot_d = kv->tok + kv->chunk;
+    CU(cudaMemcpy(kv->slot_d, kv->slot, nslot * sizeof(int), cudaMemcpyHostToDevice));
     return SK_OK;
 }
 
@@ -132,6 +137,18 @@ static int linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, cons
         return SK_OK;
     }
     return sk_cu_linear(cm, out, ldo, inp, inp16, w, b, n, IC, OC);
+}
+/* x (n, C) += inp (n, IC) @ w^T + b: a residual branch's projection added in place */
+static int linear_res(sk_cuda_model *cm, float *x, const float *inp, const uint16_t *inp16, const float *w,
+                      const float *b, int n, int IC) {
+    const int C = cm->m->C;
+    if (n == 1 && cm->prec != SK_CUDA_BF16) {
+        float one = 1.0f;
+        if (b) K(cu_bias_residual(x, x, b, 1, C));
+        PROF("GEMV x W^T, one token", BLAS(cublasSgemv(cm->blas, CUBLAS_OP_T, IC, C, &one, w, IC, inp, 1, &one, x, 1)));
+        return SK_OK;
+    }
+    return sk_cu_linear_res(cm, x, x, inp, inp16, w, b, n, IC, C);
 }
 
 /* In bf16 the norm and the MLP activation write kv->ln16 / kv->act16 (the GEMMs' bf16
@@ -170,37 +187,23 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
     const sk_params *p = &cm->p;
     int C = m->C, F = m->F, H = m->H, Hkv = m->Hkv, hs = m->hs;
     int Ffc = m->gated ? 2 * F : F, pos0 = kv->pos, group = H / Hkv;
-    size_t nC = (size_t)n * C;
     CU(cudaMemcpy(kv->tok, tok, sizeof(int32_t) * n, cudaMemcpyHostToDevice));
     const float *wpe = p->wpe ? p->wpe : cm->pos_table;
     const uint16_t *ln16 = bf16_or_null(cm, kv->ln16);
+    uint16_t *att16 = bf16_or_null(cm, kv->att16);
     /* the encoder adds position row t of its table to token t: start the table at pos0 */
     K(cu_encoder_forward(kv->x, kv->tok, p->wte, wpe ? wpe + (size_t)pos0 * C : NULL, 1, n, C));
     for (int l = 0; l < m->L; l++) {
         const float *qkvw = p->qkvw + (size_t)l * m->QKV * C, *qkvb = p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL;
         int ns = kv->n_store[l], ld = ns * hs;
         TRY(norm(cm, kv, kv->x, p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, n));
-        /* q for all heads; k and v only for the stored heads, straight into the cache rows */
-        TRY(linear(cm, kv->q, H * hs, kv->ln, ln16, qkvw, qkvb, n, C, H * hs));
-        float *kc = kv->k[l] + (size_t)pos0 * ld, *vc = kv->v[l] + (size_t)pos0 * ld;
-        const int *slot = kv->slot + l * Hkv;
-        for (int j = 0; j < Hkv;) {
-            /* a run of stored KV heads [j, e) has consecutive slots */
-            if (slot[j] < 0) { j++; continue; }
-            int e = j + 1;
-            while (e < Hkv && slot[e] >= 0) e++;
-            int w = (e - j) * hs;
-            size_t off = (size_t)slot[j] * hs;
-            TRY(linear(cm, kc + off, ld, kv->ln, ln16, qkvw + (size_t)(H + j) * hs * C, qkvb ? qkvb + (H + j) * hs : NULL,
-                       n, C, w));
-            TRY(linear(cm, vc + off, ld, kv->ln, ln16, qkvw + (size_t)(H + Hkv + j) * hs * C,
-                       qkvb ? qkvb + (H + Hkv + j) * hs : NULL, n, C, w));
-            j = e;
-        }
-        if (cm->rope) {
-            K(cu_rope(kv->q, cm->rope, 1, n, H * hs, 0, H, hs, pos0, 0));
-            if (ns) K(cu_rope(kc, cm->rope, 1, n, ld, 0, ns, hs, pos0, 0));
-        }
+        /* the q/k/v columns some layer reads (q, and k and v of the stored heads: as in
+         * training, one GEMM per column range), then bias, RoPE, and k, v to the cache rows */
+        const int *cols = m->qkv_cols + (size_t)l * (1 + 2 * Hkv) * 2;
+        for (int i = 0; i < m->n_qkv_cols[l]; i++)
+            TRY(linear(cm, kv->qkv + cols[2 * i], m->QKV, kv->ln, ln16, qkvw + (size_t)cols[2 * i] * C, NULL, n, C,
+                       cols[2 * i + 1]));
+        K(cu_qkv_to_cache(kv->qkv, n, H, Hkv, hs, qkvb, cm->rope, pos0, kv->slot_d + l * Hkv, kv->k[l], kv->v[l], ld));
         for (int part = 0; part < m->n_runs[l]; part++) {
             const sk_route *r = &m->runs[(size_t)l * H + part];
             int h0 = r->h0, nh = r->nh, src = r->src, sn = kv->n_store[src];
@@ -208,10 +211,11 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
             cu_attn a;
             memset(&a, 0, sizeof a);
             a.B = 1; a.H = nh; a.Hkv = nh / group; a.Lq = n; a.Lk = pos0 + n; a.D = hs;
-            a.q = kv->q + (size_t)h0 * hs;               a.q_sh = hs; a.q_st = (long)H * hs;
+            a.q = kv->qkv + (size_t)h0 * hs;             a.q_sh = hs; a.q_st = m->QKV;
             a.k = kv->k[src] + (size_t)kslot * hs;       a.k_sh = hs; a.k_st = (long)sn * hs;
             a.v = kv->v[src] + (size_t)kslot * hs;       a.v_sh = hs; a.v_st = (long)sn * hs;
             a.out = kv->att + (size_t)h0 * hs;           a.o_sh = hs; a.o_st = C;
+            a.out16 = att16 ? att16 + (size_t)h0 * hs : NULL;   /* bf16: only the projection reads it */
             a.scale = 1.0f / sqrtf((float)hs);
             a.causal = 1; a.causal_offset = pos0;
             a.inv_keep = 1.0f;
@@ -219,15 +223,13 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
             if (n == 1) PROF("attention decode", TRY(attn_rc(cu_attn_decode(&a, kv->part), "decoding", l, part)));
             else PROF("attention prefill", TRY(attn_rc(cu_attn_forward(&a), "prefill", l, part)));
         }
-        TRY(linear(cm, kv->tmp, C, kv->att, NULL, p->attprojw + (size_t)l * C * C, p->attprojb ? p->attprojb + (size_t)l * C : NULL,
-                   n, C, C));
-        K(cu_add_inplace(kv->x, kv->tmp, nC));
+        TRY(linear_res(cm, kv->x, kv->att, att16, p->attprojw + (size_t)l * C * C,
+                       p->attprojb ? p->attprojb + (size_t)l * C : NULL, n, C));
         TRY(norm(cm, kv, kv->x, p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, n));
         TRY(linear(cm, kv->fch, Ffc, kv->ln, ln16, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n, C, Ffc));
         TRY(mlp_act(cm, kv, n));
-        TRY(linear(cm, kv->tmp, C, kv->act, bf16_or_null(cm, kv->act16), p->fcprojw + (size_t)l * C * F, p->fcprojb ? p->fcprojb + (size_t)l * C : NULL,
-                   n, F, C));
-        K(cu_add_inplace(kv->x, kv->tmp, nC));
+        TRY(linear_res(cm, kv->x, kv->act, bf16_or_null(cm, kv->act16), p->fcprojw + (size_t)l * C * F,
+                       p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F));
     }
     kv->pos += n;
     if (logits) {

@@ -14,7 +14,10 @@
  *            rows); the 4 warp partials are added in warp order;
  * and writes (o[0..D), m, l) to part. The combine kernel (one block per head, batch) takes
  * M = max m_s, L = sum exp(m_s - M) l_s and out = sum exp(m_s - M) o_s / L over the chunks
- * in order. Same math as the CPU's flash attention up to the summation order. */
+ * in order. Same math as the CPU's flash attention up to the summation order.
+ *
+ * qkv_to_cache_k finishes a chunk's q/k/v GEMM (bias, RoPE) and writes k and v straight to
+ * the cache rows: one launch where a GEMM per K/V run, bias broadcasts and RoPE passes were. */
 #include "cuda_kernels.h"
 #include "cuda_compat.cuh"
 #include <math.h>
@@ -112,12 +115,50 @@ __global__ void __launch_bounds__(DNT) attn_decode_combine_k(cu_attn a, const fl
     for (int s = 0; s < nsplit; s++) M = fmaxf(M, pp[s * row + D]);
     float L = 0.0f;
     for (int s = 0; s < nsplit; s++) L += expf(pp[s * row + D] - M) * pp[s * row + D + 1];
-    float *out = a.out + b * a.o_sb + h * a.o_sh;
+    const long off = b * a.o_sb + h * a.o_sh;
     for (int d = threadIdx.x; d < D; d += DNT) {
         float acc = 0.0f;
         for (int s = 0; s < nsplit; s++) acc += expf(pp[s * row + D] - M) * pp[s * row + d];
-        out[d] = acc / L;
+        put(a.out, a.out16, off + d, acc / L);
     }
+}
+
+/* After the q/k/v GEMM of n tokens at positions pos0..: one thread per pair of head dims
+ * (2e, 2e+1) of a (token, head) of qkv (n rows of QKV = (H + 2 Hkv) hs). Adds the bias, turns
+ * q and k by RoPE (table: sk_rope's cos/sin rows; NULL: none), leaves q in place and writes k
+ * and v of each stored KV head (slot[j] >= 0) to its cache row. */
+__global__ void qkv_to_cache_k(float *qkv, int n, int H, int Hkv, int hs, const float *bias, const float *rope,
+                               int pos0, const int *slot, float *kc, float *vc, int ld) {
+    const int half = (hs + 1) / 2, heads = H + 2 * Hkv;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)n * heads * half) return;
+    const int e = (int)(idx % half), u = (int)(idx / half % heads), i = (int)(idx / half / heads);
+    const int kind = u < H ? 0 : u < H + Hkv ? 1 : 2, j = kind == 0 ? u : kind == 1 ? u - H : u - H - Hkv;
+    float *out;
+    if (kind == 0) out = qkv + (size_t)i * (H + 2 * Hkv) * hs + (size_t)u * hs;
+    else {
+        if (slot[j] < 0) return;             /* no layer reads this KV head: not computed */
+        out = (kind == 1 ? kc : vc) + (size_t)(pos0 + i) * ld + (size_t)slot[j] * hs;
+    }
+    const size_t c = (size_t)u * hs + 2 * e;
+    const float *in = qkv + (size_t)i * (H + 2 * Hkv) * hs + c;
+    float a = in[0] + (bias ? bias[c] : 0.0f);
+    if (2 * e + 1 >= hs) { out[2 * e] = a; return; }
+    float b = in[1] + (bias ? bias[c + 1] : 0.0f);
+    if (rope && kind < 2) {                  /* as rope_k (kernels.cu) */
+        const float *tab = rope + (size_t)(pos0 + i) * hs;
+        const float co = tab[2 * e], si = tab[2 * e + 1], a0 = a;
+        a = a0 * co - b * si;
+        b = a0 * si + b * co;
+    }
+    out[2 * e] = a;
+    out[2 * e + 1] = b;
+}
+extern "C" void cu_qkv_to_cache(float *qkv, int n, int H, int Hkv, int hs, const float *bias, const float *rope,
+                                int pos0, const int *slot, float *kc, float *vc, int ld) {
+    const size_t work = (size_t)n * (H + 2 * Hkv) * ((hs + 1) / 2);
+    if (work) LAUNCH(qkv_to_cache_k, (unsigned)((work + DNT - 1) / DNT), DNT, 0, qkv, n, H, Hkv, hs, bias, rope, pos0, slot,
+                     kc, vc, ld);
 }
 
 extern "C" int cu_decode_splits(int Lk) { return Lk < 1 ? 1 : (Lk + CU_DECODE_KEYS - 1) / CU_DECODE_KEYS; }

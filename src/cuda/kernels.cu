@@ -260,6 +260,16 @@ extern "C" void cu_bias_broadcast(float *out, const float *b, int N, int ncols, 
     LAUNCH(bias_broadcast_k, blocks_for(n, BS), BS, 0, out, b, ncols, ld, n);
 }
 
+__global__ void bias_residual_k(float *out, const float *res, const float *b, int ncols, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    out[i] = b ? res[i] + b[i % (size_t)ncols] : res[i];
+}
+extern "C" void cu_bias_residual(float *out, const float *res, const float *b, int N, int ncols) {
+    size_t n = (size_t)N * ncols;
+    LAUNCH(bias_residual_k, blocks_for(n, BS), BS, 0, out, res, b, ncols, n);
+}
+
 /* ----------------------------------------------------------------- elementwise */
 
 #define SQRT_2_OVER_PI 0.7978845608028654f

@@ -316,6 +316,7 @@ int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
     if (B < 1 || T < 1) return sk_error(SK_EINVAL, "batch size B=%d and sequence length T=%d must be >= 1", B, T);
     if (T > m->cfg.block_size) return sk_error(SK_EINVAL, "sequence length T=%d exceeds block_size=%d", T, m->cfg.block_size);
     if ((long long)B * T > (1LL << 30)) return sk_error(SK_EINVAL, "B x T = %lld tokens is too many", (long long)B * T);
+    if (B > 65535) return sk_error(SK_EINVAL, "batch size B=%d is above 65535 (the attention's grid z)", B);
     if (cm->acts_mem && cm->B == B && cm->T == T) return SK_OK;
     free_acts(cm);
     sk_acts a;
@@ -426,6 +427,17 @@ int sk_cu_linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, const
     int rc;
     PROF(gemm_name(0, 1), rc = gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, inp16, IC, w, IC, NULL, 0,
                                     b ? 1.0f : 0.0f, out, ldo));
+    return rc;
+}
+/* out (N, OC, contiguous) = res + inp @ w^T + b (out may be res): the residual and the bias
+ * are written first (nothing to write when out is res and there is no bias) and the GEMM adds
+ * onto them, one pass over out fewer than a projection followed by a residual add. */
+int sk_cu_linear_res(sk_cuda_model *cm, float *out, const float *res, const float *inp, const uint16_t *inp16,
+                     const float *w, const float *b, int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0) return SK_OK;
+    if (out != res || b) K(cu_bias_residual(out, res, b, N, OC));
+    int rc;
+    PROF(gemm_name(0, 1), rc = gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, inp16, IC, w, IC, NULL, 0, 1.0f, out, OC));
     return rc;
 }
 /* dinp = dout @ w (overwritten, may be NULL); dw += dout^T @ inp; db += colsum(dout) */
@@ -568,13 +580,24 @@ static int qkv_backward(sk_cuda_model *cm, int l, float *dln1, const float *dqkv
     return SK_OK;
 }
 
+/* out = res + dropout(inp @ w^T + b), a residual branch's projection (N rows of C): without
+ * dropout the GEMM adds onto res + b (sk_cu_linear_res) */
+static int proj_residual(sk_cuda_model *cm, float *out, const float *res, const float *inp, const uint16_t *inp16,
+                         const float *w, const float *b, int N, int IC, float drop, uint64_t seed, uint64_t stream) {
+    const int C = cm->m->C;
+    if (drop <= 0.0f) return sk_cu_linear_res(cm, out, res, inp, inp16, w, b, N, IC, C);
+    TRY(sk_cu_linear(cm, out, C, inp, inp16, w, b, N, IC, C));
+    K(cu_dropout(out, (size_t)N * C, drop, seed, stream));
+    K(cu_add_inplace(out, res, (size_t)N * C));
+    return SK_OK;
+}
+
 static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_layer_acts *la, int B, int T,
                          int training, uint64_t seed) {
     const sk_model *m = cm->m;
     const sk_params *p = &cm->p;
     int C = m->C, F = m->F, N = B * T;
     int Ffc = m->gated ? 2 * F : F;
-    size_t BT = (size_t)N;
     float drop = training ? m->cfg.dropout : 0.0f;
     uint16_t *ln1_16 = at16(cm, cm->ln1_16, l, C), *ln2_16 = at16(cm, cm->ln2_16, l, C), *act16 = at16(cm, cm->act16, l, F);
     TRY(norm_forward(cm, la->ln1, ln1_16, la->ln1_mean, la->ln1_rstd, x, p->ln1w + (size_t)l * C,
@@ -587,20 +610,15 @@ static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_laye
         PROF(d.tc ? "attention forward, tensor cores" : "attention forward",
              TRY(attn_rc(cu_attn_forward(&d), "forward", l, part)));
     }
-    TRY(sk_cu_linear(cm, la->res2, C, la->atty, at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C,
-                       p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, C));
-    K(cu_dropout(la->res2, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT)));
-    K(cu_add_inplace(la->res2, x, BT * C));
+    TRY(proj_residual(cm, la->res2, x, la->atty, at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C,
+                      p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, drop, seed, drop_stream(l, DROP_ATTN_OUT)));
     TRY(norm_forward(cm, la->ln2, ln2_16, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w + (size_t)l * C,
                      p->ln2b ? p->ln2b + (size_t)l * C : NULL, N));
     TRY(sk_cu_linear(cm, la->fch, Ffc, la->ln2, ln2_16, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL,
                        N, C, Ffc));
     TRY(mlp_act_forward(cm, la->fch_act, act16, la->fch, N));
-    TRY(sk_cu_linear(cm, la->res3, C, la->fch_act, act16, p->fcprojw + (size_t)l * C * F,
-                       p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, C));
-    K(cu_dropout(la->res3, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT)));
-    K(cu_add_inplace(la->res3, la->res2, BT * C));
-    return SK_OK;
+    return proj_residual(cm, la->res3, la->res2, la->fch_act, act16, p->fcprojw + (size_t)l * C * F,
+                         p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, drop, seed, drop_stream(l, DROP_MLP_OUT));
 }
 
 static int forward_blocks(sk_cuda_model *cm, int B, int T, int training, uint64_t seed) {
@@ -666,7 +684,8 @@ static int upload_tokens(sk_cuda_model *cm, const int32_t *inputs, const int32_t
         if (targets && targets[i] >= V)
             return sk_error(SK_EINVAL, "target token %d at position %d is outside the vocabulary [0, %d)", targets[i], i, V);
     }
-    int32_t *h = cm->tok_h, *in = h, *tg = h + N, *uniq = h + 2 * N, *off = h + 3 * N, *pos = h + 4 * N + 1;
+    const size_t n = (size_t)N;
+    int32_t *h = cm->tok_h, *in = h, *tg = h + n, *uniq = h + 2 * n, *off = h + 3 * n, *pos = h + 4 * n + 1;
     memcpy(in, inputs, sizeof(int32_t) * N);
     if (targets) memcpy(tg, targets, sizeof(int32_t) * N);
     else for (int i = 0; i < N; i++) tg[i] = -1;

@@ -493,6 +493,31 @@ static void run_bf16_memory(void) {
            delta[0] / 1048576, delta[1] / 1048576, got / 1048576, want / 1048576);
 }
 
+/* shapes the device cannot take are refused with a message, before anything is allocated */
+static void run_reserve_limits(void) {
+    sk_config cfg;
+    test_config("n_layer=1 n_head=2 n_embd=32 vocab_size=97 block_size=64", &cfg);
+    sk_model *m = NULL;
+    sk_cuda_model *cm = NULL;
+    if (sk_model_new(&m, &cfg, 1) || sk_cuda_model_new(&cm, m, SK_CUDA_FP32)) {
+        CHECK2(0, "reserve limits: setup: %s", sk_last_error());
+        sk_model_free(m);
+        return;
+    }
+    static const struct { int B, T; const char *msg; } bad[] = {
+        {0, 8, "must be >= 1"}, {2, 0, "must be >= 1"}, {1, 65, "exceeds block_size"},
+        {1 << 25, 64, "too many"}, {65536, 1, "above 65535"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = sk_cuda_reserve(cm, bad[i].B, bad[i].T);
+        CHECK2(rc == SK_EINVAL && strstr(sk_last_error(), bad[i].msg), "reserve limits: B=%d T=%d refused (rc %d): %s",
+               bad[i].B, bad[i].T, rc, sk_last_error());
+    }
+    CHECK2(sk_cuda_reserve(cm, 65535, 1) == SK_OK, "reserve limits: B=65535 T=1 accepted: %s", sk_last_error());
+    sk_cuda_model_free(cm);
+    sk_model_free(m);
+}
+
 /* bf16 mixed precision against the CPU's fp32 on the same weights and batch. */
 static void run_bf16_case(const tcase *tc) {
     sk_config cfg;
@@ -664,6 +689,7 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "bf16 %s", tc->name);
         if (!only || strstr(name, only)) run_bf16_case(tc);
     }
+    if (!only || strstr("reserve limits", only)) run_reserve_limits();
     if (!only || strstr("bf16 memory", only)) run_bf16_memory();
     if (!only || strstr("nan loss", only)) run_nan_loss();
     if (!only || strstr("trainer", only)) run_trainer();

@@ -76,6 +76,7 @@ int sk_config_check(sk_config *c) {
     if (!(c->rope_theta > 1.0f))
         return sk_error(SK_EINVAL, "config: rope_theta = %g must be > 1", c->rope_theta);
     if (c->bias != 0 && c->bias != 1) return sk_error(SK_EINVAL, "config: bias must be 0 or 1");
+    if (c->family == SK_LLAMA) c->bias = 0;          /* the llama family has no bias vectors */
     if (c->sinusoidal != 0 && c->sinusoidal != 1) return sk_error(SK_EINVAL, "config: sinusoidal must be 0 or 1");
     if (c->relu != 0 && c->relu != 1) return sk_error(SK_EINVAL, "config: relu must be 0 or 1");
     if (c->sinusoidal && c->n_embd % 2) return sk_error(SK_EINVAL, "config: n_embd (%d) must be even for sinusoidal positions", c->n_embd);

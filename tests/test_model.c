@@ -246,6 +246,14 @@ static void config_checks(void) {
     sk_config_default(&c);
     c.family = SK_LLAMA; c.vocab_size = 10; c.n_head = 4; c.n_kv_head = 2; c.n_skip_layer = 1; c.n_skip_head = 1;
     CHECK(sk_config_check(&c) == SK_EINVAL && strstr(sk_last_error(), "multiple of the KV group size"), "GQA skip heads must be whole groups: %s", sk_last_error());
+    /* the llama family has no bias vectors: the default bias = 1 becomes 0, so the
+     * description (and a saved config) says what the model has */
+    sk_config_default(&c);
+    c.family = SK_LLAMA; c.vocab_size = 10; c.n_head = 4; c.n_kv_head = 2;
+    char desc[256];
+    int llama_rc = sk_config_check(&c);
+    sk_config_describe(&c, desc, sizeof desc);
+    CHECK(llama_rc == 0 && c.bias == 0 && strstr(desc, "bias=0"), "llama config has bias=0: %s", desc);
     /* presets and the 3/4 rule */
     CHECK(sk_config_preset(&c, "gpt2") == 0 && c.n_layer == 12 && c.n_head == 12 && c.n_embd == 768 && c.vocab_size == 50257, "gpt2 preset is 12/12/768");
     sk_config_sla_default(&c);

@@ -55,9 +55,12 @@ void cu_bias_broadcast(float *out, const float *b, int N, int ncols, int ld);
 void cu_bias_residual(float *out, const float *res, const float *b, int N, int ncols);
 
 /* ----------------------------------------------------------- elementwise */
-void cu_gelu_forward(float *out, uint16_t *out16, const float *inp, size_t n, int tanh_approx);
+/* GELU / ReLU forward of inp (n = N x F): with the c_fc bias b (F floats; NULL: none) they
+ * first add it to inp in place (the pre-activation the backward reads), so c_fc's GEMM runs
+ * without its bias (no broadcast pass, beta = 0). SwiGLU (Llama) has no bias. */
+void cu_gelu_forward(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n, int tanh_approx);
 void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx);   /* overwrites */
-void cu_relu_forward(float *out, uint16_t *out16, const float *inp, size_t n);
+void cu_relu_forward(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n);
 void cu_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);                    /* overwrites */
 void cu_swiglu_forward(float *out, uint16_t *out16, const float *h, int N, int F);
 void cu_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F);                  /* overwrites */

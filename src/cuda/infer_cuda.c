@@ -163,13 +163,14 @@ static int norm(sk_cuda_model *cm, sk_cuda_kvcache *kv, const float *x, const fl
     return SK_OK;
 }
 
-static int mlp_act(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n) {
+/* act = f(fch + b), c_fc's bias added by the activation kernel (as in training) */
+static int mlp_act(sk_cuda_model *cm, sk_cuda_kvcache *kv, const float *b, int n) {
     const sk_model *m = cm->m;
     size_t e = (size_t)n * m->F;
     uint16_t *o16 = bf16_or_null(cm, kv->act16);
-    if (m->cfg.relu) K(cu_relu_forward(kv->act, o16, kv->fch, e));
-    else if (m->gated) K(cu_swiglu_forward(kv->act, o16, kv->fch, n, m->F));
-    else K(cu_gelu_forward(kv->act, o16, kv->fch, e, m->cfg.gelu == SK_GELU_TANH));
+    if (m->cfg.relu) K(cu_relu_forward(kv->act, o16, kv->fch, b, m->F, e));
+    else if (m->gated) K(cu_swiglu_forward(kv->act, o16, kv->fch, n, m->F));   /* llama: no biases */
+    else K(cu_gelu_forward(kv->act, o16, kv->fch, b, m->F, e, m->cfg.gelu == SK_GELU_TANH));
     return SK_OK;
 }
 
@@ -226,8 +227,8 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
         TRY(linear_res(cm, kv->x, kv->att, att16, p->attprojw + (size_t)l * C * C,
                        p->attprojb ? p->attprojb + (size_t)l * C : NULL, n, C));
         TRY(norm(cm, kv, kv->x, p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, n));
-        TRY(linear(cm, kv->fch, Ffc, kv->ln, ln16, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n, C, Ffc));
-        TRY(mlp_act(cm, kv, n));
+        TRY(linear(cm, kv->fch, Ffc, kv->ln, ln16, p->fcw + (size_t)l * Ffc * C, NULL, n, C, Ffc));
+        TRY(mlp_act(cm, kv, p->fcb ? p->fcb + (size_t)l * F : NULL, n));
         TRY(linear_res(cm, kv->x, kv->act, bf16_or_null(cm, kv->act16), p->fcprojw + (size_t)l * C * F,
                        p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F));
     }

@@ -276,15 +276,18 @@ extern "C" void cu_bias_residual(float *out, const float *res, const float *b, i
 #define INV_SQRT2 0.7071067811865476f
 #define INV_SQRT_2PI 0.3989422804014327f
 
-__global__ void gelu_fwd_k(float *out, uint16_t *out16, const float *inp, size_t n, int tanh_approx) {
+/* the MLP activations take the c_fc bias b (F, or NULL): x = h + b is written back to h (the
+ * backward reads the pre-activation) and activated, so the GEMM before runs without it */
+__global__ void gelu_fwd_k(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n, int tanh_approx) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = inp[i];
+    if (b) inp[i] = x = x + b[i % (size_t)F];
     put(out, out16, i, tanh_approx ? 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)))
                                    : 0.5f * x * (1.0f + erff(x * INV_SQRT2)));
 }
-extern "C" void cu_gelu_forward(float *out, uint16_t *out16, const float *inp, size_t n, int tanh_approx) {
-    LAUNCH(gelu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, n, tanh_approx);
+extern "C" void cu_gelu_forward(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n, int tanh_approx) {
+    LAUNCH(gelu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, b, F, n, tanh_approx);
 }
 
 __global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx) {
@@ -305,16 +308,19 @@ extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dou
     LAUNCH(gelu_bwd_k, blocks_for(n, BS), BS, 0, dinp, inp, dout, n, tanh_approx);
 }
 
-__global__ void relu_fwd_k(float *out, uint16_t *out16, const float *inp, size_t n) {
+__global__ void relu_fwd_k(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) put(out, out16, i, inp[i] > 0.0f ? inp[i] : 0.0f);
+    if (i >= n) return;
+    float x = inp[i];
+    if (b) inp[i] = x = x + b[i % (size_t)F];
+    put(out, out16, i, x > 0.0f ? x : 0.0f);
 }
 __global__ void relu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
 }
-extern "C" void cu_relu_forward(float *out, uint16_t *out16, const float *inp, size_t n) {
-    LAUNCH(relu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, n);
+extern "C" void cu_relu_forward(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n) {
+    LAUNCH(relu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, b, F, n);
 }
 extern "C" void cu_relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     LAUNCH(relu_bwd_k, blocks_for(n, BS), BS, 0, dinp, inp, dout, n);

@@ -534,12 +534,14 @@ static int norm_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db, c
     else K(cu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, m->C, cm->part));
     return SK_OK;
 }
-static int mlp_act_forward(sk_cuda_model *cm, float *act, uint16_t *act16, const float *h, int N) {
+/* act = f(h + b): c_fc's bias b (GPT-2; NULL for none) is added by the activation kernel,
+ * which writes h + b back to h for the backward */
+static int mlp_act_forward(sk_cuda_model *cm, float *act, uint16_t *act16, float *h, const float *b, int N) {
     const sk_model *m = cm->m;
     size_t n = (size_t)N * m->F;
-    if (m->cfg.relu) K(cu_relu_forward(act, act16, h, n));
-    else if (m->gated) K(cu_swiglu_forward(act, act16, h, N, m->F));
-    else K(cu_gelu_forward(act, act16, h, n, m->cfg.gelu == SK_GELU_TANH));
+    if (m->cfg.relu) K(cu_relu_forward(act, act16, h, b, m->F, n));
+    else if (m->gated) K(cu_swiglu_forward(act, act16, h, N, m->F));   /* llama: no biases */
+    else K(cu_gelu_forward(act, act16, h, b, m->F, n, m->cfg.gelu == SK_GELU_TANH));
     return SK_OK;
 }
 static int mlp_act_backward(sk_cuda_model *cm, float *dh, const float *h, const float *dact, int N) {
@@ -614,9 +616,8 @@ static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_laye
                       p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, drop, seed, drop_stream(l, DROP_ATTN_OUT)));
     TRY(norm_forward(cm, la->ln2, ln2_16, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w + (size_t)l * C,
                      p->ln2b ? p->ln2b + (size_t)l * C : NULL, N));
-    TRY(sk_cu_linear(cm, la->fch, Ffc, la->ln2, ln2_16, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL,
-                       N, C, Ffc));
-    TRY(mlp_act_forward(cm, la->fch_act, act16, la->fch, N));
+    TRY(sk_cu_linear(cm, la->fch, Ffc, la->ln2, ln2_16, p->fcw + (size_t)l * Ffc * C, NULL, N, C, Ffc));
+    TRY(mlp_act_forward(cm, la->fch_act, act16, la->fch, p->fcb ? p->fcb + (size_t)l * F : NULL, N));
     return proj_residual(cm, la->res3, la->res2, la->fch_act, act16, p->fcprojw + (size_t)l * C * F,
                          p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, drop, seed, drop_stream(l, DROP_MLP_OUT));
 }

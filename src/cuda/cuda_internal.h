@@ -33,6 +33,8 @@ struct sk_cuda_model {
      * read as they are by the forward GEMM and again by the weight-gradient GEMM (and the
      * attention output by the attention backward, for Di). Else NULL. */
     uint16_t *ln1_16, *atty16, *ln2_16, *act16, *lnf16;
+    uint16_t *logits16;               /* SK_CUDA_BF16: the logits (N, Vp) in bf16, then their
+                                         gradient in their place; a.logits is then NULL */
     float *part;                      /* column-sum partials (2 * R * max(QKV, Ffc, C)) */
     float *Di;                        /* attention backward scratch (B, H, T) */
     int32_t *tok_d, *tok_h;           /* inputs, targets, uniq, off (N+1), pos: 5N + 1 ints */

@@ -74,13 +74,13 @@ void cu_to_bf16(uint16_t *dst, const float *src, size_t rows, int cols, size_t l
 void cu_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t stream);
 
 /* ------------------------------------------------------------ classifier */
-/* Per row of logits (N, Vp): lse over the first V columns, losses[r] = lse - z[target]
- * (0 for target < 0). backward: the row's gradient s * (softmax - onehot(target)) over the
- * first V columns (s = row_scale, 0 for ignored rows) and 0 on the padding columns replaces
- * the row, or, with grad16, is written there rounded to bf16 (N, Vp) and the logits are kept:
- * the classifier's backward GEMMs read it as it is, with no rounding pass of their own. */
-void cu_crossentropy(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
-                     float row_scale, int backward, uint16_t *grad16);
+/* Per row of logits (N, Vp; fp32 logits, or bf16 z16 when given): lse over the first V
+ * columns, losses[r] = lse - z[target] (0 for target < 0). backward: the row's gradient
+ * s * (softmax - onehot(target)) over the first V columns (s = row_scale, 0 for ignored rows)
+ * and 0 on the padding columns replaces the row, in its own precision (bf16 for z16: the
+ * classifier's backward GEMMs read it as it is). */
+void cu_crossentropy(float *logits, uint16_t *z16, float *losses, const int32_t *targets, int N, int V, int Vp,
+                     float row_scale, int backward);
 
 /* ------------------------------------------------------------- optimizer */
 /* The span kernels below run `split` blocks per span (grid n_spans x split), so that a

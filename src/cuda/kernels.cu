@@ -416,38 +416,42 @@ extern "C" void cu_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t 
 /* One pass over the row for both softmax statistics (an online max and rescaled sum per
  * thread, combined across the block), a second for the gradient: two reads of the logits,
  * the least the gradient allows. */
-__global__ void crossentropy_k(float *logits, float *losses, const int32_t *targets, int V, int Vp,
-                               float row_scale, int backward, uint16_t *grad16) {
+/* one block per row; the logits are fp32 (logits) or bf16 (z16: the gradient then
+ * replaces them in bf16) */
+__global__ void crossentropy_k(float *logits, uint16_t *z16, float *losses, const int32_t *targets, int V, int Vp,
+                               float row_scale, int backward) {
     const int r = blockIdx.x;
-    float *z = logits + (size_t)r * Vp;
+    float *z = z16 ? NULL : logits + (size_t)r * Vp;
+    uint16_t *zh = z16 ? z16 + (size_t)r * Vp : NULL;
+#define ZV(v) (zh ? bf16_float(zh[v]) : z[v])
     const int tgt = targets[r];
     float m = -INFINITY, s = 0.0f;
     for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        const float x = z[v];
+        const float x = ZV(v);
         if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }     /* expf(-inf) = 0 on the first */
         else if (x != -INFINITY) s += expf(x - m);           /* -inf adds 0; a NaN makes s NaN */
     }
     const float mx = block_reduce<true>(m);
     const float sum = block_reduce<false>(s == 0.0f ? 0.0f : s * expf(m - mx));   /* NaN stays NaN */
     const float lse = mx + logf(sum);
-    if (threadIdx.x == 0) losses[r] = tgt >= 0 ? lse - z[tgt] : 0.0f;
+    if (threadIdx.x == 0) losses[r] = tgt >= 0 ? lse - ZV(tgt) : 0.0f;
     if (!backward) return;
     __syncthreads();          /* z[tgt] is read above before any thread overwrites it */
     const float sc = tgt >= 0 ? row_scale : 0.0f;
-    uint16_t *g16 = grad16 ? grad16 + (size_t)r * Vp : NULL;
     for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
         float g = 0.0f;
         if (v < V) {
-            g = sc * expf(z[v] - lse);
+            g = sc * expf(ZV(v) - lse);
             if (v == tgt) g -= sc;
         }
-        if (g16) g16[v] = bf16_bits(g);
+        if (zh) zh[v] = bf16_bits(g);
         else z[v] = g;
     }
+#undef ZV
 }
-extern "C" void cu_crossentropy(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
-                                float row_scale, int backward, uint16_t *grad16) {
-    if (N > 0) LAUNCH(crossentropy_k, N, 512, 0, logits, losses, targets, V, Vp, row_scale, backward, grad16);
+extern "C" void cu_crossentropy(float *logits, uint16_t *z16, float *losses, const int32_t *targets, int N, int V,
+                                int Vp, float row_scale, int backward) {
+    if (N > 0) LAUNCH(crossentropy_k, N, 512, 0, logits, z16, losses, targets, V, Vp, row_scale, backward);
 }
 
 /* ------------------------------------------------------------------- optimizer */

@@ -115,7 +115,7 @@ static void free_acts(sk_cuda_model *cm) {
     cudaFree(cm->acts_mem); cudaFree(cm->tok_d);
     free(cm->tok_h); free(cm->losses_h); free(cm->next_h);
     cm->acts_mem = NULL; cm->tok_d = NULL; cm->tok_h = NULL; cm->losses_h = NULL; cm->next_h = NULL;
-    cm->ln1_16 = cm->atty16 = cm->ln2_16 = cm->act16 = cm->lnf16 = NULL;
+    cm->ln1_16 = cm->atty16 = cm->ln2_16 = cm->act16 = cm->lnf16 = cm->logits16 = NULL;
     cm->B = cm->T = 0;
 }
 
@@ -277,12 +277,13 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
     size_t R = (size_t)cu_colsum_chunks((int)BT);
     /* in bf16, the GEMM-only activations are bf16 (half a float each), the fp32 ones absent */
     const size_t f32 = cm->prec == SK_CUDA_BF16 ? 0 : 1, h16 = 1 - f32;
-    float *h[5];
-    size_t sizes[44]; float **ptrs[44]; int n = 0;
+    float *h[6];
+    size_t sizes[45]; float **ptrs[45]; int n = 0;
 #define A(ptr, size) do { ptrs[n] = &(ptr); sizes[n++] = (size); } while (0)
     A(a->encoded, BT * C);
     A(h[0], h16 * (L * BT * C + 1) / 2); A(h[1], h16 * (L * BT * C + 1) / 2); A(h[2], h16 * (L * BT * C + 1) / 2);
     A(h[3], h16 * (L * BT * F + 1) / 2); A(h[4], h16 * (BT * C + 1) / 2);
+    A(h[5], h16 * (BT * m->Vp + 1) / 2);          /* the logits, then their gradient in place */
     A(a->ln1, f32 * L * BT * C); A(a->ln1_mean, gpt ? L * BT : 0); A(a->ln1_rstd, L * BT);
     A(a->qkv, L * BT * m->QKV);
     A(a->atty, f32 * L * BT * C);
@@ -293,7 +294,7 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
     A(a->fch_act, f32 * L * BT * F);
     A(a->res3, L * BT * C);
     A(a->lnf, f32 * BT * C); A(a->lnf_mean, gpt ? BT : 0); A(a->lnf_rstd, BT);
-    A(a->logits, BT * m->Vp);
+    A(a->logits, f32 * BT * m->Vp);
     A(a->losses, BT);
     A(a->dres, BT * C); A(a->dbtc, BT * C); A(a->dbtc2, BT * C);
     A(a->dfch, BT * Ffc); A(a->dfch_act, BT * F);
@@ -307,7 +308,7 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
         if (base) *ptrs[i] = sizes[i] ? base + total : NULL;
         total += (sizes[i] + 63) / 64 * 64;    /* 256-byte aligned views */
     }
-    for (int i = 0; i < 5; i++) a16[i] = base ? (uint16_t *)h[i] : NULL;
+    for (int i = 0; i < 6; i++) a16[i] = base ? (uint16_t *)h[i] : NULL;
     return total;
 }
 
@@ -321,13 +322,14 @@ int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
     free_acts(cm);
     sk_acts a;
     float *part, *Di;
-    uint16_t *a16[5];
+    uint16_t *a16[6];
     size_t floats = acts_layout(cm, B, T, NULL, &a, &part, &Di, a16);
     char what[160];
     snprintf(what, sizeof what, "the activations for B=%d x T=%d", B, T);
     TRY(sk_cu_alloc(&cm->acts_mem, floats * sizeof(float), what));
     acts_layout(cm, B, T, cm->acts_mem, &cm->a, &cm->part, &cm->Di, a16);
     cm->ln1_16 = a16[0]; cm->atty16 = a16[1]; cm->ln2_16 = a16[2]; cm->act16 = a16[3]; cm->lnf16 = a16[4];
+    cm->logits16 = a16[5];
     size_t N = (size_t)B * T;
     TRY(sk_cu_alloc(&cm->tok_d, (5 * N + 1) * sizeof(int32_t), "the token buffers"));
     cm->tok_h = malloc((5 * N + 1) * sizeof(int32_t));
@@ -639,6 +641,43 @@ static int forward_blocks(sk_cuda_model *cm, int B, int T, int training, uint64_
     return norm_forward(cm, a->lnf, cm->lnf16, a->lnf_mean, a->lnf_rstd, a->res3 + (size_t)(L - 1) * BT * C, p->lnfw, p->lnfb, N);
 }
 
+/* bf16: the logits (N, Vp) = lnf16 @ wte16^T come out of the GEMM in bf16 (as under
+ * PyTorch's autocast, where the matmul's output is bf16 and the loss upcasts it): half the
+ * bytes of fp32 logits, and the cross-entropy writes their gradient over them. */
+static int logits_bf16(sk_cuda_model *cm, uint16_t *z16, int N) {
+    const sk_model *m = cm->m;
+    const uint16_t *w16;
+    int ldw16;
+    TRY(bf16_operand(cm, 1, cm->p.wte, m->Vp, m->C, m->C, &w16, &ldw16));
+    const float one = 1.0f, zero = 0.0f;
+    PROF(gemm_name(0, 1), BLAS(cublasGemmEx(cm->blas, CUBLAS_OP_T, CUBLAS_OP_N, m->Vp, N, m->C, &one, w16, CUDA_R_16BF,
+                                            ldw16, cm->lnf16, CUDA_R_16BF, m->C, &zero, z16, CUDA_R_16BF, m->Vp,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)));
+    return SK_OK;
+}
+/* the first vocab_size columns of the N rows of logits to the host, as floats */
+static int download_logits(sk_cuda_model *cm, float *out, int N) {
+    const int V = cm->m->cfg.vocab_size, Vp = cm->m->Vp;
+    if (cm->prec != SK_CUDA_BF16) {
+        CU(cudaMemcpy2D(out, sizeof(float) * V, cm->a.logits, sizeof(float) * Vp, sizeof(float) * V, N,
+                        cudaMemcpyDeviceToHost));
+        return SK_OK;
+    }
+    /* each row's V bf16 values into the second half of its bytes, then widened in place from
+     * the front: float v overwrites bf16 values 2v - V and 2v - V + 1, both already read */
+    CU(cudaMemcpy2D((uint16_t *)out + V, sizeof(float) * V, cm->logits16, sizeof(uint16_t) * Vp, sizeof(uint16_t) * V,
+                    N, cudaMemcpyDeviceToHost));
+    for (int r = 0; r < N; r++) {
+        float *row = out + (size_t)r * V;
+        const uint16_t *h = (const uint16_t *)row + V;
+        for (int v = 0; v < V; v++) {
+            uint32_t u = (uint32_t)h[v] << 16;
+            memcpy(row + v, &u, sizeof u);
+        }
+    }
+    return SK_OK;
+}
+
 /* Classifier: logits = lnf @ wte^T (N, Vp), softmax cross-entropy over the real vocabulary;
  * with dlnf the gradient of (scale * mean loss) goes to dlnf (overwritten) and wte (added). */
 static int classifier(sk_cuda_model *cm, const int32_t *targets, int N, float *loss, float *logits_out,
@@ -649,19 +688,14 @@ static int classifier(sk_cuda_model *cm, const int32_t *targets, int N, float *l
     size_t n_valid = 0;
     if (targets) for (int i = 0; i < N; i++) n_valid += targets[i] >= 0;
     float row_scale = n_valid ? scale / (float)n_valid : 0.0f;
-    TRY(sk_cu_linear(cm, a->logits, Vp, a->lnf, cm->lnf16, cm->p.wte, NULL, N, C, Vp));
-    if (logits_out)
-        CU(cudaMemcpy2D(logits_out, sizeof(float) * V, a->logits, sizeof(float) * Vp, sizeof(float) * V, N,
-                        cudaMemcpyDeviceToHost));
-    /* in bf16 the gradient of the logits goes straight to the GEMMs' bf16 scratch */
-    uint16_t *dlogits16 = NULL;
-    if (dlnf && cm->prec == SK_CUDA_BF16) {
-        TRY(op16_reserve(cm, 0, (size_t)N * Vp));
-        dlogits16 = cm->op16[0];
-    }
+    uint16_t *z16 = cm->prec == SK_CUDA_BF16 ? cm->logits16 : NULL;
+    if (z16) TRY(logits_bf16(cm, z16, N));
+    else TRY(sk_cu_linear(cm, a->logits, Vp, a->lnf, cm->lnf16, cm->p.wte, NULL, N, C, Vp));
+    if (logits_out) TRY(download_logits(cm, logits_out, N));
     if (targets)              /* always, with dlnf (sk_cuda_forward_backward) */
-        K(cu_crossentropy(a->logits, a->losses, cm->tok_d + N, N, V, Vp, row_scale, dlnf != NULL, dlogits16));
-    if (dlnf) TRY(linear_grads(cm, dlnf, 0, cm->g.wte, a->logits, Vp, dlogits16, Vp, a->lnf, cm->lnf16, cm->p.wte,
+        K(cu_crossentropy(a->logits, z16, a->losses, cm->tok_d + N, N, V, Vp, row_scale, dlnf != NULL));
+    /* in bf16 the gradient has replaced the logits, in bf16: the GEMMs read it as it is */
+    if (dlnf) TRY(linear_grads(cm, dlnf, 0, cm->g.wte, a->logits, Vp, z16, Vp, a->lnf, cm->lnf16, cm->p.wte,
                                N, C, Vp));
     if (loss) {
         double s = 0.0;

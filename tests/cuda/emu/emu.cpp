@@ -10,7 +10,8 @@
  *   - SK_EMU_ORDER=reverse runs blocks and threads in the other order (races show);
  *   - device memory and dynamic shared memory start as NaN bytes; cudaMemGetInfo reports
  *     this process's cudaMalloc bytes as used, of 8 GiB (pinned host memory not counted);
- *   - cublasSgemm / cublasSgemv are column-major references with cuBLAS's argument checks. */
+ *   - cublasSgemm / cublasGemmEx (fp32 or bf16 A/B, fp32 or bf16 C) / cublasSgemv are
+ *     column-major references with cuBLAS's argument checks. */
 #include "cuda_runtime_api.h"
 #include "cublas_v2.h"
 #include "sk_cuda_emu.h"
@@ -163,9 +164,16 @@ static float emu_elem(const void *X, int bf16, size_t i) {
     memcpy(&f, &u, 4);
     return f;
 }
+/* fp32 -> bf16 bits, round to nearest even (NaN stays NaN), as cuBLAS writes a bf16 C */
+static uint16_t emu_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 static cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-                               const void *A, int a16, int lda, const void *B, int b16, int ldb, float beta, float *C,
-                               int ldc) {
+                               const void *A, int a16, int lda, const void *B, int b16, int ldb, float beta, void *C,
+                               int c16, int ldc) {
     if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
     if (lda < (ta == CUBLAS_OP_N ? (m > 1 ? m : 1) : (k > 1 ? k : 1))) return CUBLAS_STATUS_INVALID_VALUE;
     if (ldb < (tb == CUBLAS_OP_N ? (k > 1 ? k : 1) : (n > 1 ? n : 1))) return CUBLAS_STATUS_INVALID_VALUE;
@@ -178,25 +186,31 @@ static cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m
                 float b = emu_elem(B, b16, tb == CUBLAS_OP_N ? p + (size_t)j * ldb : j + (size_t)p * ldb);
                 s += (double)a * b;
             }
-            float *c = &C[i + (size_t)j * ldc];
-            *c = beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + beta * (double)*c);
+            const size_t ci = i + (size_t)j * ldc;
+            const double c = beta == 0.0f ? 0.0 : (double)emu_elem(C, c16, ci);
+            const float r = beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + beta * c);
+            if (c16) ((uint16_t *)C)[ci] = emu_bf16(r);
+            else ((float *)C)[ci] = r;
         }
     return CUBLAS_STATUS_SUCCESS;
 }
 extern "C" cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                       const float *alpha, const float *A, int lda, const float *B, int ldb,
                                       const float *beta, float *C, int ldc) {
-    return emu_gemm(ta, tb, m, n, k, *alpha, A, 0, lda, B, 0, ldb, *beta, C, ldc);
+    return emu_gemm(ta, tb, m, n, k, *alpha, A, 0, lda, B, 0, ldb, *beta, C, 0, ldc);
 }
 extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                        const void *alpha, const void *A, cudaDataType_t at, int lda, const void *B,
                                        cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct, int ldc,
                                        cublasComputeType_t compute, cublasGemmAlgo_t) {
-    if (compute != CUBLAS_COMPUTE_32F || ct != CUDA_R_32F || (at != CUDA_R_32F && at != CUDA_R_16BF) ||
-        (bt != CUDA_R_32F && bt != CUDA_R_16BF))
+    /* fp32 or bf16 A and B, fp32 or bf16 C (bf16 C only with bf16 A and B, as cuBLAS's table
+     * of supported type combinations has it), fp32 compute */
+    if (compute != CUBLAS_COMPUTE_32F || (ct != CUDA_R_32F && ct != CUDA_R_16BF) ||
+        (at != CUDA_R_32F && at != CUDA_R_16BF) || (bt != CUDA_R_32F && bt != CUDA_R_16BF) ||
+        (ct == CUDA_R_16BF && (at != CUDA_R_16BF || bt != CUDA_R_16BF)))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     return emu_gemm(ta, tb, m, n, k, *(const float *)alpha, A, at == CUDA_R_16BF, lda, B, bt == CUDA_R_16BF, ldb,
-                    *(const float *)beta, (float *)C, ldc);
+                    *(const float *)beta, C, ct == CUDA_R_16BF, ldc);
 }
 
 /* y = alpha op(A) x + beta y, A column-major (m x n, lda); y is not read when beta == 0 */

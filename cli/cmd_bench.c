@@ -154,7 +154,8 @@ static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precisio
     int32_t zero = 0;
     if (gen_cuda_run(cm, kv, prompt, P < 8 ? P : 8, 4, V, logits, &tp, &tg)) return cli_fail("bench");   /* warm-up */
     if (gen_cuda_run(cm, kv, &zero, 1, n, V, logits, &tp, &tg)) return cli_fail("bench");
-    printf("generate: %d tokens, %.1f tok/s (weights streamed at %.1f GB/s)\n", n, n / tg, bytes * n / tg / 1e9);
+    printf("generate: %d tokens, %.1f tok/s (weights streamed at %.1f GB/s), decoding steps %s\n", n, n / tg,
+           bytes * n / tg / 1e9, sk_cuda_kvcache_graphs(kv) ? "as CUDA graphs" : "without CUDA graphs");
     if (gen_cuda_run(cm, kv, prompt, P, n, V, logits, &tp, &tg)) return cli_fail("bench");
     printf("prefill: %d tokens in %.2f ms, %.0f tok/s; then generate: %d tokens at positions %d..%d, %.1f tok/s; "
            "KV cache %.2f MiB for %d positions (%.2f MiB without SLA)\n", P, tp * 1e3, P / tp, n, P, P + n - 1, n / tg,

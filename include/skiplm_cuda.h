@@ -116,11 +116,16 @@ void sk_cuda_kvcache_reset(sk_cuda_kvcache *kv);
 int sk_cuda_kvcache_pos(const sk_cuda_kvcache *kv);                 /* tokens in the cache */
 size_t sk_cuda_kvcache_bytes(const sk_cuda_kvcache *kv);            /* bytes of cached K/V */
 size_t sk_cuda_kvcache_bytes_full(const sk_cuda_kvcache *kv);       /* same model without SLA's savings */
+/* 1 when single-token steps run as a CUDA graph (the default; SKIPLM_CUDA_GRAPHS=0 at
+ * sk_cuda_kvcache_new turns it off; a failed capture turns it off with a warning) */
+int sk_cuda_kvcache_graphs(const sk_cuda_kvcache *kv);
 /* As sk_model_decode: append n tokens at positions pos..pos+n-1 (a batched prefill in chunks
  * through the fused attention) and copy the logits (vocab_size floats) of the last one to
  * the host (logits may be NULL). Fails with SK_EINVAL when they do not fit in the cache. */
 int sk_cuda_prefill(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *tokens, int n, float *logits);
-/* One decoding step: the token at position pos (single-query attention over the cache). */
+/* One decoding step: the token at position pos (single-query attention over the cache), as
+ * one CUDA graph launch when graphs are on (captured again when the position reaches a new
+ * 128-key split of the attention, or with another device model). */
 int sk_cuda_decode(sk_cuda_model *cm, sk_cuda_kvcache *kv, int32_t token, float *logits);
 
 /* cuBLAS GEMM rate in GFLOP/s for C (M, N) = A (M, K) B^T in the given precision (SGEMM,

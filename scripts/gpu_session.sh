@@ -92,6 +92,9 @@ gen)
         bench --no-train --gen 256 --seq 768 --bf16 $sla
         bench --block_size 16384 --no-train --gen 256 --seq 16000 $sla
     done
+    # decoding steps as CUDA graphs (the default) against plain launches
+    run env SKIPLM_CUDA_GRAPHS=0 $B bench --device cuda --preset gpt2 --no-train --gen 256 --seq 768
+    run env SKIPLM_CUDA_GRAPHS=0 $B bench --device cuda --preset gpt2 --no-train --gen 256 --seq 768 --bf16
     run $B bench --preset gpt2 --no-train --gen 64           # the CPU's figure, for the ratio
     # a short real training run on the default corpus (data/sotu-char: the device has no
     # network, so carry it from a machine where scripts/setup.sh prepared it), then GPU vs

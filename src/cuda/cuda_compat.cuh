@@ -14,8 +14,9 @@
 #define DYN_SMEM(name) extern __shared__ float name[]
 /* unsigned char *name: the same, 128-byte aligned (wmma tiles need 256-bit alignment) */
 #define DYN_SMEM_BYTES(name) extern __shared__ __align__(128) unsigned char name[]
-/* kernel<<<grid, block, smem>>>(args...); `kernel` may be a pointer to a __global__ function */
-#define LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem)>>>(__VA_ARGS__)
+/* kernel<<<grid, block, smem, sk_cu_stream>>>(args...); `kernel` may be a pointer to a
+ * __global__ function */
+#define LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem), sk_cu_stream>>>(__VA_ARGS__)
 #endif
 #include <stdint.h>
 

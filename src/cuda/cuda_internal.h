@@ -62,6 +62,10 @@ int sk_cu_blas_fail(cublasStatus_t s, const char *what, const char *file, int li
 /* After a kernel launch: its launch error (and, with SKIPLM_CUDA_SYNC=1, its execution
  * error after a synchronisation) through sk_cu_fail. */
 int sk_cu_kcheck(const char *name, const char *file, int line);
+/* 1 when SKIPLM_CUDA_SYNC=1 (every launch synchronised: no graph capture then) */
+int sk_cu_sync_each(void);
+/* 1 while bench --profile records (events on the default stream: no graph capture then) */
+int sk_cu_prof_on(void);
 /* cudaMalloc into *(void **)p with a message naming what, how much, and the free memory;
  * 0 bytes gives NULL. */
 int sk_cu_alloc(void *p, size_t bytes, const char *what);

@@ -1,25 +1,32 @@
 /* CUDA kernels of skiplm, as plain launch functions callable from C (src/cuda/model_cuda.c).
  * Every op mirrors its CPU twin in src/ops.c / src/attention_flash.c: same arguments, same
  * math, same conventions (backward ops ACCUMULATE into gradients unless said otherwise).
- * All pointers are device pointers; all launches go to the default stream and return
- * without synchronising: the caller checks cudaGetLastError() after each launch
+ * All pointers are device pointers; all launches go to sk_cu_stream (the legacy default
+ * stream but while a decoding step is captured) and return without synchronising: the caller checks cudaGetLastError() after each launch
  * (model_cuda.c's KCHECK, which also synchronises when SKIPLM_CUDA_SYNC=1).
  * N = rows (tokens, B*T). */
 #ifndef SK_CUDA_KERNELS_H
 #define SK_CUDA_KERNELS_H
 #include <stddef.h>
 #include <stdint.h>
+#include <cuda_runtime_api.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The stream every launch goes to: 0 (the legacy default stream), except while cached
+ * generation captures a decoding step into a CUDA graph (infer_cuda.c). */
+extern cudaStream_t sk_cu_stream;
+
 /* The same layout as sk_span (include/skiplm_train.h); model_cuda.c asserts it. */
 typedef struct { size_t offset, n; int decay; } cu_span;
 
 /* ------------------------------------------------------------ embeddings */
-/* out (B, T, C) = wte[tok] + wpe[t] (wpe may be NULL: also the sinusoidal table) */
-void cu_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
+/* out (B, T, C) = wte[tok] + wpe[pos0 + t] (wpe may be NULL: also the sinusoidal table;
+ * pos0 = *pos0_d, a device int, or 0 when pos0_d is NULL: cached generation's offset) */
+void cu_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, const int32_t *pos0_d,
+                        int B, int T, int C);
 /* dwte[uniq[u]] += sum of dout rows pos[off[u] .. off[u+1]) in that order (the CPU's
  * order: positions increasing), one block per distinct token: deterministic, no atomics. */
 void cu_encoder_backward_wte(float *dwte, const float *dout, const int32_t *uniq, const int32_t *off,
@@ -118,6 +125,8 @@ typedef struct {
     uint64_t seed;
     float *lse;
     int tc;                        /* 1: bf16 operands on tensor cores (attention_tc.cu) */
+    const int32_t *pos_d;          /* cu_attn_decode only: if set, the query's position on the
+                                      device, and Lk = *pos_d + 1 (<= Lk, same split count) */
 } cu_attn;
 /* 0, or a cudaError_t code (launch failure), or -1 for an unsupported D. */
 int cu_attn_forward(const cu_attn *a);
@@ -142,10 +151,11 @@ int cu_decode_splits(int Lk);
 int cu_attn_decode(const cu_attn *a, float *part);
 /* The end of a chunk's q/k/v projection (qkv: n rows of (H + 2 Hkv) hs, the GEMM without its
  * bias): adds the bias (may be NULL), applies RoPE to q and k (rope: cu_rope's table, or NULL)
- * at positions pos0.., keeps q in qkv and writes k, v of KV head j to row pos0 + i, slot
- * slot[j] (device memory; -1: not stored, not read) of kc / vc (rows of ld floats). */
+ * at positions pos0.. (pos0 = *pos0_d, on the device), keeps q in qkv and writes k, v of KV
+ * head j to row pos0 + i, slot slot[j] (device memory; -1: not stored, not read) of kc / vc
+ * (rows of ld floats). */
 void cu_qkv_to_cache(float *qkv, int n, int H, int Hkv, int hs, const float *bias, const float *rope,
-                     int pos0, const int *slot, float *kc, float *vc, int ld);
+                     const int32_t *pos0_d, const int *slot, float *kc, float *vc, int ld);
 
 #ifdef __cplusplus
 }

@@ -34,13 +34,32 @@ struct sk_cuda_kvcache {
     /* device scratch for one chunk */
     float *x, *ln, *qkv, *att, *fch, *act, *stat, *logits, *part;
     uint16_t *ln16, *att16, *act16;  /* SK_CUDA_BF16: ln, att and act in bf16 instead (GEMM inputs only) */
-    int32_t *tok;
+    int32_t *tok;                    /* device: pos0, then the chunk's tokens, then slot_d */
     int *slot_d;                     /* device copy of slot */
+    int32_t *io_h;                   /* pinned host: pos0 and the tokens, uploaded as one */
+    /* a decoding step (one token) as a CUDA graph: captured once per count of 128-key splits
+     * of the decoding attention (the grid; the position itself is read on the device) */
+    int graphs;                      /* 1: use graphs; 0: off (SKIPLM_CUDA_GRAPHS=0, or a capture failed) */
+    cudaStream_t stream;             /* the graph's stream (non-blocking) */
+    cudaEvent_t ready;               /* recorded on the legacy stream: the graph waits for it */
+    cudaGraphExec_t *exec;           /* [s]: the step for positions with s splits, or NULL */
+    int n_exec;                      /* cu_decode_splits(max_T) + 1 */
+    const sk_cuda_model *exec_cm;    /* the device model they were captured with */
+    float *logits_h;                 /* pinned host: the step's logits (vocab_size) */
+    void *blas_ws;                   /* cuBLAS workspace while capturing */
 };
+
+#define SK_CUDA_GRAPH_WS ((size_t)8 << 20)
 
 void sk_cuda_kvcache_free(sk_cuda_kvcache *kv) {
     if (!kv) return;
-    cudaFree(kv->mem); cudaFree(kv->tok);
+    for (int i = 0; kv->exec && i < kv->n_exec; i++)
+        if (kv->exec[i]) cudaGraphExecDestroy(kv->exec[i]);
+    free(kv->exec);
+    if (kv->stream) cudaStreamDestroy(kv->stream);
+    if (kv->ready) cudaEventDestroy(kv->ready);
+    cudaFree(kv->mem); cudaFree(kv->tok); cudaFree(kv->blas_ws);
+    cudaFreeHost(kv->io_h); cudaFreeHost(kv->logits_h);
     free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v);
     free(kv);
 }
@@ -48,6 +67,7 @@ size_t sk_cuda_kvcache_bytes(const sk_cuda_kvcache *kv) { return kv->floats * si
 size_t sk_cuda_kvcache_bytes_full(const sk_cuda_kvcache *kv) { return kv->floats_full * sizeof(float); }
 int sk_cuda_kvcache_pos(const sk_cuda_kvcache *kv) { return kv->pos; }
 void sk_cuda_kvcache_reset(sk_cuda_kvcache *kv) { kv->pos = 0; }
+int sk_cuda_kvcache_graphs(const sk_cuda_kvcache *kv) { return kv->graphs; }
 
 /* Lays out (or counts, base == NULL) the K/V of every layer, then the chunk scratch; each
  * view 256-byte aligned. */
@@ -102,9 +122,21 @@ static int kvcache_new(sk_cuda_kvcache *kv, const sk_model *m, int max_T, int ch
     TRY(sk_cu_alloc(&kv->mem, total * sizeof(float), what));
     kv_layout(kv, kv->mem);
     const size_t nslot = (size_t)m->L * m->Hkv;
-    TRY(sk_cu_alloc(&kv->tok, ((size_t)kv->chunk + nslot) * sizeof(int32_t), "the prefill tokens and the cache slots"));
-    kv->slot_d = kv->tok + kv->chunk;
+    TRY(sk_cu_alloc(&kv->tok, (1 + (size_t)kv->chunk + nslot) * sizeof(int32_t), "the prefill tokens and the cache slots"));
+    kv->slot_d = kv->tok + 1 + kv->chunk;
     CU(cudaMemcpy(kv->slot_d, kv->slot, nslot * sizeof(int), cudaMemcpyHostToDevice));
+    CU(cudaMallocHost((void **)&kv->io_h, (1 + (size_t)kv->chunk) * sizeof(int32_t)));
+    const char *g = getenv("SKIPLM_CUDA_GRAPHS");
+    kv->graphs = !(g && !strcmp(g, "0"));
+    if (kv->graphs) {
+        CU(cudaMallocHost((void **)&kv->logits_h, (size_t)m->cfg.vocab_size * sizeof(float)));
+        TRY(sk_cu_alloc(&kv->blas_ws, SK_CUDA_GRAPH_WS, "the cuBLAS workspace of the decoding graph"));
+        CU(cudaStreamCreateWithFlags(&kv->stream, cudaStreamNonBlocking));
+        CU(cudaEventCreate(&kv->ready));
+        kv->n_exec = cu_decode_splits(max_T) + 1;
+        kv->exec = calloc((size_t)kv->n_exec, sizeof *kv->exec);
+        if (!kv->exec) return sk_error(SK_ENOMEM, "out of memory");
+    }
     return SK_OK;
 }
 
@@ -182,18 +214,25 @@ static int attn_rc(int rc, const char *what, int l, int part) {
 
 /* ------------------------------------------------------------- decoding */
 
-/* n (<= kv->chunk) tokens at positions pos..pos+n-1: src/infer.c's decode_chunk, op by op */
-static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *tok, int n, float *logits) {
+/* The work of n (<= kv->chunk) tokens at positions pos0..pos0+n-1 (src/infer.c's
+ * decode_chunk, op by op), after io_h (pos0, tokens) was filled: uploads it, runs the layers,
+ * and with `out` set leaves the last token's logits there (host memory). The position is
+ * read on the device (kv->tok[0]) by every kernel that needs it, so that a single-token step
+ * captured into a graph serves every position with the same split count; the host pos0
+ * only sizes the decoding attention's grid (and drives a prefill chunk's attention).
+ * graph: being captured on kv->stream (asynchronous copies, the pinned buffers). */
+static int decode_work(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n, int pos0, float *out, int graph) {
     const sk_model *m = cm->m;
     const sk_params *p = &cm->p;
     int C = m->C, F = m->F, H = m->H, Hkv = m->Hkv, hs = m->hs;
-    int Ffc = m->gated ? 2 * F : F, pos0 = kv->pos, group = H / Hkv;
-    CU(cudaMemcpy(kv->tok, tok, sizeof(int32_t) * n, cudaMemcpyHostToDevice));
+    int Ffc = m->gated ? 2 * F : F, group = H / Hkv;
+    const int32_t *pos_d = kv->tok, *tok_d = kv->tok + 1;
+    if (graph) CU(cudaMemcpyAsync(kv->tok, kv->io_h, sizeof(int32_t) * (1 + n), cudaMemcpyHostToDevice, kv->stream));
+    else CU(cudaMemcpy(kv->tok, kv->io_h, sizeof(int32_t) * (1 + n), cudaMemcpyHostToDevice));
     const float *wpe = p->wpe ? p->wpe : cm->pos_table;
     const uint16_t *ln16 = bf16_or_null(cm, kv->ln16);
     uint16_t *att16 = bf16_or_null(cm, kv->att16);
-    /* the encoder adds position row t of its table to token t: start the table at pos0 */
-    K(cu_encoder_forward(kv->x, kv->tok, p->wte, wpe ? wpe + (size_t)pos0 * C : NULL, 1, n, C));
+    K(cu_encoder_forward(kv->x, tok_d, p->wte, wpe, pos_d, 1, n, C));
     for (int l = 0; l < m->L; l++) {
         const float *qkvw = p->qkvw + (size_t)l * m->QKV * C, *qkvb = p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL;
         int ns = kv->n_store[l], ld = ns * hs;
@@ -204,7 +243,7 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
         for (int i = 0; i < m->n_qkv_cols[l]; i++)
             TRY(linear(cm, kv->qkv + cols[2 * i], m->QKV, kv->ln, ln16, qkvw + (size_t)cols[2 * i] * C, NULL, n, C,
                        cols[2 * i + 1]));
-        K(cu_qkv_to_cache(kv->qkv, n, H, Hkv, hs, qkvb, cm->rope, pos0, kv->slot_d + l * Hkv, kv->k[l], kv->v[l], ld));
+        K(cu_qkv_to_cache(kv->qkv, n, H, Hkv, hs, qkvb, cm->rope, pos_d, kv->slot_d + l * Hkv, kv->k[l], kv->v[l], ld));
         for (int part = 0; part < m->n_runs[l]; part++) {
             const sk_route *r = &m->runs[(size_t)l * H + part];
             int h0 = r->h0, nh = r->nh, src = r->src, sn = kv->n_store[src];
@@ -220,6 +259,7 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
             a.scale = 1.0f / sqrtf((float)hs);
             a.causal = 1; a.causal_offset = pos0;
             a.inv_keep = 1.0f;
+            a.pos_d = n == 1 ? pos_d : NULL;      /* decoding: Lk from the device */
             a.tc = cm->attn_tc;                  /* the prefill's kernel; decoding is fp32 */
             if (n == 1) PROF("attention decode", TRY(attn_rc(cu_attn_decode(&a, kv->part), "decoding", l, part)));
             else PROF("attention prefill", TRY(attn_rc(cu_attn_forward(&a), "prefill", l, part)));
@@ -232,15 +272,85 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
         TRY(linear_res(cm, kv->x, kv->act, bf16_or_null(cm, kv->act16), p->fcprojw + (size_t)l * C * F,
                        p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F));
     }
-    kv->pos += n;
-    if (logits) {
+    if (out) {
         /* only the last token's logits: final norm of its row, then (1, Vp) = lnf @ wte^T */
         TRY(norm(cm, kv, kv->x + (size_t)(n - 1) * C, p->lnfw, p->lnfb, 1));
         TRY(linear(cm, kv->logits, m->Vp, kv->ln, ln16, p->wte, NULL, 1, C, m->Vp));
-        CU(cudaMemcpy(logits, kv->logits, sizeof(float) * m->cfg.vocab_size, cudaMemcpyDeviceToHost));
+        const size_t bytes = sizeof(float) * m->cfg.vocab_size;
+        if (graph) CU(cudaMemcpyAsync(out, kv->logits, bytes, cudaMemcpyDeviceToHost, kv->stream));
+        else CU(cudaMemcpy(out, kv->logits, bytes, cudaMemcpyDeviceToHost));
     }
     return SK_OK;
 }
+
+/* Captures one decoding step at position pos0 into *exec (for pos0's split count): every
+ * launch and cuBLAS call on kv->stream, then instantiated. */
+static int capture_step(sk_cuda_model *cm, sk_cuda_kvcache *kv, int pos0, cudaGraphExec_t *exec) {
+    BLAS(cublasSetStream(cm->blas, kv->stream));
+    cublasStatus_t ws = cublasSetWorkspace(cm->blas, kv->blas_ws, SK_CUDA_GRAPH_WS);
+    cudaGraph_t g = NULL;
+    cudaError_t e = ws == CUBLAS_STATUS_SUCCESS ? cudaStreamBeginCapture(kv->stream, cudaStreamCaptureModeThreadLocal)
+                                                : cudaErrorInvalidValue;
+    int rc = SK_OK;
+    if (e == cudaSuccess) {
+        sk_cu_stream = kv->stream;
+        rc = decode_work(cm, kv, 1, pos0, kv->logits_h, 1);
+        sk_cu_stream = 0;
+        cudaError_t e2 = cudaStreamEndCapture(kv->stream, &g);
+        if (rc == SK_OK && e2 != cudaSuccess) rc = sk_cu_fail(e2, "cudaStreamEndCapture", __FILE__, __LINE__);
+    } else {
+        rc = ws != CUBLAS_STATUS_SUCCESS ? sk_cu_blas_fail(ws, "cublasSetWorkspace", __FILE__, __LINE__)
+                                         : sk_cu_fail(e, "cudaStreamBeginCapture", __FILE__, __LINE__);
+    }
+    cublasSetStream(cm->blas, 0);        /* back to the legacy stream (and its default workspace) */
+    if (rc == SK_OK) {
+        e = cudaGraphInstantiate(exec, g, 0);
+        if (e != cudaSuccess) { *exec = NULL; rc = sk_cu_fail(e, "cudaGraphInstantiate", __FILE__, __LINE__); }
+    }
+    if (g) cudaGraphDestroy(g);
+    if (rc) cudaGetLastError();               /* a failed capture leaves no launch error behind */
+    return rc;
+}
+
+/* n (<= kv->chunk) tokens at positions pos..pos+n-1. A single token goes through the step's
+ * graph when graphs are on (not while bench --profile records, nor with SKIPLM_CUDA_SYNC=1):
+ * one launch instead of ten or more per layer. One graph per split count of the decoding
+ * attention, captured the first time a position needs it and kept (all dropped when another
+ * device model decodes into this cache). A capture that fails turns graphs off for this
+ * cache, with a warning, and the step runs without. */
+static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *tok, int n, float *logits) {
+    const int pos0 = kv->pos, V = cm->m->cfg.vocab_size;
+    kv->io_h[0] = pos0;
+    memcpy(kv->io_h + 1, tok, sizeof(int32_t) * n);
+    if (n == 1 && kv->graphs && !sk_cu_prof_on() && !sk_cu_sync_each()) {
+        if (kv->exec_cm != cm) {
+            for (int i = 0; i < kv->n_exec; i++)
+                if (kv->exec[i]) { cudaGraphExecDestroy(kv->exec[i]); kv->exec[i] = NULL; }
+            kv->exec_cm = cm;
+        }
+        cudaGraphExec_t *exec = &kv->exec[cu_decode_splits(pos0 + 1)];
+        int rc = *exec ? SK_OK : capture_step(cm, kv, pos0, exec);
+        if (rc == SK_OK) {
+            /* the non-blocking stream does not wait for the legacy one by itself: a prefill
+             * (or an upload, a training step) may still be running there */
+            CU(cudaEventRecord(kv->ready, 0));
+            CU(cudaStreamWaitEvent(kv->stream, kv->ready, 0));
+            CU(cudaGraphLaunch(*exec, kv->stream));
+            CU(cudaStreamSynchronize(kv->stream));
+            if (logits) memcpy(logits, kv->logits_h, sizeof(float) * V);
+            kv->pos += n;
+            return SK_OK;
+        }
+        fprintf(stderr, "skiplm: capturing the decoding step as a CUDA graph failed (%s); decoding without graphs\n",
+                sk_last_error());
+        kv->graphs = 0;
+    }
+    TRY(decode_work(cm, kv, n, pos0, logits, 0));
+    kv->pos += n;
+    return SK_OK;
+}
+
+
 
 int sk_cuda_prefill(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *tokens, int n, float *logits) {
     const sk_model *m = cm->m;

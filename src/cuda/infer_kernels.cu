@@ -54,7 +54,8 @@ __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part
     __shared__ float red[DNW][32 * RD];
     const int t = threadIdx.x, lane = t & 31, w = t >> 5;
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / (a.H / a.Hkv), D = a.D;
-    const int j0 = s * CU_DECODE_KEYS, nk = min(CU_DECODE_KEYS, a.Lk - j0);
+    const int Lk = a.pos_d ? *a.pos_d + 1 : a.Lk;        /* a graph's step: its position */
+    const int j0 = s * CU_DECODE_KEYS, nk = min(CU_DECODE_KEYS, Lk - j0);
     const float *q = a.q + b * a.q_sb + h * a.q_sh;
     const float *kb = a.k + b * a.k_sb + hk * a.k_sh + (long)j0 * a.k_st;
     const float *vb = a.v + b * a.v_sb + hk * a.v_sh + (long)j0 * a.v_st;
@@ -128,8 +129,8 @@ __global__ void __launch_bounds__(DNT) attn_decode_combine_k(cu_attn a, const fl
  * q and k by RoPE (table: sk_rope's cos/sin rows; NULL: none), leaves q in place and writes k
  * and v of each stored KV head (slot[j] >= 0) to its cache row. */
 __global__ void qkv_to_cache_k(float *qkv, int n, int H, int Hkv, int hs, const float *bias, const float *rope,
-                               int pos0, const int *slot, float *kc, float *vc, int ld) {
-    const int half = (hs + 1) / 2, heads = H + 2 * Hkv;
+                               const int32_t *pos0_d, const int *slot, float *kc, float *vc, int ld) {
+    const int half = (hs + 1) / 2, heads = H + 2 * Hkv, pos0 = *pos0_d;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)n * heads * half) return;
     const int e = (int)(idx % half), u = (int)(idx / half % heads), i = (int)(idx / half / heads);
@@ -155,10 +156,10 @@ __global__ void qkv_to_cache_k(float *qkv, int n, int H, int Hkv, int hs, const 
     out[2 * e + 1] = b;
 }
 extern "C" void cu_qkv_to_cache(float *qkv, int n, int H, int Hkv, int hs, const float *bias, const float *rope,
-                                int pos0, const int *slot, float *kc, float *vc, int ld) {
+                                const int32_t *pos0_d, const int *slot, float *kc, float *vc, int ld) {
     const size_t work = (size_t)n * (H + 2 * Hkv) * ((hs + 1) / 2);
-    if (work) LAUNCH(qkv_to_cache_k, (unsigned)((work + DNT - 1) / DNT), DNT, 0, qkv, n, H, Hkv, hs, bias, rope, pos0, slot,
-                     kc, vc, ld);
+    if (work) LAUNCH(qkv_to_cache_k, (unsigned)((work + DNT - 1) / DNT), DNT, 0, qkv, n, H, Hkv, hs, bias, rope, pos0_d,
+                     slot, kc, vc, ld);
 }
 
 extern "C" int cu_decode_splits(int Lk) { return Lk < 1 ? 1 : (Lk + CU_DECODE_KEYS - 1) / CU_DECODE_KEYS; }

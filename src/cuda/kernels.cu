@@ -70,17 +70,21 @@ __device__ double block_sum_d(double v) {
 
 /* ------------------------------------------------------------------ embeddings */
 
-__global__ void encoder_fwd_k(float *out, const int32_t *tok, const float *wte, const float *wpe, int T, int C, size_t n) {
+extern "C" { cudaStream_t sk_cu_stream = 0; }
+
+__global__ void encoder_fwd_k(float *out, const int32_t *tok, const float *wte, const float *wpe, const int32_t *pos0_d,
+                              int T, int C, size_t n) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n) return;
     size_t bt = idx / C;
-    int c = (int)(idx % C), t = (int)(bt % T);
+    int c = (int)(idx % C), t = (int)(bt % T) + (pos0_d ? *pos0_d : 0);
     float e = wte[(size_t)tok[bt] * C + c];
     out[idx] = wpe ? e + wpe[(size_t)t * C + c] : e;
 }
-extern "C" void cu_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+extern "C" void cu_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
+                                   const int32_t *pos0_d, int B, int T, int C) {
     size_t n = (size_t)B * T * C;
-    LAUNCH(encoder_fwd_k, blocks_for(n, BS), BS, 0, out, tok, wte, wpe, T, C, n);
+    LAUNCH(encoder_fwd_k, blocks_for(n, BS), BS, 0, out, tok, wte, wpe, pos0_d, T, C, n);
 }
 
 /* one block per distinct token u; threads over columns; positions in increasing order */

@@ -44,6 +44,7 @@ static int sync_each(void) {
     if (v < 0) { const char *e = getenv("SKIPLM_CUDA_SYNC"); v = e && *e && *e != '0'; }
     return v;
 }
+int sk_cu_sync_each(void) { return sync_each(); }
 int sk_cu_kcheck(const char *name, const char *file, int line) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && sync_each()) e = cudaDeviceSynchronize();
@@ -631,7 +632,7 @@ static int forward_blocks(sk_cuda_model *cm, int B, int T, int training, uint64_
     int L = m->L, C = m->C, N = B * T;
     size_t BT = (size_t)N;
     float drop = training ? m->cfg.dropout : 0.0f;
-    K(cu_encoder_forward(a->encoded, cm->tok_d, p->wte, p->wpe ? p->wpe : cm->pos_table, B, T, C));
+    K(cu_encoder_forward(a->encoded, cm->tok_d, p->wte, p->wpe ? p->wpe : cm->pos_table, NULL, B, T, C));
     K(cu_dropout(a->encoded, BT * C, drop, seed, drop_stream(L, 0)));
     for (int l = 0; l < L; l++) {
         sk_layer_acts la;

@@ -20,6 +20,7 @@ static struct {
 } P;
 
 void sk_cuda_profile_start(void) { P.on = 1; P.n = 0; P.lost = 0; P.depth = 0; P.skip = 0; }
+int sk_cu_prof_on(void) { return P.on; }
 
 static int grow(void) {
     int cap = P.cap ? 2 * P.cap : 1024;

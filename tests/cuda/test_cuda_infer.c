@@ -255,6 +255,63 @@ static void run_api(void) {
     sk_model_free(m1); sk_model_free(m2);
 }
 
+/* Single-token steps as CUDA graphs (the default) against the same steps without
+ * (SKIPLM_CUDA_GRAPHS=0): the same kernels, so bit-identical logits at every position,
+ * across the 128-key split boundary (the graph is captured again there), in fp32 and bf16;
+ * a prefill in between (not a graph) and a reset keep them equal; graphs stay on. */
+static void run_graphs(const char *name, const char *fields, int prec) {
+    sk_config cfg;
+    if (test_config(fields, &cfg)) { CHECK2(0, "graphs %s: config", name); return; }
+    sk_model *m = NULL;
+    sk_cuda_model *cm = NULL;
+    sk_cuda_kvcache *kg = NULL, *kd = NULL;
+    const int V = cfg.vocab_size, P = 120, steps = 20, n = P + steps;
+    int32_t *tok = malloc(sizeof(int32_t) * n);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    random_tokens(tok, n, V, 5);
+    int rc = sk_model_new(&m, &cfg, 99) || sk_cuda_model_new_inference(&cm, m, prec) ||
+             sk_cuda_kvcache_new(&kg, cm, cfg.block_size, 0);
+    setenv("SKIPLM_CUDA_GRAPHS", "0", 1);
+    rc = rc || sk_cuda_kvcache_new(&kd, cm, cfg.block_size, 0);
+    unsetenv("SKIPLM_CUDA_GRAPHS");
+    if (rc) { CHECK2(0, "graphs %s: setup: %s", name, sk_last_error()); goto done; }
+    double worst = 0;
+    int same = 1;
+    for (int round = 0; round < 2; round++) {        /* the second after a reset */
+        if (sk_cuda_prefill(cm, kg, tok, P, a) || sk_cuda_prefill(cm, kd, tok, P, b)) {
+            CHECK2(0, "graphs %s: prefill: %s", name, sk_last_error());
+            goto done;
+        }
+        for (int t = P; t < n; t++) {
+            if (sk_cuda_decode(cm, kg, tok[t], a) || sk_cuda_decode(cm, kd, tok[t], b)) {
+                CHECK2(0, "graphs %s: step %d: %s", name, t, sk_last_error());
+                goto done;
+            }
+            worst = fmax(worst, max_abs_diff(a, b, V));
+            same &= memcmp(a, b, sizeof(float) * V) == 0;
+            if (t == P + 5 && round == 0) {             /* a 3-token prefill between steps */
+                if (sk_cuda_prefill(cm, kg, tok, 3, a) || sk_cuda_prefill(cm, kd, tok, 3, b)) {
+                    CHECK2(0, "graphs %s: mid prefill: %s", name, sk_last_error());
+                    goto done;
+                }
+                same &= memcmp(a, b, sizeof(float) * V) == 0;
+            }
+        }
+        sk_cuda_kvcache_reset(kg);
+        sk_cuda_kvcache_reset(kd);
+    }
+    CHECK2(same && sk_cuda_kvcache_graphs(kg) == 1 && sk_cuda_kvcache_graphs(kd) == 0,
+           "graphs %s (%s): %d steps from position %d (across the 128-key split) with graphs == without, bit for bit "
+           "(max |diff| %.2e), twice; graphs on %d / off %d", name, prec == SK_CUDA_BF16 ? "bf16" : "fp32", steps, P,
+           worst, sk_cuda_kvcache_graphs(kg), sk_cuda_kvcache_graphs(kd));
+done:
+    free(tok); free(a); free(b);
+    sk_cuda_kvcache_free(kg);
+    sk_cuda_kvcache_free(kd);
+    sk_cuda_model_free(cm);
+    sk_model_free(m);
+}
+
 int main(int argc, char **argv) {
     char dev[256];
     if (sk_cuda_device_info(dev, sizeof dev)) {
@@ -266,6 +323,16 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
         if (!only || strstr(CASES[i].name, only)) run_case(&CASES[i]);
     if (!only || strstr("api", only)) run_api();
+    static const char *GRAPH_CASES[][2] = {
+        {"gpt2 SLA", "n_layer=3 n_head=4 n_embd=64 vocab_size=97 block_size=160 n_skip_layer=1 n_skip_head=2"},
+        {"llama GQA SLA", "family=llama n_layer=3 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=160 n_skip_layer=1 n_skip_head=2"},
+    };
+    for (size_t i = 0; i < 2; i++)
+        for (int bf = 0; bf < 2; bf++) {
+            char name[128];
+            snprintf(name, sizeof name, "graphs %s", GRAPH_CASES[i][0]);
+            if (!only || strstr(name, only)) run_graphs(GRAPH_CASES[i][0], GRAPH_CASES[i][1], bf ? SK_CUDA_BF16 : SK_CUDA_FP32);
+        }
     static const int BF16_CASES[] = {0, 5, 8};      /* gpt2 chunked, gpt2 hs64 SLA long, llama GQA SLA */
     for (size_t i = 0; i < sizeof BF16_CASES / sizeof BF16_CASES[0]; i++) {
         char name[128];

@@ -29,6 +29,29 @@
 static cudaError_t g_err = cudaSuccess;
 extern "C" void emu_set_error(cudaError_t e) { if (g_err == cudaSuccess) g_err = e; }
 
+/* stream capture: the stream being captured (or none), the operations recorded so far, and
+ * whether something broke the capture (reported by cudaStreamEndCapture) */
+struct emu_stream { unsigned flags; };
+struct emu_graph { std::vector<std::function<void()>> ops; };
+struct emu_graph_exec { std::vector<std::function<void()>> ops; };
+static cudaStream_t g_capturing = nullptr;
+static emu_graph *g_capture = nullptr;
+static cudaError_t g_capture_err = cudaSuccess;
+/* a call that may not happen while a stream captures: breaks the capture, returns the error */
+static cudaError_t capture_violation(const char *what) {
+    fprintf(stderr, "emu: %s while a stream is being captured into a graph\n", what);
+    if (g_capture_err == cudaSuccess) g_capture_err = cudaErrorStreamCaptureInvalidated;
+    return cudaErrorStreamCaptureUnsupported;
+}
+/* Runs op now, records it when s is the capturing stream, or refuses it (another stream
+ * while one captures). */
+static cudaError_t on_stream(cudaStream_t s, const char *what, std::function<void()> op) {
+    if (g_capturing && s == g_capturing) { g_capture->ops.push_back(std::move(op)); return cudaSuccess; }
+    if (g_capturing) return capture_violation(what);
+    op();
+    return cudaSuccess;
+}
+
 /* device allocations and their sizes, for cudaMemGetInfo */
 static std::mutex g_mem_mu;
 static std::unordered_map<void *, size_t> g_mem;
@@ -78,16 +101,74 @@ extern "C" cudaError_t cudaSetDevice(int d) {
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
+    if (g_capturing) return capture_violation("cudaMemcpy");
     if (n) memmove(d, s, n);
     return cudaSuccess;
 }
+extern "C" cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) {
+    return on_stream(st, "cudaMemcpyAsync on another stream", [=]() { if (n) memmove(d, s, n); });
+}
 extern "C" cudaError_t cudaMemcpy2D(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, cudaMemcpyKind) {
+    if (g_capturing) return capture_violation("cudaMemcpy2D");
     if (w > dp || w > sp) return cudaErrorInvalidValue;
     for (size_t r = 0; r < h; r++) memcpy((char *)d + r * dp, (const char *)s + r * sp, w);
     return cudaSuccess;
 }
-extern "C" cudaError_t cudaMemset(void *p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
-extern "C" cudaError_t cudaDeviceSynchronize(void) { return g_err; }
+extern "C" cudaError_t cudaMemset(void *p, int v, size_t n) {
+    if (g_capturing) return capture_violation("cudaMemset");
+    memset(p, v, n);
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaDeviceSynchronize(void) {
+    if (g_capturing) return capture_violation("cudaDeviceSynchronize");
+    return g_err;
+}
+extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    *s = new emu_stream{flags};
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (g_capturing == s) return cudaErrorInvalidValue;
+    delete s;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    if (g_capturing) return capture_violation("cudaStreamSynchronize");
+    return g_err;
+}
+extern "C" cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+    if (!s || g_capturing) return cudaErrorInvalidValue;   /* not the legacy stream; one at a time */
+    g_capturing = s;
+    g_capture = new emu_graph;
+    g_capture_err = cudaSuccess;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+    if (s != g_capturing) return cudaErrorInvalidValue;
+    cudaError_t e = g_capture_err;
+    g_capturing = nullptr;
+    if (e != cudaSuccess) { delete g_capture; g_capture = nullptr; *g = nullptr; return e; }
+    *g = g_capture;
+    g_capture = nullptr;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long) {
+    if (!g) return cudaErrorInvalidValue;
+    *e = new emu_graph_exec{g->ops};
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t) {
+    if (g_capturing) return capture_violation("cudaGraphLaunch");
+    for (auto &op : e->ops) op();
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+    if (!e) return cudaErrorInvalidValue;
+    if (g_capturing && s != g_capturing) return capture_violation("cudaStreamWaitEvent on another stream");
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
+extern "C" cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) { delete e; return cudaSuccess; }
 extern "C" cudaError_t cudaGetLastError(void) { cudaError_t e = g_err; g_err = cudaSuccess; return e; }
 extern "C" cudaError_t cudaPeekAtLastError(void) { return g_err; }
 extern "C" const char *cudaGetErrorString(cudaError_t e) {
@@ -97,6 +178,9 @@ extern "C" const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     default: return "unspecified launch failure";
     }
 }
@@ -107,6 +191,9 @@ extern "C" const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     default: return "cudaErrorLaunchFailure";
     }
 }
@@ -135,7 +222,13 @@ static double emu_now(void) {
 }
 extern "C" cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new emu_event{0.0, 0}; return cudaSuccess; }
 extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { e->t = emu_now(); e->recorded = 1; return cudaSuccess; }
+extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (g_capturing) return capture_violation("cudaEventRecord");      /* bench --profile: no graphs */
+    (void)s;
+    e->t = emu_now();
+    e->recorded = 1;
+    return cudaSuccess;
+}
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     if (!a->recorded || !b->recorded) return cudaErrorNotReady;
@@ -148,12 +241,20 @@ extern "C" cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int
 
 /* ------------------------------------------------------------------ cuBLAS */
 
-struct emu_blas { int mode; };
-extern "C" cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new emu_blas{0}; return CUBLAS_STATUS_SUCCESS; }
+struct emu_blas { int mode; cudaStream_t stream; };
+extern "C" cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new emu_blas{0, nullptr}; return CUBLAS_STATUS_SUCCESS; }
+extern "C" cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { h->stream = s; return CUBLAS_STATUS_SUCCESS; }
+extern "C" cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *, size_t) { return CUBLAS_STATUS_SUCCESS; }
+/* a checked call's work: run now, or recorded when the handle's stream captures */
+static cublasStatus_t blas_on_stream(cublasHandle_t h, std::function<void()> op) {
+    return on_stream(h->stream, "a cuBLAS call on another stream", std::move(op)) == cudaSuccess
+               ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+}
 extern "C" cublasStatus_t cublasDestroy(cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
 extern "C" cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->mode = (int)m; return CUBLAS_STATUS_SUCCESS; }
 extern "C" const char *cublasGetStatusString(cublasStatus_t s) {
-    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : s == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED" : "CUBLAS_STATUS_INVALID_VALUE";
+    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : s == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED"
+           : s == CUBLAS_STATUS_EXECUTION_FAILED ? "CUBLAS_STATUS_EXECUTION_FAILED" : "CUBLAS_STATUS_INVALID_VALUE";
 }
 /* C (m x n, ldc) = alpha op(A) op(B) + beta C, column-major, accumulated in double; C is not
  * read when beta == 0. A and B are fp32 or bf16 (raw bits: the high half of a float). */
@@ -171,13 +272,14 @@ static uint16_t emu_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
-static cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-                               const void *A, int a16, int lda, const void *B, int b16, int ldb, float beta, void *C,
-                               int c16, int ldc) {
+static cublasStatus_t emu_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                               float alpha, const void *A, int a16, int lda, const void *B, int b16, int ldb,
+                               float beta, void *C, int c16, int ldc) {
     if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
     if (lda < (ta == CUBLAS_OP_N ? (m > 1 ? m : 1) : (k > 1 ? k : 1))) return CUBLAS_STATUS_INVALID_VALUE;
     if (ldb < (tb == CUBLAS_OP_N ? (k > 1 ? k : 1) : (n > 1 ? n : 1))) return CUBLAS_STATUS_INVALID_VALUE;
     if (ldc < (m > 1 ? m : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+    return blas_on_stream(h, [=]() {
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
             double s = 0;
@@ -192,14 +294,14 @@ static cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m
             if (c16) ((uint16_t *)C)[ci] = emu_bf16(r);
             else ((float *)C)[ci] = r;
         }
-    return CUBLAS_STATUS_SUCCESS;
+    });
 }
-extern "C" cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+extern "C" cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                       const float *alpha, const float *A, int lda, const float *B, int ldb,
                                       const float *beta, float *C, int ldc) {
-    return emu_gemm(ta, tb, m, n, k, *alpha, A, 0, lda, B, 0, ldb, *beta, C, 0, ldc);
+    return emu_gemm(h, ta, tb, m, n, k, *alpha, A, 0, lda, B, 0, ldb, *beta, C, 0, ldc);
 }
-extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                        const void *alpha, const void *A, cudaDataType_t at, int lda, const void *B,
                                        cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct, int ldc,
                                        cublasComputeType_t compute, cublasGemmAlgo_t) {
@@ -209,27 +311,29 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cub
         (at != CUDA_R_32F && at != CUDA_R_16BF) || (bt != CUDA_R_32F && bt != CUDA_R_16BF) ||
         (ct == CUDA_R_16BF && (at != CUDA_R_16BF || bt != CUDA_R_16BF)))
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    return emu_gemm(ta, tb, m, n, k, *(const float *)alpha, A, at == CUDA_R_16BF, lda, B, bt == CUDA_R_16BF, ldb,
+    return emu_gemm(h, ta, tb, m, n, k, *(const float *)alpha, A, at == CUDA_R_16BF, lda, B, bt == CUDA_R_16BF, ldb,
                     *(const float *)beta, C, ct == CUDA_R_16BF, ldc);
 }
 
 /* y = alpha op(A) x + beta y, A column-major (m x n, lda); y is not read when beta == 0 */
-extern "C" cublasStatus_t cublasSgemv(cublasHandle_t, cublasOperation_t trans, int m, int n, const float *alpha,
-                                      const float *A, int lda, const float *x, int incx, const float *beta, float *y,
+extern "C" cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t trans, int m, int n, const float *alpha_p,
+                                      const float *A, int lda, const float *x, int incx, const float *beta_p, float *y,
                                       int incy) {
     if (m < 0 || n < 0 || lda < (m > 1 ? m : 1) || incx == 0 || incy == 0) return CUBLAS_STATUS_INVALID_VALUE;
     if (incx < 0 || incy < 0) return CUBLAS_STATUS_INVALID_VALUE;     /* not used by skiplm */
-    int ny = trans == CUBLAS_OP_N ? m : n, nx = trans == CUBLAS_OP_N ? n : m;
-    for (int i = 0; i < ny; i++) {
-        double s = 0;
-        for (int p = 0; p < nx; p++) {
-            float a = trans == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
-            s += (double)a * x[(size_t)p * incx];
+    const float alpha = *alpha_p, beta = *beta_p;      /* host scalars: read at the call */
+    return blas_on_stream(h, [=]() {
+        int ny = trans == CUBLAS_OP_N ? m : n, nx = trans == CUBLAS_OP_N ? n : m;
+        for (int i = 0; i < ny; i++) {
+            double s = 0;
+            for (int p = 0; p < nx; p++) {
+                float a = trans == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
+                s += (double)a * x[(size_t)p * incx];
+            }
+            float *c = &y[(size_t)i * incy];
+            *c = beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + beta * (double)*c);
         }
-        float *c = &y[(size_t)i * incy];
-        *c = *beta == 0.0f ? (float)(*alpha * s) : (float)(*alpha * s + *beta * (double)*c);
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    });
 }
 
 /* ------------------------------------------------------------- the blocks */
@@ -382,7 +486,10 @@ static void run_block(int nt) {
     }
 }
 
-void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+static void run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+
+/* a launch is checked at once, then run, or recorded when its stream captures */
+void emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const std::function<void()> &body) {
     int nt = (int)(block.x * block.y * block.z);
     if (block.y != 1 || block.z != 1 || nt < 1 || nt > MAX_THREADS || grid.x < 1 || grid.y < 1 || grid.z < 1 ||
         grid.y > 65535 || grid.z > 65535 || smem > SMEM_MAX) {
@@ -390,6 +497,13 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> 
         emu_set_error(cudaErrorInvalidConfiguration);
         return;
     }
+    cudaError_t e = on_stream(stream, "a kernel launch on another stream",
+                              [grid, block, smem, b = body]() { run_grid(grid, block, smem, b); });
+    if (e != cudaSuccess) emu_set_error(e);
+}
+
+static void run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+    const int nt = (int)(block.x * block.y * block.z);
     if (!g_stacks) {
         g_stacks = (char *)malloc((size_t)MAX_THREADS * STACK);
         g_fib.resize(MAX_THREADS);

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <tuple>
+#include <utility>
 #include <type_traits>
 
 #define __global__
@@ -56,11 +58,20 @@ static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4);
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int min(int a, int b) { return a < b ? a : b; }
 
-void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+void emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const std::function<void()> &body);
 #define DYN_SMEM(name) float *name = (float *)emu_dyn_smem()
 #define DYN_SMEM_BYTES(name) unsigned char *name = (unsigned char *)emu_dyn_smem()
 #define __syncwarp() emu_syncwarp()
+/* the arguments are evaluated and copied at the launch, as CUDA copies kernel parameters
+ * (a launch recorded into a graph keeps the values it was captured with) */
+template <typename... P> static auto emu_fn(void (*f)(P...)) { return f; }
+template <typename F> struct emu_params;
+template <typename... P> struct emu_params<void (*)(P...)> { using type = std::tuple<std::decay_t<P>...>; };
+template <typename F, typename T> static std::function<void()> emu_bind(F f, T vals) {
+    return [f, vals]() { std::apply(f, vals); };
+}
 #define LAUNCH(kernel, grid, block, smem, ...) \
-    emu_launch(dim3(grid), dim3(block), (size_t)(smem), [=]() { kernel(__VA_ARGS__); })
+    emu_launch(dim3(grid), dim3(block), (size_t)(smem), sk_cu_stream, \
+               emu_bind(emu_fn(kernel), typename emu_params<decltype(emu_fn(kernel))>::type(__VA_ARGS__)))
 #include "sk_wmma_emu.h"
 #endif

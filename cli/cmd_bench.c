@@ -165,6 +165,7 @@ static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precisio
         printf("  GPU memory in use %.2f GiB of %.2f GiB\n", used / 1073741824.0, total / 1073741824.0);
     if (profile) {       /* decoding after a 1-token prompt, per op: unprofiled, then profiled */
         double tp2, tg2;
+        sk_cuda_kvcache_set_graphs(kv, 0);      /* a profiled step has no graph: compare like with like */
         if (gen_cuda_run(cm, kv, &zero, 1, n, V, logits, &tp, &tg)) return cli_fail("bench");
         sk_cuda_profile_start();
         if (gen_cuda_run(cm, kv, &zero, 1, n, V, logits, &tp2, &tg2)) return cli_fail("bench");

@@ -117,8 +117,10 @@ int sk_cuda_kvcache_pos(const sk_cuda_kvcache *kv);                 /* tokens in
 size_t sk_cuda_kvcache_bytes(const sk_cuda_kvcache *kv);            /* bytes of cached K/V */
 size_t sk_cuda_kvcache_bytes_full(const sk_cuda_kvcache *kv);       /* same model without SLA's savings */
 /* 1 when single-token steps run as a CUDA graph (the default; SKIPLM_CUDA_GRAPHS=0 at
- * sk_cuda_kvcache_new turns it off; a failed capture turns it off with a warning) */
+ * sk_cuda_kvcache_new, or sk_cuda_kvcache_set_graphs, turns it off; so does a failed
+ * capture, with a warning) */
 int sk_cuda_kvcache_graphs(const sk_cuda_kvcache *kv);
+void sk_cuda_kvcache_set_graphs(sk_cuda_kvcache *kv, int on);      /* turn them on or off */
 /* As sk_model_decode: append n tokens at positions pos..pos+n-1 (a batched prefill in chunks
  * through the fused attention) and copy the logits (vocab_size floats) of the last one to
  * the host (logits may be NULL). Fails with SK_EINVAL when they do not fit in the cache. */

@@ -12,6 +12,7 @@
 struct sk_cuda_model {
     sk_model *m;                      /* host model: config, routing, tensor table (not owned) */
     sk_cuda_precision prec;
+    unsigned long long serial;        /* unique per device model made in this process */
     cublasHandle_t blas;
     float *params, *grads, *mom, *vel;   /* device, n_params floats each */
     uint16_t *params16;               /* SK_CUDA_BF16: params rounded to bf16 (same layout), else NULL */

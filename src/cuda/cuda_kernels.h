@@ -15,9 +15,9 @@
 extern "C" {
 #endif
 
-/* The stream every launch goes to: 0 (the legacy default stream), except while cached
- * generation captures a decoding step into a CUDA graph (infer_cuda.c). */
-extern cudaStream_t sk_cu_stream;
+/* The stream every launch from this thread goes to: 0 (the legacy default stream), except
+ * while cached generation captures a decoding step into a CUDA graph (infer_cuda.c). */
+extern __thread cudaStream_t sk_cu_stream;
 
 /* The same layout as sk_span (include/skiplm_train.h); model_cuda.c asserts it. */
 typedef struct { size_t offset, n; int decay; } cu_span;

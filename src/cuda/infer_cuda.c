@@ -43,19 +43,20 @@ struct sk_cuda_kvcache {
     cudaStream_t stream;             /* the graph's stream (non-blocking) */
     cudaEvent_t ready;               /* recorded on the legacy stream: the graph waits for it */
     cudaGraphExec_t *exec;           /* [s]: the step for positions with s splits, or NULL */
+    unsigned char *warm;             /* [s]: a step with s splits ran without a graph already */
     int n_exec;                      /* cu_decode_splits(max_T) + 1 */
-    const sk_cuda_model *exec_cm;    /* the device model they were captured with */
+    unsigned long long exec_serial;  /* the device model they were captured with (its serial) */
     float *logits_h;                 /* pinned host: the step's logits (vocab_size) */
     void *blas_ws;                   /* cuBLAS workspace while capturing */
 };
 
-#define SK_CUDA_GRAPH_WS ((size_t)8 << 20)
+#define SK_CUDA_GRAPH_WS ((size_t)32 << 20)   /* cuBLAS's recommendation on Hopper */
 
 void sk_cuda_kvcache_free(sk_cuda_kvcache *kv) {
     if (!kv) return;
     for (int i = 0; kv->exec && i < kv->n_exec; i++)
         if (kv->exec[i]) cudaGraphExecDestroy(kv->exec[i]);
-    free(kv->exec);
+    free(kv->exec); free(kv->warm);
     if (kv->stream) cudaStreamDestroy(kv->stream);
     if (kv->ready) cudaEventDestroy(kv->ready);
     cudaFree(kv->mem); cudaFree(kv->tok); cudaFree(kv->blas_ws);
@@ -68,6 +69,7 @@ size_t sk_cuda_kvcache_bytes_full(const sk_cuda_kvcache *kv) { return kv->floats
 int sk_cuda_kvcache_pos(const sk_cuda_kvcache *kv) { return kv->pos; }
 void sk_cuda_kvcache_reset(sk_cuda_kvcache *kv) { kv->pos = 0; }
 int sk_cuda_kvcache_graphs(const sk_cuda_kvcache *kv) { return kv->graphs; }
+void sk_cuda_kvcache_set_graphs(sk_cuda_kvcache *kv, int on) { kv->graphs = on != 0; }
 
 /* Lays out (or counts, base == NULL) the K/V of every layer, then the chunk scratch; each
  * view 256-byte aligned. */
@@ -126,17 +128,17 @@ static int kvcache_new(sk_cuda_kvcache *kv, const sk_model *m, int max_T, int ch
     kv->slot_d = kv->tok + 1 + kv->chunk;
     CU(cudaMemcpy(kv->slot_d, kv->slot, nslot * sizeof(int), cudaMemcpyHostToDevice));
     CU(cudaMallocHost((void **)&kv->io_h, (1 + (size_t)kv->chunk) * sizeof(int32_t)));
+    /* what the decoding graphs need, made whether they start on or off (set_graphs) */
     const char *g = getenv("SKIPLM_CUDA_GRAPHS");
     kv->graphs = !(g && !strcmp(g, "0"));
-    if (kv->graphs) {
-        CU(cudaMallocHost((void **)&kv->logits_h, (size_t)m->cfg.vocab_size * sizeof(float)));
-        TRY(sk_cu_alloc(&kv->blas_ws, SK_CUDA_GRAPH_WS, "the cuBLAS workspace of the decoding graph"));
-        CU(cudaStreamCreateWithFlags(&kv->stream, cudaStreamNonBlocking));
-        CU(cudaEventCreate(&kv->ready));
-        kv->n_exec = cu_decode_splits(max_T) + 1;
-        kv->exec = calloc((size_t)kv->n_exec, sizeof *kv->exec);
-        if (!kv->exec) return sk_error(SK_ENOMEM, "out of memory");
-    }
+    CU(cudaMallocHost((void **)&kv->logits_h, (size_t)m->cfg.vocab_size * sizeof(float)));
+    TRY(sk_cu_alloc(&kv->blas_ws, SK_CUDA_GRAPH_WS, "the cuBLAS workspace of the decoding graph"));
+    CU(cudaStreamCreateWithFlags(&kv->stream, cudaStreamNonBlocking));
+    CU(cudaEventCreateWithFlags(&kv->ready, cudaEventDisableTiming));
+    kv->n_exec = cu_decode_splits(max_T) + 1;
+    kv->exec = calloc((size_t)kv->n_exec, sizeof *kv->exec);
+    kv->warm = calloc((size_t)kv->n_exec, 1);
+    if (!kv->exec || !kv->warm) return sk_error(SK_ENOMEM, "out of memory");
     return SK_OK;
 }
 
@@ -315,21 +317,32 @@ static int capture_step(sk_cuda_model *cm, sk_cuda_kvcache *kv, int pos0, cudaGr
 /* n (<= kv->chunk) tokens at positions pos..pos+n-1. A single token goes through the step's
  * graph when graphs are on (not while bench --profile records, nor with SKIPLM_CUDA_SYNC=1):
  * one launch instead of ten or more per layer. One graph per split count of the decoding
- * attention, captured the first time a position needs it and kept (all dropped when another
- * device model decodes into this cache). A capture that fails turns graphs off for this
- * cache, with a warning, and the step runs without. */
+ * attention, captured the second time a position needs it (the first step runs its kernels
+ * and cuBLAS calls directly, so that nothing is loaded or initialised for the first time
+ * inside a capture) and kept; all are dropped when another device model decodes into this
+ * cache. A capture that fails turns graphs off for this cache, with a warning, and the step
+ * runs without. */
 static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *tok, int n, float *logits) {
     const int pos0 = kv->pos, V = cm->m->cfg.vocab_size;
     kv->io_h[0] = pos0;
     memcpy(kv->io_h + 1, tok, sizeof(int32_t) * n);
     if (n == 1 && kv->graphs && !sk_cu_prof_on() && !sk_cu_sync_each()) {
-        if (kv->exec_cm != cm) {
-            for (int i = 0; i < kv->n_exec; i++)
+        if (kv->exec_serial != cm->serial) {
+            for (int i = 0; i < kv->n_exec; i++) {
                 if (kv->exec[i]) { cudaGraphExecDestroy(kv->exec[i]); kv->exec[i] = NULL; }
-            kv->exec_cm = cm;
+                kv->warm[i] = 0;
+            }
+            kv->exec_serial = cm->serial;
         }
-        cudaGraphExec_t *exec = &kv->exec[cu_decode_splits(pos0 + 1)];
-        int rc = *exec ? SK_OK : capture_step(cm, kv, pos0, exec);
+        const int sp = cu_decode_splits(pos0 + 1);
+        cudaGraphExec_t *exec = &kv->exec[sp];
+        int rc = *exec || !kv->warm[sp] ? SK_OK : capture_step(cm, kv, pos0, exec);
+        if (rc == SK_OK && !*exec) {             /* the warm-up step */
+            TRY(decode_work(cm, kv, n, pos0, logits, 0));
+            kv->warm[sp] = 1;
+            kv->pos += n;
+            return SK_OK;
+        }
         if (rc == SK_OK) {
             /* the non-blocking stream does not wait for the legacy one by itself: a prefill
              * (or an upload, a training step) may still be running there */

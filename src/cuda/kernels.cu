@@ -70,7 +70,7 @@ __device__ double block_sum_d(double v) {
 
 /* ------------------------------------------------------------------ embeddings */
 
-extern "C" { cudaStream_t sk_cu_stream = 0; }
+extern "C" { __thread cudaStream_t sk_cu_stream = 0; }
 
 __global__ void encoder_fwd_k(float *out, const int32_t *tok, const float *wte, const float *wpe, const int32_t *pos0_d,
                               int T, int C, size_t n) {

@@ -145,7 +145,13 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int
     BLAS(cublasCreate(&cm->blas));
     if (prec != SK_CUDA_FP32 && prec != SK_CUDA_TF32 && prec != SK_CUDA_BF16)
         return sk_error(SK_EINVAL, "CUDA: unknown precision %d", (int)prec);
-    BLAS(cublasSetMathMode(cm->blas, prec == SK_CUDA_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    /* bf16: no reduced-precision (bf16) split-K reductions when a GEMM writes bf16 (the logits) */
+    BLAS(cublasSetMathMode(cm->blas, prec == SK_CUDA_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                     : prec == SK_CUDA_BF16
+                                         ? (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)
+                                         : CUBLAS_DEFAULT_MATH));
+    static unsigned long long serial;        /* tells device models apart (KV cache graphs) */
+    cm->serial = ++serial;
     size_t P = m->n_params * sizeof(float);
     TRY(sk_cu_alloc(&cm->params, P, "the parameters"));
     CU(cudaMemcpy(cm->params, m->params, P, cudaMemcpyHostToDevice));
@@ -670,9 +676,11 @@ static int download_logits(sk_cuda_model *cm, float *out, int N) {
                     N, cudaMemcpyDeviceToHost));
     for (int r = 0; r < N; r++) {
         float *row = out + (size_t)r * V;
-        const uint16_t *h = (const uint16_t *)row + V;
+        const unsigned char *h = (const unsigned char *)row + sizeof(uint16_t) * V;
         for (int v = 0; v < V; v++) {
-            uint32_t u = (uint32_t)h[v] << 16;
+            uint16_t b16;
+            memcpy(&b16, h + sizeof(uint16_t) * v, sizeof b16);
+            uint32_t u = (uint32_t)b16 << 16;
             memcpy(row + v, &u, sizeof u);
         }
     }

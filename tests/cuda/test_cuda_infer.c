@@ -256,9 +256,11 @@ static void run_api(void) {
 }
 
 /* Single-token steps as CUDA graphs (the default) against the same steps without
- * (SKIPLM_CUDA_GRAPHS=0): the same kernels, so bit-identical logits at every position,
- * across the 128-key split boundary (the graph is captured again there), in fp32 and bf16;
- * a prefill in between (not a graph) and a reset keep them equal; graphs stay on. */
+ * (SKIPLM_CUDA_GRAPHS=0): the same kernels, so the same logits at every position (1e-5: on
+ * a GPU cuBLAS may pick another algorithm with the graph's workspace; 0 on the emulator),
+ * across the 128-key split boundary (a graph per split count), in fp32 and bf16; a prefill
+ * in between (not a graph) and a reset keep them equal; graphs stay on. A graph replayed
+ * with stale positions or grids is off by ~1e-2. */
 static void run_graphs(const char *name, const char *fields, int prec) {
     sk_config cfg;
     if (test_config(fields, &cfg)) { CHECK2(0, "graphs %s: config", name); return; }
@@ -276,7 +278,6 @@ static void run_graphs(const char *name, const char *fields, int prec) {
     unsetenv("SKIPLM_CUDA_GRAPHS");
     if (rc) { CHECK2(0, "graphs %s: setup: %s", name, sk_last_error()); goto done; }
     double worst = 0;
-    int same = 1;
     for (int round = 0; round < 2; round++) {        /* the second after a reset */
         if (sk_cuda_prefill(cm, kg, tok, P, a) || sk_cuda_prefill(cm, kd, tok, P, b)) {
             CHECK2(0, "graphs %s: prefill: %s", name, sk_last_error());
@@ -288,21 +289,20 @@ static void run_graphs(const char *name, const char *fields, int prec) {
                 goto done;
             }
             worst = fmax(worst, max_abs_diff(a, b, V));
-            same &= memcmp(a, b, sizeof(float) * V) == 0;
             if (t == P + 5 && round == 0) {             /* a 3-token prefill between steps */
                 if (sk_cuda_prefill(cm, kg, tok, 3, a) || sk_cuda_prefill(cm, kd, tok, 3, b)) {
                     CHECK2(0, "graphs %s: mid prefill: %s", name, sk_last_error());
                     goto done;
                 }
-                same &= memcmp(a, b, sizeof(float) * V) == 0;
+                worst = fmax(worst, max_abs_diff(a, b, V));
             }
         }
         sk_cuda_kvcache_reset(kg);
         sk_cuda_kvcache_reset(kd);
     }
-    CHECK2(same && sk_cuda_kvcache_graphs(kg) == 1 && sk_cuda_kvcache_graphs(kd) == 0,
-           "graphs %s (%s): %d steps from position %d (across the 128-key split) with graphs == without, bit for bit "
-           "(max |diff| %.2e), twice; graphs on %d / off %d", name, prec == SK_CUDA_BF16 ? "bf16" : "fp32", steps, P,
+    CHECK2(worst <= 1e-5 && sk_cuda_kvcache_graphs(kg) == 1 && sk_cuda_kvcache_graphs(kd) == 0,
+           "graphs %s (%s): %d steps from position %d (across the 128-key split) with graphs == without "
+           "(max |diff| %.2e, tolerance 1e-5), twice; graphs on %d / off %d", name, prec == SK_CUDA_BF16 ? "bf16" : "fp32", steps, P,
            worst, sk_cuda_kvcache_graphs(kg), sk_cuda_kvcache_graphs(kd));
 done:
     free(tok); free(a); free(b);

@@ -29,7 +29,7 @@ typedef enum {
 #define cudaStreamNonBlocking 0x01
 cudaError_t cudaMalloc(void **p, size_t n);
 cudaError_t cudaFree(void *p);
-cudaError_t cudaMallocHost(void **p, size_t n);   /* plain host memory, NaN-filled */
+cudaError_t cudaMallocHost(void **p, size_t n);   /* host memory, NaN-filled, remembered as pinned */
 cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaSetDevice(int d);                 /* devices 0 .. SK_EMU_GPUS-1 (default 1) */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k);
@@ -46,6 +46,8 @@ cudaError_t cudaGetDevice(int *d);
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d);
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b);
 cudaError_t cudaEventCreate(cudaEvent_t *e);
+#define cudaEventDisableTiming 0x02
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
@@ -53,9 +55,10 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v);
 /* Streams and graphs: everything runs synchronously, so a stream only matters for capture.
  * While a stream captures, kernel launches, cudaMemcpyAsync and cuBLAS calls on it are
- * recorded (not run) into the graph; a launch or cuBLAS call on another stream, and any
+ * recorded (not run) into the graph; a launch or cuBLAS call on another stream, any
  * synchronous call (cudaMemcpy, cudaMemset, cudaDeviceSynchronize, cudaStreamSynchronize),
- * is an error that invalidates the capture (stricter than CUDA, which runs a launch on an
+ * an allocation or a free, and a cudaMemcpyAsync whose host side is not pinned
+ * (cudaMallocHost) is an error that invalidates the capture (stricter than CUDA, which runs a launch on an
  * unrelated stream uncaptured: the step would silently not be in the graph).
  * cudaGraphLaunch runs the recorded operations in order. */
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <mutex>
 #include <ucontext.h>
 #include <unordered_map>
@@ -63,7 +64,16 @@ static void *emu_alloc(size_t n) {
     if (p) memset(p, 0xff, n);        /* NaN floats: reads of unwritten memory show */
     return p;
 }
+static std::map<const char *, size_t> g_pinned;   /* cudaMallocHost blocks, for async copies */
+static bool is_pinned(const void *p, size_t n) {
+    std::lock_guard<std::mutex> lk(g_mem_mu);
+    auto it = g_pinned.upper_bound((const char *)p);
+    if (it == g_pinned.begin()) return false;
+    --it;
+    return (const char *)p + n <= it->first + it->second;
+}
 extern "C" cudaError_t cudaMalloc(void **p, size_t n) {
+    if (g_capturing) return capture_violation("cudaMalloc");
     *p = emu_alloc(n);
     if (!*p) return cudaErrorMemoryAllocation;
     std::lock_guard<std::mutex> lk(g_mem_mu);
@@ -72,6 +82,7 @@ extern "C" cudaError_t cudaMalloc(void **p, size_t n) {
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaFree(void *p) {
+    if (g_capturing) return capture_violation("cudaFree");
     if (!p) return cudaSuccess;
     {
         std::lock_guard<std::mutex> lk(g_mem_mu);
@@ -84,10 +95,23 @@ extern "C" cudaError_t cudaFree(void *p) {
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaMallocHost(void **p, size_t n) {
+    if (g_capturing) return capture_violation("cudaMallocHost");
     *p = emu_alloc(n);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (!*p) return cudaErrorMemoryAllocation;
+    std::lock_guard<std::mutex> lk(g_mem_mu);
+    g_pinned[(const char *)*p] = n;
+    return cudaSuccess;
 }
-extern "C" cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
+extern "C" cudaError_t cudaFreeHost(void *p) {
+    if (g_capturing) return capture_violation("cudaFreeHost");
+    if (!p) return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> lk(g_mem_mu);
+        if (!g_pinned.erase((const char *)p)) return cudaErrorInvalidValue;
+    }
+    free(p);
+    return cudaSuccess;
+}
 /* SK_EMU_GPUS=n (default 1) emulated devices, all the same memory; the current one is remembered */
 static int emu_devices(void) {
     const char *v = getenv("SK_EMU_GPUS");
@@ -105,7 +129,11 @@ extern "C" cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKi
     if (n) memmove(d, s, n);
     return cudaSuccess;
 }
-extern "C" cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) {
+extern "C" cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) {
+    /* in a graph the host side must be pinned: the copy happens at each replay */
+    if (g_capturing && st == g_capturing && ((k == cudaMemcpyHostToDevice && !is_pinned(s, n)) ||
+                                             (k == cudaMemcpyDeviceToHost && !is_pinned(d, n))))
+        return capture_violation("cudaMemcpyAsync with pageable host memory");
     return on_stream(st, "cudaMemcpyAsync on another stream", [=]() { if (n) memmove(d, s, n); });
 }
 extern "C" cudaError_t cudaMemcpy2D(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, cudaMemcpyKind) {
@@ -221,6 +249,7 @@ static double emu_now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 extern "C" cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new emu_event{0.0, 0}; return cudaSuccess; }
+extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
 extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     if (g_capturing) return capture_violation("cudaEventRecord");      /* bench --profile: no graphs */

@@ -336,14 +336,8 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
         }
         const int sp = cu_decode_splits(pos0 + 1);
         cudaGraphExec_t *exec = &kv->exec[sp];
-        int rc = *exec || !kv->warm[sp] ? SK_OK : capture_step(cm, kv, pos0, exec);
-        if (rc == SK_OK && !*exec) {             /* the warm-up step */
-            TRY(decode_work(cm, kv, n, pos0, logits, 0));
-            kv->warm[sp] = 1;
-            kv->pos += n;
-            return SK_OK;
-        }
-        if (rc == SK_OK) {
+        int rc = !*exec && kv->warm[sp] ? capture_step(cm, kv, pos0, exec) : SK_OK;
+        if (rc == SK_OK && *exec) {
             /* the non-blocking stream does not wait for the legacy one by itself: a prefill
              * (or an upload, a training step) may still be running there */
             CU(cudaEventRecord(kv->ready, 0));
@@ -354,9 +348,12 @@ static int decode_chunk(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *t
             kv->pos += n;
             return SK_OK;
         }
-        fprintf(stderr, "skiplm: capturing the decoding step as a CUDA graph failed (%s); decoding without graphs\n",
-                sk_last_error());
-        kv->graphs = 0;
+        if (rc == SK_OK) kv->warm[sp] = 1;        /* runs directly below; the next one is captured */
+        else {
+            fprintf(stderr, "skiplm: capturing the decoding step as a CUDA graph failed (%s); decoding without "
+                    "graphs\n", sk_last_error());
+            kv->graphs = 0;
+        }
     }
     TRY(decode_work(cm, kv, n, pos0, logits, 0));
     kv->pos += n;

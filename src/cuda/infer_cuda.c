@@ -158,31 +158,26 @@ int sk_cuda_kvcache_new(sk_cuda_kvcache **out, sk_cuda_model *cm, int max_T, int
 
 /* ------------------------------------------------------------------ ops */
 
-/* out (n, OC; row stride ldo) = inp (n, IC) @ w^T + b: one fp32 token by cublasSgemv, a chunk
- * (or, in bf16, any n: the weights' bf16 copy halves a decoding step's reads) by sk_cu_linear,
- * reading inp16 (bf16) when given. w is row-major (OC, IC), i.e. column-major (IC, OC):
- * y = w_cm^T x. */
+/* out (n, OC; row stride ldo) = inp (n, IC) @ w^T, or with acc out += it: one fp32 token by
+ * cublasSgemv, a chunk (or, in bf16, any n: the weights' bf16 copy halves a decoding step's
+ * reads) by sk_cu_linear(_res), reading inp16 (bf16) when given. w is row-major (OC, IC),
+ * i.e. column-major (IC, OC): y = w_cm^T x. The biases are added by the kernels around. */
 static int linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, const uint16_t *inp16, const float *w,
-                  const float *b, int n, int IC, int OC) {
+                  int n, int IC, int OC, int acc) {
     if (n == 1 && cm->prec != SK_CUDA_BF16) {
-        float one = 1.0f, beta = b ? 1.0f : 0.0f;
-        if (b) K(cu_bias_broadcast(out, b, n, OC, ldo));
+        const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
         PROF("GEMV x W^T, one token", BLAS(cublasSgemv(cm->blas, CUBLAS_OP_T, IC, OC, &one, w, IC, inp, 1, &beta, out, 1)));
         return SK_OK;
     }
-    return sk_cu_linear(cm, out, ldo, inp, inp16, w, b, n, IC, OC);
+    return acc ? sk_cu_linear_res(cm, out, out, inp, inp16, w, NULL, n, IC, OC)
+               : sk_cu_linear(cm, out, ldo, inp, inp16, w, NULL, n, IC, OC);
 }
 /* x (n, C) += inp (n, IC) @ w^T + b: a residual branch's projection added in place */
 static int linear_res(sk_cuda_model *cm, float *x, const float *inp, const uint16_t *inp16, const float *w,
                       const float *b, int n, int IC) {
     const int C = cm->m->C;
-    if (n == 1 && cm->prec != SK_CUDA_BF16) {
-        float one = 1.0f;
-        if (b) K(cu_bias_residual(x, x, b, 1, C));
-        PROF("GEMV x W^T, one token", BLAS(cublasSgemv(cm->blas, CUBLAS_OP_T, IC, C, &one, w, IC, inp, 1, &one, x, 1)));
-        return SK_OK;
-    }
-    return sk_cu_linear_res(cm, x, x, inp, inp16, w, b, n, IC, C);
+    if (b) K(cu_bias_residual(x, x, b, n, C));
+    return linear(cm, x, C, inp, inp16, w, n, IC, C, 1);
 }
 
 /* In bf16 the norm and the MLP activation write kv->ln16 / kv->act16 (the GEMMs' bf16
@@ -243,8 +238,8 @@ static int decode_work(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n, int pos0, 
          * training, one GEMM per column range), then bias, RoPE, and k, v to the cache rows */
         const int *cols = m->qkv_cols + (size_t)l * (1 + 2 * Hkv) * 2;
         for (int i = 0; i < m->n_qkv_cols[l]; i++)
-            TRY(linear(cm, kv->qkv + cols[2 * i], m->QKV, kv->ln, ln16, qkvw + (size_t)cols[2 * i] * C, NULL, n, C,
-                       cols[2 * i + 1]));
+            TRY(linear(cm, kv->qkv + cols[2 * i], m->QKV, kv->ln, ln16, qkvw + (size_t)cols[2 * i] * C, n, C,
+                       cols[2 * i + 1], 0));
         K(cu_qkv_to_cache(kv->qkv, n, H, Hkv, hs, qkvb, cm->rope, pos_d, kv->slot_d + l * Hkv, kv->k[l], kv->v[l], ld));
         for (int part = 0; part < m->n_runs[l]; part++) {
             const sk_route *r = &m->runs[(size_t)l * H + part];
@@ -269,7 +264,7 @@ static int decode_work(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n, int pos0, 
         TRY(linear_res(cm, kv->x, kv->att, att16, p->attprojw + (size_t)l * C * C,
                        p->attprojb ? p->attprojb + (size_t)l * C : NULL, n, C));
         TRY(norm(cm, kv, kv->x, p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, n));
-        TRY(linear(cm, kv->fch, Ffc, kv->ln, ln16, p->fcw + (size_t)l * Ffc * C, NULL, n, C, Ffc));
+        TRY(linear(cm, kv->fch, Ffc, kv->ln, ln16, p->fcw + (size_t)l * Ffc * C, n, C, Ffc, 0));
         TRY(mlp_act(cm, kv, p->fcb ? p->fcb + (size_t)l * F : NULL, n));
         TRY(linear_res(cm, kv->x, kv->act, bf16_or_null(cm, kv->act16), p->fcprojw + (size_t)l * C * F,
                        p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F));
@@ -277,7 +272,7 @@ static int decode_work(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n, int pos0, 
     if (out) {
         /* only the last token's logits: final norm of its row, then (1, Vp) = lnf @ wte^T */
         TRY(norm(cm, kv, kv->x + (size_t)(n - 1) * C, p->lnfw, p->lnfb, 1));
-        TRY(linear(cm, kv->logits, m->Vp, kv->ln, ln16, p->wte, NULL, 1, C, m->Vp));
+        TRY(linear(cm, kv->logits, m->Vp, kv->ln, ln16, p->wte, 1, C, m->Vp, 0));
         const size_t bytes = sizeof(float) * m->cfg.vocab_size;
         if (graph) CU(cudaMemcpyAsync(out, kv->logits, bytes, cudaMemcpyDeviceToHost, kv->stream));
         else CU(cudaMemcpy(out, kv->logits, bytes, cudaMemcpyDeviceToHost));

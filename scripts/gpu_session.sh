@@ -80,9 +80,17 @@ train)
         bench --block_size 16384 --batch 1 --seq 16384 --steps 5 --no-gen $prec --profile 2
         bench --block_size 16384 --batch 1 --seq 16384 --steps 5 --no-gen $prec --sla --profile 2
     done
-    # what the tensor-core attention buys at the paper's length: the same bf16 step on the fp32 kernels
+    # what the tensor-core attention buys at the paper's length: the same bf16 step on the fp32
+    # kernels, and on the older wmma kernels (the per-op table shows the attention's share)
     run env SKIPLM_CUDA_TC_ATTN=0 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
         --steps 5 --no-gen --bf16
+    run env SKIPLM_CUDA_TC_ATTN=wmma $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
+        --steps 5 --no-gen --bf16 --profile 2
+    run env SKIPLM_CUDA_TC_ATTN=wmma $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16
+    # the mma.sync attention with blocks of 8 warps (128-row tiles) instead of 4 (64 rows)
+    run env SKIPLM_CUDA_MMA_WARPS=8 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
+        --steps 5 --no-gen --bf16 --profile 2
+    run env SKIPLM_CUDA_MMA_WARPS=8 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16
     ;;
 gen)
     say "gen: $(date -u)"

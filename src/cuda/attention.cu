@@ -363,6 +363,7 @@ static int bwd_launch(const cu_attn *a, const float *dout, float *dq, float *dk,
 
 extern "C" int cu_attn_forward(const cu_attn *a) {
     if (a->B < 1 || a->H < 1 || a->Lq < 1) return 0;
+    if (a->tc == 1) return cu_attn_mma_forward(a);
     if (a->tc) return cu_attn_tc_forward(a);
     if (a->D <= 16) return fwd_launch<16, 64, 64>(a);
     if (a->D <= 32) return fwd_launch<32, 64, 64>(a);
@@ -378,6 +379,7 @@ extern "C" int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, 
     LAUNCH(attn_di_k, (unsigned)((rows + 7) / 8), 256, 0, *a, dout, Di);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
+    if (a->tc == 1) return cu_attn_mma_backward(a, dout, dq, dk, dv, Di);
     if (a->tc) return cu_attn_tc_backward(a, dout, dq, dk, dv, Di);
     if (a->D <= 16) return bwd_launch<16, 64, 64>(a, dout, dq, dk, dv, Di);
     if (a->D <= 32) return bwd_launch<32, 64, 64>(a, dout, dq, dk, dv, Di);

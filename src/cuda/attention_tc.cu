@@ -1,7 +1,9 @@
 /* Fused attention on tensor cores: the kernels of attention.cu (same grids, same tiles of
  * work, same online softmax, dropout hash, lse and Di, the same += into dq/dk/dv) with the
  * five matrix products done by bf16 warp-matrix instructions (nvcuda::wmma, m16n16k16,
- * fp32 accumulation). Used for --bf16 (cu_attn.tc); the fp32 kernels stay the parity path.
+ * fp32 accumulation). With cu_attn.tc == 2 (SKIPLM_CUDA_TC_ATTN=wmma): --bf16 uses the
+ * mma.sync kernels of attention_mma.cu, which round the same values at the same points, and
+ * the tests compare the two; the fp32 kernels stay the parity path.
  *
  * What is rounded to bf16: Q (after the softmax scale), K, V and dO as their tiles are
  * loaded; P (after the running max is subtracted, and the dropout mask applied) before P V

@@ -17,8 +17,10 @@ struct sk_cuda_model {
     float *params, *grads, *mom, *vel;   /* device, n_params floats each */
     uint16_t *params16;               /* SK_CUDA_BF16: params rounded to bf16 (same layout), else NULL */
     uint16_t *op16[2]; size_t op16_n[2];  /* SK_CUDA_BF16: the GEMM's activation operands in bf16 */
-    int attn_tc;                      /* attention on tensor cores (cu_attn.tc): SK_CUDA_BF16 unless
-                                         SKIPLM_CUDA_TC_ATTN=0; single-token decoding stays fp32 */
+    int attn_tc;                      /* attention on tensor cores (cu_attn.tc): 1 with SK_CUDA_BF16
+                                         unless SKIPLM_CUDA_TC_ATTN=0 (0) or =wmma (2); single-token
+                                         decoding stays fp32 */
+    int attn_warps;                   /* cu_attn.mma_warps: SKIPLM_CUDA_MMA_WARPS (4 or 8), default 4 */
     sk_params p, g;                   /* device views (sk_params_views on the device buffers) */
     float *pos_table;                 /* sinusoidal positions (block_size, C), or NULL */
     float *rope;                      /* RoPE table (block_size, hs/2, 2), or NULL */

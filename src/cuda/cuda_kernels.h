@@ -124,7 +124,11 @@ typedef struct {
     float inv_keep;
     uint64_t seed;
     float *lse;
-    int tc;                        /* 1: bf16 operands on tensor cores (attention_tc.cu) */
+    int tc;                        /* bf16 operands on tensor cores: 1 (--bf16), the mma.sync
+                                      kernels of attention_mma.cu; 2, the wmma kernels of
+                                      attention_tc.cu (a second implementation the tests
+                                      compare with); 0: fp32 */
+    int mma_warps;                 /* tc == 1: warps per block, 8 (tiles of 128 rows) or else 4 (64) */
     const int32_t *pos_d;          /* cu_attn_decode only: if set, the query's position on the
                                       device, and Lk = *pos_d + 1 (<= Lk, same split count) */
 } cu_attn;
@@ -136,6 +140,9 @@ int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, float *dk, 
 /* The tensor-core kernels behind a->tc (attention_tc.cu); cu_attn_backward computes Di first. */
 int cu_attn_tc_forward(const cu_attn *a);
 int cu_attn_tc_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di);
+/* The register-resident (mma.sync) kernels behind a->tc == 1 (attention_mma.cu). */
+int cu_attn_mma_forward(const cu_attn *a);
+int cu_attn_mma_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di);
 
 /* ---------------------------------------------- cached generation (infer_kernels.cu)
  * Single-query attention over a KV cache (one decoding step): a->Lq must be 1 and every key

@@ -136,10 +136,15 @@ void sk_cuda_model_free(sk_cuda_model *cm) {
 static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int training) {
     cm->m = m; cm->prec = prec;
     const char *tc = getenv("SKIPLM_CUDA_TC_ATTN");
-    if (tc && *tc && strcmp(tc, "0") && strcmp(tc, "1"))
-        return sk_error(SK_EINVAL, "SKIPLM_CUDA_TC_ATTN='%s': give 0 (the fp32 attention kernels) or 1 (tensor "
-                        "cores with --bf16, the default)", tc);
-    cm->attn_tc = prec == SK_CUDA_BF16 && !(tc && !strcmp(tc, "0"));
+    if (tc && *tc && strcmp(tc, "0") && strcmp(tc, "1") && strcmp(tc, "wmma"))
+        return sk_error(SK_EINVAL, "SKIPLM_CUDA_TC_ATTN='%s': give 0 (the fp32 attention kernels), 1 (tensor "
+                        "cores with --bf16, the default) or wmma (the older tensor-core kernels)", tc);
+    cm->attn_tc = prec != SK_CUDA_BF16 || (tc && !strcmp(tc, "0")) ? 0 : tc && !strcmp(tc, "wmma") ? 2 : 1;
+    const char *w = getenv("SKIPLM_CUDA_MMA_WARPS");
+    if (w && *w && strcmp(w, "4") && strcmp(w, "8"))
+        return sk_error(SK_EINVAL, "SKIPLM_CUDA_MMA_WARPS='%s': give 4 (tiles of 64 rows, the default) or 8 (128 "
+                        "rows) warps per block of the tensor-core attention", w);
+    cm->attn_warps = w && !strcmp(w, "8") ? 8 : 4;
     if (m->hs > 128)
         return sk_error(SK_EINVAL, "CUDA: head size %d is above the attention kernel's 128", m->hs);
     BLAS(cublasCreate(&cm->blas));
@@ -520,6 +525,7 @@ static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int 
               ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
     a->lse = la->lse + (size_t)B * h0 * T;
     a->tc = cm->attn_tc;
+    a->mma_warps = cm->attn_warps;
 }
 
 static int attn_rc(int rc, const char *what, int l, int part) {

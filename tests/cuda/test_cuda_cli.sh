@@ -5,8 +5,9 @@
 #  1. train: 6 steps (SLA, grad-accum 2, validation, a checkpoint at step 3) on either device:
 #     loss curve, val loss and the checkpoints (weights, AdamW m and v) within 1e-4;
 #  2. eval of the GPU's checkpoint: the same loss (1e-5 relative) and --dump-logits (1e-4)
-#     on both devices; with --bf16 near it (1e-2) but not equal; a bad SKIPLM_CUDA_TC_ATTN
-#     is refused;
+#     on both devices; with --bf16 near it (1e-2) but not equal, and the same (1e-3) on the
+#     older wmma attention kernels (SKIPLM_CUDA_TC_ATTN=wmma) and with blocks of 8 warps
+#     (SKIPLM_CUDA_MMA_WARPS=8); a bad SKIPLM_CUDA_TC_ATTN or SKIPLM_CUDA_MMA_WARPS is refused;
 #  3. sample --device cuda writes the CPU's text for the same seed (temperature, top-k);
 #     --bf16 writes as many tokens;
 #  4. a GPU run resumed on the CPU (and a CPU run resumed on the GPU) ends where the
@@ -69,7 +70,16 @@ check "eval --device cuda --bf16: loss $lb near fp32 $lc (1e-2) but not equal" n
 SKIPLM_CUDA_TC_ATTN=no $SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-batches 1 --device cuda --bf16 \
     >/dev/null 2>"$tmp/tc.err"; rc=$?
 check "SKIPLM_CUDA_TC_ATTN=no refused (rc $rc): $(grep -m1 -o "SKIPLM_CUDA_TC_ATTN='no'[^(]*" "$tmp/tc.err")" \
-    eval '[ $rc -ne 0 ] && grep -q "give 0 (the fp32 attention kernels) or 1" "$tmp/tc.err"'
+    eval '[ $rc -ne 0 ] && grep -q "give 0 (the fp32 attention kernels), 1" "$tmp/tc.err"'
+lw=$(SKIPLM_CUDA_TC_ATTN=wmma $SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-batches 12 --device cuda --bf16 \
+    2>/dev/null | awk '{print $2}')
+check "eval --bf16, SKIPLM_CUDA_TC_ATTN=wmma: loss $lw == the mma kernels' $lb (1e-3)" rel_ok "${lw:-nan}" "${lb:-nan}" 1e-3
+l8=$(SKIPLM_CUDA_MMA_WARPS=8 $SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-batches 12 --device cuda --bf16 \
+    2>/dev/null | awk '{print $2}')
+SKIPLM_CUDA_MMA_WARPS=6 $SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-batches 1 --device cuda --bf16 \
+    >/dev/null 2>"$tmp/w.err"; rc=$?
+check "eval --bf16, SKIPLM_CUDA_MMA_WARPS=8: loss $l8 == 4 warps' $lb (1e-3); =6 refused (rc $rc)" \
+    eval 'rel_ok "${l8:-nan}" "${lb:-nan}" 1e-3 && [ $rc -ne 0 ] && grep -q "SKIPLM_CUDA_MMA_WARPS=.6.: give 4" "$tmp/w.err"'
 
 # 3. sample
 S="$ck --tokenizer $tmp/vocab.json --prompt abc --tokens 60 --seed 7 --temperature 0.9 --top-k 5 --quiet"

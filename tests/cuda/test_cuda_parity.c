@@ -350,17 +350,23 @@ static double max_diff(const float *a, const float *b, size_t n) {
  * K/V in the K/V columns of another with another row stride, outputs and gradients added
  * (+=) to what is there. Only P and dS are rounded in the tensor-core path (and Q's scale
  * when it is not a power of two), so the results must agree to bf16's rounding (1e-2 of the
- * largest value), and differ (so the tensor-core path really ran). */
+ * largest value), and differ (so the tensor-core path really ran). Both tensor-core
+ * implementations run: tc = 1 (the mma.sync kernels, --bf16's, with blocks of 4 and of 8
+ * warps) and tc = 2 (the wmma kernels).
+ * They round the same values at the same points, so they must agree far more closely (1e-3
+ * of the largest value: only the fp32 summation order differs, which on a GPU can move a P
+ * or dS element to the next bf16 value; on the emulator they agree to ~1e-7). */
+static const char *const KIND[4] = {"fp32", "mma", "wmma", "mma 8 warps"};
 static void run_tc_attention(const acase *c) {
     const int B = c->B, H = c->H, Hkv = c->Hkv, Lq = c->Lq, Lk = c->Lk, D = c->D;
     const long qst = (long)H * D + 3, kst = 2L * Hkv * D + 5;
     const size_t nq = (size_t)B * Lq * qst, nkv = (size_t)B * Lk * kst, no = (size_t)B * Lq * H * D;
     const size_t nlse = (size_t)B * H * Lq;
     float *hq = malloc(nq * 4), *hkv = malloc(nkv * 4), *hdo = malloc(no * 4);
-    float *out[2], *lse[2], *gq[2], *gkv[2], *gq0 = malloc(nq * 4), *gkv0 = malloc(nkv * 4);
+    float *out[4], *lse[4], *gq[4], *gkv[4], *gq0 = malloc(nq * 4), *gkv0 = malloc(nkv * 4);
     float *dq = NULL, *dkv = NULL, *dout = NULL, *dlse = NULL, *ddo = NULL, *dgq = NULL, *dgkv = NULL, *dDi = NULL;
     int ok = hq && hkv && hdo && gq0 && gkv0;
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < 4; t++) {
         out[t] = malloc(no * 4); lse[t] = malloc(nlse * 4); gq[t] = malloc(nq * 4); gkv[t] = malloc(nkv * 4);
         ok = ok && out[t] && lse[t] && gq[t] && gkv[t];
     }
@@ -376,7 +382,7 @@ static void run_tc_attention(const acase *c) {
     cudaMemcpy(dq, hq, nq * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(dkv, hkv, nkv * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(ddo, hdo, no * 4, cudaMemcpyHostToDevice);
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < 4; t++) {
         cu_attn a;
         memset(&a, 0, sizeof a);
         a.B = B; a.H = H; a.Hkv = Hkv; a.Lq = Lq; a.Lk = Lk; a.D = D;
@@ -390,13 +396,14 @@ static void run_tc_attention(const acase *c) {
         a.inv_keep = a.dropout ? 1.0f / (1.0f - c->dropout) : 1.0f;
         a.seed = 0x1234567890abcdefULL;
         a.lse = dlse;
-        a.tc = t;
+        a.tc = t == 3 ? 1 : t;
+        a.mma_warps = t == 3 ? 8 : 4;
         cudaMemcpy(dgq, gq0, nq * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(dgkv, gkv0, nkv * 4, cudaMemcpyHostToDevice);
         int rc = cu_attn_forward(&a);
         if (!rc) rc = cu_attn_backward(&a, ddo, dgq + 1, dgkv + 2, dgkv + 2 + Hkv * D, dDi);
         if (!rc) rc = (int)cudaDeviceSynchronize();
-        if (rc) { CHECK2(0, "tc attention %s: %s kernels failed (%d)", c->name, t ? "tensor-core" : "fp32", rc); goto done; }
+        if (rc) { CHECK2(0, "tc attention %s: %s kernels failed (%d)", c->name, KIND[t], rc); goto done; }
         cudaMemcpy(out[t], dout, no * 4, cudaMemcpyDeviceToHost);
         cudaMemcpy(lse[t], dlse, nlse * 4, cudaMemcpyDeviceToHost);
         cudaMemcpy(gq[t], dgq, nq * 4, cudaMemcpyDeviceToHost);
@@ -404,29 +411,39 @@ static void run_tc_attention(const acase *c) {
         for (size_t i = 0; i < nq; i++) gq[t][i] -= gq0[i];                  /* the gradient added */
         for (size_t i = 0; i < nkv; i++) gkv[t][i] -= gkv0[i];
     }
-    {
-        double mo = max_abs(out[0], no), d_o = max_diff(out[1], out[0], no), d_l = max_diff(lse[1], lse[0], nlse);
-        double mq = max_abs(gq[0], nq), d_q = max_diff(gq[1], gq[0], nq);
-        double mkv = max_abs(gkv[0], nkv), d_kv = max_diff(gkv[1], gkv[0], nkv);
+    for (int t = 1; t < 4; t++) {
+        const char *kind = KIND[t];
+        double mo = max_abs(out[0], no), d_o = max_diff(out[t], out[0], no), d_l = max_diff(lse[t], lse[0], nlse);
+        double mq = max_abs(gq[0], nq), d_q = max_diff(gq[t], gq[0], nq);
+        double mkv = max_abs(gkv[0], nkv), d_kv = max_diff(gkv[t], gkv[0], nkv);
         int untouched = 1;            /* the columns outside the views keep their values exactly */
-        for (int t = 0; t < 2; t++) {
-            for (size_t i = 0; i < nq; i++) {
-                long col = (long)(i % (size_t)qst);
-                if ((col < 1 || col >= 1 + (long)H * D) && gq[t][i] != 0.0f) untouched = 0;
-            }
-            for (size_t i = 0; i < nkv; i++) {
-                long col = (long)(i % (size_t)kst);
-                if ((col < 2 || col >= 2 + 2L * Hkv * D) && gkv[t][i] != 0.0f) untouched = 0;
-            }
+        for (size_t i = 0; i < nq; i++) {
+            long col = (long)(i % (size_t)qst);
+            if ((col < 1 || col >= 1 + (long)H * D) && gq[t][i] != 0.0f) untouched = 0;
+        }
+        for (size_t i = 0; i < nkv; i++) {
+            long col = (long)(i % (size_t)kst);
+            if ((col < 2 || col >= 2 + 2L * Hkv * D) && gkv[t][i] != 0.0f) untouched = 0;
         }
         CHECK2(d_o <= 1e-2 * mo && d_o > 0 && d_l <= 1e-2 && mo > 0,
-               "tc attention %s: output max |diff| %.2e (max |o| %.2f), lse %.2e", c->name, d_o, mo, d_l);
+               "tc attention %s, %s: output max |diff| %.2e (max |o| %.2f), lse %.2e", c->name, kind, d_o, mo, d_l);
         CHECK2(d_q <= 1e-2 * mq && d_kv <= 1e-2 * mkv && d_q > 0 && mq > 0 && mkv > 0 && untouched,
-               "tc attention %s: dq max |diff| %.2e (max %.2f), dk/dv %.2e (max %.2f), outside the views %s",
-               c->name, d_q, mq, d_kv, mkv, untouched ? "untouched" : "CHANGED");
+               "tc attention %s, %s: dq max |diff| %.2e (max %.2f), dk/dv %.2e (max %.2f), outside the views %s",
+               c->name, kind, d_q, mq, d_kv, mkv, untouched ? "untouched" : "CHANGED");
+    }
+    for (int t = 1; t < 4; t += 2) {
+        double mo = max_abs(out[2], no), d_o = max_diff(out[t], out[2], no), d_l = max_diff(lse[t], lse[2], nlse);
+        double mq = max_abs(gq[2], nq), d_q = max_diff(gq[t], gq[2], nq);
+        double mkv = max_abs(gkv[2], nkv), d_kv = max_diff(gkv[t], gkv[2], nkv);
+        CHECK2(d_o <= 1e-3 * mo && d_l <= 1e-4 && mo > 0,
+               "tc attention %s: %s vs wmma: output max |diff| %.2e (max |o| %.2f), lse %.2e", c->name, KIND[t], d_o,
+               mo, d_l);
+        CHECK2(d_q <= 1e-3 * mq && d_kv <= 1e-3 * mkv && mq > 0 && mkv > 0,
+               "tc attention %s: %s vs wmma: dq max |diff| %.2e (max %.2f), dk/dv %.2e (max %.2f)", c->name, KIND[t],
+               d_q, mq, d_kv, mkv);
     }
 done:
-    for (int t = 0; t < 2; t++) { free(out[t]); free(lse[t]); free(gq[t]); free(gkv[t]); }
+    for (int t = 0; t < 4; t++) { free(out[t]); free(lse[t]); free(gq[t]); free(gkv[t]); }
     free(hq); free(hkv); free(hdo); free(gq0); free(gkv0);
     cudaFree(dq); cudaFree(dkv); cudaFree(dout); cudaFree(dlse); cudaFree(ddo); cudaFree(dgq); cudaFree(dgkv); cudaFree(dDi);
 }

@@ -404,12 +404,14 @@ static const size_t SMEM_MAX = 227 * 1024;
 static unsigned char g_smem[SMEM_MAX + 128];  /* a block's dynamic shared memory, 128-aligned in it */
 static unsigned char *g_smem_base;
 static double g_slots[MAX_THREADS];
+static uint64_t g_lane[MAX_THREADS * 8];      /* the mma / ldmatrix operands of each thread */
 static const void *g_sched_stack;               /* the scheduler's stack, for ASan */
 static size_t g_sched_stack_size;
 static void *g_sched_fake;
 
 extern "C++" unsigned emu_tid(void) { return (unsigned)g_cur; }
 double *emu_warp_slots(void) { return g_slots; }
+uint64_t *emu_lane_scratch(void) { return g_lane; }
 void *emu_dyn_smem(void) { return g_smem_base; }
 
 /* the launch's dynamic shared memory: 128-byte aligned, as on the GPU, NaN until written;

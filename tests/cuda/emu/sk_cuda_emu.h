@@ -74,4 +74,5 @@ template <typename F, typename T> static std::function<void()> emu_bind(F f, T v
     emu_launch(dim3(grid), dim3(block), (size_t)(smem), sk_cu_stream, \
                emu_bind(emu_fn(kernel), typename emu_params<decltype(emu_fn(kernel))>::type(__VA_ARGS__)))
 #include "sk_wmma_emu.h"
+#include "sk_mma_emu.h"
 #endif

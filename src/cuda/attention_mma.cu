@@ -1,0 +1,496 @@
+/* Fused attention on tensor cores with the scores in registers (FlashAttention-2's scheme),
+ * forward and backward: the default for --bf16 (cu_attn.tc = 1). Same contract, grids of
+ * work, causal rule, dropout hash, lse and bf16 rounding points as attention_tc.cu's wmma
+ * kernels: Q (times the softmax scale), K and V rounded to bf16 as their tiles are loaded,
+ * P rounded after the running max is subtracted and the dropout mask applied; scores,
+ * softmax statistics and the output accumulator in fp32. (The backward: further down.)
+ *
+ * Forward. A block is NW warps (4, or 8 with cu_attn.mma_warps = 8) and 16 NW query rows (16 per
+ * warp), and walks the visible keys in tiles of 64. Each warp keeps its Q rows as mma A
+ * fragments for the whole kernel. Per key tile:
+ *   S = Q K^T   mma.m16n8k16, K's B fragments by ldmatrix (K rows are S's columns);
+ *   softmax     in the accumulators: lane (g, t) holds rows g and g + 8 at columns
+ *               8n + 2t, 8n + 2t + 1, so a row's max and sum are two shuffles over the
+ *               4 lanes t of the group;
+ *   O += P V    the S accumulators of two adjacent 8-column tiles are exactly the A fragment
+ *               of a 16-wide k step (mma.cuh's layouts), so P goes from the softmax to the
+ *               next mma as bf16 pairs without touching shared memory; V's B fragments by
+ *               ldmatrix.trans.
+ * What goes through shared memory is only the bf16 Q, K and V tiles (rows padded by 8
+ * elements: a stride of an odd number of 16-byte units, so ldmatrix's 8 row reads hit 8
+ * different bank groups). Compared with the wmma kernel this saves, per key tile, the S tile
+ * round trip through shared memory, the O-update tile's, and two of the four barriers. */
+#include "attention_common.cuh"
+#include "mma.cuh"
+
+#define MT 64                      /* rows of the tiles a block walks: keys (forward, dQ), queries (dK dV) */
+
+/* NW warps per block (4 or 8: cu_attn.mma_warps), each owning 16 rows of the block's tile of
+ * 16 NW rows: query rows in the forward and dQ kernels, key rows in the dK/dV kernel. */
+template <int DM, int NW> struct Mma {
+    static constexpr int S = DM + 8;                  /* bf16 row stride in shared memory */
+    static constexpr int RB = 16 * NW, NTH = 32 * NW;  /* the block's rows, its threads */
+    /* forward: Q (RB rows), K, V (MT rows) */
+    static constexpr size_t fwd = sizeof(uint16_t) * (RB + 2 * MT) * S;
+    /* backward: two tiles of RB rows, two of MT, lse and Di of the query rows */
+    static constexpr size_t bwd = sizeof(uint16_t) * 2 * (RB + MT) * S + 2 * sizeof(float) * (RB > MT ? RB : MT);
+};
+
+/* rows [r0, r0 + n) of a strided fp32 head, times s, into a bf16 tile of `rows` rows and DM
+ * columns (stride DM + 8) as bf16 pairs, by NTH threads; zero padded past n rows and D columns */
+template <int DM, int NTH>
+__device__ __forceinline__ void load_pairs(uint16_t *dst, const float *src, long st, int r0, int n, int rows, int D,
+                                           float s) {
+    constexpr int P = DM / 2;
+    uint32_t *d32 = (uint32_t *)dst;
+    for (int e = threadIdx.x; e < rows * P; e += NTH) {
+        const int r = e / P, c = 2 * (e % P);
+        float x0 = 0.0f, x1 = 0.0f;
+        if (r < n) {
+            const float *row = src + (long)(r0 + r) * st;
+            if (c < D) x0 = row[c] * s;
+            if (c + 1 < D) x1 = row[c + 1] * s;
+        }
+        d32[(r * (DM + 8) + c) / 2] = pack_bf16x2(x0, x1);
+    }
+}
+
+/* zeroes n accumulator tiles of 16 x 8 */
+template <int N>
+__device__ __forceinline__ void zero(float (&x)[N][4]) {
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) x[n][e] = 0.0f;
+}
+
+/* max / sum over the 4 lanes of a group (the lanes holding one score row) */
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+template <int DM, int NW>
+__global__ void __launch_bounds__(32 * NW) attn_mma_fwd_k(cu_attn a) {
+    typedef Mma<DM, NW> M;
+    constexpr int S = M::S, KD = DM / 16, NS = MT / 8, NO = DM / 8, NTH = M::NTH;
+    DYN_SMEM_BYTES(smem);
+    uint16_t *Qs = (uint16_t *)smem, *Ks = Qs + M::RB * S, *Vs = Ks + MT * S;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int qt = gridDim.x - 1 - blockIdx.x;        /* heaviest causal tiles first */
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / (a.H / a.Hkv);
+    const int i0 = qt * M::RB, nq = min(M::RB, a.Lq - i0), D = a.D;
+    const float *kb = a.k + b * a.k_sb + hk * a.k_sh;
+    const float *vb = a.v + b * a.v_sb + hk * a.v_sh;
+
+    load_pairs<DM, NTH>(Qs, a.q + b * a.q_sb + h * a.q_sh, a.q_st, i0, nq, M::RB, D, a.scale);
+    __syncthreads();
+    uint32_t qf[KD][4];               /* the warp's 16 Q rows as A fragments */
+#pragma unroll
+    for (int kd = 0; kd < KD; kd++) ldsm_x4(qf[kd], Qs + (warp * 16 + (lane & 15)) * S + kd * 16 + 8 * (lane >> 4));
+
+    /* this lane's two rows: local warp*16 + g + 8*hi */
+    float o[NO][4], m[2], l[2];
+    uint64_t rk[2];
+    bool row_ok[2];
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+        const int r = warp * 16 + g + 8 * hi;
+        m[hi] = -INFINITY; l[hi] = 0.0f;
+        row_ok[hi] = r < nq;
+        rk[hi] = a.dropout ? rowkey(a.seed, b, h, i0 + r) : 0;
+    }
+    zero(o);
+
+    const int jend = key_end(a, i0, nq);
+    for (int j0 = 0; j0 < jend; j0 += MT) {
+        const int nk = min(MT, jend - j0);
+        __syncthreads();              /* every warp is done with the previous K, V tiles */
+        load_pairs<DM, NTH>(Ks, kb, a.k_st, j0, nk, MT, D, 1.0f);
+        load_pairs<DM, NTH>(Vs, vb, a.v_st, j0, nk, MT, D, 1.0f);
+        __syncthreads();
+
+        float s[NS][4];
+        zero(s);
+#pragma unroll
+        for (int kd = 0; kd < KD; kd++)
+#pragma unroll
+            for (int np = 0; np < NS / 2; np++) {          /* key rows 16np.. as two 8-column tiles */
+                uint32_t kf[4];
+                ldsm_x4(kf, Ks + (np * 16 + (lane & 7) + 8 * (lane >> 4)) * S + kd * 16 + 8 * ((lane >> 3) & 1));
+                mma_bf16_16816(s[2 * np], qf[kd], kf[0], kf[1]);
+                mma_bf16_16816(s[2 * np + 1], qf[kd], kf[2], kf[3]);
+            }
+
+        /* a key tile wholly visible to the block's first row (so to all) skips the per-element
+         * mask; padding rows past nq then see it too, harmlessly: they are never written */
+        const bool full = nk == MT && (!a.causal || (long)j0 + MT - 1 <= (long)i0 + a.causal_offset);
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++) {
+            const int i = i0 + warp * 16 + g + 8 * hi;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < NS; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int c = 8 * n + 2 * t + e;
+                    float &x = s[n][2 * hi + e];
+                    if (!full && !(row_ok[hi] && c < nk && allowed(a, i, j0 + c))) x = -INFINITY;
+                    mx = fmaxf(mx, x);
+                }
+            mx = quad_max(mx);
+            const float mnew = fmaxf(m[hi], mx);
+            float alpha = 1.0f, sum = 0.0f;
+            if (mnew == -INFINITY) {  /* nothing visible yet in this row */
+#pragma unroll
+                for (int n = 0; n < NS; n++) { s[n][2 * hi] = 0.0f; s[n][2 * hi + 1] = 0.0f; }
+            } else {
+                alpha = expf(m[hi] - mnew);
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float &x = s[n][2 * hi + e];
+                        x = expf(x - mnew);
+                        sum += x;
+                    }
+            }
+            sum = quad_sum(sum);
+            if (mnew != -INFINITY) { l[hi] = l[hi] * alpha + sum; m[hi] = mnew; }
+            if (a.dropout && row_ok[hi]) {
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int c = 8 * n + 2 * t + e;
+                        float &x = s[n][2 * hi + e];
+                        x = (c < nk && keep(rk[hi], j0 + c, a.thr)) ? x * a.inv_keep : 0.0f;
+                    }
+            }
+#pragma unroll
+            for (int n = 0; n < NO; n++) { o[n][2 * hi] *= alpha; o[n][2 * hi + 1] *= alpha; }
+        }
+
+        /* O += P V, P straight from the accumulators */
+#pragma unroll
+        for (int kk = 0; kk < MT / 16; kk++) {
+            const uint32_t pf[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                                    pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < DM / 16; dp++) {         /* head dims 16dp.. as two 8-column tiles */
+                uint32_t vf[4];
+                ldsm_x4_trans(vf, Vs + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + dp * 16 + 8 * (lane >> 4));
+                mma_bf16_16816(o[2 * dp], pf, vf[0], vf[1]);
+                mma_bf16_16816(o[2 * dp + 1], pf, vf[2], vf[3]);
+            }
+        }
+    }
+
+    /* out = O / l, lse = m + log(l) (+inf for a row that saw no key) */
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+        if (!row_ok[hi]) continue;
+        const int i = i0 + warp * 16 + g + 8 * hi;
+        const float inv = l[hi] > 0.0f ? 1.0f / l[hi] : 0.0f;
+        const long off = b * a.o_sb + h * a.o_sh + (long)i * a.o_st;
+#pragma unroll
+        for (int n = 0; n < NO; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = 8 * n + 2 * t + e;
+                if (d < D) put(a.out, a.out16, off + d, o[n][2 * hi + e] * inv);
+            }
+        if (t == 0 && a.lse) a.lse[((size_t)b * a.H + h) * a.Lq + i] = l[hi] > 0.0f ? m[hi] + logf(l[hi]) : INFINITY;
+    }
+}
+
+/* ----------------------------------------------------------------- backward
+ * The same two kernels as attention_tc.cu (dQ per query tile; dK, dV per key tile and kv
+ * head), with the same rounding points: P (times the dropout mask) before dV += P^T dO, dS
+ * before dQ += dS K and dK += dS^T Q. A block is again 4 warps of 16 rows: query rows in the
+ * dQ kernel, key rows in the dK/dV kernel, which therefore computes S^T = K Q^T and
+ * dP^T = V dO^T, so that P^T and dS^T come out of the accumulators already as the A
+ * fragments of dV's and dK's products. The A fragments of the resident tiles are read from
+ * shared memory at each use (ldmatrix), which keeps head size 128 within the registers. */
+
+/* the A fragment of rows r0..r0+15, columns 16kd.. of a resident tile */
+template <int DM>
+__device__ __forceinline__ void lda(uint32_t (&f)[4], const uint16_t *X, int r0, int kd, int lane) {
+    ldsm_x4(f, X + (r0 + (lane & 15)) * (DM + 8) + kd * 16 + 8 * (lane >> 4));
+}
+/* B fragments of two 8-column tiles (columns = rows 16np.. of Y, k = columns 16kd..) for X Y^T */
+template <int DM>
+__device__ __forceinline__ void ldb_t(uint32_t (&f)[4], const uint16_t *Y, int np, int kd, int lane) {
+    ldsm_x4(f, Y + (np * 16 + (lane & 7) + 8 * (lane >> 4)) * (DM + 8) + kd * 16 + 8 * ((lane >> 3) & 1));
+}
+/* B fragments of two 8-column tiles (columns 16dp.. of Y, k = rows 16kk..) for X Y */
+template <int DM>
+__device__ __forceinline__ void ldb(uint32_t (&f)[4], const uint16_t *Y, int kk, int dp, int lane) {
+    ldsm_x4_trans(f, Y + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * (DM + 8) + dp * 16 + 8 * (lane >> 4));
+}
+
+/* C (16 x 64) = X Y^T for the warp's 16 rows r0.. of X and the 64 rows of Y (k = head dims) */
+template <int DM>
+__device__ __forceinline__ void product_xyT16(float (&c)[MT / 8][4], const uint16_t *X, int r0, const uint16_t *Y,
+                                              int lane) {
+    zero(c);
+#pragma unroll
+    for (int kd = 0; kd < DM / 16; kd++) {
+        uint32_t xf[4];
+        lda<DM>(xf, X, r0, kd, lane);
+#pragma unroll
+        for (int np = 0; np < MT / 16; np++) {
+            uint32_t yf[4];
+            ldb_t<DM>(yf, Y, np, kd, lane);
+            mma_bf16_16816(c[2 * np], xf, yf[0], yf[1]);
+            mma_bf16_16816(c[2 * np + 1], xf, yf[2], yf[3]);
+        }
+    }
+}
+
+/* acc (16 x DM) += A Y, A (16 x 64) in accumulator layout (rounded to bf16 here), Y a
+ * resident (64, DM) tile */
+template <int DM>
+__device__ __forceinline__ void product_acc16(float (&acc)[DM / 8][4], const float (&A)[MT / 8][4], const uint16_t *Y,
+                                              int lane) {
+#pragma unroll
+    for (int kk = 0; kk < MT / 16; kk++) {
+        const uint32_t af[4] = {pack_bf16x2(A[2 * kk][0], A[2 * kk][1]), pack_bf16x2(A[2 * kk][2], A[2 * kk][3]),
+                                pack_bf16x2(A[2 * kk + 1][0], A[2 * kk + 1][1]),
+                                pack_bf16x2(A[2 * kk + 1][2], A[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < DM / 16; dp++) {
+            uint32_t yf[4];
+            ldb<DM>(yf, Y, kk, dp, lane);
+            mma_bf16_16816(acc[2 * dp], af, yf[0], yf[1]);
+            mma_bf16_16816(acc[2 * dp + 1], af, yf[2], yf[3]);
+        }
+    }
+}
+
+/* Q (scaled) and dO tiles in bf16 (`rows` rows), lse and Di of query rows [i0, i0 + nq) of
+ * head h (padded rows: lse = +inf, so their P is 0, and Di = 0) */
+template <int DM, int NTH>
+__device__ __forceinline__ void load_q_side_mma(const cu_attn &a, const float *dout, const float *Di, int b, int h,
+                                                int i0, int nq, int rows, uint16_t *Qs, uint16_t *dOs, float *lse_s,
+                                                float *di_s) {
+    load_pairs<DM, NTH>(Qs, a.q + b * a.q_sb + h * a.q_sh, a.q_st, i0, nq, rows, a.D, a.scale);
+    load_pairs<DM, NTH>(dOs, dout + b * a.o_sb + h * a.o_sh, a.o_st, i0, nq, rows, a.D, 1.0f);
+    const size_t base = ((size_t)b * a.H + h) * a.Lq + i0;
+    for (int r = threadIdx.x; r < rows; r += NTH) {
+        lse_s[r] = r < nq ? a.lse[base + r] : INFINITY;
+        di_s[r] = r < nq ? Di[base + r] : 0.0f;
+    }
+}
+
+/* P = exp(S - lse) (0 where masked), Z = dropout factor, dS = P (Z dP - Di) for one element
+ * of query i, key j: s becomes Z P, dp becomes dS */
+__device__ __forceinline__ void bwd_element(const cu_attn &a, float &s, float &dp, bool ok, float L, float di,
+                                            uint64_t rk, int j) {
+    const float p = ok ? expf(s - L) : 0.0f;
+    float z = 1.0f;
+    if (a.dropout) z = (ok && keep(rk, j, a.thr)) ? a.inv_keep : 0.0f;
+    dp = p * (z * dp - di);
+    s = p * z;
+}
+
+template <int DM, int NW>
+__global__ void __launch_bounds__(32 * NW) attn_mma_dq_k(cu_attn a, const float *dout, float *dq, const float *Di) {
+    typedef Mma<DM, NW> M;
+    constexpr int S = M::S, NS = MT / 8, NO = DM / 8, NTH = M::NTH;
+    DYN_SMEM_BYTES(smem);
+    uint16_t *Qs = (uint16_t *)smem, *dOs = Qs + M::RB * S, *Ks = dOs + M::RB * S, *Vs = Ks + MT * S;
+    float *lse_s = (float *)(Vs + MT * S), *di_s = lse_s + M::RB;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int qt = gridDim.x - 1 - blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / (a.H / a.Hkv);
+    const int i0 = qt * M::RB, nq = min(M::RB, a.Lq - i0), D = a.D;
+    const float *kb = a.k + b * a.k_sb + hk * a.k_sh;
+    const float *vb = a.v + b * a.v_sb + hk * a.v_sh;
+    load_q_side_mma<DM, NTH>(a, dout, Di, b, h, i0, nq, M::RB, Qs, dOs, lse_s, di_s);
+    float acc[NO][4];
+    zero(acc);
+    const int jend = key_end(a, i0, nq);
+    for (int j0 = 0; j0 < jend; j0 += MT) {
+        const int nk = min(MT, jend - j0);
+        __syncthreads();              /* the previous K, V tiles are done with; Q's side is visible */
+        load_pairs<DM, NTH>(Ks, kb, a.k_st, j0, nk, MT, D, 1.0f);
+        load_pairs<DM, NTH>(Vs, vb, a.v_st, j0, nk, MT, D, 1.0f);
+        __syncthreads();
+        float s[NS][4], dp[NS][4];
+        product_xyT16<DM>(s, Qs, warp * 16, Ks, lane);
+        product_xyT16<DM>(dp, dOs, warp * 16, Vs, lane);
+        /* padded query rows have lse = +inf: their P is 0 without the mask */
+        const bool full = nk == MT && (!a.causal || (long)j0 + MT - 1 <= (long)i0 + a.causal_offset);
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++) {
+            const int r = warp * 16 + g + 8 * hi, i = i0 + r;
+            const float L = lse_s[r], di = di_s[r];
+            const uint64_t rk = (a.dropout && r < nq) ? rowkey(a.seed, b, h, i) : 0;
+#pragma unroll
+            for (int n = 0; n < NS; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int c = 8 * n + 2 * t + e;
+                    const bool ok = full || (r < nq && c < nk && allowed(a, i, j0 + c));
+                    bwd_element(a, s[n][2 * hi + e], dp[n][2 * hi + e], ok, L, di, rk, j0 + c);
+                }
+        }
+        product_acc16<DM>(acc, dp, Ks, lane);                     /* dQ += dS K */
+    }
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+        const int r = warp * 16 + g + 8 * hi;
+        if (r >= nq) continue;
+        float *row = dq + b * a.q_sb + h * a.q_sh + (long)(i0 + r) * a.q_st;
+#pragma unroll
+        for (int n = 0; n < NO; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = 8 * n + 2 * t + e;
+                if (d < D) row[d] += a.scale * acc[n][2 * hi + e];
+            }
+    }
+}
+
+template <int DM, int NW>
+__global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float *dout, float *dk, float *dv, const float *Di) {
+    typedef Mma<DM, NW> M;
+    constexpr int S = M::S, NS = MT / 8, NO = DM / 8, NTH = M::NTH, RB = M::RB;
+    DYN_SMEM_BYTES(smem);
+    uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + RB * S, *Qs = Vs + RB * S, *dOs = Qs + MT * S;
+    float *lse_s = (float *)(dOs + MT * S), *di_s = lse_s + MT;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, group = a.H / a.Hkv;
+    const int j0 = kt * RB, nk = min(RB, a.Lk - j0), D = a.D;
+    load_pairs<DM, NTH>(Ks, a.k + b * a.k_sb + hk * a.k_sh, a.k_st, j0, nk, RB, D, 1.0f);
+    load_pairs<DM, NTH>(Vs, a.v + b * a.v_sb + hk * a.v_sh, a.v_st, j0, nk, RB, D, 1.0f);
+    float ak[NO][4], av[NO][4];
+    zero(ak);
+    zero(av);
+    int istart = 0;                   /* first query tile that sees key j0 under the causal rule */
+    if (a.causal) {
+        long st = (long)j0 - a.causal_offset;
+        istart = st >= a.Lq ? a.Lq : st < 0 ? 0 : (int)(st / MT) * MT;
+    }
+    for (int h = hk * group; h < (hk + 1) * group; h++) {
+        for (int i0 = istart; i0 < a.Lq; i0 += MT) {
+            const int nq = min(MT, a.Lq - i0);
+            __syncthreads();          /* the previous query tile is done with; K, V are visible */
+            load_q_side_mma<DM, NTH>(a, dout, Di, b, h, i0, nq, MT, Qs, dOs, lse_s, di_s);
+            __syncthreads();
+            float st[NS][4], dpt[NS][4];                         /* S^T, dP^T: key rows, query columns */
+            product_xyT16<DM>(st, Ks, warp * 16, Qs, lane);
+            product_xyT16<DM>(dpt, Vs, warp * 16, dOs, lane);
+            /* padded keys must be masked (their S is 0, not -inf); padded queries have P = 0 */
+            const bool full = nk == RB && (!a.causal || (long)j0 + RB - 1 <= (long)i0 + a.causal_offset);
+#pragma unroll
+            for (int n = 0; n < NS; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int c = 8 * n + 2 * t + e, i = i0 + c;
+                    const float L = lse_s[c], di = di_s[c];
+                    const uint64_t rk = (a.dropout && c < nq) ? rowkey(a.seed, b, h, i) : 0;
+#pragma unroll
+                    for (int hi = 0; hi < 2; hi++) {
+                        const int jr = warp * 16 + g + 8 * hi;
+                        const bool ok = full || (c < nq && jr < nk && allowed(a, i, j0 + jr));
+                        bwd_element(a, st[n][2 * hi + e], dpt[n][2 * hi + e], ok, L, di, rk, j0 + jr);
+                    }
+                }
+            product_acc16<DM>(av, st, dOs, lane);                 /* dV += (Z P)^T dO */
+            product_acc16<DM>(ak, dpt, Qs, lane);                 /* dK += dS^T Q (Q scaled) */
+        }
+    }
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+        const int jr = warp * 16 + g + 8 * hi;
+        if (jr >= nk) continue;
+        const long koff = b * a.k_sb + hk * a.k_sh + (long)(j0 + jr) * a.k_st;
+        const long voff = b * a.v_sb + hk * a.v_sh + (long)(j0 + jr) * a.v_st;
+#pragma unroll
+        for (int n = 0; n < NO; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = 8 * n + 2 * t + e;
+                if (d >= D) continue;
+                if (dk) dk[koff + d] += ak[n][2 * hi + e];
+                if (dv) dv[voff + d] += av[n][2 * hi + e];
+            }
+    }
+}
+
+/* kernels with more than 48 KiB of dynamic shared memory must say so once */
+static cudaError_t smem_opt_in(const void *fn, size_t bytes) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+template <int DM, int NW>
+static int mma_fwd(const cu_attn *a) {
+    typedef Mma<DM, NW> M;
+    static bool ready = false;
+    if (!ready) {
+        cudaError_t e = smem_opt_in((const void *)attn_mma_fwd_k<DM, NW>, M::fwd);
+        if (e != cudaSuccess) return (int)e;
+        ready = true;
+    }
+    dim3 grid((a->Lq + M::RB - 1) / M::RB, a->H, a->B);
+    void (*kern)(cu_attn) = attn_mma_fwd_k<DM, NW>;
+    LAUNCH(kern, grid, M::NTH, M::fwd, *a);
+    return (int)cudaGetLastError();
+}
+
+template <int DM, int NW>
+static int mma_bwd(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di) {
+    typedef Mma<DM, NW> M;
+    static bool ready = false;
+    if (!ready) {
+        cudaError_t e = smem_opt_in((const void *)attn_mma_dq_k<DM, NW>, M::bwd);
+        if (e == cudaSuccess) e = smem_opt_in((const void *)attn_mma_dkv_k<DM, NW>, M::bwd);
+        if (e != cudaSuccess) return (int)e;
+        ready = true;
+    }
+    if (dq) {
+        dim3 grid((a->Lq + M::RB - 1) / M::RB, a->H, a->B);
+        void (*kern)(cu_attn, const float *, float *, const float *) = attn_mma_dq_k<DM, NW>;
+        LAUNCH(kern, grid, M::NTH, M::bwd, *a, dout, dq, Di);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return (int)e;
+    }
+    if (dk || dv) {
+        dim3 grid((a->Lk + M::RB - 1) / M::RB, a->Hkv, a->B);
+        void (*kern)(cu_attn, const float *, float *, float *, const float *) = attn_mma_dkv_k<DM, NW>;
+        LAUNCH(kern, grid, M::NTH, M::bwd, *a, dout, dk, dv, Di);
+    }
+    return (int)cudaGetLastError();
+}
+
+template <int DM>
+static int mma_fwd_w(const cu_attn *a) { return a->mma_warps == 8 ? mma_fwd<DM, 8>(a) : mma_fwd<DM, 4>(a); }
+template <int DM>
+static int mma_bwd_w(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di) {
+    return a->mma_warps == 8 ? mma_bwd<DM, 8>(a, dout, dq, dk, dv, Di) : mma_bwd<DM, 4>(a, dout, dq, dk, dv, Di);
+}
+
+extern "C" int cu_attn_mma_forward(const cu_attn *a) {
+    if (a->D <= 16) return mma_fwd_w<16>(a);
+    if (a->D <= 32) return mma_fwd_w<32>(a);
+    if (a->D <= 64) return mma_fwd_w<64>(a);
+    if (a->D <= 128) return mma_fwd_w<128>(a);
+    return -1;
+}
+
+extern "C" int cu_attn_mma_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv,
+                                    const float *Di) {
+    if (a->D <= 16) return mma_bwd_w<16>(a, dout, dq, dk, dv, Di);
+    if (a->D <= 32) return mma_bwd_w<32>(a, dout, dq, dk, dv, Di);
+    if (a->D <= 64) return mma_bwd_w<64>(a, dout, dq, dk, dv, Di);
+    if (a->D <= 128) return mma_bwd_w<128>(a, dout, dq, dk, dv, Di);
+    return -1;
+}

@@ -1,0 +1,53 @@
+/* The warp-level tensor-core instructions of the register-resident attention
+ * (attention_mma.cu), as PTX: their register layouts are documented (PTX ISA, "Matrix
+ * Fragments for mma.m16n8k16" and "ldmatrix"), unlike wmma's, so a kernel can keep scores
+ * and probabilities in registers and do the softmax there. With -DSK_CUDA_EMU the same
+ * names are the emulator's (tests/cuda/emu/sk_mma_emu.h), which implements those layouts.
+ *
+ * Lane l of a warp is in group g = l / 4 at position t = l % 4. A uint32_t holds two bf16,
+ * the lower-indexed element in the low half.
+ *   A (16 x 16, row-major) a[4]: a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..],
+ *                                a[3] = A[g+8][2t+8..]
+ *   B (16 x 8)             b[2]: b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g]
+ *   C, D (16 x 8, fp32)    c[4]: c[0], c[1] = C[g][2t], C[g][2t+1]; c[2], c[3] = C[g+8][2t..]
+ *   ldmatrix .x4: lanes 8i..8i+7 give the row addresses (16 bytes each, 16-byte aligned) of
+ *     8 x 8 matrix i, and r[i] gets M_i[g][2t..2t+1]; with .trans, M_i[2t..2t+1][g]. */
+#ifndef SK_MMA_CUH
+#define SK_MMA_CUH
+#include "cuda_compat.cuh"
+
+#ifdef SK_CUDA_EMU
+#define mma_bf16_16816 emu_mma_bf16_16816
+#define ldsm_x4 emu_ldsm_x4
+#define ldsm_x4_trans emu_ldsm_x4_trans
+/* two floats as bf16x2, rounded to nearest even */
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    return (uint32_t)bf16_bits(lo) | ((uint32_t)bf16_bits(hi) << 16);
+}
+#else
+/* d += a b: m16n8k16, bf16 operands, fp32 accumulation */
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* four 8 x 8 bf16 matrices from shared memory; p: this lane's row address */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);    /* .x (low half) = lo */
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+#endif
+#endif

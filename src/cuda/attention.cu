@@ -315,18 +315,12 @@ template <int DM, int BQ, int BK> struct AttnCfg {
     static constexpr size_t dkv_smem = sizeof(float) * (2 * (size_t)BK * (DM + 1) + 2 * (size_t)BQ * (DM + 1) + 2 * (size_t)BQ * (BK + 1) + 2 * BQ);
 };
 
-/* Kernels above 48 KiB of dynamic shared memory must opt in once per kernel. */
-static cudaError_t opt_in(const void *fn, size_t bytes) {
-    if (bytes <= 48 * 1024) return cudaSuccess;
-    return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-}
-
 template <int DM, int BQ, int BK>
 static int fwd_launch(const cu_attn *a) {
     typedef AttnCfg<DM, BQ, BK> K;
     static bool ready = false;
     if (!ready) {
-        cudaError_t e = opt_in((const void *)attn_fwd_k<DM, BQ, BK>, K::fwd_smem);
+        cudaError_t e = smem_opt_in((const void *)attn_fwd_k<DM, BQ, BK>, K::fwd_smem);
         if (e != cudaSuccess) return (int)e;
         ready = true;
     }
@@ -341,8 +335,8 @@ static int bwd_launch(const cu_attn *a, const float *dout, float *dq, float *dk,
     typedef AttnCfg<DM, BQ, BK> K;
     static bool ready = false;
     if (!ready) {
-        cudaError_t e = opt_in((const void *)attn_bwd_dq_k<DM, BQ, BK>, K::dq_smem);
-        if (e == cudaSuccess) e = opt_in((const void *)attn_bwd_dkv_k<DM, BQ, BK>, K::dkv_smem);
+        cudaError_t e = smem_opt_in((const void *)attn_bwd_dq_k<DM, BQ, BK>, K::dq_smem);
+        if (e == cudaSuccess) e = smem_opt_in((const void *)attn_bwd_dkv_k<DM, BQ, BK>, K::dkv_smem);
         if (e != cudaSuccess) return (int)e;
         ready = true;
     }

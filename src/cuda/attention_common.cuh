@@ -10,6 +10,13 @@
 
 #define NT 256
 
+/* a kernel with more than 48 KiB of dynamic shared memory must say so once, before its
+ * first launch */
+static inline cudaError_t smem_opt_in(const void *fn, size_t bytes) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
 /* ----------------------------------------------- dropout hash (attention_internal.h) */
 __device__ __forceinline__ uint64_t mix64(uint64_t x) {
     x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;

@@ -425,12 +425,6 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float
     }
 }
 
-/* kernels with more than 48 KiB of dynamic shared memory must say so once */
-static cudaError_t smem_opt_in(const void *fn, size_t bytes) {
-    if (bytes <= 48 * 1024) return cudaSuccess;
-    return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-}
-
 template <int DM, int NW>
 static int mma_fwd(const cu_attn *a) {
     typedef Mma<DM, NW> M;

@@ -351,16 +351,11 @@ __global__ void __launch_bounds__(NT, DM <= 64 ? 2 : 0) attn_tc_dkv_k(cu_attn a,
 
 /* ------------------------------------------------------------------ launchers */
 
-static cudaError_t opt_in(const void *fn, size_t bytes) {
-    if (bytes <= 48 * 1024) return cudaSuccess;
-    return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-}
-
 template <int DM>
 static int tc_fwd(const cu_attn *a) {
     static bool ready = false;
     if (!ready) {
-        cudaError_t e = opt_in((const void *)attn_tc_fwd_k<DM>, TcLayout<DM>::fwd);
+        cudaError_t e = smem_opt_in((const void *)attn_tc_fwd_k<DM>, TcLayout<DM>::fwd);
         if (e != cudaSuccess) return (int)e;
         ready = true;
     }
@@ -374,8 +369,8 @@ template <int DM>
 static int tc_bwd(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di) {
     static bool ready = false;
     if (!ready) {
-        cudaError_t e = opt_in((const void *)attn_tc_dq_k<DM>, TcLayout<DM>::dq);
-        if (e == cudaSuccess) e = opt_in((const void *)attn_tc_dkv_k<DM>, TcLayout<DM>::dkv);
+        cudaError_t e = smem_opt_in((const void *)attn_tc_dq_k<DM>, TcLayout<DM>::dq);
+        if (e == cudaSuccess) e = smem_opt_in((const void *)attn_tc_dkv_k<DM>, TcLayout<DM>::dkv);
         if (e != cudaSuccess) return (int)e;
         ready = true;
     }

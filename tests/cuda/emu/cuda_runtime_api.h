@@ -18,6 +18,7 @@ typedef enum {
     cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4
 } cudaMemcpyKind;
 typedef enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
+typedef enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 } cudaDeviceAttr;
 struct cudaDeviceProp { char name[256]; size_t totalGlobalMem; int major, minor, multiProcessorCount; };
 typedef struct emu_event *cudaEvent_t;
 typedef struct emu_stream *cudaStream_t;
@@ -53,6 +54,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v);
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int device);
 /* Streams and graphs: everything runs synchronously, so a stream only matters for capture.
  * While a stream captures, kernel launches, cudaMemcpyAsync and cuBLAS calls on it are
  * recorded (not run) into the graph; a launch or cuBLAS call on another stream, any

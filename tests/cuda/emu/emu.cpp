@@ -267,6 +267,13 @@ extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_
 extern "C" cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int v) {
     return v > 227 * 1024 ? cudaErrorInvalidValue : cudaSuccess;
 }
+/* an H100's opt-in limit, or SK_EMU_SMEM_OPTIN bytes (a smaller GPU) */
+extern "C" cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
+    if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
+    const char *e = getenv("SK_EMU_SMEM_OPTIN");
+    *v = e && *e ? atoi(e) : 227 * 1024;
+    return cudaSuccess;
+}
 
 /* ------------------------------------------------------------------ cuBLAS */
 
@@ -412,6 +419,81 @@ static void *g_sched_fake;
 extern "C++" unsigned emu_tid(void) { return (unsigned)g_cur; }
 double *emu_warp_slots(void) { return g_slots; }
 uint64_t *emu_lane_scratch(void) { return g_lane; }
+
+/* Shared-memory hazards the fiber schedule cannot show. Warps run in lockstep here (every
+ * warp to its next warp-collective call, then the next round), so a warp that overwrites a
+ * tile another warp is still reading (a missing __syncthreads) would read right on the
+ * emulator and wrong on a GPU. So the tile reads of ldmatrix are stamped with their warp and
+ * barrier interval (per 16-byte granule), and a tile write (cp.async, sts32) to a granule that
+ * another warp read in the same interval aborts. */
+static uint64_t g_rd_stamp[SMEM_MAX / 16];     /* (block serial << 32) + barrier interval of the last read */
+static int g_rd_warp[SMEM_MAX / 16];           /* its warp, or -1 for several */
+static uint64_t g_block_serial = 0, g_interval = 0;
+static uint64_t stamp_now(void) { return (g_block_serial << 32) + g_interval; }
+static bool granules(const void *p, int bytes, size_t &g0, size_t &g1) {
+    const uintptr_t a = (uintptr_t)p, base = (uintptr_t)g_smem_base;
+    if (a < base || a + (uintptr_t)bytes > base + SMEM_MAX) return false;   /* not shared memory */
+    g0 = (a - base) / 16; g1 = (a - base + (uintptr_t)bytes - 1) / 16;
+    return true;
+}
+void emu_smem_read(const void *p, int bytes) {
+    size_t g0, g1;
+    if (!granules(p, bytes, g0, g1)) return;
+    const uint64_t now = stamp_now();
+    const int w = (int)(emu_tid() / 32);
+    for (size_t g = g0; g <= g1; g++) {
+        if (g_rd_stamp[g] == now && g_rd_warp[g] != w) g_rd_warp[g] = -1;
+        else if (g_rd_stamp[g] != now) { g_rd_stamp[g] = now; g_rd_warp[g] = w; }
+    }
+}
+void emu_smem_write(void *p, int bytes, const char *what) {
+    size_t g0, g1;
+    if (!granules(p, bytes, g0, g1)) return;
+    const uint64_t now = stamp_now();
+    const int w = (int)(emu_tid() / 32);
+    for (size_t g = g0; g <= g1; g++)
+        if (g_rd_stamp[g] == now && g_rd_warp[g] != w) {
+            fprintf(stderr, "emu: %s by thread %u of block (%u, %u, %u) overwrites shared memory (byte %zu) that "
+                    "another warp read since the last __syncthreads: a missing barrier\n", what, emu_tid(),
+                    emu_blockIdx.x, emu_blockIdx.y, emu_blockIdx.z, g * 16);
+            abort();
+        }
+}
+
+/* cp.async: each thread's copies in flight, with the group they belong to (the thread's
+ * count of commits when it issued them). Stricter than the hardware, where a copy lands at
+ * some point before the wait: the destination reads as NaN from the issue until the wait
+ * that covers its group, when the source is read and copied; copies whose group was never
+ * committed, or that no wait covered, never land. */
+struct CpOp { void *dst; const void *src; int bytes; unsigned group; };
+static std::vector<CpOp> g_cp[MAX_THREADS];
+static unsigned g_cp_commits[MAX_THREADS];
+void emu_cp_async(void *dst, const void *src, int bytes) {
+    if ((uintptr_t)dst % (unsigned)bytes || (uintptr_t)src % (unsigned)bytes) {
+        fprintf(stderr, "emu: cp.async of %d bytes from %p to %p: addresses not aligned\n", bytes, src, dst);
+        abort();
+    }
+    const unsigned t = emu_tid();
+    emu_smem_write(dst, bytes, "cp.async");
+    memset(dst, 0xff, (size_t)bytes);
+    g_cp[t].push_back(CpOp{dst, src, bytes, g_cp_commits[t]});
+}
+void emu_cp_commit(void) { g_cp_commits[emu_tid()]++; }
+void emu_cp_wait(int n) {
+    const unsigned t = emu_tid(), done = g_cp_commits[t] >= (unsigned)n ? g_cp_commits[t] - (unsigned)n : 0;
+    std::vector<CpOp> &q = g_cp[t];
+    size_t k = 0;
+    for (const CpOp &op : q) {
+        if (op.group < done) memcpy(op.dst, op.src, (size_t)op.bytes);
+        else q[k++] = op;
+    }
+    q.resize(k);
+}
+static void cp_reset(int nt) {
+    for (int t = 0; t < nt; t++) { g_cp[t].clear(); g_cp_commits[t] = 0; }
+    g_block_serial++;
+    g_interval = 0;
+}
 void *emu_dyn_smem(void) { return g_smem_base; }
 
 /* the launch's dynamic shared memory: 128-byte aligned, as on the GPU, NaN until written;
@@ -506,6 +588,7 @@ static void run_block(int nt) {
         }
         if (at_block > 0 && at_block + done == nt) {           /* block barrier */
             for (int t = 0; t < nt; t++) if (g_fib[t].state == AT_BLOCK) g_fib[t].state = READY;
+            g_interval++;
             released = true;
         }
         if (!ran && !released) {
@@ -557,6 +640,7 @@ static void run_grid(dim3 grid, dim3 block, size_t smem, const std::function<voi
             for (unsigned x = 0; x < grid.x; x++) {
                 emu_blockIdx = rev ? dim3(grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z) : dim3(x, y, z);
                 smem_reset(smem);
+                cp_reset(nt);
                 run_block(nt);
             }
 }

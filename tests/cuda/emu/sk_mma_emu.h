@@ -19,6 +19,17 @@
 void emu_syncwarp(void);
 unsigned emu_tid(void);
 uint64_t *emu_lane_scratch(void);     /* 8 words per thread of the block */
+/* cp.async (emu.cpp): the copy lands at the wait that covers its group; NaN until then */
+void emu_cp_async(void *dst, const void *src, int bytes);
+void emu_cp_commit(void);
+void emu_cp_wait(int n);
+/* shared-memory tile reads and writes, checked for a missing barrier (emu.cpp) */
+void emu_smem_read(const void *p, int bytes);
+void emu_smem_write(void *p, int bytes, const char *what);
+static inline void emu_sts32(void *p, uint32_t v) {
+    emu_smem_write(p, 4, "a shared-memory store");
+    memcpy(p, &v, 4);
+}
 
 static inline float emu_bf16_lo(uint32_t w) { uint32_t u = w << 16; float f; memcpy(&f, &u, 4); return f; }
 static inline float emu_bf16_hi(uint32_t w) { uint32_t u = w & 0xffff0000u; float f; memcpy(&f, &u, 4); return f; }
@@ -59,6 +70,7 @@ static inline void emu_ldsm(uint32_t (&r)[4], const void *p, bool trans) {
     }
     uint64_t *s = emu_lane_scratch();
     const unsigned t = emu_tid(), lane = t & 31u, w0 = t - lane;
+    emu_smem_read(p, 16);
     s[8 * t] = (uint64_t)(uintptr_t)p;
     emu_syncwarp();
     const unsigned g = lane >> 2, q = lane & 3;

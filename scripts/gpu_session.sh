@@ -91,6 +91,9 @@ train)
     run env SKIPLM_CUDA_MMA_WARPS=8 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
         --steps 5 --no-gen --bf16 --profile 2
     run env SKIPLM_CUDA_MMA_WARPS=8 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16
+    # one buffer per walked attention tile (the copy of the next tile no longer under this one's math)
+    run env SKIPLM_CUDA_ATTN_STAGES=1 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
+        --steps 5 --no-gen --bf16 --profile 2
     ;;
 gen)
     say "gen: $(date -u)"

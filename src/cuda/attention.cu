@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(NT) attn_fwd_k(cu_attn a) {
 
 /* ----------------------------------------------------------------- backward */
 
-/* Di[(b*H + h)*Lq + i] = sum_d dout * out: one warp per query row */
+/* Di[(b*H + h)*Lq + i] = sum_d dout * out: one warp per query row (which also writes dout in
+ * bf16 to a.dout16 when it is given: the tensor-core kernels' dO) */
 __global__ void attn_di_k(cu_attn a, const float *dout, float *Di) {
     const long row = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -121,6 +122,7 @@ __global__ void attn_di_k(cu_attn a, const float *dout, float *Di) {
     float s = 0.0f;
     if (a.out16) for (int d = lane; d < a.D; d += 32) s += bf16_float(a.out16[off + d]) * dout[off + d];
     else for (int d = lane; d < a.D; d += 32) s += a.out[off + d] * dout[off + d];
+    if (a.dout16) for (int d = lane; d < a.D; d += 32) a.dout16[off + d] = bf16_bits(dout[off + d]);
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) Di[row] = s;
 }

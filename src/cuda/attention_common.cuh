@@ -17,6 +17,19 @@ static inline cudaError_t smem_opt_in(const void *fn, size_t bytes) {
     return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
+/* the most dynamic shared memory a block of this device may opt in to (asked once) */
+static inline int smem_optin_max(void) {
+    static int v = 0;
+    if (!v) {
+        int dev = 0, x = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&x, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || x <= 0)
+            x = 48 * 1024;
+        v = x;
+    }
+    return v;
+}
+
 /* ----------------------------------------------- dropout hash (attention_internal.h) */
 __device__ __forceinline__ uint64_t mix64(uint64_t x) {
     x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;

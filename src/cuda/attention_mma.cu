@@ -19,7 +19,20 @@
  * What goes through shared memory is only the bf16 Q, K and V tiles (rows padded by 8
  * elements: a stride of an odd number of 16-byte units, so ldmatrix's 8 row reads hit 8
  * different bank groups). Compared with the wmma kernel this saves, per key tile, the S tile
- * round trip through shared memory, the O-update tile's, and two of the four barriers. */
+ * round trip through shared memory, the O-update tile's, and two of the four barriers.
+ *
+ * Loads. With cu_attn's bf16 copies (q16, k16, v16: what the model's --bf16 forward writes
+ * once per layer, Q already scaled) the tiles are cp.async copies, 16 bytes per thread per
+ * copy, and with two buffers per walked tile (NB = 2, where the shared memory allows it)
+ * the copy of the next K/V tile is issued before the math of this one, so the load runs
+ * under the tensor-core work instead of stalling it:
+ *     issue tile 0
+ *     for each tile t:  issue t+1 into the other buffer; wait for t; barrier;
+ *                       math on t; barrier (its buffer may be overwritten next)
+ * With one buffer the copy of t+1 is issued after the second barrier. Without the bf16
+ * copies (the KV cache's prefill, the tests' fp32 views) the same loop loads the fp32 views
+ * and rounds them on the way, as the wmma kernels do. The values in the tiles are the same
+ * bits either way. */
 #include "attention_common.cuh"
 #include "mma.cuh"
 
@@ -30,10 +43,13 @@
 template <int DM, int NW> struct Mma {
     static constexpr int S = DM + 8;                  /* bf16 row stride in shared memory */
     static constexpr int RB = 16 * NW, NTH = 32 * NW;  /* the block's rows, its threads */
-    /* forward: Q (RB rows), K, V (MT rows) */
-    static constexpr size_t fwd = sizeof(uint16_t) * (RB + 2 * MT) * S;
-    /* backward: two tiles of RB rows, two of MT, lse and Di of the query rows */
-    static constexpr size_t bwd = sizeof(uint16_t) * 2 * (RB + MT) * S + 2 * sizeof(float) * (RB > MT ? RB : MT);
+    /* forward: Q (RB rows), nb buffers of K and V (MT rows) */
+    static constexpr size_t fwd(int nb) { return sizeof(uint16_t) * (RB + 2 * nb * MT) * S; }
+    /* backward: two resident tiles of RB rows, nb pairs of walked tiles of MT rows, lse and
+     * Di of the query rows (RB resident ones, or nb walked tiles of MT) */
+    static constexpr size_t bwd(int nb) {
+        return sizeof(uint16_t) * 2 * (RB + nb * MT) * S + 2 * sizeof(float) * (RB > nb * MT ? RB : nb * MT);
+    }
 };
 
 /* rows [r0, r0 + n) of a strided fp32 head, times s, into a bf16 tile of `rows` rows and DM
@@ -51,8 +67,52 @@ __device__ __forceinline__ void load_pairs(uint16_t *dst, const float *src, long
             if (c < D) x0 = row[c] * s;
             if (c + 1 < D) x1 = row[c + 1] * s;
         }
-        d32[(r * (DM + 8) + c) / 2] = pack_bf16x2(x0, x1);
+        sts32(d32 + (r * (DM + 8) + c) / 2, pack_bf16x2(x0, x1));
     }
+}
+
+/* rows [r0, r0 + n) of a strided bf16 head into a tile of `rows` rows (stride DM + 8), zero
+ * padded past n rows and D columns: 16-byte cp.async copies (joining the thread's open group)
+ * when vec (D, the strides and the address multiples of 8 elements), else 2-byte loads */
+template <int DM, int NTH>
+__device__ __forceinline__ void load_tile16(uint16_t *dst, const uint16_t *src, long st, int r0, int n, int rows,
+                                            int D, bool vec) {
+    constexpr int U = DM / 8;                          /* 16-byte units per row */
+    for (int e = threadIdx.x; e < rows * U; e += NTH) {
+        const int r = e / U, c = 8 * (e % U);
+        uint16_t *d = dst + r * (DM + 8) + c;
+        if (vec && r < n && c < D) {
+            cp_async16(d, src + (long)(r0 + r) * st + c);
+            continue;
+        }
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
+        if (r < n) {
+            const uint16_t *row = src + (long)(r0 + r) * st;
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (c + k < D) w[k / 2] |= (uint32_t)row[c + k] << (16 * (k & 1));
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) sts32(d + 2 * k, w[k]);
+    }
+}
+
+/* a head's tile: from its bf16 copy src16 when there is one (already scaled), else from the
+ * fp32 view src times s */
+template <int DM, int NTH>
+__device__ __forceinline__ void load_head(uint16_t *dst, const uint16_t *src16, const float *src, long st, int r0,
+                                          int n, int rows, int D, float s, bool vec) {
+    if (src16) load_tile16<DM, NTH>(dst, src16, st, r0, n, rows, D, vec);
+    else load_pairs<DM, NTH>(dst, src, st, r0, n, rows, D, s);
+}
+
+/* the K and V tiles of key rows [j0, j0 + nk) of kv head hk, batch b (`rows` rows) */
+template <int DM, int NTH>
+__device__ __forceinline__ void load_kv(const cu_attn &a, uint16_t *Ks, uint16_t *Vs, int b, int hk, int j0, int nk,
+                                        int rows, bool vec) {
+    const long ko = b * a.k_sb + hk * a.k_sh, vo = b * a.v_sb + hk * a.v_sh;
+    load_head<DM, NTH>(Ks, a.k16 ? a.k16 + ko : NULL, a.k + ko, a.k_st, j0, nk, rows, a.D, 1.0f, vec);
+    load_head<DM, NTH>(Vs, a.v16 ? a.v16 + vo : NULL, a.v + vo, a.v_st, j0, nk, rows, a.D, 1.0f, vec);
 }
 
 /* zeroes n accumulator tiles of 16 x 8 */
@@ -74,20 +134,26 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <int DM, int NW>
-__global__ void __launch_bounds__(32 * NW) attn_mma_fwd_k(cu_attn a) {
+template <int DM, int NW, int NB>
+__global__ void __launch_bounds__(32 * NW) attn_mma_fwd_k(cu_attn a, int vec) {
     typedef Mma<DM, NW> M;
     constexpr int S = M::S, KD = DM / 16, NS = MT / 8, NO = DM / 8, NTH = M::NTH;
     DYN_SMEM_BYTES(smem);
-    uint16_t *Qs = (uint16_t *)smem, *Ks = Qs + M::RB * S, *Vs = Ks + MT * S;
+    uint16_t *Qs = (uint16_t *)smem, *Ks = Qs + M::RB * S, *Vs = Ks + NB * MT * S;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int qt = gridDim.x - 1 - blockIdx.x;        /* heaviest causal tiles first */
     const int h = blockIdx.y, b = blockIdx.z, hk = h / (a.H / a.Hkv);
     const int i0 = qt * M::RB, nq = min(M::RB, a.Lq - i0), D = a.D;
-    const float *kb = a.k + b * a.k_sb + hk * a.k_sh;
-    const float *vb = a.v + b * a.v_sb + hk * a.v_sh;
+    const long qo = b * a.q_sb + h * a.q_sh;
 
-    load_pairs<DM, NTH>(Qs, a.q + b * a.q_sb + h * a.q_sh, a.q_st, i0, nq, M::RB, D, a.scale);
+    load_head<DM, NTH>(Qs, a.q16 ? a.q16 + qo : NULL, a.q + qo, a.q_st, i0, nq, M::RB, D, a.scale, vec);
+    cp_commit();
+    const int jend = key_end(a, i0, nq), ntiles = (jend + MT - 1) / MT;
+    if (ntiles > 0) {
+        load_kv<DM, NTH>(a, Ks, Vs, b, hk, 0, min(MT, jend), MT, vec);
+        cp_commit();
+        cp_wait<1>();                 /* Q's copies; tile 0's may still be in flight */
+    } else cp_wait<0>();
     __syncthreads();
     uint32_t qf[KD][4];               /* the warp's 16 Q rows as A fragments */
 #pragma unroll
@@ -106,13 +172,16 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_fwd_k(cu_attn a) {
     }
     zero(o);
 
-    const int jend = key_end(a, i0, nq);
-    for (int j0 = 0; j0 < jend; j0 += MT) {
-        const int nk = min(MT, jend - j0);
-        __syncthreads();              /* every warp is done with the previous K, V tiles */
-        load_pairs<DM, NTH>(Ks, kb, a.k_st, j0, nk, MT, D, 1.0f);
-        load_pairs<DM, NTH>(Vs, vb, a.v_st, j0, nk, MT, D, 1.0f);
-        __syncthreads();
+    for (int it = 0; it < ntiles; it++) {
+        const int j0 = it * MT, nk = min(MT, jend - j0), buf = NB == 2 ? it & 1 : 0;
+        if (NB == 2 && it + 1 < ntiles) {      /* the next tile's copy runs under this one's math */
+            load_kv<DM, NTH>(a, Ks + (buf ^ 1) * MT * S, Vs + (buf ^ 1) * MT * S, b, hk, j0 + MT,
+                             min(MT, jend - j0 - MT), MT, vec);
+            cp_commit();
+            cp_wait<1>();
+        } else cp_wait<0>();
+        __syncthreads();              /* tile it is in every thread's view */
+        const uint16_t *Kt = Ks + buf * MT * S, *Vt = Vs + buf * MT * S;
 
         float s[NS][4];
         zero(s);
@@ -121,7 +190,7 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_fwd_k(cu_attn a) {
 #pragma unroll
             for (int np = 0; np < NS / 2; np++) {          /* key rows 16np.. as two 8-column tiles */
                 uint32_t kf[4];
-                ldsm_x4(kf, Ks + (np * 16 + (lane & 7) + 8 * (lane >> 4)) * S + kd * 16 + 8 * ((lane >> 3) & 1));
+                ldsm_x4(kf, Kt + (np * 16 + (lane & 7) + 8 * (lane >> 4)) * S + kd * 16 + 8 * ((lane >> 3) & 1));
                 mma_bf16_16816(s[2 * np], qf[kd], kf[0], kf[1]);
                 mma_bf16_16816(s[2 * np + 1], qf[kd], kf[2], kf[3]);
             }
@@ -184,10 +253,15 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_fwd_k(cu_attn a) {
 #pragma unroll
             for (int dp = 0; dp < DM / 16; dp++) {         /* head dims 16dp.. as two 8-column tiles */
                 uint32_t vf[4];
-                ldsm_x4_trans(vf, Vs + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + dp * 16 + 8 * (lane >> 4));
+                ldsm_x4_trans(vf, Vt + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + dp * 16 + 8 * (lane >> 4));
                 mma_bf16_16816(o[2 * dp], pf, vf[0], vf[1]);
                 mma_bf16_16816(o[2 * dp + 1], pf, vf[2], vf[3]);
             }
+        }
+        __syncthreads();              /* every warp is done with tile it's buffers */
+        if (NB == 1 && it + 1 < ntiles) {
+            load_kv<DM, NTH>(a, Ks, Vs, b, hk, j0 + MT, min(MT, jend - j0 - MT), MT, vec);
+            cp_commit();
         }
     }
 
@@ -274,17 +348,24 @@ __device__ __forceinline__ void product_acc16(float (&acc)[DM / 8][4], const flo
 }
 
 /* Q (scaled) and dO tiles in bf16 (`rows` rows), lse and Di of query rows [i0, i0 + nq) of
- * head h (padded rows: lse = +inf, so their P is 0, and Di = 0) */
+ * head h (padded rows: lse = +inf, so their P is 0, and Di = 0), as copies of the thread's
+ * open cp.async group where they can be */
 template <int DM, int NTH>
 __device__ __forceinline__ void load_q_side_mma(const cu_attn &a, const float *dout, const float *Di, int b, int h,
                                                 int i0, int nq, int rows, uint16_t *Qs, uint16_t *dOs, float *lse_s,
-                                                float *di_s) {
-    load_pairs<DM, NTH>(Qs, a.q + b * a.q_sb + h * a.q_sh, a.q_st, i0, nq, rows, a.D, a.scale);
-    load_pairs<DM, NTH>(dOs, dout + b * a.o_sb + h * a.o_sh, a.o_st, i0, nq, rows, a.D, 1.0f);
+                                                float *di_s, bool vec) {
+    const long qo = b * a.q_sb + h * a.q_sh, oo = b * a.o_sb + h * a.o_sh;
+    load_head<DM, NTH>(Qs, a.q16 ? a.q16 + qo : NULL, a.q + qo, a.q_st, i0, nq, rows, a.D, a.scale, vec);
+    load_head<DM, NTH>(dOs, a.dout16 ? a.dout16 + oo : NULL, dout + oo, a.o_st, i0, nq, rows, a.D, 1.0f, vec);
     const size_t base = ((size_t)b * a.H + h) * a.Lq + i0;
     for (int r = threadIdx.x; r < rows; r += NTH) {
-        lse_s[r] = r < nq ? a.lse[base + r] : INFINITY;
-        di_s[r] = r < nq ? Di[base + r] : 0.0f;
+        if (r < nq) {
+            cp_async4(lse_s + r, a.lse + base + r);
+            cp_async4(di_s + r, Di + base + r);
+        } else {
+            lse_s[r] = INFINITY;
+            di_s[r] = 0.0f;
+        }
     }
 }
 
@@ -299,32 +380,39 @@ __device__ __forceinline__ void bwd_element(const cu_attn &a, float &s, float &d
     s = p * z;
 }
 
-template <int DM, int NW>
-__global__ void __launch_bounds__(32 * NW) attn_mma_dq_k(cu_attn a, const float *dout, float *dq, const float *Di) {
+template <int DM, int NW, int NB>
+__global__ void __launch_bounds__(32 * NW) attn_mma_dq_k(cu_attn a, const float *dout, float *dq, const float *Di, int vec) {
     typedef Mma<DM, NW> M;
     constexpr int S = M::S, NS = MT / 8, NO = DM / 8, NTH = M::NTH;
     DYN_SMEM_BYTES(smem);
-    uint16_t *Qs = (uint16_t *)smem, *dOs = Qs + M::RB * S, *Ks = dOs + M::RB * S, *Vs = Ks + MT * S;
-    float *lse_s = (float *)(Vs + MT * S), *di_s = lse_s + M::RB;
+    uint16_t *Qs = (uint16_t *)smem, *dOs = Qs + M::RB * S, *Ks = dOs + M::RB * S, *Vs = Ks + NB * MT * S;
+    float *lse_s = (float *)(Vs + NB * MT * S), *di_s = lse_s + M::RB;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int qt = gridDim.x - 1 - blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z, hk = h / (a.H / a.Hkv);
     const int i0 = qt * M::RB, nq = min(M::RB, a.Lq - i0), D = a.D;
-    const float *kb = a.k + b * a.k_sb + hk * a.k_sh;
-    const float *vb = a.v + b * a.v_sb + hk * a.v_sh;
-    load_q_side_mma<DM, NTH>(a, dout, Di, b, h, i0, nq, M::RB, Qs, dOs, lse_s, di_s);
+    load_q_side_mma<DM, NTH>(a, dout, Di, b, h, i0, nq, M::RB, Qs, dOs, lse_s, di_s, vec);
+    cp_commit();
+    const int jend = key_end(a, i0, nq), ntiles = (jend + MT - 1) / MT;
+    if (ntiles > 0) {
+        load_kv<DM, NTH>(a, Ks, Vs, b, hk, 0, min(MT, jend), MT, vec);
+        cp_commit();
+    }
     float acc[NO][4];
     zero(acc);
-    const int jend = key_end(a, i0, nq);
-    for (int j0 = 0; j0 < jend; j0 += MT) {
-        const int nk = min(MT, jend - j0);
-        __syncthreads();              /* the previous K, V tiles are done with; Q's side is visible */
-        load_pairs<DM, NTH>(Ks, kb, a.k_st, j0, nk, MT, D, 1.0f);
-        load_pairs<DM, NTH>(Vs, vb, a.v_st, j0, nk, MT, D, 1.0f);
-        __syncthreads();
+    for (int it = 0; it < ntiles; it++) {     /* the forward's pipeline over the K/V tiles */
+        const int j0 = it * MT, nk = min(MT, jend - j0), buf = NB == 2 ? it & 1 : 0;
+        if (NB == 2 && it + 1 < ntiles) {
+            load_kv<DM, NTH>(a, Ks + (buf ^ 1) * MT * S, Vs + (buf ^ 1) * MT * S, b, hk, j0 + MT,
+                             min(MT, jend - j0 - MT), MT, vec);
+            cp_commit();
+            cp_wait<1>();
+        } else cp_wait<0>();
+        __syncthreads();              /* tile it (and, the first time, Q's side) in every thread's view */
+        const uint16_t *Kt = Ks + buf * MT * S, *Vt = Vs + buf * MT * S;
         float s[NS][4], dp[NS][4];
-        product_xyT16<DM>(s, Qs, warp * 16, Ks, lane);
-        product_xyT16<DM>(dp, dOs, warp * 16, Vs, lane);
+        product_xyT16<DM>(s, Qs, warp * 16, Kt, lane);
+        product_xyT16<DM>(dp, dOs, warp * 16, Vt, lane);
         /* padded query rows have lse = +inf: their P is 0 without the mask */
         const bool full = nk == MT && (!a.causal || (long)j0 + MT - 1 <= (long)i0 + a.causal_offset);
 #pragma unroll
@@ -341,8 +429,14 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dq_k(cu_attn a, const float 
                     bwd_element(a, s[n][2 * hi + e], dp[n][2 * hi + e], ok, L, di, rk, j0 + c);
                 }
         }
-        product_acc16<DM>(acc, dp, Ks, lane);                     /* dQ += dS K */
+        product_acc16<DM>(acc, dp, Kt, lane);                     /* dQ += dS K */
+        __syncthreads();              /* every warp is done with tile it's buffers */
+        if (NB == 1 && it + 1 < ntiles) {
+            load_kv<DM, NTH>(a, Ks, Vs, b, hk, j0 + MT, min(MT, jend - j0 - MT), MT, vec);
+            cp_commit();
+        }
     }
+    cp_wait<0>();                     /* nothing left in flight (no key tile: Q's side) */
 #pragma unroll
     for (int hi = 0; hi < 2; hi++) {
         const int r = warp * 16 + g + 8 * hi;
@@ -358,18 +452,18 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dq_k(cu_attn a, const float 
     }
 }
 
-template <int DM, int NW>
-__global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float *dout, float *dk, float *dv, const float *Di) {
+template <int DM, int NW, int NB>
+__global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float *dout, float *dk, float *dv, const float *Di, int vec) {
     typedef Mma<DM, NW> M;
     constexpr int S = M::S, NS = MT / 8, NO = DM / 8, NTH = M::NTH, RB = M::RB;
     DYN_SMEM_BYTES(smem);
-    uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + RB * S, *Qs = Vs + RB * S, *dOs = Qs + MT * S;
-    float *lse_s = (float *)(dOs + MT * S), *di_s = lse_s + MT;
+    uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + RB * S, *Qs = Vs + RB * S, *dOs = Qs + NB * MT * S;
+    float *lse_s = (float *)(dOs + NB * MT * S), *di_s = lse_s + NB * MT;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, group = a.H / a.Hkv;
     const int j0 = kt * RB, nk = min(RB, a.Lk - j0), D = a.D;
-    load_pairs<DM, NTH>(Ks, a.k + b * a.k_sb + hk * a.k_sh, a.k_st, j0, nk, RB, D, 1.0f);
-    load_pairs<DM, NTH>(Vs, a.v + b * a.v_sb + hk * a.v_sh, a.v_st, j0, nk, RB, D, 1.0f);
+    load_kv<DM, NTH>(a, Ks, Vs, b, hk, j0, nk, RB, vec);
+    cp_commit();
     float ak[NO][4], av[NO][4];
     zero(ak);
     zero(av);
@@ -378,15 +472,31 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float
         long st = (long)j0 - a.causal_offset;
         istart = st >= a.Lq ? a.Lq : st < 0 ? 0 : (int)(st / MT) * MT;
     }
-    for (int h = hk * group; h < (hk + 1) * group; h++) {
-        for (int i0 = istart; i0 < a.Lq; i0 += MT) {
-            const int nq = min(MT, a.Lq - i0);
-            __syncthreads();          /* the previous query tile is done with; K, V are visible */
-            load_q_side_mma<DM, NTH>(a, dout, Di, b, h, i0, nq, MT, Qs, dOs, lse_s, di_s);
-            __syncthreads();
+    /* the walked tiles: the query tiles from istart of each head of the group, in turn */
+    const int nqt = (a.Lq - istart + MT - 1) / MT, ntiles = group * nqt;
+    if (ntiles > 0) {
+        load_q_side_mma<DM, NTH>(a, dout, Di, b, hk * group, istart, min(MT, a.Lq - istart), MT, Qs, dOs, lse_s,
+                                 di_s, vec);
+        cp_commit();
+    }
+    int h = hk * group, i0 = istart;  /* tile it */
+    for (int it = 0; it < ntiles; it++) {
+        const int nq = min(MT, a.Lq - i0), buf = NB == 2 ? it & 1 : 0;
+        const int i1 = i0 + MT < a.Lq ? i0 + MT : istart, h1 = i0 + MT < a.Lq ? h : h + 1;   /* tile it + 1 */
+        if (NB == 2 && it + 1 < ntiles) {     /* the next query tile's copy runs under this one's math */
+            const int o = (buf ^ 1) * MT;
+            load_q_side_mma<DM, NTH>(a, dout, Di, b, h1, i1, min(MT, a.Lq - i1), MT, Qs + o * S, dOs + o * S,
+                                     lse_s + o, di_s + o, vec);
+            cp_commit();
+            cp_wait<1>();
+        } else cp_wait<0>();
+        __syncthreads();              /* tile it (and, the first time, K and V) in every thread's view */
+        {
+            const uint16_t *Qt = Qs + buf * MT * S, *dOt = dOs + buf * MT * S;
+            const float *lse_t = lse_s + buf * MT, *di_t = di_s + buf * MT;
             float st[NS][4], dpt[NS][4];                         /* S^T, dP^T: key rows, query columns */
-            product_xyT16<DM>(st, Ks, warp * 16, Qs, lane);
-            product_xyT16<DM>(dpt, Vs, warp * 16, dOs, lane);
+            product_xyT16<DM>(st, Ks, warp * 16, Qt, lane);
+            product_xyT16<DM>(dpt, Vs, warp * 16, dOt, lane);
             /* padded keys must be masked (their S is 0, not -inf); padded queries have P = 0 */
             const bool full = nk == RB && (!a.causal || (long)j0 + RB - 1 <= (long)i0 + a.causal_offset);
 #pragma unroll
@@ -394,7 +504,7 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int c = 8 * n + 2 * t + e, i = i0 + c;
-                    const float L = lse_s[c], di = di_s[c];
+                    const float L = lse_t[c], di = di_t[c];
                     const uint64_t rk = (a.dropout && c < nq) ? rowkey(a.seed, b, h, i) : 0;
 #pragma unroll
                     for (int hi = 0; hi < 2; hi++) {
@@ -403,10 +513,18 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float
                         bwd_element(a, st[n][2 * hi + e], dpt[n][2 * hi + e], ok, L, di, rk, j0 + jr);
                     }
                 }
-            product_acc16<DM>(av, st, dOs, lane);                 /* dV += (Z P)^T dO */
-            product_acc16<DM>(ak, dpt, Qs, lane);                 /* dK += dS^T Q (Q scaled) */
+            product_acc16<DM>(av, st, dOt, lane);                 /* dV += (Z P)^T dO */
+            product_acc16<DM>(ak, dpt, Qt, lane);                 /* dK += dS^T Q (Q scaled) */
         }
+        __syncthreads();              /* every warp is done with tile it's buffers */
+        if (NB == 1 && it + 1 < ntiles) {
+            load_q_side_mma<DM, NTH>(a, dout, Di, b, h1, i1, min(MT, a.Lq - i1), MT, Qs, dOs, lse_s, di_s, vec);
+            cp_commit();
+        }
+        h = h1;
+        i0 = i1;
     }
+    cp_wait<0>();                     /* nothing left in flight (no query tile: K and V) */
 #pragma unroll
     for (int hi = 0; hi < 2; hi++) {
         const int jr = warp * 16 + g + 8 * hi;
@@ -425,42 +543,68 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float
     }
 }
 
+/* the bf16 copies can go as 16-byte cp.async copies: D, the strides and the address of every
+ * copy given are multiples of 8 elements */
+static bool al8(const uint16_t *p, long sb, long sh, long st) {
+    return !p || ((uintptr_t)p % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 && st % 8 == 0);
+}
+static int vec16(const cu_attn *a, bool backward) {
+    return a->D % 8 == 0 && al8(a->q16, a->q_sb, a->q_sh, a->q_st) && al8(a->k16, a->k_sb, a->k_sh, a->k_st) &&
+           al8(a->v16, a->v_sb, a->v_sh, a->v_st) && (!backward || al8(a->dout16, a->o_sb, a->o_sh, a->o_st));
+}
+
+/* The buffers per walked tile: 2 where this device lets a block have the shared memory
+ * (bytes(2)), unless a->stages asks for 1. The first call opts the kernels in (opt_in(nb,
+ * bytes) for each nb they may run with). Returns 1 or 2, or minus a cudaError_t. */
+template <typename F>
+static int walk_buffers(const cu_attn *a, int &nb_max, F opt_in, size_t bytes1, size_t bytes2) {
+    if (!nb_max) {
+        const int nb = bytes2 <= (size_t)smem_optin_max() ? 2 : 1;
+        cudaError_t e = opt_in(1, bytes1);
+        if (e == cudaSuccess && nb == 2) e = opt_in(2, bytes2);
+        if (e != cudaSuccess) return -(int)e;
+        nb_max = nb;
+    }
+    return a->stages == 1 ? 1 : nb_max;
+}
+
 template <int DM, int NW>
 static int mma_fwd(const cu_attn *a) {
     typedef Mma<DM, NW> M;
-    static bool ready = false;
-    if (!ready) {
-        cudaError_t e = smem_opt_in((const void *)attn_mma_fwd_k<DM, NW>, M::fwd);
-        if (e != cudaSuccess) return (int)e;
-        ready = true;
-    }
+    typedef void (*K)(cu_attn, int);
+    static int nb_max = 0;
+    const K kern[2] = {attn_mma_fwd_k<DM, NW, 1>, attn_mma_fwd_k<DM, NW, 2>};
+    const int nb = walk_buffers(a, nb_max, [&](int n, size_t bytes) { return smem_opt_in((const void *)kern[n - 1], bytes); },
+                                M::fwd(1), M::fwd(2));
+    if (nb < 0) return -nb;
     dim3 grid((a->Lq + M::RB - 1) / M::RB, a->H, a->B);
-    void (*kern)(cu_attn) = attn_mma_fwd_k<DM, NW>;
-    LAUNCH(kern, grid, M::NTH, M::fwd, *a);
+    LAUNCH(kern[nb - 1], grid, M::NTH, M::fwd(nb), *a, vec16(a, false));
     return (int)cudaGetLastError();
 }
 
 template <int DM, int NW>
 static int mma_bwd(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di) {
     typedef Mma<DM, NW> M;
-    static bool ready = false;
-    if (!ready) {
-        cudaError_t e = smem_opt_in((const void *)attn_mma_dq_k<DM, NW>, M::bwd);
-        if (e == cudaSuccess) e = smem_opt_in((const void *)attn_mma_dkv_k<DM, NW>, M::bwd);
-        if (e != cudaSuccess) return (int)e;
-        ready = true;
-    }
+    typedef void (*Kq)(cu_attn, const float *, float *, const float *, int);
+    typedef void (*Kkv)(cu_attn, const float *, float *, float *, const float *, int);
+    static int nb_max = 0;
+    const Kq kdq[2] = {attn_mma_dq_k<DM, NW, 1>, attn_mma_dq_k<DM, NW, 2>};
+    const Kkv kdkv[2] = {attn_mma_dkv_k<DM, NW, 1>, attn_mma_dkv_k<DM, NW, 2>};
+    const int nb = walk_buffers(a, nb_max, [&](int n, size_t bytes) {
+        cudaError_t e = smem_opt_in((const void *)kdq[n - 1], bytes);
+        return e == cudaSuccess ? smem_opt_in((const void *)kdkv[n - 1], bytes) : e;
+    }, M::bwd(1), M::bwd(2));
+    if (nb < 0) return -nb;
+    const int vec = vec16(a, true);
     if (dq) {
         dim3 grid((a->Lq + M::RB - 1) / M::RB, a->H, a->B);
-        void (*kern)(cu_attn, const float *, float *, const float *) = attn_mma_dq_k<DM, NW>;
-        LAUNCH(kern, grid, M::NTH, M::bwd, *a, dout, dq, Di);
+        LAUNCH(kdq[nb - 1], grid, M::NTH, M::bwd(nb), *a, dout, dq, Di, vec);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return (int)e;
     }
     if (dk || dv) {
         dim3 grid((a->Lk + M::RB - 1) / M::RB, a->Hkv, a->B);
-        void (*kern)(cu_attn, const float *, float *, float *, const float *) = attn_mma_dkv_k<DM, NW>;
-        LAUNCH(kern, grid, M::NTH, M::bwd, *a, dout, dk, dv, Di);
+        LAUNCH(kdkv[nb - 1], grid, M::NTH, M::bwd(nb), *a, dout, dk, dv, Di, vec);
     }
     return (int)cudaGetLastError();
 }

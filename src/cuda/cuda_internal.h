@@ -21,6 +21,7 @@ struct sk_cuda_model {
                                          unless SKIPLM_CUDA_TC_ATTN=0 (0) or =wmma (2); single-token
                                          decoding stays fp32 */
     int attn_warps;                   /* cu_attn.mma_warps: SKIPLM_CUDA_MMA_WARPS (4 or 8), default 4 */
+    int attn_stages;                  /* cu_attn.stages: SKIPLM_CUDA_ATTN_STAGES (1 or 2), default 0 (2 where it fits) */
     sk_params p, g;                   /* device views (sk_params_views on the device buffers) */
     float *pos_table;                 /* sinusoidal positions (block_size, C), or NULL */
     float *rope;                      /* RoPE table (block_size, hs/2, 2), or NULL */
@@ -36,6 +37,11 @@ struct sk_cuda_model {
      * read as they are by the forward GEMM and again by the weight-gradient GEMM (and the
      * attention output by the attention backward, for Di). Else NULL. */
     uint16_t *ln1_16, *atty16, *ln2_16, *act16, *lnf16;
+    /* SK_CUDA_BF16 with the mma.sync attention (attn_tc == 1): q (times the softmax scale), k
+     * and v in bf16, per layer with a.qkv's layout, written once after the q/k/v projection
+     * and read by the attention forward and backward (cu_attn.q16 ...); a.qkv is then one
+     * layer's fp32 scratch. dout16: the backward's dO in bf16, (N, C). Else NULL. */
+    uint16_t *qkv16, *dout16;
     uint16_t *logits16;               /* SK_CUDA_BF16: the logits (N, Vp) in bf16, then their
                                          gradient in their place; a.logits is then NULL */
     float *part;                      /* column-sum partials (2 * R * max(QKV, Ffc, C)) */

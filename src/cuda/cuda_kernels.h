@@ -77,6 +77,9 @@ void cu_add_inplace(float *y, const float *x, size_t n);
 /* dst (rows, cols, packed) = src (rows, cols, leading dimension ld) rounded to bf16 (nearest
  * even; raw bits, __nv_bfloat16's layout): the operands of the bf16 GEMMs. */
 void cu_to_bf16(uint16_t *dst, const float *src, size_t rows, int cols, size_t ld);
+/* The attention's bf16 copy of q, k, v (cu_attn.q16 ...): dst = bf16(src), times scale in the
+ * columns below qcols (q), over N rows of columns [c0, c1) of leading dimension ld (both). */
+void cu_qkv_bf16(uint16_t *dst, const float *src, int N, int ld, int c0, int c1, int qcols, float scale);
 /* sk_dropout: keep element i iff sk_hash32(seed, stream, i) >= p * 2^32, scale 1/(1-p). */
 void cu_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t stream);
 
@@ -129,6 +132,17 @@ typedef struct {
                                       attention_tc.cu (a second implementation the tests
                                       compare with); 0: fp32 */
     int mma_warps;                 /* tc == 1: warps per block, 8 (tiles of 128 rows) or else 4 (64) */
+    int stages;                    /* tc == 1: buffers per walked tile, 2 (the next tile's copy
+                                      overlaps this one's math) where the shared memory allows
+                                      it, 1 when 1 */
+    const uint16_t *q16, *k16, *v16; /* tc == 1, optional (all three or none): bf16 copies of q
+                                      TIMES scale, k and v, with the strides of q, k, v, which
+                                      the kernels then read (16-byte cp.async copies where D,
+                                      the strides and the addresses are multiples of 8 elements)
+                                      instead of q, k, v; q, k, v still name the views that dq,
+                                      dk, dv mirror */
+    uint16_t *dout16;              /* tc == 1 backward, optional: scratch with out's strides where
+                                      the Di pass writes dO in bf16 for the kernels to read */
     const int32_t *pos_d;          /* cu_attn_decode only: if set, the query's position on the
                                       device, and Lk = *pos_d + 1 (<= Lk, same split count) */
 } cu_attn;

@@ -392,6 +392,18 @@ __global__ void to_bf16_k(uint16_t *dst, const float *src, size_t n, int cols, s
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = bf16_bits(src[(i / cols) * ld + i % cols]);
 }
+__global__ void qkv_bf16_k(uint16_t *dst, const float *src, size_t n, int c0, int w, int ld, int qcols, float scale) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int c = c0 + (int)(i % w);
+    const size_t at = i / w * ld + c;
+    const float x = src[at];
+    dst[at] = bf16_bits(c < qcols ? x * scale : x);    /* the attention kernels' own rounding */
+}
+extern "C" void cu_qkv_bf16(uint16_t *dst, const float *src, int N, int ld, int c0, int c1, int qcols, float scale) {
+    const size_t n = (size_t)N * (c1 - c0);
+    if (n) LAUNCH(qkv_bf16_k, blocks_for(n, BS), BS, 0, dst, src, n, c0, c1 - c0, ld, qcols, scale);
+}
 extern "C" void cu_to_bf16(uint16_t *dst, const float *src, size_t rows, int cols, size_t ld) {
     const size_t n = rows * (size_t)cols;
     if (n) LAUNCH(to_bf16_k, blocks_for(n, BS), BS, 0, dst, src, n, cols, ld);

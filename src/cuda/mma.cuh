@@ -11,7 +11,13 @@
  *   B (16 x 8)             b[2]: b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g]
  *   C, D (16 x 8, fp32)    c[4]: c[0], c[1] = C[g][2t], C[g][2t+1]; c[2], c[3] = C[g+8][2t..]
  *   ldmatrix .x4: lanes 8i..8i+7 give the row addresses (16 bytes each, 16-byte aligned) of
- *     8 x 8 matrix i, and r[i] gets M_i[g][2t..2t+1]; with .trans, M_i[2t..2t+1][g]. */
+ *     8 x 8 matrix i, and r[i] gets M_i[g][2t..2t+1]; with .trans, M_i[2t..2t+1][g].
+ * And the asynchronous copies (sm_80) that feed the tiles: cp_async16 / cp_async4 copy 16 / 4
+ * bytes (both addresses aligned to that) from global to shared memory without passing
+ * through registers; cp_commit closes this thread's open group of copies; cp_wait<N> waits
+ * until at most N of its committed groups are still in flight. The data is then visible to
+ * this thread, and to the block after a __syncthreads. sts32 is a plain 4-byte store into a
+ * tile, named so that the emulator can check it. */
 #ifndef SK_MMA_CUH
 #define SK_MMA_CUH
 #include "cuda_compat.cuh"
@@ -20,6 +26,11 @@
 #define mma_bf16_16816 emu_mma_bf16_16816
 #define ldsm_x4 emu_ldsm_x4
 #define ldsm_x4_trans emu_ldsm_x4_trans
+#define cp_async16(dst, src) emu_cp_async((dst), (src), 16)
+#define cp_async4(dst, src) emu_cp_async((dst), (src), 4)
+#define cp_commit emu_cp_commit
+#define sts32 emu_sts32
+template <int N> static inline void cp_wait() { emu_cp_wait(N); }
 /* two floats as bf16x2, rounded to nearest even */
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return (uint32_t)bf16_bits(lo) | ((uint32_t)bf16_bits(hi) << 16);
@@ -45,6 +56,18 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *p) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
 }
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src));
+}
+/* a 4-byte store to a shared-memory tile (the emulator checks it against the other warps' reads) */
+__device__ __forceinline__ void sts32(void *p, uint32_t v) { *(uint32_t *)p = v; }
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);    /* .x (low half) = lo */
     return *reinterpret_cast<uint32_t *>(&v);

@@ -117,6 +117,7 @@ static void free_acts(sk_cuda_model *cm) {
     free(cm->tok_h); free(cm->losses_h); free(cm->next_h);
     cm->acts_mem = NULL; cm->tok_d = NULL; cm->tok_h = NULL; cm->losses_h = NULL; cm->next_h = NULL;
     cm->ln1_16 = cm->atty16 = cm->ln2_16 = cm->act16 = cm->lnf16 = cm->logits16 = NULL;
+    cm->qkv16 = cm->dout16 = NULL;
     cm->B = cm->T = 0;
 }
 
@@ -145,6 +146,11 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int
         return sk_error(SK_EINVAL, "SKIPLM_CUDA_MMA_WARPS='%s': give 4 (tiles of 64 rows, the default) or 8 (128 "
                         "rows) warps per block of the tensor-core attention", w);
     cm->attn_warps = w && !strcmp(w, "8") ? 8 : 4;
+    const char *st = getenv("SKIPLM_CUDA_ATTN_STAGES");
+    if (st && *st && strcmp(st, "1") && strcmp(st, "2"))
+        return sk_error(SK_EINVAL, "SKIPLM_CUDA_ATTN_STAGES='%s': give 1 (one buffer per K/V tile) or 2 (two: the "
+                        "next tile's copy overlaps this one's math, the default where the shared memory allows)", st);
+    cm->attn_stages = st && !strcmp(st, "1") ? 1 : 0;
     if (m->hs > 128)
         return sk_error(SK_EINVAL, "CUDA: head size %d is above the attention kernel's 128", m->hs);
     BLAS(cublasCreate(&cm->blas));
@@ -289,15 +295,19 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
     size_t R = (size_t)cu_colsum_chunks((int)BT);
     /* in bf16, the GEMM-only activations are bf16 (half a float each), the fp32 ones absent */
     const size_t f32 = cm->prec == SK_CUDA_BF16 ? 0 : 1, h16 = 1 - f32;
-    float *h[6];
+    /* with the mma.sync attention, q/k/v are kept in bf16 (qkv16) and the fp32 qkv is one
+     * layer's scratch */
+    const size_t q16 = h16 && cm->attn_tc == 1;
+    float *h[8];
     size_t sizes[45]; float **ptrs[45]; int n = 0;
 #define A(ptr, size) do { ptrs[n] = &(ptr); sizes[n++] = (size); } while (0)
     A(a->encoded, BT * C);
     A(h[0], h16 * (L * BT * C + 1) / 2); A(h[1], h16 * (L * BT * C + 1) / 2); A(h[2], h16 * (L * BT * C + 1) / 2);
     A(h[3], h16 * (L * BT * F + 1) / 2); A(h[4], h16 * (BT * C + 1) / 2);
     A(h[5], h16 * (BT * m->Vp + 1) / 2);          /* the logits, then their gradient in place */
+    A(h[6], q16 * (L * BT * m->QKV + 1) / 2); A(h[7], q16 * (BT * C + 1) / 2);   /* qkv16, dout16 */
     A(a->ln1, f32 * L * BT * C); A(a->ln1_mean, gpt ? L * BT : 0); A(a->ln1_rstd, L * BT);
-    A(a->qkv, L * BT * m->QKV);
+    A(a->qkv, (q16 ? 1 : L) * BT * m->QKV);
     A(a->atty, f32 * L * BT * C);
     A(a->lse, L * BT * m->H);
     A(a->res2, L * BT * C);
@@ -320,7 +330,7 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
         if (base) *ptrs[i] = sizes[i] ? base + total : NULL;
         total += (sizes[i] + 63) / 64 * 64;    /* 256-byte aligned views */
     }
-    for (int i = 0; i < 6; i++) a16[i] = base ? (uint16_t *)h[i] : NULL;
+    for (int i = 0; i < 8; i++) a16[i] = base ? (uint16_t *)h[i] : NULL;
     return total;
 }
 
@@ -334,14 +344,14 @@ int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
     free_acts(cm);
     sk_acts a;
     float *part, *Di;
-    uint16_t *a16[6];
+    uint16_t *a16[8];
     size_t floats = acts_layout(cm, B, T, NULL, &a, &part, &Di, a16);
     char what[160];
     snprintf(what, sizeof what, "the activations for B=%d x T=%d", B, T);
     TRY(sk_cu_alloc(&cm->acts_mem, floats * sizeof(float), what));
     acts_layout(cm, B, T, cm->acts_mem, &cm->a, &cm->part, &cm->Di, a16);
     cm->ln1_16 = a16[0]; cm->atty16 = a16[1]; cm->ln2_16 = a16[2]; cm->act16 = a16[3]; cm->lnf16 = a16[4];
-    cm->logits16 = a16[5];
+    cm->logits16 = a16[5]; cm->qkv16 = a16[6]; cm->dout16 = a16[7];
     size_t N = (size_t)B * T;
     TRY(sk_cu_alloc(&cm->tok_d, (5 * N + 1) * sizeof(int32_t), "the token buffers"));
     cm->tok_h = malloc((5 * N + 1) * sizeof(int32_t));
@@ -467,8 +477,12 @@ static int linear_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db,
 enum { DROP_ATTN_W = 0, DROP_ATTN_OUT = 1, DROP_MLP_OUT = 2 };
 static uint64_t drop_stream(int layer, int site) { return (uint64_t)layer * 4 + site + 1; }   /* as model.c */
 
+/* layer l's q/k/v in fp32 (with qkv16: the one layer's scratch, whose layout the copies share) */
 static float *qkv_of(const sk_cuda_model *cm, int l) {
-    return cm->a.qkv + (size_t)l * cm->B * cm->T * cm->m->QKV;
+    return cm->a.qkv + (cm->qkv16 ? 0 : (size_t)l * cm->B * cm->T * cm->m->QKV);
+}
+static uint16_t *qkv16_of(const sk_cuda_model *cm, int l) {
+    return cm->qkv16 + (size_t)l * cm->B * cm->T * cm->m->QKV;
 }
 static float *dqkv_of(const sk_cuda_model *cm, int l) {
     int k = cm->m->lend_index[l];
@@ -526,6 +540,13 @@ static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int 
     a->lse = la->lse + (size_t)B * h0 * T;
     a->tc = cm->attn_tc;
     a->mma_warps = cm->attn_warps;
+    a->stages = cm->attn_stages;
+    if (cm->qkv16) {                  /* the bf16 copies, at the fp32 views' offsets */
+        a->q16 = qkv16_of(cm, l) + (a->q - la->qkv);
+        a->k16 = qkv16_of(cm, src) + (a->k - qkv_kv);
+        a->v16 = qkv16_of(cm, src) + (a->v - qkv_kv);
+        a->dout16 = cm->dout16 + (size_t)h0 * hs;
+    }
 }
 
 static int attn_rc(int rc, const char *what, int l, int part) {
@@ -621,6 +642,12 @@ static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_laye
                      p->ln1b ? p->ln1b + (size_t)l * C : NULL, N));
     TRY(qkv_forward(cm, l, la->qkv, la->ln1, ln1_16, N));
     if (cm->rope) K(cu_rope(la->qkv, cm->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
+    if (cm->qkv16) {                  /* the attention's bf16 copy, of the columns computed */
+        const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
+        for (int i = 0; i < m->n_qkv_cols[l]; i++)
+            K(cu_qkv_bf16(qkv16_of(cm, l), la->qkv, N, m->QKV, r[2 * i], r[2 * i] + r[2 * i + 1], m->H * m->hs,
+                          1.0f / sqrtf((float)m->hs)));
+    }
     for (int part = 0; part < m->n_runs[l]; part++) {
         cu_attn d;
         attn_desc(cm, &d, l, part, B, T, drop, seed, training, la);

@@ -7,7 +7,8 @@
 #  2. eval of the GPU's checkpoint: the same loss (1e-5 relative) and --dump-logits (1e-4)
 #     on both devices; with --bf16 near it (1e-2) but not equal, and the same (1e-3) on the
 #     older wmma attention kernels (SKIPLM_CUDA_TC_ATTN=wmma) and with blocks of 8 warps
-#     (SKIPLM_CUDA_MMA_WARPS=8); a bad SKIPLM_CUDA_TC_ATTN or SKIPLM_CUDA_MMA_WARPS is refused;
+#     (SKIPLM_CUDA_MMA_WARPS=8), and exactly the same with one buffer per attention tile
+#     (SKIPLM_CUDA_ATTN_STAGES=1); a bad SKIPLM_CUDA_TC_ATTN, _MMA_WARPS or _ATTN_STAGES is refused;
 #  3. sample --device cuda writes the CPU's text for the same seed (temperature, top-k);
 #     --bf16 writes as many tokens;
 #  4. a GPU run resumed on the CPU (and a CPU run resumed on the GPU) ends where the
@@ -80,6 +81,12 @@ SKIPLM_CUDA_MMA_WARPS=6 $SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-b
     >/dev/null 2>"$tmp/w.err"; rc=$?
 check "eval --bf16, SKIPLM_CUDA_MMA_WARPS=8: loss $l8 == 4 warps' $lb (1e-3); =6 refused (rc $rc)" \
     eval 'rel_ok "${l8:-nan}" "${lb:-nan}" 1e-3 && [ $rc -ne 0 ] && grep -q "SKIPLM_CUDA_MMA_WARPS=.6.: give 4" "$tmp/w.err"'
+l1=$(SKIPLM_CUDA_ATTN_STAGES=1 $SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-batches 12 --device cuda --bf16 \
+    2>/dev/null | awk '{print $2}')
+SKIPLM_CUDA_ATTN_STAGES=3 $SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-batches 1 --device cuda --bf16 \
+    >/dev/null 2>"$tmp/s.err"; rc=$?
+check "eval --bf16, SKIPLM_CUDA_ATTN_STAGES=1: loss $l1 == two buffers' $lb (the same bits); =3 refused (rc $rc)" \
+    eval '[ -n "$l1" ] && [ "$l1" = "$lb" ] && [ $rc -ne 0 ] && grep -q "SKIPLM_CUDA_ATTN_STAGES=.3.: give 1" "$tmp/s.err"'
 
 # 3. sample
 S="$ck --tokenizer $tmp/vocab.json --prompt abc --tokens 60 --seed 7 --temperature 0.9 --top-k 5 --quiet"

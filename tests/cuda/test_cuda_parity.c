@@ -321,18 +321,20 @@ typedef struct {
     const char *name;
     int B, H, Hkv, Lq, Lk, D, causal, offset;
     float dropout;
+    int odd;                          /* views at odd offsets and strides (no 16-byte copies) */
 } acase;
 
 static const acase ACASES[] = {
-    {"causal hs64 T=130", 2, 4, 4, 130, 130, 64, 1, 0, 0.0f},
-    {"causal hs16 GQA 4/2 T=70", 2, 4, 2, 70, 70, 16, 1, 0, 0.0f},
-    {"causal hs128 MQA T=65", 1, 2, 1, 65, 65, 128, 1, 0, 0.0f},
-    {"causal hs40 (padded) T=100", 2, 2, 2, 100, 100, 40, 1, 0, 0.0f},
-    {"causal hs32 dropout 0.1", 2, 4, 2, 67, 67, 32, 1, 0, 0.1f},
-    {"prefill chunk hs64 (Lq 37, Lk 150, offset 113)", 1, 4, 2, 37, 150, 64, 1, 113, 0.0f},
-    {"causal offset -20 (rows that see nothing) hs32", 1, 2, 2, 70, 50, 32, 1, -20, 0.0f},
-    {"non-causal cross hs48 (Lq 50, Lk 90)", 2, 2, 1, 50, 90, 48, 0, 0, 0.0f},
-    {"single query hs64 (Lq 1, Lk 200)", 1, 2, 2, 1, 200, 64, 1, 199, 0.0f},
+    {"causal hs64 T=130", 2, 4, 4, 130, 130, 64, 1, 0, 0.0f, 0},
+    {"causal hs16 GQA 4/2 T=70", 2, 4, 2, 70, 70, 16, 1, 0, 0.0f, 0},
+    {"causal hs128 MQA T=65", 1, 2, 1, 65, 65, 128, 1, 0, 0.0f, 0},
+    {"causal hs40 (padded) T=100 odd strides", 2, 2, 2, 100, 100, 40, 1, 0, 0.0f, 1},
+    {"causal hs20 (padded, not 8-aligned) T=90", 1, 2, 2, 90, 90, 20, 1, 0, 0.0f, 0},
+    {"causal hs32 dropout 0.1 odd strides", 2, 4, 2, 67, 67, 32, 1, 0, 0.1f, 1},
+    {"prefill chunk hs64 (Lq 37, Lk 150, offset 113)", 1, 4, 2, 37, 150, 64, 1, 113, 0.0f, 0},
+    {"causal offset -20 (rows that see nothing) hs32", 1, 2, 2, 70, 50, 32, 1, -20, 0.0f, 0},
+    {"non-causal cross hs48 (Lq 50, Lk 90) odd strides", 2, 2, 1, 50, 90, 48, 0, 0, 0.0f, 1},
+    {"single query hs64 (Lq 1, Lk 200)", 1, 2, 2, 1, 200, 64, 1, 199, 0.0f, 0},
 };
 
 /* max |a - b| over n values, +inf == +inf (the lse of a row that sees no key) */
@@ -345,63 +347,90 @@ static double max_diff(const float *a, const float *b, size_t n) {
     }
     return m;
 }
+/* bf16 bits of x, rounded to nearest even */
+static uint16_t bf16_bits_h(float x) {
+    uint32_t u;
+    x = bf16_round(x);
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
 /* The bf16 tensor-core kernels against the fp32 kernels (themselves checked against the CPU
  * above) on the same bf16-valued inputs, through SLA-style strided views: q in one buffer,
- * K/V in the K/V columns of another with another row stride, outputs and gradients added
- * (+=) to what is there. Only P and dS are rounded in the tensor-core path (and Q's scale
+ * K/V in the K/V columns of another with another row stride (both at 16-byte aligned offsets
+ * and strides, or odd ones), outputs and gradients added (+=) to what is there. Only P and dS are rounded in the tensor-core path (and Q's scale
  * when it is not a power of two), so the results must agree to bf16's rounding (1e-2 of the
  * largest value), and differ (so the tensor-core path really ran). Both tensor-core
  * implementations run: tc = 1 (the mma.sync kernels, --bf16's, with blocks of 4 and of 8
  * warps) and tc = 2 (the wmma kernels).
  * They round the same values at the same points, so they must agree far more closely (1e-3
  * of the largest value: only the fp32 summation order differs, which on a GPU can move a P
- * or dS element to the next bf16 value; on the emulator they agree to ~1e-7). */
-static const char *const KIND[4] = {"fp32", "mma", "wmma", "mma 8 warps"};
+ * or dS element to the next bf16 value; on the emulator they agree to ~1e-7).
+ * The mma kernels also run from bf16 copies of q (times the scale), k, v and dO (cu_attn's
+ * q16 ... dout16: the model's --bf16 path, copied with cp.async where aligned), with two
+ * buffers per walked tile and with one: the tiles then hold the same bits, so the results
+ * must be the same to the last bit as the fp32 views'. */
+enum { NKIND = 7 };
+static const char *const KIND[NKIND] = {"fp32", "mma", "wmma", "mma 8 warps", "mma from bf16 copies",
+                                        "mma from bf16 copies, 1 buffer", "mma 8 warps from bf16 copies"};
 static void run_tc_attention(const acase *c) {
     const int B = c->B, H = c->H, Hkv = c->Hkv, Lq = c->Lq, Lk = c->Lk, D = c->D;
-    const long qst = (long)H * D + 3, kst = 2L * Hkv * D + 5;
+    const long qoff = c->odd ? 1 : 8, koff = c->odd ? 2 : 8;
+    const long qst = (long)H * D + (c->odd ? 3 : 8), kst = 2L * Hkv * D + (c->odd ? 5 : 16);
     const size_t nq = (size_t)B * Lq * qst, nkv = (size_t)B * Lk * kst, no = (size_t)B * Lq * H * D;
     const size_t nlse = (size_t)B * H * Lq;
+    const float scale = 1.0f / sqrtf((float)D);
     float *hq = malloc(nq * 4), *hkv = malloc(nkv * 4), *hdo = malloc(no * 4);
-    float *out[4], *lse[4], *gq[4], *gkv[4], *gq0 = malloc(nq * 4), *gkv0 = malloc(nkv * 4);
+    uint16_t *hq16 = malloc(nq * 2), *hkv16 = malloc(nkv * 2), *dq16 = NULL, *dkv16 = NULL, *ddo16 = NULL;
+    float *out[NKIND], *lse[NKIND], *gq[NKIND], *gkv[NKIND], *gq0 = malloc(nq * 4), *gkv0 = malloc(nkv * 4);
     float *dq = NULL, *dkv = NULL, *dout = NULL, *dlse = NULL, *ddo = NULL, *dgq = NULL, *dgkv = NULL, *dDi = NULL;
-    int ok = hq && hkv && hdo && gq0 && gkv0;
-    for (int t = 0; t < 4; t++) {
+    int ok = hq && hkv && hdo && gq0 && gkv0 && hq16 && hkv16;
+    for (int t = 0; t < NKIND; t++) {
         out[t] = malloc(no * 4); lse[t] = malloc(nlse * 4); gq[t] = malloc(nq * 4); gkv[t] = malloc(nkv * 4);
         ok = ok && out[t] && lse[t] && gq[t] && gkv[t];
     }
     ok = ok && !cudaMalloc((void **)&dq, nq * 4) && !cudaMalloc((void **)&dkv, nkv * 4) &&
          !cudaMalloc((void **)&dout, no * 4) && !cudaMalloc((void **)&dlse, nlse * 4) &&
          !cudaMalloc((void **)&ddo, no * 4) && !cudaMalloc((void **)&dgq, nq * 4) &&
-         !cudaMalloc((void **)&dgkv, nkv * 4) && !cudaMalloc((void **)&dDi, nlse * 4);
+         !cudaMalloc((void **)&dgkv, nkv * 4) && !cudaMalloc((void **)&dDi, nlse * 4) &&
+         !cudaMalloc((void **)&dq16, nq * 2) && !cudaMalloc((void **)&dkv16, nkv * 2) &&
+         !cudaMalloc((void **)&ddo16, no * 2);
     if (!ok) { CHECK2(0, "tc attention %s: allocation", c->name); goto done; }
     fill(hq, nq, 1); fill(hkv, nkv, 2); fill(hdo, no, 3); fill(gq0, nq, 4); fill(gkv0, nkv, 5);
     for (size_t i = 0; i < nq; i++) hq[i] = bf16_round(2.0f * hq[i]);          /* sharper softmax */
     for (size_t i = 0; i < nkv; i++) hkv[i] = bf16_round(2.0f * hkv[i]);
     for (size_t i = 0; i < no; i++) hdo[i] = bf16_round(hdo[i]);
+    for (size_t i = 0; i < nq; i++) hq16[i] = bf16_bits_h(hq[i] * scale);     /* as the model's copy */
+    for (size_t i = 0; i < nkv; i++) hkv16[i] = bf16_bits_h(hkv[i]);
     cudaMemcpy(dq, hq, nq * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(dkv, hkv, nkv * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(ddo, hdo, no * 4, cudaMemcpyHostToDevice);
-    for (int t = 0; t < 4; t++) {
+    cudaMemcpy(dq16, hq16, nq * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dkv16, hkv16, nkv * 2, cudaMemcpyHostToDevice);
+    for (int t = 0; t < NKIND; t++) {
         cu_attn a;
         memset(&a, 0, sizeof a);
         a.B = B; a.H = H; a.Hkv = Hkv; a.Lq = Lq; a.Lk = Lk; a.D = D;
-        a.q = dq + 1;                 a.q_sb = Lq * qst;  a.q_sh = D; a.q_st = qst;
-        a.k = dkv + 2;                a.k_sb = Lk * kst;  a.k_sh = D; a.k_st = kst;
-        a.v = dkv + 2 + Hkv * D;      a.v_sb = Lk * kst;  a.v_sh = D; a.v_st = kst;
+        a.q = dq + qoff;              a.q_sb = Lq * qst;  a.q_sh = D; a.q_st = qst;
+        a.k = dkv + koff;             a.k_sb = Lk * kst;  a.k_sh = D; a.k_st = kst;
+        a.v = dkv + koff + Hkv * D;   a.v_sb = Lk * kst;  a.v_sh = D; a.v_st = kst;
         a.out = dout;                 a.o_sb = (long)Lq * H * D; a.o_sh = D; a.o_st = (long)H * D;
-        a.scale = 1.0f / sqrtf((float)D);
+        a.scale = scale;
         a.causal = c->causal; a.causal_offset = c->offset;
         a.dropout = c->dropout > 0; a.thr = (uint64_t)((double)c->dropout * 4294967296.0);
         a.inv_keep = a.dropout ? 1.0f / (1.0f - c->dropout) : 1.0f;
         a.seed = 0x1234567890abcdefULL;
         a.lse = dlse;
-        a.tc = t == 3 ? 1 : t;
-        a.mma_warps = t == 3 ? 8 : 4;
+        a.tc = t == 0 || t == 2 ? t : 1;
+        a.mma_warps = t == 3 || t == 6 ? 8 : 4;
+        a.stages = t == 5 ? 1 : 0;
+        if (t >= 4) {
+            a.q16 = dq16 + qoff; a.k16 = dkv16 + koff; a.v16 = dkv16 + koff + Hkv * D;
+            a.dout16 = ddo16;
+        }
         cudaMemcpy(dgq, gq0, nq * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(dgkv, gkv0, nkv * 4, cudaMemcpyHostToDevice);
         int rc = cu_attn_forward(&a);
-        if (!rc) rc = cu_attn_backward(&a, ddo, dgq + 1, dgkv + 2, dgkv + 2 + Hkv * D, dDi);
+        if (!rc) rc = cu_attn_backward(&a, ddo, dgq + qoff, dgkv + koff, dgkv + koff + Hkv * D, dDi);
         if (!rc) rc = (int)cudaDeviceSynchronize();
         if (rc) { CHECK2(0, "tc attention %s: %s kernels failed (%d)", c->name, KIND[t], rc); goto done; }
         cudaMemcpy(out[t], dout, no * 4, cudaMemcpyDeviceToHost);
@@ -411,7 +440,7 @@ static void run_tc_attention(const acase *c) {
         for (size_t i = 0; i < nq; i++) gq[t][i] -= gq0[i];                  /* the gradient added */
         for (size_t i = 0; i < nkv; i++) gkv[t][i] -= gkv0[i];
     }
-    for (int t = 1; t < 4; t++) {
+    for (int t = 1; t < 4; t++) {         /* (the kinds from bf16 copies: checked below against these) */
         const char *kind = KIND[t];
         double mo = max_abs(out[0], no), d_o = max_diff(out[t], out[0], no), d_l = max_diff(lse[t], lse[0], nlse);
         double mq = max_abs(gq[0], nq), d_q = max_diff(gq[t], gq[0], nq);
@@ -419,11 +448,11 @@ static void run_tc_attention(const acase *c) {
         int untouched = 1;            /* the columns outside the views keep their values exactly */
         for (size_t i = 0; i < nq; i++) {
             long col = (long)(i % (size_t)qst);
-            if ((col < 1 || col >= 1 + (long)H * D) && gq[t][i] != 0.0f) untouched = 0;
+            if ((col < qoff || col >= qoff + (long)H * D) && gq[t][i] != 0.0f) untouched = 0;
         }
         for (size_t i = 0; i < nkv; i++) {
             long col = (long)(i % (size_t)kst);
-            if ((col < 2 || col >= 2 + 2L * Hkv * D) && gkv[t][i] != 0.0f) untouched = 0;
+            if ((col < koff || col >= koff + 2L * Hkv * D) && gkv[t][i] != 0.0f) untouched = 0;
         }
         CHECK2(d_o <= 1e-2 * mo && d_o > 0 && d_l <= 1e-2 && mo > 0,
                "tc attention %s, %s: output max |diff| %.2e (max |o| %.2f), lse %.2e", c->name, kind, d_o, mo, d_l);
@@ -442,10 +471,19 @@ static void run_tc_attention(const acase *c) {
                "tc attention %s: %s vs wmma: dq max |diff| %.2e (max %.2f), dk/dv %.2e (max %.2f)", c->name, KIND[t],
                d_q, mq, d_kv, mkv);
     }
+    for (int t = 4; t < NKIND; t++) {     /* the same bits as from the fp32 views */
+        const int r = t == 6 ? 3 : 1;
+        const int same = max_diff(out[t], out[r], no) == 0 && max_diff(lse[t], lse[r], nlse) == 0 &&
+                         max_diff(gq[t], gq[r], nq) == 0 && max_diff(gkv[t], gkv[r], nkv) == 0;
+        CHECK2(same, "tc attention %s: %s vs %s: output %.2e, lse %.2e, dq %.2e, dk/dv %.2e (must be 0)", c->name,
+               KIND[t], KIND[r], max_diff(out[t], out[r], no), max_diff(lse[t], lse[r], nlse),
+               max_diff(gq[t], gq[r], nq), max_diff(gkv[t], gkv[r], nkv));
+    }
 done:
-    for (int t = 0; t < 4; t++) { free(out[t]); free(lse[t]); free(gq[t]); free(gkv[t]); }
-    free(hq); free(hkv); free(hdo); free(gq0); free(gkv0);
+    for (int t = 0; t < NKIND; t++) { free(out[t]); free(lse[t]); free(gq[t]); free(gkv[t]); }
+    free(hq); free(hkv); free(hdo); free(gq0); free(gkv0); free(hq16); free(hkv16);
     cudaFree(dq); cudaFree(dkv); cudaFree(dout); cudaFree(dlse); cudaFree(ddo); cudaFree(dgq); cudaFree(dgkv); cudaFree(dDi);
+    cudaFree(dq16); cudaFree(dkv16); cudaFree(ddo16);
 }
 
 /* A NaN anywhere in the logits makes the loss NaN (the trainer's guard stops on it), in
@@ -505,7 +543,10 @@ static void run_bf16_memory(void) {
         sk_model_free(m);
     }
     const double L = cfg.n_layer, C = cfg.n_embd, F = 4 * C, BT = (double)B * T, Vp = cfg.padded_vocab_size;
-    const double want = 2 * (L * BT * (3 * C + F) + BT * (C + Vp)), got = delta[0] - delta[1];
+    /* half a float per GEMM-only activation and logit; q/k/v: bf16 per layer, fp32 for one
+     * layer, and dO's bf16 scratch, where fp32 per layer was */
+    const double qkv = 3 * C * BT * (2 * (L - 2)) - 2 * BT * C;
+    const double want = 2 * (L * BT * (3 * C + F) + BT * (C + Vp)) + qkv, got = delta[0] - delta[1];
     CHECK2(fabs(got - want) <= 0.03 * want, "bf16 memory: activations %.1f MiB in fp32, %.1f MiB in bf16: %.2f MiB less, expected %.2f",
            delta[0] / 1048576, delta[1] / 1048576, got / 1048576, want / 1048576);
 }
@@ -698,8 +739,9 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "tc attention %s", ACASES[i].name);
         if (!only || strstr(name, only)) run_tc_attention(&ACASES[i]);
     }
-    /* every tensor-core tile configuration (head sizes 16, 32, 48, 64, 128), dropout, GQA/MQA */
-    static const int BF16_CASES[] = {1, 6, 7, 8, 10, 12, 13};
+    /* every tensor-core tile configuration (head sizes 16, 32, 48, 64, 128), dropout, GQA/MQA,
+     * a multi-source routing table */
+    static const int BF16_CASES[] = {1, 4, 6, 7, 8, 10, 12, 13};
     for (size_t i = 0; i < sizeof BF16_CASES / sizeof BF16_CASES[0]; i++) {
         const tcase *tc = &CASES[BF16_CASES[i]];
         char name[128];

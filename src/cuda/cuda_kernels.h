@@ -77,9 +77,14 @@ void cu_add_inplace(float *y, const float *x, size_t n);
 /* dst (rows, cols, packed) = src (rows, cols, leading dimension ld) rounded to bf16 (nearest
  * even; raw bits, __nv_bfloat16's layout): the operands of the bf16 GEMMs. */
 void cu_to_bf16(uint16_t *dst, const float *src, size_t rows, int cols, size_t ld);
-/* The attention's bf16 copy of q, k, v (cu_attn.q16 ...): dst = bf16(src), times scale in the
- * columns below qcols (q), over N rows of columns [c0, c1) of leading dimension ld (both). */
-void cu_qkv_bf16(uint16_t *dst, const float *src, int N, int ld, int c0, int c1, int qcols, float scale);
+/* The end of the q/k/v projection in --bf16 (the GEMM without its bias), into the attention's
+ * bf16 copy (cu_attn.q16 ...): over N rows (B*T, positions n % T) of the whole heads of hs
+ * columns in [c0, c1) (leading dimension ld, both): x = src + bias (bias may be NULL), RoPE
+ * (rope: cu_rope's table, or NULL) in the columns below rope_cols (q and k), times scale in
+ * the columns below qcols (q), rounded to bf16 into dst. One pass where the bias broadcast,
+ * the GEMM's beta = 1 read, RoPE and the copy were. */
+void cu_qkv_bf16(uint16_t *dst, const float *src, const float *bias, const float *rope, int N, int T, int ld, int c0,
+                 int c1, int hs, int rope_cols, int qcols, float scale);
 /* sk_dropout: keep element i iff sk_hash32(seed, stream, i) >= p * 2^32, scale 1/(1-p). */
 void cu_dropout(float *x, size_t n, float p, uint64_t seed, uint64_t stream);
 

@@ -392,17 +392,35 @@ __global__ void to_bf16_k(uint16_t *dst, const float *src, size_t n, int cols, s
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = bf16_bits(src[(i / cols) * ld + i % cols]);
 }
-__global__ void qkv_bf16_k(uint16_t *dst, const float *src, size_t n, int c0, int w, int ld, int qcols, float scale) {
+/* one thread per pair of head dims (2e, 2e+1) of a (row, head) */
+__global__ void qkv_bf16_k(uint16_t *dst, const float *src, const float *bias, const float *rope, size_t n, int T,
+                           int ld, int c0, int heads, int hs, int rope_cols, int qcols, float scale) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int half = (hs + 1) / 2;
     if (i >= n) return;
-    const int c = c0 + (int)(i % w);
-    const size_t at = i / w * ld + c;
-    const float x = src[at];
-    dst[at] = bf16_bits(c < qcols ? x * scale : x);    /* the attention kernels' own rounding */
+    const int e = (int)(i % half), u = (int)(i / half % heads);
+    const size_t r = i / half / heads;
+    const int c = c0 + u * hs + 2 * e;
+    const size_t at = r * ld + c;
+    float a = src[at] + (bias ? bias[c] : 0.0f);
+    const float s = c < qcols ? scale : 1.0f;          /* the attention kernels' own rounding */
+    if (2 * e + 1 >= hs) { dst[at] = bf16_bits(a * s); return; }
+    float b = src[at + 1] + (bias ? bias[c + 1] : 0.0f);
+    if (rope && c < rope_cols) {                       /* as rope_k */
+        const float *tab = rope + (r % T) * hs;
+        const float co = tab[2 * e], si = tab[2 * e + 1], a0 = a;
+        a = a0 * co - b * si;
+        b = a0 * si + b * co;
+    }
+    dst[at] = bf16_bits(a * s);
+    dst[at + 1] = bf16_bits(b * s);
 }
-extern "C" void cu_qkv_bf16(uint16_t *dst, const float *src, int N, int ld, int c0, int c1, int qcols, float scale) {
-    const size_t n = (size_t)N * (c1 - c0);
-    if (n) LAUNCH(qkv_bf16_k, blocks_for(n, BS), BS, 0, dst, src, n, c0, c1 - c0, ld, qcols, scale);
+extern "C" void cu_qkv_bf16(uint16_t *dst, const float *src, const float *bias, const float *rope, int N, int T, int ld,
+                            int c0, int c1, int hs, int rope_cols, int qcols, float scale) {
+    const int heads = (c1 - c0) / hs;
+    const size_t n = (size_t)N * heads * ((hs + 1) / 2);
+    if (n) LAUNCH(qkv_bf16_k, blocks_for(n, BS), BS, 0, dst, src, bias, rope, n, T, ld, c0, heads, hs, rope_cols,
+                  qcols, scale);
 }
 extern "C" void cu_to_bf16(uint16_t *dst, const float *src, size_t rows, int cols, size_t ld) {
     const size_t n = rows * (size_t)cols;

@@ -589,10 +589,12 @@ static int mlp_act_backward(sk_cuda_model *cm, float *dh, const float *h, const 
     return SK_OK;
 }
 
-/* qkv (N, QKV) = ln1 @ Wqkv^T + b over the column ranges some layer reads (model.c). */
+/* qkv (N, QKV) = ln1 @ Wqkv^T + b over the column ranges some layer reads (model.c); without
+ * the bias when the model keeps q/k/v in bf16 (cu_qkv_bf16 adds it). */
 static int qkv_forward(sk_cuda_model *cm, int l, float *qkv, const float *ln1, const uint16_t *ln1_16, int N) {
     const sk_model *m = cm->m;
-    const float *w = cm->p.qkvw + (size_t)l * m->QKV * m->C, *b = cm->p.qkvb ? cm->p.qkvb + (size_t)l * m->QKV : NULL;
+    const float *w = cm->p.qkvw + (size_t)l * m->QKV * m->C;
+    const float *b = cm->p.qkvb && !cm->qkv16 ? cm->p.qkvb + (size_t)l * m->QKV : NULL;
     const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
     int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
     for (int i = 0; i < n; i++) {
@@ -641,13 +643,13 @@ static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_laye
     TRY(norm_forward(cm, la->ln1, ln1_16, la->ln1_mean, la->ln1_rstd, x, p->ln1w + (size_t)l * C,
                      p->ln1b ? p->ln1b + (size_t)l * C : NULL, N));
     TRY(qkv_forward(cm, l, la->qkv, la->ln1, ln1_16, N));
-    if (cm->rope) K(cu_rope(la->qkv, cm->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
-    if (cm->qkv16) {                  /* the attention's bf16 copy, of the columns computed */
+    if (cm->qkv16) {                  /* bias, RoPE and the bf16 copy in one pass, over the columns computed */
         const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
+        const float *qb = p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL;
         for (int i = 0; i < m->n_qkv_cols[l]; i++)
-            K(cu_qkv_bf16(qkv16_of(cm, l), la->qkv, N, m->QKV, r[2 * i], r[2 * i] + r[2 * i + 1], m->H * m->hs,
-                          1.0f / sqrtf((float)m->hs)));
-    }
+            K(cu_qkv_bf16(qkv16_of(cm, l), la->qkv, qb, cm->rope, N, T, m->QKV, r[2 * i], r[2 * i] + r[2 * i + 1],
+                          m->hs, (m->H + m->Hkv) * m->hs, m->H * m->hs, 1.0f / sqrtf((float)m->hs)));
+    } else if (cm->rope) K(cu_rope(la->qkv, cm->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
     for (int part = 0; part < m->n_runs[l]; part++) {
         cu_attn d;
         attn_desc(cm, &d, l, part, B, T, drop, seed, training, la);

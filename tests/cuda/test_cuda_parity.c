@@ -91,6 +91,8 @@ static int step_gpu(sk_cuda_model *cm, const int32_t *x, const int32_t *y, int B
     return sk_cuda_adamw_step(cm, ac, ac->lr, t, sk_clip_coef(*norm, 1.0f));
 }
 
+static int perturb_params(sk_model *m, sk_cuda_model *cm);
+
 static void run_case(const tcase *tc) {
     sk_config cfg;
     if (test_config(tc->fields, &cfg)) { CHECK2(0, "%s: config: %s", tc->name, sk_last_error()); return; }
@@ -107,6 +109,7 @@ static void run_case(const tcase *tc) {
     float *mc = calloc(P, sizeof(float)), *vc = calloc(P, sizeof(float));
     float *mg = malloc(sizeof(float) * P), *vg = malloc(sizeof(float) * P);
     random_batch(x, y, N, V, 77);
+    if (perturb_params(m, cm)) { CHECK2(0, "%s: upload: %s", tc->name, sk_last_error()); goto done; }
     int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
     sk_span *sp; int ns;
     sk_spans_build(ts, nt, &sp, &ns);
@@ -229,6 +232,18 @@ static void fill(float *x, size_t n, uint64_t seed) {
         r = r * 6364136223846793005ULL + 1442695040888963407ULL;
         x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
     }
+}
+
+/* Moves every weight off its initial value (biases start at 0 and norm weights at 1, which
+ * would hide a bias or norm weight applied wrongly), on the host and on the device. */
+static int perturb_params(sk_model *m, sk_cuda_model *cm) {
+    const size_t P = sk_model_num_params(m);
+    float *w = sk_model_params(m), *noise = malloc(sizeof(float) * P);
+    if (!noise) return SK_ENOMEM;
+    fill(noise, P, 31);
+    for (size_t i = 0; i < P; i++) w[i] += 0.05f * noise[i];
+    free(noise);
+    return sk_cuda_upload_params(cm, w);
 }
 
 /* One bf16 GEMM on the device (A from the parameters at offset a_off, or from an activation
@@ -592,6 +607,7 @@ static void run_bf16_case(const tcase *tc) {
     int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
     float *lc = malloc(sizeof(float) * N * V), *lg = malloc(sizeof(float) * N * V), *gg = malloc(sizeof(float) * P);
     random_batch(x, y, N, V, 77);
+    if (perturb_params(m, cm)) { CHECK2(0, "bf16 %s: upload: %s", tc->name, sk_last_error()); goto done; }
     float loss_c = 0, loss_g = 0;
     if (sk_model_forward(m, x, y, B, T, &loss_c, lc) || sk_cuda_forward(cm, x, y, B, T, &loss_g, lg)) {
         CHECK2(0, "bf16 %s: forward: %s", tc->name, sk_last_error());

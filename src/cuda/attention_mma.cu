@@ -32,7 +32,7 @@
  * With one buffer the copy of t+1 is issued after the second barrier. Without the bf16
  * copies (the KV cache's prefill, the tests' fp32 views) the same loop loads the fp32 views
  * and rounds them on the way, as the wmma kernels do. The values in the tiles are the same
- * bits either way. */
+ * bits either way (but for a NaN's payload). */
 #include "attention_common.cuh"
 #include "mma.cuh"
 
@@ -555,14 +555,18 @@ static int vec16(const cu_attn *a, bool backward) {
 
 /* The buffers per walked tile: 2 where this device lets a block have the shared memory
  * (bytes(2)), unless a->stages asks for 1. The first call opts the kernels in (opt_in(nb,
- * bytes) for each nb they may run with). Returns 1 or 2, or minus a cudaError_t. */
+ * bytes) for each nb they may run with; should the opt-in for 2 fail, they run with 1).
+ * Returns 1 or 2, or minus a cudaError_t. */
 template <typename F>
 static int walk_buffers(const cu_attn *a, int &nb_max, F opt_in, size_t bytes1, size_t bytes2) {
     if (!nb_max) {
-        const int nb = bytes2 <= (size_t)smem_optin_max() ? 2 : 1;
         cudaError_t e = opt_in(1, bytes1);
-        if (e == cudaSuccess && nb == 2) e = opt_in(2, bytes2);
         if (e != cudaSuccess) return -(int)e;
+        int nb = bytes2 <= (size_t)smem_optin_max() ? 2 : 1;
+        if (nb == 2 && opt_in(2, bytes2) != cudaSuccess) {
+            (void)cudaGetLastError();                  /* not sticky: clear it, keep one buffer */
+            nb = 1;
+        }
         nb_max = nb;
     }
     return a->stages == 1 ? 1 : nb_max;

@@ -58,16 +58,19 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *p) {
 }
 __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
+    const size_t g = __cvta_generic_to_global(src);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(g) : "memory");
 }
 __device__ __forceinline__ void cp_async4(void *dst, const void *src) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src));
+    const size_t g = __cvta_generic_to_global(src);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(g) : "memory");
 }
 /* a 4-byte store to a shared-memory tile (the emulator checks it against the other warps' reads) */
 __device__ __forceinline__ void sts32(void *p, uint32_t v) { *(uint32_t *)p = v; }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+/* ("memory": no memory access is moved across these, barrier or not) */
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);    /* .x (low half) = lo */
     return *reinterpret_cast<uint32_t *>(&v);

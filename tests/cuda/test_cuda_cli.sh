@@ -8,7 +8,7 @@
 #     on both devices; with --bf16 near it (1e-2) but not equal, and the same (1e-3) on the
 #     older wmma attention kernels (SKIPLM_CUDA_TC_ATTN=wmma) and with blocks of 8 warps
 #     (SKIPLM_CUDA_MMA_WARPS=8), and exactly the same with one buffer per attention tile
-#     (SKIPLM_CUDA_ATTN_STAGES=1); a bad SKIPLM_CUDA_TC_ATTN, _MMA_WARPS or _ATTN_STAGES is refused;
+#     (SKIPLM_CUDA_ATTN_STAGES=1, or a device with too little shared memory for two); a bad SKIPLM_CUDA_TC_ATTN, _MMA_WARPS or _ATTN_STAGES is refused;
 #  3. sample --device cuda writes the CPU's text for the same seed (temperature, top-k);
 #     --bf16 writes as many tokens;
 #  4. a GPU run resumed on the CPU (and a CPU run resumed on the GPU) ends where the
@@ -87,6 +87,12 @@ SKIPLM_CUDA_ATTN_STAGES=3 $SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max
     >/dev/null 2>"$tmp/s.err"; rc=$?
 check "eval --bf16, SKIPLM_CUDA_ATTN_STAGES=1: loss $l1 == two buffers' $lb (the same bits); =3 refused (rc $rc)" \
     eval '[ -n "$l1" ] && [ "$l1" = "$lb" ] && [ $rc -ne 0 ] && grep -q "SKIPLM_CUDA_ATTN_STAGES=.3.: give 1" "$tmp/s.err"'
+# a device whose blocks may not have two buffers' shared memory (the emulator's SK_EMU_SMEM_OPTIN:
+# 12000 bytes, under the forward's two-buffer 15 KiB at this head size) gets one, by itself
+lo=$(SK_EMU_SMEM_OPTIN=12000 $SK eval "$ck" "$tmp/val.bin" --batch 4 --seq 32 --max-batches 12 --device cuda --bf16 \
+    2>/dev/null | awk '{print $2}')
+check "eval --bf16 on a device with 12000 bytes of shared memory per block: loss $lo == $lb (one buffer, chosen by itself)" \
+    eval '[ -n "$lo" ] && [ "$lo" = "$lb" ]'
 
 # 3. sample
 S="$ck --tokenizer $tmp/vocab.json --prompt abc --tokens 60 --seed 7 --temperature 0.9 --top-k 5 --quiet"

@@ -264,14 +264,20 @@ extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_
     *ms = (float)((b->t - a->t) * 1e3);
     return cudaSuccess;
 }
-extern "C" cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int v) {
-    return v > 227 * 1024 ? cudaErrorInvalidValue : cudaSuccess;
+
+/* a block's shared memory limit: an H100's, or SK_EMU_SMEM_OPTIN bytes (a smaller GPU: a
+ * launch that asks for more fails, as on such a GPU) */
+static size_t smem_limit(void) {
+    const char *e = getenv("SK_EMU_SMEM_OPTIN");
+    const long v = e && *e ? atol(e) : 0;
+    return v > 0 && (size_t)v < 227 * 1024 ? (size_t)v : 227 * 1024;
 }
-/* an H100's opt-in limit, or SK_EMU_SMEM_OPTIN bytes (a smaller GPU) */
+extern "C" cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int v) {
+    return v < 0 || (size_t)v > smem_limit() ? cudaErrorInvalidValue : cudaSuccess;
+}
 extern "C" cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
     if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
-    const char *e = getenv("SK_EMU_SMEM_OPTIN");
-    *v = e && *e ? atoi(e) : 227 * 1024;
+    *v = (int)smem_limit();
     return cudaSuccess;
 }
 
@@ -606,7 +612,7 @@ static void run_grid(dim3 grid, dim3 block, size_t smem, const std::function<voi
 void emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const std::function<void()> &body) {
     int nt = (int)(block.x * block.y * block.z);
     if (block.y != 1 || block.z != 1 || nt < 1 || nt > MAX_THREADS || grid.x < 1 || grid.y < 1 || grid.z < 1 ||
-        grid.y > 65535 || grid.z > 65535 || smem > SMEM_MAX) {
+        grid.y > 65535 || grid.z > 65535 || smem > SMEM_MAX || smem > smem_limit()) {
         fprintf(stderr, "emu: bad launch: grid (%u, %u, %u), block %d, smem %zu\n", grid.x, grid.y, grid.z, nt, smem);
         emu_set_error(cudaErrorInvalidConfiguration);
         return;

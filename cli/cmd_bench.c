@@ -158,8 +158,9 @@ static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precisio
            bytes * n / tg / 1e9, sk_cuda_kvcache_graphs(kv) ? "as CUDA graphs" : "without CUDA graphs");
     if (gen_cuda_run(cm, kv, prompt, P, n, V, logits, &tp, &tg)) return cli_fail("bench");
     printf("prefill: %d tokens in %.2f ms, %.0f tok/s; then generate: %d tokens at positions %d..%d, %.1f tok/s; "
-           "KV cache %.2f MiB for %d positions (%.2f MiB without SLA)\n", P, tp * 1e3, P / tp, n, P, P + n - 1, n / tg,
-           sk_cuda_kvcache_bytes(kv) / 1048576.0, P + n, sk_cuda_kvcache_bytes_full(kv) / 1048576.0);
+           "KV cache (%s) %.2f MiB for %d positions (%.2f MiB without SLA)\n", P, tp * 1e3, P / tp, n, P, P + n - 1,
+           n / tg, sk_cuda_kvcache_bf16(kv) ? "bf16" : "fp32", sk_cuda_kvcache_bytes(kv) / 1048576.0, P + n,
+           sk_cuda_kvcache_bytes_full(kv) / 1048576.0);
     size_t used = 0, total = 0;
     if (!sk_cuda_memory(&used, &total))
         printf("  GPU memory in use %.2f GiB of %.2f GiB\n", used / 1073741824.0, total / 1073741824.0);

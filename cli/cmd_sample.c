@@ -65,11 +65,16 @@ static void dec_reset(decoder *d) {
 #endif
     sk_kvcache_reset(d->kv);
 }
-static void dec_bytes(const decoder *d, size_t *bytes, size_t *full) {
+/* the cache's K/V bytes (and without SLA's saving), and their type */
+static const char *dec_bytes(const decoder *d, size_t *bytes, size_t *full) {
 #ifdef SKIPLM_CUDA
-    if (d->cm) { *bytes = sk_cuda_kvcache_bytes(d->gkv); *full = sk_cuda_kvcache_bytes_full(d->gkv); return; }
+    if (d->cm) {
+        *bytes = sk_cuda_kvcache_bytes(d->gkv); *full = sk_cuda_kvcache_bytes_full(d->gkv);
+        return sk_cuda_kvcache_bf16(d->gkv) ? "bf16" : "fp32";
+    }
 #endif
     *bytes = sk_kvcache_bytes(d->kv); *full = sk_kvcache_bytes_full(d->kv);
+    return "fp32";
 }
 static void dec_free(decoder *d) {
 #ifdef SKIPLM_CUDA
@@ -169,10 +174,10 @@ int cmd_sample(int argc, char **argv) {
     double t2 = sk_now();
     printf("\n");
     size_t kv_bytes, kv_full;
-    dec_bytes(&dec, &kv_bytes, &kv_full);
+    const char *kv_type = dec_bytes(&dec, &kv_bytes, &kv_full);
     if (!quiet)
-        fprintf(stderr, "[prompt %zu tokens in %.3f s; %d new tokens at %.1f tok/s; KV cache %.2f MiB, %.2f MiB without SLA's saving]\n",
-                n - n_new - start, t1 - t0, n_new, n_new / (t2 - t1 > 0 ? t2 - t1 : 1e-9),
+        fprintf(stderr, "[prompt %zu tokens in %.3f s; %d new tokens at %.1f tok/s; KV cache (%s) %.2f MiB, %.2f MiB without SLA's saving]\n",
+                n - n_new - start, t1 - t0, n_new, n_new / (t2 - t1 > 0 ? t2 - t1 : 1e-9), kv_type,
                 kv_bytes / 1048576.0, kv_full / 1048576.0);
     free(ids); free(logits);
     dec_free(&dec);

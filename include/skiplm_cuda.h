@@ -108,7 +108,11 @@ void sk_cuda_train_backend(sk_cuda_model *cm, sk_train_backend *be);
  * reads are stored; SLA's borrowed heads read the lending layer's cache in place), and the
  * decoding of sk_model_decode. Sampling stays on the host (sk_sample_token on the returned
  * logits), so with the same seed the GPU generates the CPU's tokens whenever the logits agree.
- * chunk: tokens per prefill pass (scratch memory grows with it; 0 = 512, capped at max_T). */
+ * chunk: tokens per prefill pass (scratch memory grows with it; 0 = 512, capped at max_T).
+ * K and V are stored in bf16 when cm is a --bf16 model with the tensor-core attention (the
+ * default there; SKIPLM_CUDA_KV16=0 keeps them fp32): the prefill's attention rounds them to
+ * bf16 anyway, so the cache is half the size and a decoding step reads half the bytes. Such a
+ * cache is refused to a model that cannot read it (fp32, TF32, or other attention kernels). */
 typedef struct sk_cuda_kvcache sk_cuda_kvcache;
 int sk_cuda_kvcache_new(sk_cuda_kvcache **kv, sk_cuda_model *cm, int max_T, int chunk);
 void sk_cuda_kvcache_free(sk_cuda_kvcache *kv);
@@ -116,6 +120,7 @@ void sk_cuda_kvcache_reset(sk_cuda_kvcache *kv);
 int sk_cuda_kvcache_pos(const sk_cuda_kvcache *kv);                 /* tokens in the cache */
 size_t sk_cuda_kvcache_bytes(const sk_cuda_kvcache *kv);            /* bytes of cached K/V */
 size_t sk_cuda_kvcache_bytes_full(const sk_cuda_kvcache *kv);       /* same model without SLA's savings */
+int sk_cuda_kvcache_bf16(const sk_cuda_kvcache *kv);                /* 1: K/V in bf16, 0: fp32 */
 /* 1 when single-token steps run as a CUDA graph (the default; SKIPLM_CUDA_GRAPHS=0 at
  * sk_cuda_kvcache_new, or sk_cuda_kvcache_set_graphs, turns it off; so does a failed
  * capture, with a warning) */

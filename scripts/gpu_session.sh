@@ -102,7 +102,10 @@ gen)
         bench --no-train --gen 256 --seq 768 $sla --profile 1          # + a per-op table of decoding
         bench --no-train --gen 256 --seq 768 --bf16 $sla
         bench --block_size 16384 --no-train --gen 256 --seq 16000 $sla
+        bench --block_size 16384 --no-train --gen 256 --seq 16000 --bf16 $sla   # a bf16 KV cache
     done
+    # the bf16 model with an fp32 KV cache: what the bf16 cache buys at a long context
+    run env SKIPLM_CUDA_KV16=0 $B bench --device cuda --preset gpt2 --block_size 16384 --no-train --gen 256 --seq 16000 --bf16
     # decoding steps as CUDA graphs (the default) against plain launches
     run env SKIPLM_CUDA_GRAPHS=0 $B bench --device cuda --preset gpt2 --no-train --gen 256 --seq 768
     run env SKIPLM_CUDA_GRAPHS=0 $B bench --device cuda --preset gpt2 --no-train --gen 256 --seq 768 --bf16

@@ -30,8 +30,9 @@
  *     for each tile t:  issue t+1 into the other buffer; wait for t; barrier;
  *                       math on t; barrier (its buffer may be overwritten next)
  * With one buffer the copy of t+1 is issued after the second barrier. Without the bf16
- * copies (the KV cache's prefill, the tests' fp32 views) the same loop loads the fp32 views
- * and rounds them on the way, as the wmma kernels do. The values in the tiles are the same
+ * copies (an fp32 KV cache's prefill, the tests' fp32 views) the same loop loads the fp32
+ * views and rounds them on the way, as the wmma kernels do; each of q, k, v is read from its
+ * bf16 copy when it has one (a bf16 KV cache's prefill: k and v, while q is the chunk's fp32). The values in the tiles are the same
  * bits either way (but for a NaN's payload). */
 #include "attention_common.cuh"
 #include "mma.cuh"
@@ -111,8 +112,9 @@ template <int DM, int NTH>
 __device__ __forceinline__ void load_kv(const cu_attn &a, uint16_t *Ks, uint16_t *Vs, int b, int hk, int j0, int nk,
                                         int rows, bool vec) {
     const long ko = b * a.k_sb + hk * a.k_sh, vo = b * a.v_sb + hk * a.v_sh;
-    load_head<DM, NTH>(Ks, a.k16 ? a.k16 + ko : NULL, a.k + ko, a.k_st, j0, nk, rows, a.D, 1.0f, vec);
-    load_head<DM, NTH>(Vs, a.v16 ? a.v16 + vo : NULL, a.v + vo, a.v_st, j0, nk, rows, a.D, 1.0f, vec);
+    /* (k, v are NULL over a bf16 KV cache: no offset from them then) */
+    load_head<DM, NTH>(Ks, a.k16 ? a.k16 + ko : NULL, a.k16 ? NULL : a.k + ko, a.k_st, j0, nk, rows, a.D, 1.0f, vec);
+    load_head<DM, NTH>(Vs, a.v16 ? a.v16 + vo : NULL, a.v16 ? NULL : a.v + vo, a.v_st, j0, nk, rows, a.D, 1.0f, vec);
 }
 
 /* zeroes n accumulator tiles of 16 x 8 */

@@ -140,12 +140,14 @@ typedef struct {
     int stages;                    /* tc == 1: buffers per walked tile, 2 (the next tile's copy
                                       overlaps this one's math) where the shared memory allows
                                       it, 1 when 1 */
-    const uint16_t *q16, *k16, *v16; /* tc == 1, optional (all three or none): bf16 copies of q
-                                      TIMES scale, k and v, with the strides of q, k, v, which
-                                      the kernels then read (16-byte cp.async copies where D,
-                                      the strides and the addresses are multiples of 8 elements)
-                                      instead of q, k, v; q, k, v still name the views that dq,
-                                      dk, dv mirror */
+    const uint16_t *q16, *k16, *v16; /* tc == 1, each optional: bf16 copies of q TIMES scale, k
+                                      and v, with the strides of q, k, v, which the kernels then
+                                      read (16-byte cp.async copies where D, the strides and the
+                                      addresses are multiples of 8 elements) instead of q, k, v;
+                                      in a backward q, k, v still name the views that dq, dk, dv
+                                      mirror, in a forward k, v may be NULL (a bf16 KV cache's
+                                      prefill). cu_attn_decode reads k16, v16 (unscaled q) when
+                                      set, whatever tc */
     uint16_t *dout16;              /* tc == 1 backward, optional: scratch with out's strides where
                                       the Di pass writes dO in bf16 for the kernels to read */
     const int32_t *pos_d;          /* cu_attn_decode only: if set, the query's position on the
@@ -179,9 +181,11 @@ int cu_attn_decode(const cu_attn *a, float *part);
  * bias): adds the bias (may be NULL), applies RoPE to q and k (rope: cu_rope's table, or NULL)
  * at positions pos0.. (pos0 = *pos0_d, on the device), keeps q in qkv and writes k, v of KV
  * head j to row pos0 + i, slot slot[j] (device memory; -1: not stored, not read) of kc / vc
- * (rows of ld floats). */
+ * (rows of ld elements), or, with kc16 / vc16 given (a bf16 cache; kc, vc unused), rounded
+ * to bf16 there. */
 void cu_qkv_to_cache(float *qkv, int n, int H, int Hkv, int hs, const float *bias, const float *rope,
-                     const int32_t *pos0_d, const int *slot, float *kc, float *vc, int ld);
+                     const int32_t *pos0_d, const int *slot, float *kc, float *vc, uint16_t *kc16, uint16_t *vc16,
+                     int ld);
 
 #ifdef __cplusplus
 }

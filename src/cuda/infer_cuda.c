@@ -3,7 +3,11 @@
  * The KV cache has sk_kvcache's layout and slot map: per layer, K and V of the KV heads that
  * some layer reads (sk_kv_read), (max_T, n_store, hs) each, K stored after RoPE. An SLA
  * layer computes and stores only its own read heads; its borrowed heads' attention reads
- * the lender layer's cache in place (a strided view: nothing is copied).
+ * the lender layer's cache in place (a strided view: nothing is copied). With --bf16 and the
+ * mma.sync attention (the default there) K and V are stored in bf16: the values the
+ * prefill's tensor-core attention rounded them to anyway, so its logits do not change, and
+ * half the bytes for the cache and for every decoding step's reads of it
+ * (SKIPLM_CUDA_KV16=0 at sk_cuda_kvcache_new keeps fp32).
  *
  * sk_cuda_prefill appends n tokens in chunks of up to kv->chunk: per layer the norm, the
  * q/k/v projection of q and of the stored heads' K/V (the training's column ranges), one
@@ -28,8 +32,10 @@ struct sk_cuda_kvcache {
     int L, max_T, pos, hs, chunk;
     int *n_store;                    /* (L) KV heads stored per layer */
     int *slot;                       /* (L, Hkv) cache slot of each KV head, or -1 (sk_kvcache's map) */
-    float **k, **v;                  /* (L) device pointers, (max_T, n_store, hs) each */
-    size_t floats, floats_full;      /* K/V floats; the same without SLA's saving */
+    int kv16;                        /* 1: K/V in bf16 (k16, v16), else fp32 (k, v) */
+    float **k, **v;                  /* (L) device pointers, (max_T, n_store, hs) each (fp32) */
+    uint16_t **k16, **v16;           /* (L) the same in bf16 */
+    size_t elems, elems_full;        /* K/V elements; the same without SLA's saving */
     float *mem;                      /* device: the K/V, then the scratch */
     /* device scratch for one chunk */
     float *x, *ln, *qkv, *att, *fch, *act, *stat, *logits, *part;
@@ -61,11 +67,13 @@ void sk_cuda_kvcache_free(sk_cuda_kvcache *kv) {
     if (kv->ready) cudaEventDestroy(kv->ready);
     cudaFree(kv->mem); cudaFree(kv->tok); cudaFree(kv->blas_ws);
     cudaFreeHost(kv->io_h); cudaFreeHost(kv->logits_h);
-    free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v);
+    free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v); free(kv->k16); free(kv->v16);
     free(kv);
 }
-size_t sk_cuda_kvcache_bytes(const sk_cuda_kvcache *kv) { return kv->floats * sizeof(float); }
-size_t sk_cuda_kvcache_bytes_full(const sk_cuda_kvcache *kv) { return kv->floats_full * sizeof(float); }
+static size_t kv_elem(const sk_cuda_kvcache *kv) { return kv->kv16 ? sizeof(uint16_t) : sizeof(float); }
+size_t sk_cuda_kvcache_bytes(const sk_cuda_kvcache *kv) { return kv->elems * kv_elem(kv); }
+size_t sk_cuda_kvcache_bytes_full(const sk_cuda_kvcache *kv) { return kv->elems_full * kv_elem(kv); }
+int sk_cuda_kvcache_bf16(const sk_cuda_kvcache *kv) { return kv->kv16; }
 int sk_cuda_kvcache_pos(const sk_cuda_kvcache *kv) { return kv->pos; }
 void sk_cuda_kvcache_reset(sk_cuda_kvcache *kv) { kv->pos = 0; }
 int sk_cuda_kvcache_graphs(const sk_cuda_kvcache *kv) { return kv->graphs; }
@@ -80,8 +88,15 @@ static size_t kv_layout(sk_cuda_kvcache *kv, float *base) {
 #define V(ptr, size) do { if (base) ptr = base + total; total += ((size_t)(size) + 63) / 64 * 64; } while (0)
     for (int l = 0; l < m->L; l++) {
         size_t n = (size_t)kv->max_T * kv->n_store[l] * m->hs;
-        V(kv->k[l], n);
-        V(kv->v[l], n);
+        if (kv->kv16) {              /* bf16: half a float per element */
+            float *k = NULL, *v = NULL;
+            V(k, (n + 1) / 2);
+            V(v, (n + 1) / 2);
+            if (base) { kv->k16[l] = (uint16_t *)k; kv->v16[l] = (uint16_t *)v; }
+        } else {
+            V(kv->k[l], n);
+            V(kv->v[l], n);
+        }
     }
     V(kv->x, ch * C);
     V(kv->ln, ch * C);
@@ -101,26 +116,29 @@ static size_t kv_layout(sk_cuda_kvcache *kv, float *base) {
     return total;
 }
 
-static int kvcache_new(sk_cuda_kvcache *kv, const sk_model *m, int max_T, int chunk) {
-    kv->m = m; kv->L = m->L; kv->max_T = max_T; kv->hs = m->hs;
+static int kvcache_new(sk_cuda_kvcache *kv, const sk_model *m, int max_T, int chunk, int kv16) {
+    kv->m = m; kv->L = m->L; kv->max_T = max_T; kv->hs = m->hs; kv->kv16 = kv16;
     kv->chunk = chunk > 0 ? chunk : SK_CUDA_PREFILL_CHUNK;
     if (kv->chunk > max_T) kv->chunk = max_T;
     kv->n_store = calloc(m->L, sizeof(int));
     kv->slot = malloc(sizeof(int) * m->L * m->Hkv);
     kv->k = calloc(m->L, sizeof(float *));
     kv->v = calloc(m->L, sizeof(float *));
-    if (!kv->n_store || !kv->slot || !kv->k || !kv->v) return sk_error(SK_ENOMEM, "out of memory for the KV cache");
+    kv->k16 = calloc(m->L, sizeof(uint16_t *));
+    kv->v16 = calloc(m->L, sizeof(uint16_t *));
+    if (!kv->n_store || !kv->slot || !kv->k || !kv->v || !kv->k16 || !kv->v16)
+        return sk_error(SK_ENOMEM, "out of memory for the KV cache");
     for (int l = 0; l < m->L; l++) {
         /* the CPU cache's slot map (src/infer.c): only the KV heads some layer reads */
         for (int j = 0; j < m->Hkv; j++)
             kv->slot[l * m->Hkv + j] = sk_kv_read(&m->cfg, l, j, 0) ? kv->n_store[l]++ : -1;
-        kv->floats += 2 * (size_t)max_T * kv->n_store[l] * m->hs;
-        kv->floats_full += 2 * (size_t)max_T * m->Hkv * m->hs;
+        kv->elems += 2 * (size_t)max_T * kv->n_store[l] * m->hs;
+        kv->elems_full += 2 * (size_t)max_T * m->Hkv * m->hs;
     }
     size_t total = kv_layout(kv, NULL);
     char what[200];
-    snprintf(what, sizeof what, "the GPU KV cache for %d positions (%zu bytes of K/V, prefill chunk %d)", max_T,
-             kv->floats * sizeof(float), kv->chunk);
+    snprintf(what, sizeof what, "the GPU KV cache for %d positions (%zu bytes of %s K/V, prefill chunk %d)", max_T,
+             sk_cuda_kvcache_bytes(kv), kv16 ? "bf16" : "fp32", kv->chunk);
     TRY(sk_cu_alloc(&kv->mem, total * sizeof(float), what));
     kv_layout(kv, kv->mem);
     const size_t nslot = (size_t)m->L * m->Hkv;
@@ -142,15 +160,23 @@ static int kvcache_new(sk_cuda_kvcache *kv, const sk_model *m, int max_T, int ch
     return SK_OK;
 }
 
+/* a model whose prefill attention can read a bf16 cache: the mma.sync kernels of --bf16 */
+static int kv16_model(const sk_cuda_model *cm) { return cm->prec == SK_CUDA_BF16 && cm->attn_tc == 1; }
+
 int sk_cuda_kvcache_new(sk_cuda_kvcache **out, sk_cuda_model *cm, int max_T, int chunk) {
     *out = NULL;
     const sk_model *m = cm->m;
     if (max_T < 1 || max_T > m->cfg.block_size)
         return sk_error(SK_EINVAL, "KV cache length %d must be in [1, block_size=%d]", max_T, m->cfg.block_size);
     if (chunk < 0) return sk_error(SK_EINVAL, "prefill chunk %d must be >= 0 (0: the default %d)", chunk, SK_CUDA_PREFILL_CHUNK);
+    const char *e16 = getenv("SKIPLM_CUDA_KV16");
+    if (e16 && *e16 && strcmp(e16, "0") && strcmp(e16, "1"))
+        return sk_error(SK_EINVAL, "SKIPLM_CUDA_KV16='%s': give 0 (an fp32 KV cache) or 1 (bf16, the default with "
+                        "--bf16 and the tensor-core attention)", e16);
+    const int kv16 = kv16_model(cm) && !(e16 && !strcmp(e16, "0"));
     sk_cuda_kvcache *kv = calloc(1, sizeof *kv);
     if (!kv) return sk_error(SK_ENOMEM, "out of memory");
-    int rc = kvcache_new(kv, m, max_T, chunk);
+    int rc = kvcache_new(kv, m, max_T, chunk, kv16);
     if (rc) { sk_cuda_kvcache_free(kv); return rc; }
     *out = kv;
     return SK_OK;
@@ -240,7 +266,8 @@ static int decode_work(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n, int pos0, 
         for (int i = 0; i < m->n_qkv_cols[l]; i++)
             TRY(linear(cm, kv->qkv + cols[2 * i], m->QKV, kv->ln, ln16, qkvw + (size_t)cols[2 * i] * C, n, C,
                        cols[2 * i + 1], 0));
-        K(cu_qkv_to_cache(kv->qkv, n, H, Hkv, hs, qkvb, cm->rope, pos_d, kv->slot_d + l * Hkv, kv->k[l], kv->v[l], ld));
+        K(cu_qkv_to_cache(kv->qkv, n, H, Hkv, hs, qkvb, cm->rope, pos_d, kv->slot_d + l * Hkv, kv->k[l], kv->v[l],
+                          kv->k16[l], kv->v16[l], ld));
         for (int part = 0; part < m->n_runs[l]; part++) {
             const sk_route *r = &m->runs[(size_t)l * H + part];
             int h0 = r->h0, nh = r->nh, src = r->src, sn = kv->n_store[src];
@@ -249,15 +276,17 @@ static int decode_work(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n, int pos0, 
             memset(&a, 0, sizeof a);
             a.B = 1; a.H = nh; a.Hkv = nh / group; a.Lq = n; a.Lk = pos0 + n; a.D = hs;
             a.q = kv->qkv + (size_t)h0 * hs;             a.q_sh = hs; a.q_st = m->QKV;
-            a.k = kv->k[src] + (size_t)kslot * hs;       a.k_sh = hs; a.k_st = (long)sn * hs;
-            a.v = kv->v[src] + (size_t)kslot * hs;       a.v_sh = hs; a.v_st = (long)sn * hs;
+            const size_t ko = (size_t)kslot * hs;      /* a bf16 cache: its k16, v16 instead of k, v */
+            if (kv->kv16) { a.k16 = kv->k16[src] + ko; a.v16 = kv->v16[src] + ko; }
+            else { a.k = kv->k[src] + ko; a.v = kv->v[src] + ko; }
+            a.k_sh = a.v_sh = hs; a.k_st = a.v_st = (long)sn * hs;
             a.out = kv->att + (size_t)h0 * hs;           a.o_sh = hs; a.o_st = C;
             a.out16 = att16 ? att16 + (size_t)h0 * hs : NULL;   /* bf16: only the projection reads it */
             a.scale = 1.0f / sqrtf((float)hs);
             a.causal = 1; a.causal_offset = pos0;
             a.inv_keep = 1.0f;
             a.pos_d = n == 1 ? pos_d : NULL;      /* decoding: Lk from the device */
-            a.tc = cm->attn_tc;                  /* the prefill's kernel; decoding is fp32 */
+            a.tc = cm->attn_tc;                  /* the prefill's kernel; decoding is fp32 math */
             a.mma_warps = cm->attn_warps;
             a.stages = cm->attn_stages;
             if (n == 1) PROF("attention decode", TRY(attn_rc(cu_attn_decode(&a, kv->part), "decoding", l, part)));
@@ -363,6 +392,9 @@ int sk_cuda_prefill(sk_cuda_model *cm, sk_cuda_kvcache *kv, const int32_t *token
     const sk_model *m = cm->m;
     if (n < 1) return sk_error(SK_EINVAL, "decode needs at least one token");
     if (kv->m != m) return sk_error(SK_EINVAL, "GPU KV cache was made for another model");
+    if (kv->kv16 && !kv16_model(cm))
+        return sk_error(SK_EINVAL, "this GPU KV cache holds bf16 K/V, which only a --bf16 model with the tensor-core "
+                        "attention reads; make an fp32 cache for this model (or SKIPLM_CUDA_KV16=0)");
     if (kv->pos + n > kv->max_T)
         return sk_error(SK_EINVAL, "KV cache holds %d positions; %d + %d tokens do not fit", kv->max_T, kv->pos, n);
     for (int i = 0; i < n; i++)

@@ -14,13 +14,17 @@
  *            rows); the 4 warp partials are added in warp order;
  * and writes (o[0..D), m, l) to part. The combine kernel (one block per head, batch) takes
  * M = max m_s, L = sum exp(m_s - M) l_s and out = sum exp(m_s - M) o_s / L over the chunks
- * in order. Same math as the CPU's flash attention up to the summation order.
+ * in order. Same math as the CPU's flash attention up to the summation order. With a bf16
+ * cache (cu_attn's k16, v16; KV16) the K and V rows are read as bf16 and widened: half the
+ * bytes, the same fp32 math on the values the prefill's tensor-core attention reads.
  *
  * qkv_to_cache_k finishes a chunk's q/k/v GEMM (bias, RoPE) and writes k and v straight to
- * the cache rows: one launch where a GEMM per K/V run, bias broadcasts and RoPE passes were. */
+ * the cache rows (rounded to bf16 for a bf16 cache): one launch where a GEMM per K/V run, bias
+ * broadcasts and RoPE passes were. */
 #include "cuda_kernels.h"
 #include "cuda_compat.cuh"
 #include <math.h>
+#include <type_traits>
 
 #define DNT 128                      /* threads per block: 4 warps; == CU_DECODE_KEYS */
 #define DNW (DNT / 32)
@@ -47,9 +51,14 @@ __device__ float dec_block_reduce(float v) {
     return r;
 }
 
-/* RD = head dims per lane (D <= 32 * RD) */
-template <int RD>
+/* element i of a cache row: fp32, or bf16 widened */
+__device__ __forceinline__ float kv_at(const float *r, int i) { return r[i]; }
+__device__ __forceinline__ float kv_at(const uint16_t *r, int i) { return bf16_float(r[i]); }
+
+/* RD = head dims per lane (D <= 32 * RD); KV16: the cache is bf16 (a.k16, a.v16) */
+template <int RD, bool KV16>
 __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part, int nsplit) {
+    typedef typename std::conditional<KV16, uint16_t, float>::type E;
     __shared__ float sc[CU_DECODE_KEYS];
     __shared__ float red[DNW][32 * RD];
     const int t = threadIdx.x, lane = t & 31, w = t >> 5;
@@ -57,8 +66,8 @@ __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part
     const int Lk = a.pos_d ? *a.pos_d + 1 : a.Lk;        /* a graph's step: its position */
     const int j0 = s * CU_DECODE_KEYS, nk = min(CU_DECODE_KEYS, Lk - j0);
     const float *q = a.q + b * a.q_sb + h * a.q_sh;
-    const float *kb = a.k + b * a.k_sb + hk * a.k_sh + (long)j0 * a.k_st;
-    const float *vb = a.v + b * a.v_sb + hk * a.v_sh + (long)j0 * a.v_st;
+    const E *kb = (const E *)(KV16 ? (const void *)a.k16 : (const void *)a.k) + b * a.k_sb + hk * a.k_sh + (long)j0 * a.k_st;
+    const E *vb = (const E *)(KV16 ? (const void *)a.v16 : (const void *)a.v) + b * a.v_sb + hk * a.v_sh + (long)j0 * a.v_st;
     float qv[RD];
 #pragma unroll
     for (int dd = 0; dd < RD; dd++) {
@@ -66,12 +75,12 @@ __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part
         qv[dd] = d < D ? q[d] * a.scale : 0.0f;
     }
     for (int j = w; j < nk; j += DNW) {          /* same trip count for the whole warp */
-        const float *kr = kb + (long)j * a.k_st;
+        const E *kr = kb + (long)j * a.k_st;
         float x = 0.0f;
 #pragma unroll
         for (int dd = 0; dd < RD; dd++) {
             const int d = lane + 32 * dd;
-            if (d < D) x = fmaf(qv[dd], kr[d], x);
+            if (d < D) x = fmaf(qv[dd], kv_at(kr, d), x);
         }
         x = dec_warp_sum(x);
         if (lane == 0) sc[j] = x;
@@ -88,11 +97,11 @@ __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part
     for (int dd = 0; dd < RD; dd++) o[dd] = 0.0f;
     for (int j = w; j < nk; j += DNW) {
         const float pj = sc[j];
-        const float *vr = vb + (long)j * a.v_st;
+        const E *vr = vb + (long)j * a.v_st;
 #pragma unroll
         for (int dd = 0; dd < RD; dd++) {
             const int d = lane + 32 * dd;
-            if (d < D) o[dd] = fmaf(pj, vr[d], o[dd]);
+            if (d < D) o[dd] = fmaf(pj, kv_at(vr, d), o[dd]);
         }
     }
 #pragma unroll
@@ -129,22 +138,26 @@ __global__ void __launch_bounds__(DNT) attn_decode_combine_k(cu_attn a, const fl
  * q and k by RoPE (table: sk_rope's cos/sin rows; NULL: none), leaves q in place and writes k
  * and v of each stored KV head (slot[j] >= 0) to its cache row. */
 __global__ void qkv_to_cache_k(float *qkv, int n, int H, int Hkv, int hs, const float *bias, const float *rope,
-                               const int32_t *pos0_d, const int *slot, float *kc, float *vc, int ld) {
+                               const int32_t *pos0_d, const int *slot, float *kc, float *vc, uint16_t *kc16,
+                               uint16_t *vc16, int ld) {
     const int half = (hs + 1) / 2, heads = H + 2 * Hkv, pos0 = *pos0_d;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)n * heads * half) return;
     const int e = (int)(idx % half), u = (int)(idx / half % heads), i = (int)(idx / half / heads);
     const int kind = u < H ? 0 : u < H + Hkv ? 1 : 2, j = kind == 0 ? u : kind == 1 ? u - H : u - H - Hkv;
-    float *out;
+    float *out = NULL;
+    uint16_t *out16 = NULL;
     if (kind == 0) out = qkv + (size_t)i * (H + 2 * Hkv) * hs + (size_t)u * hs;
     else {
         if (slot[j] < 0) return;             /* no layer reads this KV head: not computed */
-        out = (kind == 1 ? kc : vc) + (size_t)(pos0 + i) * ld + (size_t)slot[j] * hs;
+        const size_t o = (size_t)(pos0 + i) * ld + (size_t)slot[j] * hs;
+        if (kc16) out16 = (kind == 1 ? kc16 : vc16) + o;
+        else out = (kind == 1 ? kc : vc) + o;
     }
     const size_t c = (size_t)u * hs + 2 * e;
     const float *in = qkv + (size_t)i * (H + 2 * Hkv) * hs + c;
     float a = in[0] + (bias ? bias[c] : 0.0f);
-    if (2 * e + 1 >= hs) { out[2 * e] = a; return; }
+    if (2 * e + 1 >= hs) { put(out, out16, 2 * e, a); return; }
     float b = in[1] + (bias ? bias[c + 1] : 0.0f);
     if (rope && kind < 2) {                  /* as rope_k (kernels.cu) */
         const float *tab = rope + (size_t)(pos0 + i) * hs;
@@ -152,14 +165,15 @@ __global__ void qkv_to_cache_k(float *qkv, int n, int H, int Hkv, int hs, const 
         a = a0 * co - b * si;
         b = a0 * si + b * co;
     }
-    out[2 * e] = a;
-    out[2 * e + 1] = b;
+    put(out, out16, 2 * e, a);
+    put(out, out16, 2 * e + 1, b);
 }
 extern "C" void cu_qkv_to_cache(float *qkv, int n, int H, int Hkv, int hs, const float *bias, const float *rope,
-                                const int32_t *pos0_d, const int *slot, float *kc, float *vc, int ld) {
+                                const int32_t *pos0_d, const int *slot, float *kc, float *vc, uint16_t *kc16,
+                                uint16_t *vc16, int ld) {
     const size_t work = (size_t)n * (H + 2 * Hkv) * ((hs + 1) / 2);
     if (work) LAUNCH(qkv_to_cache_k, (unsigned)((work + DNT - 1) / DNT), DNT, 0, qkv, n, H, Hkv, hs, bias, rope, pos0_d,
-                     slot, kc, vc, ld);
+                     slot, kc, vc, kc16, vc16, ld);
 }
 
 extern "C" int cu_decode_splits(int Lk) { return Lk < 1 ? 1 : (Lk + CU_DECODE_KEYS - 1) / CU_DECODE_KEYS; }
@@ -168,7 +182,7 @@ template <int RD>
 static int decode_launch(const cu_attn *a, float *part) {
     const int ns = cu_decode_splits(a->Lk);
     dim3 grid((unsigned)ns, (unsigned)a->H, (unsigned)a->B);
-    void (*kern)(cu_attn, float *, int) = attn_decode_part_k<RD>;
+    void (*kern)(cu_attn, float *, int) = a->k16 ? attn_decode_part_k<RD, true> : attn_decode_part_k<RD, false>;
     LAUNCH(kern, grid, DNT, 0, *a, part, ns);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
@@ -179,7 +193,7 @@ static int decode_launch(const cu_attn *a, float *part) {
 
 extern "C" int cu_attn_decode(const cu_attn *a, float *part) {
     if (a->B < 1 || a->H < 1 || a->Lk < 1) return 0;
-    if (a->D < 1 || a->D > 128 || a->Lq != 1) return -1;
+    if (a->D < 1 || a->D > 128 || a->Lq != 1 || !a->k16 != !a->v16) return -1;
     switch ((a->D + 31) / 32) {
     case 1: return decode_launch<1>(a, part);
     case 2: return decode_launch<2>(a, part);

@@ -22,6 +22,11 @@
  *   - with the tensor-core attention (the default): the chunked prefill equals the full
  *     forward (1e-4: each query row takes the same key tiles in the same order), the decoding
  *     steps (fp32 single-query attention over the cache) stay within bf16's rounding of it;
+ *     the cache is bf16: half the bytes of an fp32 one (SKIPLM_CUDA_KV16=0), the same
+ *     prefill logits to the last bit (the attention rounded the fp32 cache's K/V to the same
+ *     bf16 values), decoding steps that differ from the fp32 cache's (they read rounded K/V)
+ *     but within bf16's rounding; an fp32 model may not use it, a bad SKIPLM_CUDA_KV16 is
+ *     refused;
  * and both stay near the CPU's fp32.
  * Prints PASS/FAIL per check and "N passed, N failed"; exits non-zero on failure. */
 #include "skiplm.h"
@@ -162,7 +167,8 @@ static double beyond_bf16(const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) {
         int e;
         frexp(b[i], &e);
-        m = fmax(m, fabs((double)a[i] - b[i]) - (b[i] != 0.0f ? ldexp(1.0, e - 9) : 0.0));
+        double d = fabs((double)a[i] - b[i]) - (b[i] != 0.0f ? ldexp(1.0, e - 9) : 0.0);
+        if (!(d <= m)) m = isnan(d) ? INFINITY : d;        /* a NaN logit is no match */
     }
     return m;
 }
@@ -174,28 +180,35 @@ static void run_bf16(const icase *tc, int attn_tc) {
     const char *mode = attn_tc ? "tensor-core attention" : "fp32 attention";
     if (test_config(tc->fields, &cfg)) { CHECK2(0, "bf16 %s: config", tc->name); return; }
     sk_model *m = NULL;
-    sk_cuda_model *cm = NULL;
-    sk_cuda_kvcache *kg = NULL;
+    sk_cuda_model *cm = NULL, *c32 = NULL;
+    sk_cuda_kvcache *kg = NULL, *kd = NULL, *bad = NULL;
     const int V = cfg.vocab_size, P = tc->prompt, n = P + tc->steps;
     int32_t *tok = malloc(sizeof(int32_t) * n);
     float *full = malloc(sizeof(float) * n * V), *cpu = malloc(sizeof(float) * n * V), *lg = malloc(sizeof(float) * V);
+    float *ld = malloc(sizeof(float) * V);
     random_tokens(tok, n, V, 13);
     if (!attn_tc) setenv("SKIPLM_CUDA_TC_ATTN", "0", 1);        /* read when the model is made */
     int rc0 = sk_model_new(&m, &cfg, 4321) || sk_cuda_model_new_inference(&cm, m, SK_CUDA_BF16);
     unsetenv("SKIPLM_CUDA_TC_ATTN");
+    setenv("SKIPLM_CUDA_KV16", "0", 1);                         /* read when a cache is made */
+    rc0 = rc0 || sk_cuda_kvcache_new(&kd, cm, n, tc->chunk);    /* an fp32 cache, the same model */
+    unsetenv("SKIPLM_CUDA_KV16");
     if (rc0 || sk_cuda_kvcache_new(&kg, cm, n, tc->chunk) || sk_cuda_forward(cm, tok, NULL, 1, n, NULL, full) ||
         sk_model_forward(m, tok, NULL, 1, n, NULL, cpu)) {
         CHECK2(0, "bf16 %s (%s): setup: %s", tc->name, mode, sk_last_error());
         goto done;
     }
-    double d_pre = 0, d_steps = 0, d_cpu = 0, big = max_abs(cpu, (size_t)n * V);
+    double d_pre = 0, d_steps = 0, d_cpu = 0, big = max_abs(cpu, (size_t)n * V), k_pre = -1, k_steps = 0;
     for (int t = P - 1; t < n; t++) {
         int rc = t == P - 1 ? sk_cuda_prefill(cm, kg, tok, P, lg) : sk_cuda_decode(cm, kg, tok[t], lg);
+        rc = rc ? rc : t == P - 1 ? sk_cuda_prefill(cm, kd, tok, P, ld) : sk_cuda_decode(cm, kd, tok[t], ld);
         if (rc) { CHECK2(0, "bf16 %s (%s): position %d: %s", tc->name, mode, t, sk_last_error()); goto done; }
         double d = beyond_bf16(lg, full + (size_t)t * V, V);
         if (t == P - 1) d_pre = d;
         else d_steps = fmax(d_steps, d);
         d_cpu = fmax(d_cpu, max_abs_diff(lg, cpu + (size_t)t * V, V));
+        if (t == P - 1) k_pre = max_abs_diff(lg, ld, V);
+        else k_steps = fmax(k_steps, max_abs_diff(lg, ld, V));
     }
     /* the decoding steps: the forward's attention rounded P to bf16, the step's did not */
     const double step_tol = attn_tc ? 2e-2 * fmax(1.0, big) : 1e-4;
@@ -203,10 +216,36 @@ static void run_bf16(const icase *tc, int attn_tc) {
            "bf16 %s (%s): prefill %d (chunk %d) vs the bf16 forward (beyond its bf16 logits' rounding) max |diff| %.2e, %d steps %.2e (tolerance %.0e), "
            "vs CPU fp32 %.2e (max |logit| %.2f)", tc->name, mode, P, tc->chunk, d_pre, tc->steps, d_steps, step_tol,
            d_cpu, big);
+    if (attn_tc) {
+        /* the bf16 cache against the fp32 one: same prefill bits, steps apart by bf16's rounding */
+        CHECK2(sk_cuda_kvcache_bf16(kg) == 1 && sk_cuda_kvcache_bf16(kd) == 0 &&
+               2 * sk_cuda_kvcache_bytes(kg) == sk_cuda_kvcache_bytes(kd) &&
+               2 * sk_cuda_kvcache_bytes_full(kg) == sk_cuda_kvcache_bytes_full(kd) && k_pre == 0 && k_steps > 0 &&
+               k_steps <= 2e-2 * fmax(1.0, big),
+               "bf16 %s: bf16 KV cache %zu bytes (fp32 %zu): prefill logits == the fp32 cache's (max |diff| %.1e), "
+               "%d steps apart by %.2e (> 0, tolerance %.0e)", tc->name, sk_cuda_kvcache_bytes(kg),
+               sk_cuda_kvcache_bytes(kd), k_pre, tc->steps, k_steps, 2e-2 * fmax(1.0, big));
+        /* a model that cannot read bf16 K/V is refused the cache, which stays as it was */
+        int pos = sk_cuda_kvcache_pos(kg), r1 = sk_cuda_model_new_inference(&c32, m, SK_CUDA_FP32);
+        int r2 = r1 ? r1 : sk_cuda_decode(c32, kg, tok[0], lg);
+        int ok2 = r2 == SK_EINVAL && strstr(sk_last_error(), "holds bf16 K/V") && sk_cuda_kvcache_pos(kg) == pos;
+        setenv("SKIPLM_CUDA_KV16", "2", 1);
+        int r3 = sk_cuda_kvcache_new(&bad, cm, n, 0);
+        unsetenv("SKIPLM_CUDA_KV16");
+        CHECK2(ok2 && r3 == SK_EINVAL && !bad && strstr(sk_last_error(), "SKIPLM_CUDA_KV16='2'"),
+               "bf16 %s: the bf16 cache refused to an fp32 model (rc %d), SKIPLM_CUDA_KV16=2 refused (rc %d): %s",
+               tc->name, r2, r3, sk_last_error());
+    } else {
+        CHECK2(sk_cuda_kvcache_bf16(kg) == 0 && k_pre == 0 && k_steps == 0,
+               "bf16 %s (%s): the cache is fp32 (the fp32 kernels read it); SKIPLM_CUDA_KV16=0 changes nothing",
+               tc->name, mode);
+    }
 done:
-    free(tok); free(full); free(cpu); free(lg);
+    free(tok); free(full); free(cpu); free(lg); free(ld);
     sk_cuda_kvcache_free(kg);
+    sk_cuda_kvcache_free(kd);
     sk_cuda_model_free(cm);
+    sk_cuda_model_free(c32);
     sk_model_free(m);
 }
 

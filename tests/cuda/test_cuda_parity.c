@@ -350,6 +350,7 @@ static const acase ACASES[] = {
     {"causal offset -20 (rows that see nothing) hs32", 1, 2, 2, 70, 50, 32, 1, -20, 0.0f, 0},
     {"non-causal cross hs48 (Lq 50, Lk 90) odd strides", 2, 2, 1, 50, 90, 48, 0, 0, 0.0f, 1},
     {"single query hs64 (Lq 1, Lk 200)", 1, 2, 2, 1, 200, 64, 1, 199, 0.0f, 0},
+    {"single query hs40 GQA 4/2 (Lq 1, Lk 300) odd strides", 2, 4, 2, 1, 300, 40, 1, 299, 0.0f, 1},
 };
 
 /* max |a - b| over n values, +inf == +inf (the lse of a row that sees no key) */
@@ -383,7 +384,12 @@ static uint16_t bf16_bits_h(float x) {
  * The mma kernels also run from bf16 copies of q (times the scale), k, v and dO (cu_attn's
  * q16 ... dout16: the model's --bf16 path, copied with cp.async where aligned), with two
  * buffers per walked tile and with one: the tiles then hold the same bits, so the results
- * must be the same to the last bit as the fp32 views'. */
+ * must be the same to the last bit as the fp32 views'.
+ * A bf16 KV cache's reads (forward only): the mma forward with fp32 q and k, v from their
+ * bf16 copies alone (k, v NULL: a prefill chunk), the same bits as from the fp32 views; and
+ * where the query sees every key (Lq 1), the decoding kernel (cu_attn_decode, fp32 math)
+ * from the fp32 views and from the bf16 copies: the same bits, and the fp32 kernel's output
+ * to 1e-5. */
 enum { NKIND = 7 };
 static const char *const KIND[NKIND] = {"fp32", "mma", "wmma", "mma 8 warps", "mma from bf16 copies",
                                         "mma from bf16 copies, 1 buffer", "mma 8 warps from bf16 copies"};
@@ -454,6 +460,45 @@ static void run_tc_attention(const acase *c) {
         cudaMemcpy(gkv[t], dgkv, nkv * 4, cudaMemcpyDeviceToHost);
         for (size_t i = 0; i < nq; i++) gq[t][i] -= gq0[i];                  /* the gradient added */
         for (size_t i = 0; i < nkv; i++) gkv[t][i] -= gkv0[i];
+    }
+    {                                     /* a bf16 KV cache: k16, v16 alone (k, v NULL) */
+        float *o16 = malloc(no * 4), *l16 = malloc(nlse * 4), *od = malloc(no * 4), *od16 = malloc(no * 4);
+        float *dpart = NULL;
+        const int decode = Lq == 1 && (!c->causal || c->offset >= Lk - 1);
+        const size_t npart = (size_t)B * H * cu_decode_splits(Lk) * (D + 2);
+        int rc = !o16 || !l16 || !od || !od16 || cudaMalloc((void **)&dpart, npart * 4);
+        for (int t = 0; t < 3 && !rc; t++) {
+            if (t && !decode) break;
+            cu_attn a;
+            memset(&a, 0, sizeof a);
+            a.B = B; a.H = H; a.Hkv = Hkv; a.Lq = Lq; a.Lk = Lk; a.D = D;
+            a.q = dq + qoff;              a.q_sb = Lq * qst;  a.q_sh = D; a.q_st = qst;
+            a.k_sb = a.v_sb = Lk * kst;   a.k_sh = a.v_sh = D; a.k_st = a.v_st = kst;
+            if (t == 1) { a.k = dkv + koff; a.v = dkv + koff + Hkv * D; }
+            else { a.k16 = dkv16 + koff; a.v16 = dkv16 + koff + Hkv * D; }
+            a.out = dout;                 a.o_sb = (long)Lq * H * D; a.o_sh = D; a.o_st = (long)H * D;
+            a.scale = scale; a.causal = c->causal; a.causal_offset = c->offset; a.inv_keep = 1.0f;
+            a.lse = dlse; a.tc = 1; a.mma_warps = 4;
+            rc = t == 0 ? cu_attn_forward(&a) : cu_attn_decode(&a, dpart);
+            if (!rc) rc = (int)cudaDeviceSynchronize();
+            cudaMemcpy(t == 0 ? o16 : t == 1 ? od : od16, dout, no * 4, cudaMemcpyDeviceToHost);
+            if (t == 0) cudaMemcpy(l16, dlse, nlse * 4, cudaMemcpyDeviceToHost);
+        }
+        if (rc) CHECK2(0, "tc attention %s: the bf16-cache reads failed (%d)", c->name, rc);
+        else if (c->dropout == 0) {       /* (with dropout the mma forward above dropped nothing) */
+            CHECK2(max_diff(o16, out[1], no) == 0 && max_diff(l16, lse[1], nlse) == 0,
+                   "tc attention %s: mma forward with fp32 q, k/v from bf16 copies alone (a bf16 KV cache's prefill) "
+                   "vs the fp32 views: output %.2e, lse %.2e (must be 0)", c->name, max_diff(o16, out[1], no),
+                   max_diff(l16, lse[1], nlse));
+            if (decode) {
+                double mo = max_abs(out[0], no), d0 = max_diff(od, out[0], no), d16 = max_diff(od16, od, no);
+                CHECK2(d16 == 0 && d0 <= 1e-5 * fmax(1.0, mo) && mo > 0,
+                       "tc attention %s: decoding kernel from bf16 K/V == from fp32 K/V (%.2e, must be 0), vs the "
+                       "fp32 kernel %.2e (max |o| %.2f)", c->name, d16, d0, mo);
+            }
+        }
+        free(o16); free(l16); free(od); free(od16);
+        cudaFree(dpart);
     }
     for (int t = 1; t < 4; t++) {         /* (the kinds from bf16 copies: checked below against these) */
         const char *kind = KIND[t];

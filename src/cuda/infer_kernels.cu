@@ -12,6 +12,8 @@
  *   softmax  thread t owns score t: block max m, p = exp(s - m), block sum l;
  *   P V      the warps again take keys w, w+4, ..., lanes the head dims (coalesced V
  *            rows); the 4 warp partials are added in warp order;
+ * a warp loads the rows of DU = 4 of its keys before it uses the first (a step is bound by
+ * these reads: several in flight per warp, not one; the math and its order are unchanged),
  * and writes (o[0..D), m, l) to part. The combine kernel (one block per head, batch) takes
  * M = max m_s, L = sum exp(m_s - M) l_s and out = sum exp(m_s - M) o_s / L over the chunks
  * in order. Same math as the CPU's flash attention up to the summation order. With a bf16
@@ -28,6 +30,7 @@
 
 #define DNT 128                      /* threads per block: 4 warps; == CU_DECODE_KEYS */
 #define DNW (DNT / 32)
+#define DU 4                         /* keys per warp whose K or V rows are loaded together */
 
 __device__ __forceinline__ float dec_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -74,16 +77,29 @@ __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part
         const int d = lane + 32 * dd;
         qv[dd] = d < D ? q[d] * a.scale : 0.0f;
     }
-    for (int j = w; j < nk; j += DNW) {          /* same trip count for the whole warp */
-        const E *kr = kb + (long)j * a.k_st;
-        float x = 0.0f;
+    /* a warp's keys DU at a time: their rows' loads are all issued before the first
+     * reduction (and before any store that the compiler could not tell from them) */
+    for (int j1 = w; j1 < nk; j1 += DU * DNW) {  /* same trip count for the whole warp */
+        E kx[DU][RD];
 #pragma unroll
-        for (int dd = 0; dd < RD; dd++) {
-            const int d = lane + 32 * dd;
-            if (d < D) x = fmaf(qv[dd], kv_at(kr, d), x);
+        for (int u = 0; u < DU; u++) {
+            const int j = j1 + u * DNW;
+            const E *kr = kb + (long)j * a.k_st;
+#pragma unroll
+            for (int dd = 0; dd < RD; dd++) {
+                const int d = lane + 32 * dd;
+                kx[u][dd] = j < nk && d < D ? kr[d] : (E)0;
+            }
         }
-        x = dec_warp_sum(x);
-        if (lane == 0) sc[j] = x;
+#pragma unroll
+        for (int u = 0; u < DU; u++) {
+            float x = 0.0f;
+#pragma unroll
+            for (int dd = 0; dd < RD; dd++)
+                if (lane + 32 * dd < D) x = fmaf(qv[dd], kv_at(kx[u], dd), x);
+            x = dec_warp_sum(x);
+            if (lane == 0 && j1 + u * DNW < nk) sc[j1 + u * DNW] = x;
+        }
     }
     __syncthreads();
     const float sv = t < nk ? sc[t] : -INFINITY;
@@ -95,13 +111,25 @@ __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part
     float o[RD];
 #pragma unroll
     for (int dd = 0; dd < RD; dd++) o[dd] = 0.0f;
-    for (int j = w; j < nk; j += DNW) {
-        const float pj = sc[j];
-        const E *vr = vb + (long)j * a.v_st;
+    for (int j1 = w; j1 < nk; j1 += DU * DNW) {  /* DU keys' V rows in flight, then in key order */
+        E vx[DU][RD];
 #pragma unroll
-        for (int dd = 0; dd < RD; dd++) {
-            const int d = lane + 32 * dd;
-            if (d < D) o[dd] = fmaf(pj, kv_at(vr, d), o[dd]);
+        for (int u = 0; u < DU; u++) {
+            const int j = j1 + u * DNW;
+            const E *vr = vb + (long)j * a.v_st;
+#pragma unroll
+            for (int dd = 0; dd < RD; dd++) {
+                const int d = lane + 32 * dd;
+                vx[u][dd] = j < nk && d < D ? vr[d] : (E)0;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < DU; u++) {
+            if (j1 + u * DNW >= nk) break;
+            const float pj = sc[j1 + u * DNW];
+#pragma unroll
+            for (int dd = 0; dd < RD; dd++)
+                if (lane + 32 * dd < D) o[dd] = fmaf(pj, kv_at(vx[u], dd), o[dd]);
         }
     }
 #pragma unroll

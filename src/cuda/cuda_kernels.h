@@ -152,6 +152,9 @@ typedef struct {
                                       the Di pass writes dO in bf16 for the kernels to read */
     const int32_t *pos_d;          /* cu_attn_decode only: if set, the query's position on the
                                       device, and Lk = *pos_d + 1 (<= Lk, same split count) */
+    int decode_heads;              /* cu_attn_decode only: query heads per block, sharing their
+                                      KV head's rows: 1, 2 or 4 dividing H / Hkv; 0: the most
+                                      that divides it (the results are the same bits) */
 } cu_attn;
 /* 0, or a cudaError_t code (launch failure), or -1 for an unsupported D. */
 int cu_attn_forward(const cu_attn *a);

@@ -14,6 +14,8 @@
  *            rows); the 4 warp partials are added in warp order;
  * a warp loads the rows of DU = 4 of its keys before it uses the first (a step is bound by
  * these reads: several in flight per warp, not one; the math and its order are unchanged),
+ * and with GQA a block serves G = 4 or 2 query heads of one KV head (the most that divides
+ * the group), so each K and V row is read once for them instead of once per head,
  * and writes (o[0..D), m, l) to part. The combine kernel (one block per head, batch) takes
  * M = max m_s, L = sum exp(m_s - M) l_s and out = sum exp(m_s - M) o_s / L over the chunks
  * in order. Same math as the CPU's flash attention up to the summation order. With a bf16
@@ -58,24 +60,29 @@ __device__ float dec_block_reduce(float v) {
 __device__ __forceinline__ float kv_at(const float *r, int i) { return r[i]; }
 __device__ __forceinline__ float kv_at(const uint16_t *r, int i) { return bf16_float(r[i]); }
 
-/* RD = head dims per lane (D <= 32 * RD); KV16: the cache is bf16 (a.k16, a.v16) */
-template <int RD, bool KV16>
+/* RD = head dims per lane (D <= 32 * RD); KV16: the cache is bf16 (a.k16, a.v16); G: query
+ * heads per block, all of one KV head (G divides H / Hkv), which share its K and V rows: each
+ * row is read once for the G heads. A head's math is the same whatever G. */
+template <int RD, bool KV16, int G>
 __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part, int nsplit) {
     typedef typename std::conditional<KV16, uint16_t, float>::type E;
-    __shared__ float sc[CU_DECODE_KEYS];
-    __shared__ float red[DNW][32 * RD];
+    __shared__ float sc[G][CU_DECODE_KEYS];
+    __shared__ float red[DNW][G][32 * RD];
     const int t = threadIdx.x, lane = t & 31, w = t >> 5;
-    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / (a.H / a.Hkv), D = a.D;
+    const int s = blockIdx.x, h0 = blockIdx.y * G, b = blockIdx.z, hk = h0 / (a.H / a.Hkv), D = a.D;
     const int Lk = a.pos_d ? *a.pos_d + 1 : a.Lk;        /* a graph's step: its position */
     const int j0 = s * CU_DECODE_KEYS, nk = min(CU_DECODE_KEYS, Lk - j0);
-    const float *q = a.q + b * a.q_sb + h * a.q_sh;
     const E *kb = (const E *)(KV16 ? (const void *)a.k16 : (const void *)a.k) + b * a.k_sb + hk * a.k_sh + (long)j0 * a.k_st;
     const E *vb = (const E *)(KV16 ? (const void *)a.v16 : (const void *)a.v) + b * a.v_sb + hk * a.v_sh + (long)j0 * a.v_st;
-    float qv[RD];
+    float qv[G][RD];
 #pragma unroll
-    for (int dd = 0; dd < RD; dd++) {
-        const int d = lane + 32 * dd;
-        qv[dd] = d < D ? q[d] * a.scale : 0.0f;
+    for (int g = 0; g < G; g++) {
+        const float *q = a.q + b * a.q_sb + (h0 + g) * a.q_sh;
+#pragma unroll
+        for (int dd = 0; dd < RD; dd++) {
+            const int d = lane + 32 * dd;
+            qv[g][dd] = d < D ? q[d] * a.scale : 0.0f;
+        }
     }
     /* a warp's keys DU at a time: their rows' loads are all issued before the first
      * reduction (and before any store that the compiler could not tell from them) */
@@ -92,25 +99,33 @@ __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part
             }
         }
 #pragma unroll
-        for (int u = 0; u < DU; u++) {
-            float x = 0.0f;
+        for (int u = 0; u < DU; u++)
 #pragma unroll
-            for (int dd = 0; dd < RD; dd++)
-                if (lane + 32 * dd < D) x = fmaf(qv[dd], kv_at(kx[u], dd), x);
-            x = dec_warp_sum(x);
-            if (lane == 0 && j1 + u * DNW < nk) sc[j1 + u * DNW] = x;
-        }
+            for (int g = 0; g < G; g++) {
+                float x = 0.0f;
+#pragma unroll
+                for (int dd = 0; dd < RD; dd++)
+                    if (lane + 32 * dd < D) x = fmaf(qv[g][dd], kv_at(kx[u], dd), x);
+                x = dec_warp_sum(x);
+                if (lane == 0 && j1 + u * DNW < nk) sc[g][j1 + u * DNW] = x;
+            }
     }
     __syncthreads();
-    const float sv = t < nk ? sc[t] : -INFINITY;
-    const float mx = dec_block_reduce<true>(sv);          /* nk >= 1: finite */
-    const float p = t < nk ? expf(sv - mx) : 0.0f;
-    const float l = dec_block_reduce<false>(p);
-    sc[t] = p;                       /* every read of sc[] above is before the reductions' barriers */
-    __syncthreads();
-    float o[RD];
+    float mx[G], l[G];
 #pragma unroll
-    for (int dd = 0; dd < RD; dd++) o[dd] = 0.0f;
+    for (int g = 0; g < G; g++) {    /* thread t reads and writes only score t of each head here */
+        const float sv = t < nk ? sc[g][t] : -INFINITY;
+        mx[g] = dec_block_reduce<true>(sv);               /* nk >= 1: finite */
+        const float p = t < nk ? expf(sv - mx[g]) : 0.0f;
+        l[g] = dec_block_reduce<false>(p);
+        sc[g][t] = p;
+    }
+    __syncthreads();
+    float o[G][RD];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int dd = 0; dd < RD; dd++) o[g][dd] = 0.0f;
     for (int j1 = w; j1 < nk; j1 += DU * DNW) {  /* DU keys' V rows in flight, then in key order */
         E vx[DU][RD];
 #pragma unroll
@@ -126,22 +141,30 @@ __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part
 #pragma unroll
         for (int u = 0; u < DU; u++) {
             if (j1 + u * DNW >= nk) break;
-            const float pj = sc[j1 + u * DNW];
 #pragma unroll
-            for (int dd = 0; dd < RD; dd++)
-                if (lane + 32 * dd < D) o[dd] = fmaf(pj, kv_at(vx[u], dd), o[dd]);
+            for (int g = 0; g < G; g++) {
+                const float pj = sc[g][j1 + u * DNW];
+#pragma unroll
+                for (int dd = 0; dd < RD; dd++)
+                    if (lane + 32 * dd < D) o[g][dd] = fmaf(pj, kv_at(vx[u], dd), o[g][dd]);
+            }
         }
     }
 #pragma unroll
-    for (int dd = 0; dd < RD; dd++) red[w][lane + 32 * dd] = o[dd];
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int dd = 0; dd < RD; dd++) red[w][g][lane + 32 * dd] = o[g][dd];
     __syncthreads();
-    float *pp = part + (((size_t)b * a.H + h) * nsplit + s) * (size_t)(D + 2);
-    for (int d = t; d < D; d += DNT) {
-        float acc = red[0][d];
-        for (int i = 1; i < DNW; i++) acc += red[i][d];
-        pp[d] = acc;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float *pp = part + (((size_t)b * a.H + h0 + g) * nsplit + s) * (size_t)(D + 2);
+        for (int d = t; d < D; d += DNT) {
+            float acc = red[0][g][d];
+            for (int i = 1; i < DNW; i++) acc += red[i][g][d];
+            pp[d] = acc;
+        }
+        if (t == 0) { pp[D] = mx[g]; pp[D + 1] = l[g]; }
     }
-    if (t == 0) { pp[D] = mx; pp[D + 1] = l; }
 }
 
 /* one block per (head, batch): the chunks' partials combined in chunk order */
@@ -206,11 +229,16 @@ extern "C" void cu_qkv_to_cache(float *qkv, int n, int H, int Hkv, int hs, const
 
 extern "C" int cu_decode_splits(int Lk) { return Lk < 1 ? 1 : (Lk + CU_DECODE_KEYS - 1) / CU_DECODE_KEYS; }
 
+template <int RD, int G>
+static void (*decode_kernel(bool kv16))(cu_attn, float *, int) {
+    return kv16 ? attn_decode_part_k<RD, true, G> : attn_decode_part_k<RD, false, G>;
+}
 template <int RD>
-static int decode_launch(const cu_attn *a, float *part) {
+static int decode_launch(const cu_attn *a, float *part, int G) {
     const int ns = cu_decode_splits(a->Lk);
-    dim3 grid((unsigned)ns, (unsigned)a->H, (unsigned)a->B);
-    void (*kern)(cu_attn, float *, int) = a->k16 ? attn_decode_part_k<RD, true> : attn_decode_part_k<RD, false>;
+    dim3 grid((unsigned)ns, (unsigned)(a->H / G), (unsigned)a->B);
+    void (*kern)(cu_attn, float *, int) = G == 4 ? decode_kernel<RD, 4>(a->k16) : G == 2 ? decode_kernel<RD, 2>(a->k16)
+                                                                                        : decode_kernel<RD, 1>(a->k16);
     LAUNCH(kern, grid, DNT, 0, *a, part, ns);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
@@ -221,11 +249,14 @@ static int decode_launch(const cu_attn *a, float *part) {
 
 extern "C" int cu_attn_decode(const cu_attn *a, float *part) {
     if (a->B < 1 || a->H < 1 || a->Lk < 1) return 0;
-    if (a->D < 1 || a->D > 128 || a->Lq != 1 || !a->k16 != !a->v16) return -1;
+    if (a->D < 1 || a->D > 128 || a->Lq != 1 || !a->k16 != !a->v16 || a->Hkv < 1 || a->H % a->Hkv) return -1;
+    const int group = a->H / a->Hkv;
+    const int G = a->decode_heads ? a->decode_heads : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+    if ((G != 1 && G != 2 && G != 4) || group % G) return -1;
     switch ((a->D + 31) / 32) {
-    case 1: return decode_launch<1>(a, part);
-    case 2: return decode_launch<2>(a, part);
-    case 3: return decode_launch<3>(a, part);
-    default: return decode_launch<4>(a, part);
+    case 1: return decode_launch<1>(a, part, G);
+    case 2: return decode_launch<2>(a, part, G);
+    case 3: return decode_launch<3>(a, part, G);
+    default: return decode_launch<4>(a, part, G);
     }
 }

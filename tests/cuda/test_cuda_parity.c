@@ -351,6 +351,7 @@ static const acase ACASES[] = {
     {"non-causal cross hs48 (Lq 50, Lk 90) odd strides", 2, 2, 1, 50, 90, 48, 0, 0, 0.0f, 1},
     {"single query hs64 (Lq 1, Lk 200)", 1, 2, 2, 1, 200, 64, 1, 199, 0.0f, 0},
     {"single query hs40 GQA 4/2 (Lq 1, Lk 300) odd strides", 2, 4, 2, 1, 300, 40, 1, 299, 0.0f, 1},
+    {"single query hs32 GQA 8/2 (Lq 1, Lk 129)", 1, 8, 2, 1, 129, 32, 1, 128, 0.0f, 0},
 };
 
 /* max |a - b| over n values, +inf == +inf (the lse of a row that sees no key) */
@@ -389,7 +390,8 @@ static uint16_t bf16_bits_h(float x) {
  * bf16 copies alone (k, v NULL: a prefill chunk), the same bits as from the fp32 views; and
  * where the query sees every key (Lq 1), the decoding kernel (cu_attn_decode, fp32 math)
  * from the fp32 views and from the bf16 copies: the same bits, and the fp32 kernel's output
- * to 1e-5. */
+ * to 1e-5; with GQA its blocks serve 2 or 4 query heads of a KV head at once, which must give
+ * the bits of one head per block. */
 enum { NKIND = 7 };
 static const char *const KIND[NKIND] = {"fp32", "mma", "wmma", "mma 8 warps", "mma from bf16 copies",
                                         "mma from bf16 copies, 1 buffer", "mma 8 warps from bf16 copies"};
@@ -463,11 +465,11 @@ static void run_tc_attention(const acase *c) {
     }
     {                                     /* a bf16 KV cache: k16, v16 alone (k, v NULL) */
         float *o16 = malloc(no * 4), *l16 = malloc(nlse * 4), *od = malloc(no * 4), *od16 = malloc(no * 4);
-        float *dpart = NULL;
+        float *od1 = malloc(no * 4), *dpart = NULL;
         const int decode = Lq == 1 && (!c->causal || c->offset >= Lk - 1);
         const size_t npart = (size_t)B * H * cu_decode_splits(Lk) * (D + 2);
-        int rc = !o16 || !l16 || !od || !od16 || cudaMalloc((void **)&dpart, npart * 4);
-        for (int t = 0; t < 3 && !rc; t++) {
+        int rc = !o16 || !l16 || !od || !od16 || !od1 || cudaMalloc((void **)&dpart, npart * 4);
+        for (int t = 0; t < 4 && !rc; t++) {     /* mma forward; decoding from fp32, bf16, bf16 1 head per block */
             if (t && !decode) break;
             cu_attn a;
             memset(&a, 0, sizeof a);
@@ -479,9 +481,10 @@ static void run_tc_attention(const acase *c) {
             a.out = dout;                 a.o_sb = (long)Lq * H * D; a.o_sh = D; a.o_st = (long)H * D;
             a.scale = scale; a.causal = c->causal; a.causal_offset = c->offset; a.inv_keep = 1.0f;
             a.lse = dlse; a.tc = 1; a.mma_warps = 4;
+            a.decode_heads = t == 3 ? 1 : 0;
             rc = t == 0 ? cu_attn_forward(&a) : cu_attn_decode(&a, dpart);
             if (!rc) rc = (int)cudaDeviceSynchronize();
-            cudaMemcpy(t == 0 ? o16 : t == 1 ? od : od16, dout, no * 4, cudaMemcpyDeviceToHost);
+            cudaMemcpy(t == 0 ? o16 : t == 1 ? od : t == 2 ? od16 : od1, dout, no * 4, cudaMemcpyDeviceToHost);
             if (t == 0) cudaMemcpy(l16, dlse, nlse * 4, cudaMemcpyDeviceToHost);
         }
         if (rc) CHECK2(0, "tc attention %s: the bf16-cache reads failed (%d)", c->name, rc);
@@ -492,12 +495,14 @@ static void run_tc_attention(const acase *c) {
                    max_diff(l16, lse[1], nlse));
             if (decode) {
                 double mo = max_abs(out[0], no), d0 = max_diff(od, out[0], no), d16 = max_diff(od16, od, no);
-                CHECK2(d16 == 0 && d0 <= 1e-5 * fmax(1.0, mo) && mo > 0,
-                       "tc attention %s: decoding kernel from bf16 K/V == from fp32 K/V (%.2e, must be 0), vs the "
-                       "fp32 kernel %.2e (max |o| %.2f)", c->name, d16, d0, mo);
+                double d1 = max_diff(od1, od16, no);
+                CHECK2(d16 == 0 && d1 == 0 && d0 <= 1e-5 * fmax(1.0, mo) && mo > 0,
+                       "tc attention %s: decoding kernel from bf16 K/V == from fp32 K/V (%.2e), %d query heads per "
+                       "block == 1 (%.2e; both must be 0), vs the fp32 kernel %.2e (max |o| %.2f)", c->name, d16,
+                       H / Hkv % 4 == 0 ? 4 : H / Hkv % 2 == 0 ? 2 : 1, d1, d0, mo);
             }
         }
-        free(o16); free(l16); free(od); free(od16);
+        free(o16); free(l16); free(od); free(od16); free(od1);
         cudaFree(dpart);
     }
     for (int t = 1; t < 4; t++) {         /* (the kinds from bf16 copies: checked below against these) */

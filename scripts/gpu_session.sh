@@ -106,8 +106,13 @@ gen)
     done
     # the bf16 model with an fp32 KV cache: what the bf16 cache buys at a long context
     run env SKIPLM_CUDA_KV16=0 $B bench --device cuda --preset gpt2 --block_size 16384 --no-train --gen 256 --seq 16000 --bf16
-    # Llama with GQA (12 query heads on 3 KV heads: a decoding block serves 4 query heads)
-    bench --family llama --bias 0 --n_kv_head 3 --block_size 16384 --no-train --gen 256 --seq 16000 --bf16
+    # Llama with GQA (12 query heads on 3 KV heads: a decoding block serves 4 query heads), and
+    # with one query head per block, at a long and at a short context
+    for seq in 16000 512; do
+        bench --family llama --bias 0 --n_kv_head 3 --block_size 16384 --no-train --gen 256 --seq $seq --bf16
+        run env SKIPLM_CUDA_DECODE_HEADS=1 $B bench --device cuda --preset gpt2 --family llama --bias 0 --n_kv_head 3 \
+            --block_size 16384 --no-train --gen 256 --seq $seq --bf16
+    done
     # decoding steps as CUDA graphs (the default) against plain launches
     run env SKIPLM_CUDA_GRAPHS=0 $B bench --device cuda --preset gpt2 --no-train --gen 256 --seq 768
     run env SKIPLM_CUDA_GRAPHS=0 $B bench --device cuda --preset gpt2 --no-train --gen 256 --seq 768 --bf16

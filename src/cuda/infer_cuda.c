@@ -33,6 +33,7 @@ struct sk_cuda_kvcache {
     int *n_store;                    /* (L) KV heads stored per layer */
     int *slot;                       /* (L, Hkv) cache slot of each KV head, or -1 (sk_kvcache's map) */
     int kv16;                        /* 1: K/V in bf16 (k16, v16), else fp32 (k, v) */
+    int decode_heads;                /* cu_attn.decode_heads: SKIPLM_CUDA_DECODE_HEADS, or 0 (automatic) */
     float **k, **v;                  /* (L) device pointers, (max_T, n_store, hs) each (fp32) */
     uint16_t **k16, **v16;           /* (L) the same in bf16 */
     size_t elems, elems_full;        /* K/V elements; the same without SLA's saving */
@@ -171,11 +172,17 @@ int sk_cuda_kvcache_new(sk_cuda_kvcache **out, sk_cuda_model *cm, int max_T, int
     if (chunk < 0) return sk_error(SK_EINVAL, "prefill chunk %d must be >= 0 (0: the default %d)", chunk, SK_CUDA_PREFILL_CHUNK);
     const char *e16 = getenv("SKIPLM_CUDA_KV16");
     if (e16 && *e16 && strcmp(e16, "0") && strcmp(e16, "1"))
-        return sk_error(SK_EINVAL, "SKIPLM_CUDA_KV16='%s': give 0 (an fp32 KV cache) or 1 (bf16, the default with "
-                        "--bf16 and the tensor-core attention)", e16);
+        return sk_error(SK_EINVAL, "SKIPLM_CUDA_KV16='%s': give 0 (an fp32 KV cache) or 1 (bf16 where the model "
+                        "reads it, the default: --bf16 with the tensor-core attention; fp32 otherwise)", e16);
+    const char *dh = getenv("SKIPLM_CUDA_DECODE_HEADS");
+    const int group = m->H / m->Hkv;
+    if (dh && *dh && ((strcmp(dh, "1") && strcmp(dh, "2") && strcmp(dh, "4")) || group % atoi(dh)))
+        return sk_error(SK_EINVAL, "SKIPLM_CUDA_DECODE_HEADS='%s': give 1, 2 or 4 query heads per block of the "
+                        "decoding attention, dividing the model's %d query heads per KV head", dh, group);
     const int kv16 = kv16_model(cm) && !(e16 && !strcmp(e16, "0"));
     sk_cuda_kvcache *kv = calloc(1, sizeof *kv);
     if (!kv) return sk_error(SK_ENOMEM, "out of memory");
+    kv->decode_heads = dh && *dh ? atoi(dh) : 0;
     int rc = kvcache_new(kv, m, max_T, chunk, kv16);
     if (rc) { sk_cuda_kvcache_free(kv); return rc; }
     *out = kv;
@@ -230,7 +237,9 @@ static int mlp_act(sk_cuda_model *cm, sk_cuda_kvcache *kv, const float *b, int n
 }
 
 static int attn_rc(int rc, const char *what, int l, int part) {
-    if (rc == -1) return sk_error(SK_EINVAL, "CUDA %s attention: unsupported shape (head size above 128?) at layer %d", what, l);
+    if (rc == -1)
+        return sk_error(SK_EINVAL, "CUDA %s attention: unsupported shape at layer %d (head size above 128, or query "
+                        "heads per block not dividing the GQA group?)", what, l);
     if (rc) return sk_error(SK_EIO, "CUDA %s attention, layer %d call %d: %s", what, l, part, cudaGetErrorString((cudaError_t)rc));
     return sk_cu_kcheck(what, __FILE__, __LINE__);
 }
@@ -286,6 +295,7 @@ static int decode_work(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n, int pos0, 
             a.causal = 1; a.causal_offset = pos0;
             a.inv_keep = 1.0f;
             a.pos_d = n == 1 ? pos_d : NULL;      /* decoding: Lk from the device */
+            a.decode_heads = kv->decode_heads;
             a.tc = cm->attn_tc;                  /* the prefill's kernel; decoding is fp32 math */
             a.mma_warps = cm->attn_warps;
             a.stages = cm->attn_stages;

@@ -5,7 +5,7 @@
  *
  * Decoding attention ("split-K", as in flash-decoding): for one query row per head, the
  * keys 0..Lk-1 are cut in chunks of CU_DECODE_KEYS (= the block's 128 threads). A block
- * (chunk, head, batch):
+ * (chunk, G query heads of one KV head, batch; per head):
  *   scores   each of the 4 warps takes keys w, w+4, ...; a key's dot product is spread
  *            over the 32 lanes (lane l holds head dims l, l+32, l+64, l+96: coalesced
  *            reads of the K row) and summed with a warp reduction;
@@ -14,8 +14,8 @@
  *            rows); the 4 warp partials are added in warp order;
  * a warp loads the rows of DU = 4 of its keys before it uses the first (a step is bound by
  * these reads: several in flight per warp, not one; the math and its order are unchanged),
- * and with GQA a block serves G = 4 or 2 query heads of one KV head (the most that divides
- * the group), so each K and V row is read once for them instead of once per head,
+ * and with GQA a block serves G = 4 or 2 query heads of one KV head (the most of 4, 2, 1
+ * that divides the group), so each K and V row is read once for them instead of once per head,
  * and writes (o[0..D), m, l) to part. The combine kernel (one block per head, batch) takes
  * M = max m_s, L = sum exp(m_s - M) l_s and out = sum exp(m_s - M) o_s / L over the chunks
  * in order. Same math as the CPU's flash attention up to the summation order. With a bf16

@@ -26,7 +26,9 @@
  *     prefill logits to the last bit (the attention rounded the fp32 cache's K/V to the same
  *     bf16 values), decoding steps that differ from the fp32 cache's (they read rounded K/V)
  *     but within bf16's rounding; an fp32 model may not use it, a bad SKIPLM_CUDA_KV16 is
- *     refused;
+ *     refused; one query head per decoding block (SKIPLM_CUDA_DECODE_HEADS=1) instead of the
+ *     GQA group's 2 or 4 gives the same logits to the last bit, a value not dividing the group
+ *     is refused;
  * and both stay near the CPU's fp32.
  * Prints PASS/FAIL per check and "N passed, N failed"; exits non-zero on failure. */
 #include "skiplm.h"
@@ -181,11 +183,11 @@ static void run_bf16(const icase *tc, int attn_tc) {
     if (test_config(tc->fields, &cfg)) { CHECK2(0, "bf16 %s: config", tc->name); return; }
     sk_model *m = NULL;
     sk_cuda_model *cm = NULL, *c32 = NULL;
-    sk_cuda_kvcache *kg = NULL, *kd = NULL, *bad = NULL;
+    sk_cuda_kvcache *kg = NULL, *kd = NULL, *kh = NULL, *bad = NULL;
     const int V = cfg.vocab_size, P = tc->prompt, n = P + tc->steps;
     int32_t *tok = malloc(sizeof(int32_t) * n);
     float *full = malloc(sizeof(float) * n * V), *cpu = malloc(sizeof(float) * n * V), *lg = malloc(sizeof(float) * V);
-    float *ld = malloc(sizeof(float) * V);
+    float *ld = malloc(sizeof(float) * V), *lh = malloc(sizeof(float) * V);
     random_tokens(tok, n, V, 13);
     if (!attn_tc) setenv("SKIPLM_CUDA_TC_ATTN", "0", 1);        /* read when the model is made */
     int rc0 = sk_model_new(&m, &cfg, 4321) || sk_cuda_model_new_inference(&cm, m, SK_CUDA_BF16);
@@ -193,15 +195,20 @@ static void run_bf16(const icase *tc, int attn_tc) {
     setenv("SKIPLM_CUDA_KV16", "0", 1);                         /* read when a cache is made */
     rc0 = rc0 || sk_cuda_kvcache_new(&kd, cm, n, tc->chunk);    /* an fp32 cache, the same model */
     unsetenv("SKIPLM_CUDA_KV16");
+    setenv("SKIPLM_CUDA_DECODE_HEADS", "1", 1);                 /* one query head per decoding block */
+    rc0 = rc0 || sk_cuda_kvcache_new(&kh, cm, n, tc->chunk);
+    unsetenv("SKIPLM_CUDA_DECODE_HEADS");
     if (rc0 || sk_cuda_kvcache_new(&kg, cm, n, tc->chunk) || sk_cuda_forward(cm, tok, NULL, 1, n, NULL, full) ||
         sk_model_forward(m, tok, NULL, 1, n, NULL, cpu)) {
         CHECK2(0, "bf16 %s (%s): setup: %s", tc->name, mode, sk_last_error());
         goto done;
     }
-    double d_pre = 0, d_steps = 0, d_cpu = 0, big = max_abs(cpu, (size_t)n * V), k_pre = -1, k_steps = 0;
+    double d_pre = 0, d_steps = 0, d_cpu = 0, big = max_abs(cpu, (size_t)n * V), k_pre = -1, k_steps = 0, h_all = 0;
     for (int t = P - 1; t < n; t++) {
         int rc = t == P - 1 ? sk_cuda_prefill(cm, kg, tok, P, lg) : sk_cuda_decode(cm, kg, tok[t], lg);
         rc = rc ? rc : t == P - 1 ? sk_cuda_prefill(cm, kd, tok, P, ld) : sk_cuda_decode(cm, kd, tok[t], ld);
+        rc = rc ? rc : t == P - 1 ? sk_cuda_prefill(cm, kh, tok, P, lh) : sk_cuda_decode(cm, kh, tok[t], lh);
+        h_all = fmax(h_all, max_abs_diff(lg, lh, V));
         if (rc) { CHECK2(0, "bf16 %s (%s): position %d: %s", tc->name, mode, t, sk_last_error()); goto done; }
         double d = beyond_bf16(lg, full + (size_t)t * V, V);
         if (t == P - 1) d_pre = d;
@@ -235,15 +242,23 @@ static void run_bf16(const icase *tc, int attn_tc) {
         CHECK2(ok2 && r3 == SK_EINVAL && !bad && strstr(sk_last_error(), "SKIPLM_CUDA_KV16='2'"),
                "bf16 %s: the bf16 cache refused to an fp32 model (rc %d), SKIPLM_CUDA_KV16=2 refused (rc %d): %s",
                tc->name, r2, r3, sk_last_error());
+        /* query heads per decoding block: the same bits; 3 (or 2 with MHA) refused */
+        setenv("SKIPLM_CUDA_DECODE_HEADS", cfg.n_kv_head && cfg.n_head / cfg.n_kv_head % 2 == 0 ? "3" : "2", 1);
+        int r4 = sk_cuda_kvcache_new(&bad, cm, n, 0);
+        unsetenv("SKIPLM_CUDA_DECODE_HEADS");
+        CHECK2(h_all == 0 && r4 == SK_EINVAL && !bad && strstr(sk_last_error(), "SKIPLM_CUDA_DECODE_HEADS="),
+               "bf16 %s: SKIPLM_CUDA_DECODE_HEADS=1 gives the same logits at every position (max |diff| %.1e, must "
+               "be 0); a value that does not divide the group is refused: %s", tc->name, h_all, sk_last_error());
     } else {
         CHECK2(sk_cuda_kvcache_bf16(kg) == 0 && k_pre == 0 && k_steps == 0,
                "bf16 %s (%s): the cache is fp32 (the fp32 kernels read it); SKIPLM_CUDA_KV16=0 changes nothing",
                tc->name, mode);
     }
 done:
-    free(tok); free(full); free(cpu); free(lg); free(ld);
+    free(tok); free(full); free(cpu); free(lg); free(ld); free(lh);
     sk_cuda_kvcache_free(kg);
     sk_cuda_kvcache_free(kd);
+    sk_cuda_kvcache_free(kh);
     sk_cuda_model_free(cm);
     sk_cuda_model_free(c32);
     sk_model_free(m);

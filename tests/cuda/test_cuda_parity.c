@@ -352,6 +352,8 @@ static const acase ACASES[] = {
     {"single query hs64 (Lq 1, Lk 200)", 1, 2, 2, 1, 200, 64, 1, 199, 0.0f, 0},
     {"single query hs40 GQA 4/2 (Lq 1, Lk 300) odd strides", 2, 4, 2, 1, 300, 40, 1, 299, 0.0f, 1},
     {"single query hs32 GQA 8/2 (Lq 1, Lk 129)", 1, 8, 2, 1, 129, 32, 1, 128, 0.0f, 0},
+    {"single query hs128 GQA 16/2 (Lq 1, Lk 257)", 1, 16, 2, 1, 257, 128, 1, 256, 0.0f, 0},
+    {"single query hs40 GQA 12/2 (Lq 1, Lk 140) odd strides", 1, 12, 2, 1, 140, 40, 1, 139, 0.0f, 1},
 };
 
 /* max |a - b| over n values, +inf == +inf (the lse of a row that sees no key) */
@@ -390,8 +392,8 @@ static uint16_t bf16_bits_h(float x) {
  * bf16 copies alone (k, v NULL: a prefill chunk), the same bits as from the fp32 views; and
  * where the query sees every key (Lq 1), the decoding kernel (cu_attn_decode, fp32 math)
  * from the fp32 views and from the bf16 copies: the same bits, and the fp32 kernel's output
- * to 1e-5; with GQA its blocks serve 2 or 4 query heads of a KV head at once, which must give
- * the bits of one head per block. */
+ * to 1e-5; with GQA its blocks serve 2 or 4 query heads of a KV head at once (groups of 2, 4,
+ * 6 and 8: one block per KV head, or 2 or 3), which must give the bits of one head per block. */
 enum { NKIND = 7 };
 static const char *const KIND[NKIND] = {"fp32", "mma", "wmma", "mma 8 warps", "mma from bf16 copies",
                                         "mma from bf16 copies, 1 buffer", "mma 8 warps from bf16 copies"};

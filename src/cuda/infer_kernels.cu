@@ -60,6 +60,22 @@ __device__ float dec_block_reduce(float v) {
 __device__ __forceinline__ float kv_at(const float *r, int i) { return r[i]; }
 __device__ __forceinline__ float kv_at(const uint16_t *r, int i) { return bf16_float(r[i]); }
 
+/* x[u] = this lane's head dims (lane + 32 dd) of the row of key j1 + u DNW, u < DU, from
+ * rows of stride st at base; 0 past nk keys or D dims. All DU rows' loads come before any use. */
+template <int RD, typename E>
+__device__ __forceinline__ void load_rows(E (&x)[DU][RD], const E *base, long st, int j1, int nk, int lane, int D) {
+#pragma unroll
+    for (int u = 0; u < DU; u++) {
+        const int j = j1 + u * DNW;
+        const E *r = base + (long)j * st;
+#pragma unroll
+        for (int dd = 0; dd < RD; dd++) {
+            const int d = lane + 32 * dd;
+            x[u][dd] = j < nk && d < D ? r[d] : (E)0;
+        }
+    }
+}
+
 /* RD = head dims per lane (D <= 32 * RD); KV16: the cache is bf16 (a.k16, a.v16); G: query
  * heads per block, all of one KV head (G divides H / Hkv), which share its K and V rows: each
  * row is read once for the G heads. A head's math is the same whatever G. */
@@ -88,16 +104,7 @@ __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part
      * reduction (and before any store that the compiler could not tell from them) */
     for (int j1 = w; j1 < nk; j1 += DU * DNW) {  /* same trip count for the whole warp */
         E kx[DU][RD];
-#pragma unroll
-        for (int u = 0; u < DU; u++) {
-            const int j = j1 + u * DNW;
-            const E *kr = kb + (long)j * a.k_st;
-#pragma unroll
-            for (int dd = 0; dd < RD; dd++) {
-                const int d = lane + 32 * dd;
-                kx[u][dd] = j < nk && d < D ? kr[d] : (E)0;
-            }
-        }
+        load_rows(kx, kb, a.k_st, j1, nk, lane, D);
 #pragma unroll
         for (int u = 0; u < DU; u++)
 #pragma unroll
@@ -128,16 +135,7 @@ __global__ void __launch_bounds__(DNT) attn_decode_part_k(cu_attn a, float *part
         for (int dd = 0; dd < RD; dd++) o[g][dd] = 0.0f;
     for (int j1 = w; j1 < nk; j1 += DU * DNW) {  /* DU keys' V rows in flight, then in key order */
         E vx[DU][RD];
-#pragma unroll
-        for (int u = 0; u < DU; u++) {
-            const int j = j1 + u * DNW;
-            const E *vr = vb + (long)j * a.v_st;
-#pragma unroll
-            for (int dd = 0; dd < RD; dd++) {
-                const int d = lane + 32 * dd;
-                vx[u][dd] = j < nk && d < D ? vr[d] : (E)0;
-            }
-        }
+        load_rows(vx, vb, a.v_st, j1, nk, lane, D);
 #pragma unroll
         for (int u = 0; u < DU; u++) {
             if (j1 + u * DNW >= nk) break;

@@ -35,4 +35,15 @@ __device__ __forceinline__ void put(float *out, uint16_t *out16, size_t i, float
     if (out16) out16[i] = bf16_bits(v);
     else out[i] = v;
 }
+/* An op's input element i: from x16 (bf16) when given, else from x (fp32). */
+__device__ __forceinline__ float get(const float *x, const uint16_t *x16, size_t i) {
+    return x16 ? bf16_float(x16[i]) : x[i];
+}
+/* put, returning the value as stored (rounded to bf16 in out16): what a later get reads */
+__device__ __forceinline__ float put_get(float *out, uint16_t *out16, size_t i, float v) {
+    if (!out16) { out[i] = v; return v; }
+    const uint16_t h = bf16_bits(v);
+    out16[i] = h;
+    return bf16_float(h);
+}
 #endif

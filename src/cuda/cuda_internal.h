@@ -37,6 +37,13 @@ struct sk_cuda_model {
      * read as they are by the forward GEMM and again by the weight-gradient GEMM (and the
      * attention output by the attention backward, for Di). Else NULL. */
     uint16_t *ln1_16, *atty16, *ln2_16, *act16, *lnf16;
+    /* SK_CUDA_BF16: the MLP's pre-activation (per layer, a.fch's layout; written by c_fc's
+     * GEMM in bf16, its bias added in place by the activation kernel, read by the activation
+     * and its backward) and, in the backward, one layer's gradients of the activation and of
+     * the pre-activation (a.dfch_act's and a.dfch's layouts: written by a GEMM and by the
+     * activation's backward, read by the activation's backward, c_fc's two GEMMs and its bias
+     * gradient). a.fch, a.dfch and a.dfch_act are then NULL. Else NULL. */
+    uint16_t *fch16, *dfch16, *dact16;
     /* SK_CUDA_BF16 with the mma.sync attention (attn_tc == 1): q (times the softmax scale), k
      * and v in bf16, per layer with a.qkv's layout, written once after the q/k/v projection
      * and read by the attention forward and backward (cu_attn.q16 ...); a.qkv is then one
@@ -87,6 +94,14 @@ int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alp
  * SK_CUDA_BF16 the input may be given as inp16, already bf16 (inp is then not read). */
 int sk_cu_linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, const uint16_t *inp16,
                  const float *w, const float *b, int N, int IC, int OC);
+/* SK_CUDA_BF16 only: out16 (N, OC; row stride ldo) = inp @ w^T rounded to bf16 (no bias),
+ * inp given as inp16 when it is bf16 (the MLP's pre-activation, training and generation). */
+int sk_cu_linear16(sk_cuda_model *cm, uint16_t *out16, int ldo, const float *inp, const uint16_t *inp16,
+                   const float *w, int N, int IC, int OC);
+/* The MLP's activation of N rows: act = f(h + b), c_fc's bias b (NULL: none) added in place
+ * in h first; each of act / h as fp32 or, when act16 / h16 is given, bf16 (cu_gelu_forward). */
+int sk_cu_mlp_act_forward(sk_cuda_model *cm, float *act, uint16_t *act16, float *h, uint16_t *h16, const float *b,
+                          int N);
 /* out (N, OC, contiguous) = res + inp @ w^T + b, res possibly out itself: residual and bias
  * first, the GEMM added onto them (beta = 1). */
 int sk_cu_linear_res(sk_cuda_model *cm, float *out, const float *res, const float *inp, const uint16_t *inp16,

@@ -51,10 +51,11 @@ void cu_rmsnorm_forward(float *out, uint16_t *out16, float *rstd, const float *i
 void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                          const float *rstd, int N, int C, float *part);
 
-/* Column sums: out (ncols) += sum over rows of x (N rows, leading dimension ld), in two
- * deterministic stages (R row chunks, then the chunks in order). part: R * ncols floats. */
+/* Column sums: out (ncols) += sum over rows of x (N rows, leading dimension ld; or of x16,
+ * bf16, when given), in two deterministic stages (R row chunks, then the chunks in order).
+ * part: R * ncols floats. */
 int cu_colsum_chunks(int N);
-void cu_colsum_add(float *out, const float *x, int N, int ncols, int ld, float *part);
+void cu_colsum_add(float *out, const float *x, const uint16_t *x16, int N, int ncols, int ld, float *part);
 /* out rows (N, ncols, leading dimension ld) = b: a bias broadcast before a beta = 1 GEMM. */
 void cu_bias_broadcast(float *out, const float *b, int N, int ncols, int ld);
 /* out (N, ncols, contiguous) = res + b (b may be NULL; out may be res): a residual and a
@@ -64,13 +65,22 @@ void cu_bias_residual(float *out, const float *res, const float *b, int N, int n
 /* ----------------------------------------------------------- elementwise */
 /* GELU / ReLU forward of inp (n = N x F): with the c_fc bias b (F floats; NULL: none) they
  * first add it to inp in place (the pre-activation the backward reads), so c_fc's GEMM runs
- * without its bias (no broadcast pass, beta = 0). SwiGLU (Llama) has no bias. */
-void cu_gelu_forward(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n, int tanh_approx);
-void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx);   /* overwrites */
-void cu_relu_forward(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n);
-void cu_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);                    /* overwrites */
-void cu_swiglu_forward(float *out, uint16_t *out16, const float *h, int N, int F);
-void cu_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F);                  /* overwrites */
+ * without its bias (no broadcast pass, beta = 0). SwiGLU (Llama) has no bias. Each tensor is
+ * an fp32 / bf16 pair: a non-NULL x16 (bf16) is used instead of x (which may be NULL). In
+ * bf16 mixed precision the pre-activation is bf16 (inp16, h16: c_fc's GEMM writes it so,
+ * and the bias is added and rounded again in place), and in the backward the activation's
+ * gradient dout16 (the GEMM's output) and dinp16 / dh16 (only GEMM operands and a bias's
+ * column sum) are bf16 too. The backward overwrites dinp / dh. */
+void cu_gelu_forward(float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F, size_t n,
+                     int tanh_approx);
+void cu_gelu_backward(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16, const float *dout,
+                      const uint16_t *dout16, size_t n, int tanh_approx);
+void cu_relu_forward(float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F, size_t n);
+void cu_relu_backward(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16, const float *dout,
+                      const uint16_t *dout16, size_t n);
+void cu_swiglu_forward(float *out, uint16_t *out16, const float *h, const uint16_t *h16, int N, int F);
+void cu_swiglu_backward(float *dh, uint16_t *dh16, const float *h, const uint16_t *h16, const float *dout,
+                        const uint16_t *dout16, int N, int F);
 /* RoPE as sk_rope: table (max_pos, hs/2, 2) cos/sin on the device. */
 void cu_rope(float *x, const float *table, int B, int T, int row, int col0, int n_heads, int hs, int pos0, int inverse);
 void cu_add_inplace(float *y, const float *x, size_t n);

@@ -41,6 +41,7 @@ struct sk_cuda_kvcache {
     /* device scratch for one chunk */
     float *x, *ln, *qkv, *att, *fch, *act, *stat, *logits, *part;
     uint16_t *ln16, *att16, *act16;  /* SK_CUDA_BF16: ln, att and act in bf16 instead (GEMM inputs only) */
+    uint16_t *fch16;                 /* SK_CUDA_BF16: fch in bf16, as in training (sk_cuda_model.fch16) */
     int32_t *tok;                    /* device: pos0, then the chunk's tokens, then slot_d */
     int *slot_d;                     /* device copy of slot */
     int32_t *io_h;                   /* pinned host: pos0 and the tokens, uploaded as one */
@@ -108,11 +109,15 @@ static size_t kv_layout(sk_cuda_kvcache *kv, float *base) {
     V(kv->stat, 2 * ch);
     V(kv->logits, m->Vp);
     V(kv->part, (size_t)m->H * cu_decode_splits(kv->max_T) * (m->hs + 2));
-    float *h16[3];                   /* bf16 views: half a float per element */
+    float *h16[4];                   /* bf16 views: half a float per element */
     V(h16[0], (ch * C + 1) / 2);
     V(h16[1], (ch * C + 1) / 2);
     V(h16[2], (ch * m->F + 1) / 2);
-    if (base) { kv->ln16 = (uint16_t *)h16[0]; kv->att16 = (uint16_t *)h16[1]; kv->act16 = (uint16_t *)h16[2]; }
+    V(h16[3], (ch * Ffc + 1) / 2);
+    if (base) {
+        kv->ln16 = (uint16_t *)h16[0]; kv->att16 = (uint16_t *)h16[1]; kv->act16 = (uint16_t *)h16[2];
+        kv->fch16 = (uint16_t *)h16[3];
+    }
 #undef V
     return total;
 }
@@ -225,15 +230,15 @@ static int norm(sk_cuda_model *cm, sk_cuda_kvcache *kv, const float *x, const fl
     return SK_OK;
 }
 
-/* act = f(fch + b), c_fc's bias added by the activation kernel (as in training) */
-static int mlp_act(sk_cuda_model *cm, sk_cuda_kvcache *kv, const float *b, int n) {
+/* act = f(ln @ fcw^T + b), c_fc's bias added by the activation kernel; in bf16 the
+ * pre-activation is bf16 (fch16), as in training */
+static int mlp_up(sk_cuda_model *cm, sk_cuda_kvcache *kv, const float *w, const float *b, int n) {
     const sk_model *m = cm->m;
-    size_t e = (size_t)n * m->F;
-    uint16_t *o16 = bf16_or_null(cm, kv->act16);
-    if (m->cfg.relu) K(cu_relu_forward(kv->act, o16, kv->fch, b, m->F, e));
-    else if (m->gated) K(cu_swiglu_forward(kv->act, o16, kv->fch, n, m->F));   /* llama: no biases */
-    else K(cu_gelu_forward(kv->act, o16, kv->fch, b, m->F, e, m->cfg.gelu == SK_GELU_TANH));
-    return SK_OK;
+    const int C = m->C, Ffc = m->gated ? 2 * m->F : m->F;
+    uint16_t *ln16 = bf16_or_null(cm, kv->ln16), *fch16 = bf16_or_null(cm, kv->fch16);
+    if (fch16) TRY(sk_cu_linear16(cm, fch16, Ffc, kv->ln, ln16, w, n, C, Ffc));
+    else TRY(linear(cm, kv->fch, Ffc, kv->ln, ln16, w, n, C, Ffc, 0));
+    return sk_cu_mlp_act_forward(cm, kv->act, bf16_or_null(cm, kv->act16), kv->fch, fch16, b, n);
 }
 
 static int attn_rc(int rc, const char *what, int l, int part) {
@@ -305,8 +310,7 @@ static int decode_work(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n, int pos0, 
         TRY(linear_res(cm, kv->x, kv->att, att16, p->attprojw + (size_t)l * C * C,
                        p->attprojb ? p->attprojb + (size_t)l * C : NULL, n, C));
         TRY(norm(cm, kv, kv->x, p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, n));
-        TRY(linear(cm, kv->fch, Ffc, kv->ln, ln16, p->fcw + (size_t)l * Ffc * C, n, C, Ffc, 0));
-        TRY(mlp_act(cm, kv, p->fcb ? p->fcb + (size_t)l * F : NULL, n));
+        TRY(mlp_up(cm, kv, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n));
         TRY(linear_res(cm, kv->x, kv->act, bf16_or_null(cm, kv->act16), p->fcprojw + (size_t)l * C * F,
                        p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F));
     }

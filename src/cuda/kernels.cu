@@ -164,9 +164,9 @@ __global__ void layernorm_bwd_dx_k(float *dinp, const float *dout, const float *
 extern "C" int cu_colsum_chunks(int N) { return N < 256 ? (N > 0 ? N : 1) : 256; }
 
 /* Stage 1: part[r, c] (and part[R + r, c]) = sums over the rows of chunk r, in row order.
- * mode 0: column sums of x; mode 1: LayerNorm dw (dy * xhat) and db (dy); mode 2: RMSNorm
+ * mode 0: column sums of x (or x16, bf16); mode 1: LayerNorm dw (dy * xhat) and db (dy); mode 2: RMSNorm
  * dw (dy * x * rstd). */
-__global__ void colsum_part_k(float *part, const float *x, const float *dy, const float *mean,
+__global__ void colsum_part_k(float *part, const float *x, const uint16_t *x16, const float *dy, const float *mean,
                               const float *rstd, int N, int ncols, int ld, int R, int mode) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (c >= ncols) return;
@@ -174,7 +174,7 @@ __global__ void colsum_part_k(float *part, const float *x, const float *dy, cons
     float a = 0.0f, bsum = 0.0f;
     for (int n = n0; n < n1; n++) {
         if (mode == 0) {
-            a += x[(size_t)n * ld + c];
+            a += get(x, x16, (size_t)n * ld + c);
         } else if (mode == 1) {
             float g = dy[(size_t)n * ncols + c];
             a += g * (x[(size_t)n * ncols + c] - mean[n]) * rstd[n];
@@ -204,14 +204,14 @@ extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const f
     LAUNCH(layernorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, inp, w, mean, rstd, N, C);
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)C, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, inp, dout, mean, rstd, N, C, C, R, 1);
+    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, dout, mean, rstd, N, C, C, R, 1);
     LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, db, part, C, R);
 }
 
-extern "C" void cu_colsum_add(float *out, const float *x, int N, int ncols, int ld, float *part) {
+extern "C" void cu_colsum_add(float *out, const float *x, const uint16_t *x16, int N, int ncols, int ld, float *part) {
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)ncols, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, x, NULL, NULL, NULL, N, ncols, ld, R, 0);
+    LAUNCH(colsum_part_k, g, 128, 0, part, x, x16, NULL, NULL, NULL, N, ncols, ld, R, 0);
     LAUNCH(colsum_finish_k, blocks_for((size_t)ncols, 128), 128, 0, out, NULL, part, ncols, R);
 }
 
@@ -248,7 +248,7 @@ extern "C" void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, c
     LAUNCH(rmsnorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, inp, w, rstd, N, C);
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)C, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, inp, dout, NULL, rstd, N, C, C, R, 2);
+    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, dout, NULL, rstd, N, C, C, R, 2);
     LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, NULL, part, C, R);
 }
 
@@ -280,82 +280,92 @@ extern "C" void cu_bias_residual(float *out, const float *res, const float *b, i
 #define INV_SQRT2 0.7071067811865476f
 #define INV_SQRT_2PI 0.3989422804014327f
 
-/* the MLP activations take the c_fc bias b (F, or NULL): x = h + b is written back to h (the
- * backward reads the pre-activation) and activated, so the GEMM before runs without it */
-__global__ void gelu_fwd_k(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n, int tanh_approx) {
+/* The MLP activations read the pre-activation h from inp (fp32) or, in bf16, from inp16.
+ * They take the c_fc bias b (F, or NULL): x = h + b is written back in h's place (rounded
+ * to bf16 in inp16, and activated as rounded: the backward reads what the forward used), so
+ * the GEMM before runs without it. The backward reads dout or dout16 and writes dinp or
+ * dinp16 (fp32, or bf16 when that is only a GEMM's operand). */
+__device__ __forceinline__ float gelu_grad(float x, int tanh_approx) {
+    if (!tanh_approx) return 0.5f * (1.0f + erff(x * INV_SQRT2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x);
+    float u = SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);
+    float t = tanhf(u);
+    float du = SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+__global__ void gelu_fwd_k(float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F, size_t n,
+                           int tanh_approx) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = inp[i];
-    if (b) inp[i] = x = x + b[i % (size_t)F];
+    float x = get(inp, inp16, i);
+    if (b) x = put_get(inp, inp16, i, x + b[i % (size_t)F]);
     put(out, out16, i, tanh_approx ? 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)))
                                    : 0.5f * x * (1.0f + erff(x * INV_SQRT2)));
 }
-extern "C" void cu_gelu_forward(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n, int tanh_approx) {
-    LAUNCH(gelu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, b, F, n, tanh_approx);
+extern "C" void cu_gelu_forward(float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F,
+                                size_t n, int tanh_approx) {
+    LAUNCH(gelu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, inp16, b, F, n, tanh_approx);
 }
 
-__global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx) {
+__global__ void gelu_bwd_k(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16, const float *dout,
+                           const uint16_t *dout16, size_t n, int tanh_approx) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = inp[i], g;
-    if (tanh_approx) {
-        float u = SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);
-        float t = tanhf(u);
-        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
-        g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-    } else {
-        g = 0.5f * (1.0f + erff(x * INV_SQRT2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x);
-    }
-    dinp[i] = g * dout[i];
+    put(dinp, dinp16, i, gelu_grad(get(inp, inp16, i), tanh_approx) * get(dout, dout16, i));
 }
-extern "C" void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int tanh_approx) {
-    LAUNCH(gelu_bwd_k, blocks_for(n, BS), BS, 0, dinp, inp, dout, n, tanh_approx);
+extern "C" void cu_gelu_backward(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16,
+                                 const float *dout, const uint16_t *dout16, size_t n, int tanh_approx) {
+    LAUNCH(gelu_bwd_k, blocks_for(n, BS), BS, 0, dinp, dinp16, inp, inp16, dout, dout16, n, tanh_approx);
 }
 
-__global__ void relu_fwd_k(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n) {
+__global__ void relu_fwd_k(float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = inp[i];
-    if (b) inp[i] = x = x + b[i % (size_t)F];
+    float x = get(inp, inp16, i);
+    if (b) x = put_get(inp, inp16, i, x + b[i % (size_t)F]);
     put(out, out16, i, x > 0.0f ? x : 0.0f);
 }
-__global__ void relu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n) {
+__global__ void relu_bwd_k(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16, const float *dout,
+                           const uint16_t *dout16, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+    if (i < n) put(dinp, dinp16, i, get(inp, inp16, i) > 0.0f ? get(dout, dout16, i) : 0.0f);
 }
-extern "C" void cu_relu_forward(float *out, uint16_t *out16, float *inp, const float *b, int F, size_t n) {
-    LAUNCH(relu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, b, F, n);
+extern "C" void cu_relu_forward(float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F,
+                                size_t n) {
+    LAUNCH(relu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, inp16, b, F, n);
 }
-extern "C" void cu_relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    LAUNCH(relu_bwd_k, blocks_for(n, BS), BS, 0, dinp, inp, dout, n);
+extern "C" void cu_relu_backward(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16,
+                                 const float *dout, const uint16_t *dout16, size_t n) {
+    LAUNCH(relu_bwd_k, blocks_for(n, BS), BS, 0, dinp, dinp16, inp, inp16, dout, dout16, n);
 }
 
 /* h (N, 2F) = [a | b]: out = silu(a) * b */
-__global__ void swiglu_fwd_k(float *out, uint16_t *out16, const float *h, int F, size_t n) {
+__global__ void swiglu_fwd_k(float *out, uint16_t *out16, const float *h, const uint16_t *h16, int F, size_t n) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n) return;
     size_t r = idx / F;
     int f = (int)(idx % F);
-    float a = h[r * 2 * F + f], b = h[r * 2 * F + F + f];
+    float a = get(h, h16, r * 2 * F + f), b = get(h, h16, r * 2 * F + F + f);
     put(out, out16, idx, a / (1.0f + expf(-a)) * b);
 }
-__global__ void swiglu_bwd_k(float *dh, const float *h, const float *dout, int F, size_t n) {
+__global__ void swiglu_bwd_k(float *dh, uint16_t *dh16, const float *h, const uint16_t *h16, const float *dout,
+                             const uint16_t *dout16, int F, size_t n) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n) return;
     size_t r = idx / F;
     int f = (int)(idx % F);
-    float a = h[r * 2 * F + f], b = h[r * 2 * F + F + f], dy = dout[idx];
+    float a = get(h, h16, r * 2 * F + f), b = get(h, h16, r * 2 * F + F + f), dy = get(dout, dout16, idx);
     float sg = 1.0f / (1.0f + expf(-a)), silu = a * sg;
-    dh[r * 2 * F + f] = dy * b * sg * (1.0f + a * (1.0f - sg));
-    dh[r * 2 * F + F + f] = dy * silu;
+    put(dh, dh16, r * 2 * F + f, dy * b * sg * (1.0f + a * (1.0f - sg)));
+    put(dh, dh16, r * 2 * F + F + f, dy * silu);
 }
-extern "C" void cu_swiglu_forward(float *out, uint16_t *out16, const float *h, int N, int F) {
+extern "C" void cu_swiglu_forward(float *out, uint16_t *out16, const float *h, const uint16_t *h16, int N, int F) {
     size_t n = (size_t)N * F;
-    LAUNCH(swiglu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, h, F, n);
+    LAUNCH(swiglu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, h, h16, F, n);
 }
-extern "C" void cu_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F) {
+extern "C" void cu_swiglu_backward(float *dh, uint16_t *dh16, const float *h, const uint16_t *h16, const float *dout,
+                                   const uint16_t *dout16, int N, int F) {
     size_t n = (size_t)N * F;
-    LAUNCH(swiglu_bwd_k, blocks_for(n, BS), BS, 0, dh, h, dout, F, n);
+    LAUNCH(swiglu_bwd_k, blocks_for(n, BS), BS, 0, dh, dh16, h, h16, dout, dout16, F, n);
 }
 
 /* one thread per rotated pair (bt, head, j) */

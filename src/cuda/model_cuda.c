@@ -298,28 +298,31 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
     /* with the mma.sync attention, q/k/v are kept in bf16 (qkv16) and the fp32 qkv is one
      * layer's scratch */
     const size_t q16 = h16 && cm->attn_tc == 1;
-    float *h[8];
-    size_t sizes[45]; float **ptrs[45]; int n = 0;
+    float *h[11];
+    size_t sizes[48]; float **ptrs[48]; int n = 0;
 #define A(ptr, size) do { ptrs[n] = &(ptr); sizes[n++] = (size); } while (0)
     A(a->encoded, BT * C);
     A(h[0], h16 * (L * BT * C + 1) / 2); A(h[1], h16 * (L * BT * C + 1) / 2); A(h[2], h16 * (L * BT * C + 1) / 2);
     A(h[3], h16 * (L * BT * F + 1) / 2); A(h[4], h16 * (BT * C + 1) / 2);
     A(h[5], h16 * (BT * m->Vp + 1) / 2);          /* the logits, then their gradient in place */
     A(h[6], q16 * (L * BT * m->QKV + 1) / 2); A(h[7], q16 * (BT * C + 1) / 2);   /* qkv16, dout16 */
+    /* the MLP's pre-activation (per layer) and, in the backward, its gradient and the
+     * activation's (one layer's scratch) */
+    A(h[8], h16 * (L * BT * Ffc + 1) / 2); A(h[9], h16 * (BT * Ffc + 1) / 2); A(h[10], h16 * (BT * F + 1) / 2);
     A(a->ln1, f32 * L * BT * C); A(a->ln1_mean, gpt ? L * BT : 0); A(a->ln1_rstd, L * BT);
     A(a->qkv, (q16 ? 1 : L) * BT * m->QKV);
     A(a->atty, f32 * L * BT * C);
     A(a->lse, L * BT * m->H);
     A(a->res2, L * BT * C);
     A(a->ln2, f32 * L * BT * C); A(a->ln2_mean, gpt ? L * BT : 0); A(a->ln2_rstd, L * BT);
-    A(a->fch, L * BT * Ffc);
+    A(a->fch, f32 * L * BT * Ffc);
     A(a->fch_act, f32 * L * BT * F);
     A(a->res3, L * BT * C);
     A(a->lnf, f32 * BT * C); A(a->lnf_mean, gpt ? BT : 0); A(a->lnf_rstd, BT);
     A(a->logits, f32 * BT * m->Vp);
     A(a->losses, BT);
     A(a->dres, BT * C); A(a->dbtc, BT * C); A(a->dbtc2, BT * C);
-    A(a->dfch, BT * Ffc); A(a->dfch_act, BT * F);
+    A(a->dfch, f32 * BT * Ffc); A(a->dfch_act, f32 * BT * F);
     A(a->dqkv_lend, (size_t)n_lenders(m) * BT * m->QKV);
     A(a->dqkv_own, BT * m->QKV);
     A(*part, 2 * R * (size_t)imax(imax(m->QKV, (int)Ffc), m->C));
@@ -330,7 +333,7 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
         if (base) *ptrs[i] = sizes[i] ? base + total : NULL;
         total += (sizes[i] + 63) / 64 * 64;    /* 256-byte aligned views */
     }
-    for (int i = 0; i < 8; i++) a16[i] = base ? (uint16_t *)h[i] : NULL;
+    for (int i = 0; i < 11; i++) a16[i] = base ? (uint16_t *)h[i] : NULL;
     return total;
 }
 
@@ -344,7 +347,7 @@ int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
     free_acts(cm);
     sk_acts a;
     float *part, *Di;
-    uint16_t *a16[8];
+    uint16_t *a16[11];
     size_t floats = acts_layout(cm, B, T, NULL, &a, &part, &Di, a16);
     char what[160];
     snprintf(what, sizeof what, "the activations for B=%d x T=%d", B, T);
@@ -352,6 +355,7 @@ int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
     acts_layout(cm, B, T, cm->acts_mem, &cm->a, &cm->part, &cm->Di, a16);
     cm->ln1_16 = a16[0]; cm->atty16 = a16[1]; cm->ln2_16 = a16[2]; cm->act16 = a16[3]; cm->lnf16 = a16[4];
     cm->logits16 = a16[5]; cm->qkv16 = a16[6]; cm->dout16 = a16[7];
+    cm->fch16 = a16[8]; cm->dfch16 = a16[9]; cm->dact16 = a16[10];
     size_t N = (size_t)B * T;
     TRY(sk_cu_alloc(&cm->tok_d, (5 * N + 1) * sizeof(int32_t), "the token buffers"));
     cm->tok_h = malloc((5 * N + 1) * sizeof(int32_t));
@@ -397,10 +401,12 @@ static int bf16_operand(sk_cuda_model *cm, int slot, const float *X, int rows, i
 /* A16 (with lda16) and B16 (ldb16), when given, are A and B already in bf16 (SK_CUDA_BF16
  * only; A or B is then not read): a backward pass rounds dY once for the two GEMMs that read
  * it, the classifier's dY comes out of the cross-entropy kernel in bf16, and the norms and
- * the MLP activation write their outputs in bf16. */
+ * the MLP activation write their outputs in bf16. C16, when given (SK_CUDA_BF16, beta = 0,
+ * K > 0), receives C rounded to bf16 instead of C (the MLP's pre-activation and, in the
+ * backward, the activation's gradient: only read by elementwise kernels that widen them). */
 static int gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
                 const uint16_t *A16, int lda16, const float *B, int ldb, const uint16_t *B16, int ldb16,
-                float beta, float *C, int ldc) {
+                float beta, float *C, uint16_t *C16, int ldc) {
     if (cm->prec != SK_CUDA_BF16 || K <= 0) {
         BLAS(cublasSgemm(cm->blas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
                          &alpha, B, ldb, A, lda, &beta, C, ldc));
@@ -409,8 +415,8 @@ static int gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float al
     if (!A16) TRY(bf16_operand(cm, 0, A, tA ? K : M, tA ? M : K, lda, &A16, &lda16));
     if (!B16) TRY(bf16_operand(cm, 1, B, tB ? N : K, tB ? K : N, ldb, &B16, &ldb16));
     BLAS(cublasGemmEx(cm->blas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
-                      B16, CUDA_R_16BF, ldb16, A16, CUDA_R_16BF, lda16, &beta, C, CUDA_R_32F, ldc,
-                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                      B16, CUDA_R_16BF, ldb16, A16, CUDA_R_16BF, lda16, &beta, C16 ? (void *)C16 : (void *)C,
+                      C16 ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return SK_OK;
 }
 /* the profile's names: the three GEMMs of a linear layer (and of the classifier) */
@@ -421,26 +427,27 @@ int sk_cu_gemm(sk_cuda_model *cm, int tA, int tB, int M, int N, int K, float alp
                const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return SK_OK;
     int rc;
-    PROF(gemm_name(tA, tB), rc = gemm(cm, tA, tB, M, N, K, alpha, A, lda, NULL, 0, B, ldb, NULL, 0, beta, C, ldc));
+    PROF(gemm_name(tA, tB), rc = gemm(cm, tA, tB, M, N, K, alpha, A, lda, NULL, 0, B, ldb, NULL, 0, beta, C, NULL, ldc));
     return rc;
 }
 
 /* The backward pass of a linear layer y = x W^T over cw output columns: dx (N, IC,
  * overwritten or, with accumulate, added to; may be NULL) = dY W, dW += dY^T x. dY (ld ldy)
  * is read by both GEMMs; in bf16 it is rounded once for the two (unless dy16 is given), and
- * x may be given as x16, already bf16 (x is then not read). */
-static int linear_grads(sk_cuda_model *cm, float *dx, int accumulate, float *dw, const float *dy, int ldy,
-                        const uint16_t *dy16, int ldy16, const float *x, const uint16_t *x16, const float *w,
+ * x may be given as x16, already bf16 (x is then not read). In bf16, dx16 (given instead of
+ * dx, no accumulate) receives dx rounded to bf16. */
+static int linear_grads(sk_cuda_model *cm, float *dx, uint16_t *dx16, int accumulate, float *dw, const float *dy,
+                        int ldy, const uint16_t *dy16, int ldy16, const float *x, const uint16_t *x16, const float *w,
                         int N, int IC, int cw) {
     if (N <= 0 || cw <= 0) return SK_OK;
     if (cm->prec == SK_CUDA_BF16 && !dy16) TRY(bf16_operand(cm, 0, dy, N, cw, ldy, &dy16, &ldy16));
     int rc;
-    if (dx) {
+    if (dx || dx16) {
         PROF(gemm_name(0, 0), rc = gemm(cm, 0, 0, N, IC, cw, 1.0f, dy, ldy, dy16, ldy16, w, IC, NULL, 0,
-                                        accumulate ? 1.0f : 0.0f, dx, IC));
+                                        accumulate ? 1.0f : 0.0f, dx, dx16, IC));
         TRY(rc);
     }
-    PROF(gemm_name(1, 0), rc = gemm(cm, 1, 0, cw, IC, N, 1.0f, dy, ldy, dy16, ldy16, x, IC, x16, IC, 1.0f, dw, IC));
+    PROF(gemm_name(1, 0), rc = gemm(cm, 1, 0, cw, IC, N, 1.0f, dy, ldy, dy16, ldy16, x, IC, x16, IC, 1.0f, dw, NULL, IC));
     return rc;
 }
 
@@ -450,7 +457,17 @@ int sk_cu_linear(sk_cuda_model *cm, float *out, int ldo, const float *inp, const
     if (b) K(cu_bias_broadcast(out, b, N, OC, ldo));
     int rc;
     PROF(gemm_name(0, 1), rc = gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, inp16, IC, w, IC, NULL, 0,
-                                    b ? 1.0f : 0.0f, out, ldo));
+                                    b ? 1.0f : 0.0f, out, NULL, ldo));
+    return rc;
+}
+int sk_cu_linear16(sk_cuda_model *cm, uint16_t *out16, int ldo, const float *inp, const uint16_t *inp16,
+                   const float *w, int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0) return SK_OK;
+    if (cm->prec != SK_CUDA_BF16 || IC <= 0)
+        return sk_error(SK_EINVAL, "internal: a bf16 GEMM output needs the bf16 precision and IC >= 1");
+    int rc;
+    PROF(gemm_name(0, 1), rc = gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, inp16, IC, w, IC, NULL, 0, 0.0f, NULL, out16,
+                                    ldo));
     return rc;
 }
 /* out (N, OC, contiguous) = res + inp @ w^T + b (out may be res): the residual and the bias
@@ -461,14 +478,16 @@ int sk_cu_linear_res(sk_cuda_model *cm, float *out, const float *res, const floa
     if (N <= 0 || OC <= 0) return SK_OK;
     if (out != res || b) K(cu_bias_residual(out, res, b, N, OC));
     int rc;
-    PROF(gemm_name(0, 1), rc = gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, inp16, IC, w, IC, NULL, 0, 1.0f, out, OC));
+    PROF(gemm_name(0, 1), rc = gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, inp16, IC, w, IC, NULL, 0, 1.0f, out, NULL, OC));
     return rc;
 }
-/* dinp = dout @ w (overwritten, may be NULL); dw += dout^T @ inp; db += colsum(dout) */
-static int linear_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db, const float *dout,
-                           const float *inp, const uint16_t *inp16, const float *w, int N, int IC, int OC) {
-    TRY(linear_grads(cm, dinp, 0, dw, dout, OC, NULL, 0, inp, inp16, w, N, IC, OC));
-    if (db) K(cu_colsum_add(db, dout, N, OC, OC, cm->part));
+/* dinp = dout @ w (overwritten, may be NULL; in bf16 dinp16 instead, rounded); dw += dout^T
+ * @ inp; db += colsum(dout). In bf16 dout may be given as dout16 (dout is then not read). */
+static int linear_backward(sk_cuda_model *cm, float *dinp, uint16_t *dinp16, float *dw, float *db, const float *dout,
+                           const uint16_t *dout16, const float *inp, const uint16_t *inp16, const float *w, int N,
+                           int IC, int OC) {
+    TRY(linear_grads(cm, dinp, dinp16, 0, dw, dout, OC, dout16, OC, inp, inp16, w, N, IC, OC));
+    if (db) K(cu_colsum_add(db, dout, dout16, N, OC, OC, cm->part));
     return SK_OK;
 }
 
@@ -503,7 +522,7 @@ static void layer_acts(const sk_cuda_model *cm, int l, sk_layer_acts *la) {
     la->ln2 = a->ln2 ? a->ln2 + w * BT * C : NULL;
     la->ln2_mean = a->ln2_mean ? a->ln2_mean + w * BT : NULL;
     la->ln2_rstd = a->ln2_rstd + w * BT;
-    la->fch = a->fch + w * BT * Ffc;
+    la->fch = a->fch ? a->fch + w * BT * Ffc : NULL;          /* NULL in bf16: fch16 */
     la->fch_act = a->fch_act ? a->fch_act + w * BT * F : NULL;
     la->res3 = a->res3 + w * BT * C;
 }
@@ -571,21 +590,24 @@ static int norm_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db, c
     return SK_OK;
 }
 /* act = f(h + b): c_fc's bias b (GPT-2; NULL for none) is added by the activation kernel,
- * which writes h + b back to h for the backward */
-static int mlp_act_forward(sk_cuda_model *cm, float *act, uint16_t *act16, float *h, const float *b, int N) {
+ * which writes h + b back to h for the backward. In bf16, h16, act16, dh16 and dact16
+ * instead of their fp32 forms (cu_gelu_forward). */
+int sk_cu_mlp_act_forward(sk_cuda_model *cm, float *act, uint16_t *act16, float *h, uint16_t *h16, const float *b,
+                          int N) {
     const sk_model *m = cm->m;
     size_t n = (size_t)N * m->F;
-    if (m->cfg.relu) K(cu_relu_forward(act, act16, h, b, m->F, n));
-    else if (m->gated) K(cu_swiglu_forward(act, act16, h, N, m->F));   /* llama: no biases */
-    else K(cu_gelu_forward(act, act16, h, b, m->F, n, m->cfg.gelu == SK_GELU_TANH));
+    if (m->cfg.relu) K(cu_relu_forward(act, act16, h, h16, b, m->F, n));
+    else if (m->gated) K(cu_swiglu_forward(act, act16, h, h16, N, m->F));   /* llama: no biases */
+    else K(cu_gelu_forward(act, act16, h, h16, b, m->F, n, m->cfg.gelu == SK_GELU_TANH));
     return SK_OK;
 }
-static int mlp_act_backward(sk_cuda_model *cm, float *dh, const float *h, const float *dact, int N) {
+static int mlp_act_backward(sk_cuda_model *cm, float *dh, uint16_t *dh16, const float *h, const uint16_t *h16,
+                            const float *dact, const uint16_t *dact16, int N) {
     const sk_model *m = cm->m;
     size_t n = (size_t)N * m->F;
-    if (m->cfg.relu) K(cu_relu_backward(dh, h, dact, n));
-    else if (m->gated) K(cu_swiglu_backward(dh, h, dact, N, m->F));
-    else K(cu_gelu_backward(dh, h, dact, n, m->cfg.gelu == SK_GELU_TANH));
+    if (m->cfg.relu) K(cu_relu_backward(dh, dh16, h, h16, dact, dact16, n));
+    else if (m->gated) K(cu_swiglu_backward(dh, dh16, h, h16, dact, dact16, N, m->F));
+    else K(cu_gelu_backward(dh, dh16, h, h16, dact, dact16, n, m->cfg.gelu == SK_GELU_TANH));
     return SK_OK;
 }
 
@@ -613,9 +635,9 @@ static int qkv_backward(sk_cuda_model *cm, int l, float *dln1, const float *dqkv
     int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
-        TRY(linear_grads(cm, dln1, i > 0, dw + (size_t)c0 * C, dqkv + c0, QKV, NULL, 0, ln1, ln1_16,
+        TRY(linear_grads(cm, dln1, NULL, i > 0, dw + (size_t)c0 * C, dqkv + c0, QKV, NULL, 0, ln1, ln1_16,
                          w + (size_t)c0 * C, N, C, cw));
-        if (db) K(cu_colsum_add(db + c0, dqkv + c0, N, cw, QKV, cm->part));
+        if (db) K(cu_colsum_add(db + c0, dqkv + c0, NULL, N, cw, QKV, cm->part));
     }
     return SK_OK;
 }
@@ -640,6 +662,7 @@ static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_laye
     int Ffc = m->gated ? 2 * F : F;
     float drop = training ? m->cfg.dropout : 0.0f;
     uint16_t *ln1_16 = at16(cm, cm->ln1_16, l, C), *ln2_16 = at16(cm, cm->ln2_16, l, C), *act16 = at16(cm, cm->act16, l, F);
+    uint16_t *fch16 = at16(cm, cm->fch16, l, Ffc);
     TRY(norm_forward(cm, la->ln1, ln1_16, la->ln1_mean, la->ln1_rstd, x, p->ln1w + (size_t)l * C,
                      p->ln1b ? p->ln1b + (size_t)l * C : NULL, N));
     TRY(qkv_forward(cm, l, la->qkv, la->ln1, ln1_16, N));
@@ -660,8 +683,9 @@ static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_laye
                       p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, drop, seed, drop_stream(l, DROP_ATTN_OUT)));
     TRY(norm_forward(cm, la->ln2, ln2_16, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w + (size_t)l * C,
                      p->ln2b ? p->ln2b + (size_t)l * C : NULL, N));
-    TRY(sk_cu_linear(cm, la->fch, Ffc, la->ln2, ln2_16, p->fcw + (size_t)l * Ffc * C, NULL, N, C, Ffc));
-    TRY(mlp_act_forward(cm, la->fch_act, act16, la->fch, p->fcb ? p->fcb + (size_t)l * F : NULL, N));
+    if (fch16) TRY(sk_cu_linear16(cm, fch16, Ffc, la->ln2, ln2_16, p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
+    else TRY(sk_cu_linear(cm, la->fch, Ffc, la->ln2, ln2_16, p->fcw + (size_t)l * Ffc * C, NULL, N, C, Ffc));
+    TRY(sk_cu_mlp_act_forward(cm, la->fch_act, act16, la->fch, fch16, p->fcb ? p->fcb + (size_t)l * F : NULL, N));
     return proj_residual(cm, la->res3, la->res2, la->fch_act, act16, p->fcprojw + (size_t)l * C * F,
                          p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, drop, seed, drop_stream(l, DROP_MLP_OUT));
 }
@@ -739,7 +763,7 @@ static int classifier(sk_cuda_model *cm, const int32_t *targets, int N, float *l
     if (targets)              /* always, with dlnf (sk_cuda_forward_backward) */
         K(cu_crossentropy(a->logits, z16, a->losses, cm->tok_d + N, N, V, Vp, row_scale, dlnf != NULL));
     /* in bf16 the gradient has replaced the logits, in bf16: the GEMMs read it as it is */
-    if (dlnf) TRY(linear_grads(cm, dlnf, 0, cm->g.wte, a->logits, Vp, z16, Vp, a->lnf, cm->lnf16, cm->p.wte,
+    if (dlnf) TRY(linear_grads(cm, dlnf, NULL, 0, cm->g.wte, a->logits, Vp, z16, Vp, a->lnf, cm->lnf16, cm->p.wte,
                                N, C, Vp));
     if (loss) {
         double s = 0.0;
@@ -832,17 +856,21 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
         /* MLP: res3 = res2 + drop(fcproj(act(fc(norm2(res2))))) */
         const float *dy;
         TRY(branch_grad(cm, drop, seed, l, DROP_MLP_OUT, &dy));
-        TRY(linear_backward(cm, a->dfch_act, g->fcprojw + (size_t)l * C * F, g->fcprojb ? g->fcprojb + (size_t)l * C : NULL,
-                            dy, la.fch_act, at16(cm, cm->act16, l, F), p->fcprojw + (size_t)l * C * F, N, F, C));
-        TRY(mlp_act_backward(cm, a->dfch, la.fch, a->dfch_act, N));
-        TRY(linear_backward(cm, a->dbtc2, g->fcw + (size_t)l * Ffc * C, g->fcb ? g->fcb + (size_t)l * F : NULL,
-                            a->dfch, la.ln2, at16(cm, cm->ln2_16, l, C), p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
+        /* in bf16 the activation's gradient and the pre-activation's are bf16 (dact16, dfch16) */
+        TRY(linear_backward(cm, a->dfch_act, cm->dact16, g->fcprojw + (size_t)l * C * F,
+                            g->fcprojb ? g->fcprojb + (size_t)l * C : NULL, dy, NULL, la.fch_act,
+                            at16(cm, cm->act16, l, F), p->fcprojw + (size_t)l * C * F, N, F, C));
+        TRY(mlp_act_backward(cm, a->dfch, cm->dfch16, la.fch, at16(cm, cm->fch16, l, Ffc), a->dfch_act, cm->dact16, N));
+        TRY(linear_backward(cm, a->dbtc2, NULL, g->fcw + (size_t)l * Ffc * C, g->fcb ? g->fcb + (size_t)l * F : NULL,
+                            a->dfch, cm->dfch16, la.ln2, at16(cm, cm->ln2_16, l, C), p->fcw + (size_t)l * Ffc * C, N,
+                            C, Ffc));
         TRY(norm_backward(cm, a->dres, g->ln2w + (size_t)l * C, g->ln2b ? g->ln2b + (size_t)l * C : NULL,
                           a->dbtc2, la.res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
         /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))) */
         TRY(branch_grad(cm, drop, seed, l, DROP_ATTN_OUT, &dy));
-        TRY(linear_backward(cm, a->dbtc2, g->attprojw + (size_t)l * C * C, g->attprojb ? g->attprojb + (size_t)l * C : NULL,
-                            dy, la.atty, at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C, N, C, C));
+        TRY(linear_backward(cm, a->dbtc2, NULL, g->attprojw + (size_t)l * C * C,
+                            g->attprojb ? g->attprojb + (size_t)l * C : NULL, dy, NULL, la.atty,
+                            at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C, N, C, C));
         float *dqkv = dqkv_of(cm, l);
         if (m->lend_index[l] < 0) CU(cudaMemset(dqkv, 0, BT * m->QKV * sizeof(float)));
         for (int part = 0; part < m->n_runs[l]; part++) {

@@ -24,6 +24,8 @@
  *   - the tensor-core attention (cu_attn.tc) alone against the fp32 kernels on the same
  *     bf16-valued inputs through strided views: output, lse, dQ, dK, dV within bf16's
  *     rounding, not equal, nothing outside the views touched;
+ *   - the MLP's kernels in bf16 (pre-activation, activation and their gradients in bf16): the
+ *     fp32 kernels' outputs on the same values, rounded once, to the bit;
  *   - the activations that only feed GEMMs are kept in bf16: the measured activation memory
  *     is smaller than fp32's by what their fp32 copies took, less their bf16 copies.
  * A NaN weight gives a NaN loss (forward and training, fp32 and bf16).
@@ -373,6 +375,95 @@ static uint16_t bf16_bits_h(float x) {
     memcpy(&u, &x, 4);
     return (uint16_t)(u >> 16);
 }
+/* The MLP's bf16 path, kernel by kernel, against the fp32 kernels on the same values: in
+ * bf16 c_fc's GEMM writes the pre-activation h in bf16, the activation adds c_fc's bias and
+ * rounds h + b in place, then activates it (act16); the backward reads h16 and the
+ * activation's gradient dact16 (another GEMM's bf16 output) and writes dh16, which c_fc's
+ * two GEMMs and its bias gradient read. Each bf16 output must be the fp32 kernel's output on
+ * the rounded inputs, rounded once: the same bits (GELU erf and tanh, ReLU, SwiGLU; rows of
+ * an odd width). The bias gradient's column sum from dh16 equals the fp32 sum of the same
+ * values, to the bit. */
+static void run_bf16_mlp_kernels(void) {
+    static const char *const NAME[4] = {"gelu", "gelu tanh", "relu", "swiglu"};
+    const int N = 37, F = 45;
+    for (int kind = 0; kind < 4; kind++) {
+        const int gated = kind == 3, W = gated ? 2 * F : F;     /* h's width */
+        const size_t nh = (size_t)N * W, na = (size_t)N * F;
+        float *h = malloc(nh * 4), *b = malloc(F * 4), *da = malloc(na * 4), *hb = malloc(nh * 4);
+        float *act = malloc(na * 4), *dh = malloc(nh * 4), *dhw = malloc(nh * 4), *cs = malloc(W * 4), *cs16 = malloc(W * 4);
+        uint16_t *h16 = malloc(nh * 2), *da16 = malloc(na * 2), *act16 = malloc(na * 2), *dh16 = malloc(nh * 2);
+        float *d_h = NULL, *d_b = NULL, *d_act = NULL, *d_da = NULL, *d_dh = NULL, *d_cs = NULL, *d_part = NULL;
+        uint16_t *d_h16 = NULL, *d_act16 = NULL, *d_da16 = NULL, *d_dh16 = NULL;
+        int ok = h && b && da && hb && act && dh && dhw && cs && cs16 && h16 && da16 && act16 && dh16 &&
+                 !cudaMalloc((void **)&d_h, nh * 4) && !cudaMalloc((void **)&d_b, F * 4) &&
+                 !cudaMalloc((void **)&d_act, na * 4) && !cudaMalloc((void **)&d_da, na * 4) &&
+                 !cudaMalloc((void **)&d_dh, nh * 4) && !cudaMalloc((void **)&d_cs, W * 4) &&
+                 !cudaMalloc((void **)&d_part, (size_t)cu_colsum_chunks(N) * W * 4) &&
+                 !cudaMalloc((void **)&d_h16, nh * 2) && !cudaMalloc((void **)&d_act16, na * 2) &&
+                 !cudaMalloc((void **)&d_da16, na * 2) && !cudaMalloc((void **)&d_dh16, nh * 2);
+        if (!ok) { CHECK2(0, "bf16 mlp kernels %s: allocation", NAME[kind]); goto next; }
+        fill(h, nh, 11 + kind); fill(b, F, 21 + kind); fill(da, na, 31 + kind);
+        for (size_t i = 0; i < nh; i++) { h[i] = bf16_round(3.0f * h[i]); h16[i] = bf16_bits_h(h[i]); }
+        for (size_t i = 0; i < na; i++) { da[i] = bf16_round(da[i]); da16[i] = bf16_bits_h(da[i]); }
+        /* the reference: h + b rounded on the host, then the fp32 kernels (no bias) */
+        const float *bias = gated ? NULL : b;
+        for (size_t i = 0; i < nh; i++) hb[i] = bias ? bf16_round(h[i] + bias[i % F]) : h[i];
+        cudaMemcpy(d_h, hb, nh * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_da, da, na * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_b, b, F * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_h16, h16, nh * 2, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_da16, da16, na * 2, cudaMemcpyHostToDevice);
+        if (kind < 2) {
+            cu_gelu_forward(d_act, NULL, d_h, NULL, NULL, F, na, kind);
+            cu_gelu_backward(d_dh, NULL, d_h, NULL, d_da, NULL, na, kind);
+            cu_gelu_forward(NULL, d_act16, NULL, d_h16, d_b, F, na, kind);
+            cu_gelu_backward(NULL, d_dh16, NULL, d_h16, NULL, d_da16, na, kind);
+        } else if (kind == 2) {
+            cu_relu_forward(d_act, NULL, d_h, NULL, NULL, F, na);
+            cu_relu_backward(d_dh, NULL, d_h, NULL, d_da, NULL, na);
+            cu_relu_forward(NULL, d_act16, NULL, d_h16, d_b, F, na);
+            cu_relu_backward(NULL, d_dh16, NULL, d_h16, NULL, d_da16, na);
+        } else {
+            cu_swiglu_forward(d_act, NULL, d_h, NULL, N, F);
+            cu_swiglu_backward(d_dh, NULL, d_h, NULL, d_da, NULL, N, F);
+            cu_swiglu_forward(NULL, d_act16, NULL, d_h16, N, F);
+            cu_swiglu_backward(NULL, d_dh16, NULL, d_h16, NULL, d_da16, N, F);
+        }
+        cudaMemcpy(act, d_act, na * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(dh, d_dh, nh * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(act16, d_act16, na * 2, cudaMemcpyDeviceToHost);
+        cudaMemcpy(h16, d_h16, nh * 2, cudaMemcpyDeviceToHost);
+        cudaMemcpy(dh16, d_dh16, nh * 2, cudaMemcpyDeviceToHost);
+        /* the bias gradient: from dh16, and in fp32 from its values widened */
+        for (size_t i = 0; i < nh; i++) {
+            uint32_t u = (uint32_t)dh16[i] << 16;
+            memcpy(&dhw[i], &u, 4);
+        }
+        cudaMemcpy(d_dh, dhw, nh * 4, cudaMemcpyHostToDevice);
+        cudaMemset(d_cs, 0, W * 4);
+        cu_colsum_add(d_cs, d_dh, NULL, N, W, W, d_part);
+        cudaMemcpy(cs, d_cs, W * 4, cudaMemcpyDeviceToHost);
+        cudaMemset(d_cs, 0, W * 4);
+        cu_colsum_add(d_cs, NULL, d_dh16, N, W, W, d_part);
+        cudaMemcpy(cs16, d_cs, W * 4, cudaMemcpyDeviceToHost);
+        if (cudaDeviceSynchronize()) { CHECK2(0, "bf16 mlp kernels %s: the kernels failed", NAME[kind]); goto next; }
+        size_t bad_h = 0, bad_a = 0, bad_d = 0, bad_c = 0, zero_d = 0;
+        for (size_t i = 0; i < nh; i++) bad_h += h16[i] != bf16_bits_h(hb[i]);
+        for (size_t i = 0; i < na; i++) bad_a += act16[i] != bf16_bits_h(act[i]);
+        for (size_t i = 0; i < nh; i++) { bad_d += dh16[i] != bf16_bits_h(dh[i]); zero_d += dh16[i] == 0; }
+        for (int c = 0; c < W; c++) bad_c += memcmp(&cs[c], &cs16[c], 4) != 0;
+        CHECK2(!bad_h && !bad_a && !bad_d && !bad_c && zero_d < nh / 2 + 1,
+               "bf16 mlp kernels %s: h + b rounded in place %zu, act16 %zu, dh16 %zu elements off the fp32 kernels' "
+               "rounded output, bias gradient from dh16 %zu of %d columns off (all must be 0; %zu of %zu dh16 zero)",
+               NAME[kind], bad_h, bad_a, bad_d, bad_c, W, zero_d, nh);
+    next:
+        free(h); free(b); free(da); free(hb); free(act); free(dh); free(dhw); free(cs); free(cs16);
+        free(h16); free(da16); free(act16); free(dh16);
+        cudaFree(d_h); cudaFree(d_b); cudaFree(d_act); cudaFree(d_da); cudaFree(d_dh); cudaFree(d_cs); cudaFree(d_part);
+        cudaFree(d_h16); cudaFree(d_act16); cudaFree(d_da16); cudaFree(d_dh16);
+    }
+}
+
 /* The bf16 tensor-core kernels against the fp32 kernels (themselves checked against the CPU
  * above) on the same bf16-valued inputs, through SLA-style strided views: q in one buffer,
  * K/V in the K/V columns of another with another row stride (both at 16-byte aligned offsets
@@ -584,9 +675,10 @@ static void run_nan_loss(void) {
 }
 
 /* bf16 keeps the activations that only feed GEMMs (both norms' outputs, the attention output,
- * the MLP activation, the final norm) and the logits in bf16 and drops their fp32 form: the
- * activations of (B, T) take 2 x (L x B x T x (3C + F) + B x T x (C + Vp)) bytes less than in
- * fp32 (measured on the device). */
+ * the MLP activation, the final norm), the logits, the MLP's pre-activation and the
+ * backward's two MLP gradients in bf16 and drops their fp32 form: the activations of (B, T)
+ * take 2 x (L x B x T x (3C + 2F) + B x T x (C + Vp + 2F)) bytes less than in fp32, plus the
+ * q/k/v difference below (measured on the device). */
 static void run_bf16_memory(void) {
     sk_config cfg;
     if (test_config("n_layer=4 n_head=4 n_embd=512 vocab_size=97 block_size=512", &cfg)) {
@@ -613,7 +705,7 @@ static void run_bf16_memory(void) {
     /* half a float per GEMM-only activation and logit; q/k/v: bf16 per layer, fp32 for one
      * layer, and dO's bf16 scratch, where fp32 per layer was */
     const double qkv = 3 * C * BT * (2 * (L - 2)) - 2 * BT * C;
-    const double want = 2 * (L * BT * (3 * C + F) + BT * (C + Vp)) + qkv, got = delta[0] - delta[1];
+    const double want = 2 * (L * BT * (3 * C + 2 * F) + BT * (C + Vp + 2 * F)) + qkv, got = delta[0] - delta[1];
     CHECK2(fabs(got - want) <= 0.03 * want, "bf16 memory: activations %.1f MiB in fp32, %.1f MiB in bf16: %.2f MiB less, expected %.2f",
            delta[0] / 1048576, delta[1] / 1048576, got / 1048576, want / 1048576);
 }
@@ -802,6 +894,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
         if (!only || strstr(CASES[i].name, only)) run_case(&CASES[i]);
     if (!only || strstr("bf16 gemm", only)) run_bf16_gemm();
+    if (!only || strstr("bf16 mlp kernels", only)) run_bf16_mlp_kernels();
     for (size_t i = 0; i < sizeof ACASES / sizeof ACASES[0]; i++) {
         char name[160];
         snprintf(name, sizeof name, "tc attention %s", ACASES[i].name);

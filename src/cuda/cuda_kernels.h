@@ -53,9 +53,12 @@ void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float 
 
 /* Column sums: out (ncols) += sum over rows of x (N rows, leading dimension ld; or of x16,
  * bf16, when given), in two deterministic stages (R row chunks, then the chunks in order).
+ * copy16 (may be NULL): x rounded to bf16 is also written there, packed (N, ncols), as it is
+ * read: a linear layer's bias gradient and its dY's bf16 copy for the two GEMMs in one pass.
  * part: R * ncols floats. */
 int cu_colsum_chunks(int N);
-void cu_colsum_add(float *out, const float *x, const uint16_t *x16, int N, int ncols, int ld, float *part);
+void cu_colsum_add(float *out, const float *x, const uint16_t *x16, uint16_t *copy16, int N, int ncols, int ld,
+                   float *part);
 /* out rows (N, ncols, leading dimension ld) = b: a bias broadcast before a beta = 1 GEMM. */
 void cu_bias_broadcast(float *out, const float *b, int N, int ncols, int ld);
 /* out (N, ncols, contiguous) = res + b (b may be NULL; out may be res): a residual and a

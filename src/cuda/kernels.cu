@@ -164,17 +164,19 @@ __global__ void layernorm_bwd_dx_k(float *dinp, const float *dout, const float *
 extern "C" int cu_colsum_chunks(int N) { return N < 256 ? (N > 0 ? N : 1) : 256; }
 
 /* Stage 1: part[r, c] (and part[R + r, c]) = sums over the rows of chunk r, in row order.
- * mode 0: column sums of x (or x16, bf16); mode 1: LayerNorm dw (dy * xhat) and db (dy); mode 2: RMSNorm
+ * mode 0: column sums of x (or x16, bf16), x rounded to bf16 into copy16 (packed) when given; mode 1: LayerNorm dw (dy * xhat) and db (dy); mode 2: RMSNorm
  * dw (dy * x * rstd). */
-__global__ void colsum_part_k(float *part, const float *x, const uint16_t *x16, const float *dy, const float *mean,
-                              const float *rstd, int N, int ncols, int ld, int R, int mode) {
+__global__ void colsum_part_k(float *part, const float *x, const uint16_t *x16, uint16_t *copy16, const float *dy,
+                              const float *mean, const float *rstd, int N, int ncols, int ld, int R, int mode) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (c >= ncols) return;
     const int per = (N + R - 1) / R, n0 = r * per, n1 = min(N, n0 + per);
     float a = 0.0f, bsum = 0.0f;
     for (int n = n0; n < n1; n++) {
         if (mode == 0) {
-            a += get(x, x16, (size_t)n * ld + c);
+            const float v = get(x, x16, (size_t)n * ld + c);
+            a += v;
+            if (copy16) copy16[(size_t)n * ncols + c] = bf16_bits(v);
         } else if (mode == 1) {
             float g = dy[(size_t)n * ncols + c];
             a += g * (x[(size_t)n * ncols + c] - mean[n]) * rstd[n];
@@ -204,14 +206,15 @@ extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const f
     LAUNCH(layernorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, inp, w, mean, rstd, N, C);
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)C, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, dout, mean, rstd, N, C, C, R, 1);
+    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, NULL, dout, mean, rstd, N, C, C, R, 1);
     LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, db, part, C, R);
 }
 
-extern "C" void cu_colsum_add(float *out, const float *x, const uint16_t *x16, int N, int ncols, int ld, float *part) {
+extern "C" void cu_colsum_add(float *out, const float *x, const uint16_t *x16, uint16_t *copy16, int N, int ncols,
+                              int ld, float *part) {
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)ncols, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, x, x16, NULL, NULL, NULL, N, ncols, ld, R, 0);
+    LAUNCH(colsum_part_k, g, 128, 0, part, x, x16, copy16, NULL, NULL, NULL, N, ncols, ld, R, 0);
     LAUNCH(colsum_finish_k, blocks_for((size_t)ncols, 128), 128, 0, out, NULL, part, ncols, R);
 }
 
@@ -248,7 +251,7 @@ extern "C" void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, c
     LAUNCH(rmsnorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, inp, w, rstd, N, C);
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)C, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, dout, NULL, rstd, N, C, C, R, 2);
+    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, NULL, dout, NULL, rstd, N, C, C, R, 2);
     LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, NULL, part, C, R);
 }
 

@@ -481,14 +481,30 @@ int sk_cu_linear_res(sk_cuda_model *cm, float *out, const float *res, const floa
     PROF(gemm_name(0, 1), rc = gemm(cm, 0, 1, N, OC, IC, 1.0f, inp, IC, inp16, IC, w, IC, NULL, 0, 1.0f, out, NULL, OC));
     return rc;
 }
+/* A bias's gradient, db (cw) += colsum(dy) over N rows (dy's ld ldy, or *dy16's *ldy16 when
+ * given). In bf16, when dy has no bf16 form yet (*dy16 NULL), the same pass rounds it into
+ * slot 0's scratch, as bf16_operand would, and returns it in *dy16 / *ldy16 for the two
+ * GEMMs that follow: one read of dy for the three. Nothing without db. */
+static int bias_grad(sk_cuda_model *cm, float *db, const float *dy, int ldy, const uint16_t **dy16, int *ldy16, int N,
+                     int cw) {
+    if (!db || N <= 0 || cw <= 0) return SK_OK;
+    uint16_t *copy = NULL;
+    if (cm->prec == SK_CUDA_BF16 && !*dy16) {
+        TRY(op16_reserve(cm, 0, (size_t)N * cw));
+        copy = cm->op16[0];
+    }
+    K(cu_colsum_add(db, *dy16 ? NULL : dy, *dy16, copy, N, cw, *dy16 ? *ldy16 : ldy, cm->part));
+    if (copy) { *dy16 = copy; *ldy16 = cw; }
+    return SK_OK;
+}
 /* dinp = dout @ w (overwritten, may be NULL; in bf16 dinp16 instead, rounded); dw += dout^T
  * @ inp; db += colsum(dout). In bf16 dout may be given as dout16 (dout is then not read). */
 static int linear_backward(sk_cuda_model *cm, float *dinp, uint16_t *dinp16, float *dw, float *db, const float *dout,
                            const uint16_t *dout16, const float *inp, const uint16_t *inp16, const float *w, int N,
                            int IC, int OC) {
-    TRY(linear_grads(cm, dinp, dinp16, 0, dw, dout, OC, dout16, OC, inp, inp16, w, N, IC, OC));
-    if (db) K(cu_colsum_add(db, dout, dout16, N, OC, OC, cm->part));
-    return SK_OK;
+    int ld16 = OC;
+    TRY(bias_grad(cm, db, dout, OC, &dout16, &ld16, N, OC));
+    return linear_grads(cm, dinp, dinp16, 0, dw, dout, OC, dout16, ld16, inp, inp16, w, N, IC, OC);
 }
 
 /* --------------------------------------------------------------- forward */
@@ -635,9 +651,11 @@ static int qkv_backward(sk_cuda_model *cm, int l, float *dln1, const float *dqkv
     int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
-        TRY(linear_grads(cm, dln1, NULL, i > 0, dw + (size_t)c0 * C, dqkv + c0, QKV, NULL, 0, ln1, ln1_16,
+        const uint16_t *dy16 = NULL;
+        int ld16 = 0;
+        TRY(bias_grad(cm, db ? db + c0 : NULL, dqkv + c0, QKV, &dy16, &ld16, N, cw));
+        TRY(linear_grads(cm, dln1, NULL, i > 0, dw + (size_t)c0 * C, dqkv + c0, QKV, dy16, ld16, ln1, ln1_16,
                          w + (size_t)c0 * C, N, C, cw));
-        if (db) K(cu_colsum_add(db + c0, dqkv + c0, NULL, N, cw, QKV, cm->part));
     }
     return SK_OK;
 }

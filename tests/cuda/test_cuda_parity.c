@@ -382,7 +382,8 @@ static uint16_t bf16_bits_h(float x) {
  * two GEMMs and its bias gradient read. Each bf16 output must be the fp32 kernel's output on
  * the rounded inputs, rounded once: the same bits (GELU erf and tanh, ReLU, SwiGLU; rows of
  * an odd width). The bias gradient's column sum from dh16 equals the fp32 sum of the same
- * values, to the bit. */
+ * values, to the bit; and a column sum of fp32 values that also writes their bf16 copy (a
+ * linear layer's bias gradient and its dY's rounding in one pass) writes the rounded bits. */
 static void run_bf16_mlp_kernels(void) {
     static const char *const NAME[4] = {"gelu", "gelu tanh", "relu", "swiglu"};
     const int N = 37, F = 45;
@@ -392,9 +393,11 @@ static void run_bf16_mlp_kernels(void) {
         float *h = malloc(nh * 4), *b = malloc(F * 4), *da = malloc(na * 4), *hb = malloc(nh * 4);
         float *act = malloc(na * 4), *dh = malloc(nh * 4), *dhw = malloc(nh * 4), *cs = malloc(W * 4), *cs16 = malloc(W * 4);
         uint16_t *h16 = malloc(nh * 2), *da16 = malloc(na * 2), *act16 = malloc(na * 2), *dh16 = malloc(nh * 2);
+        uint16_t *cp16 = malloc(nh * 2), *d_cp16 = NULL;
         float *d_h = NULL, *d_b = NULL, *d_act = NULL, *d_da = NULL, *d_dh = NULL, *d_cs = NULL, *d_part = NULL;
         uint16_t *d_h16 = NULL, *d_act16 = NULL, *d_da16 = NULL, *d_dh16 = NULL;
-        int ok = h && b && da && hb && act && dh && dhw && cs && cs16 && h16 && da16 && act16 && dh16 &&
+        int ok = h && b && da && hb && act && dh && dhw && cs && cs16 && h16 && da16 && act16 && dh16 && cp16 &&
+                 !cudaMalloc((void **)&d_cp16, nh * 2) &&
                  !cudaMalloc((void **)&d_h, nh * 4) && !cudaMalloc((void **)&d_b, F * 4) &&
                  !cudaMalloc((void **)&d_act, na * 4) && !cudaMalloc((void **)&d_da, na * 4) &&
                  !cudaMalloc((void **)&d_dh, nh * 4) && !cudaMalloc((void **)&d_cs, W * 4) &&
@@ -434,6 +437,9 @@ static void run_bf16_mlp_kernels(void) {
         cudaMemcpy(act16, d_act16, na * 2, cudaMemcpyDeviceToHost);
         cudaMemcpy(h16, d_h16, nh * 2, cudaMemcpyDeviceToHost);
         cudaMemcpy(dh16, d_dh16, nh * 2, cudaMemcpyDeviceToHost);
+        cudaMemset(d_cs, 0, W * 4);           /* the fp32 dh's column sums and bf16 copy, in one pass */
+        cu_colsum_add(d_cs, d_dh, NULL, d_cp16, N, W, W, d_part);
+        cudaMemcpy(cp16, d_cp16, nh * 2, cudaMemcpyDeviceToHost);
         /* the bias gradient: from dh16, and in fp32 from its values widened */
         for (size_t i = 0; i < nh; i++) {
             uint32_t u = (uint32_t)dh16[i] << 16;
@@ -441,24 +447,26 @@ static void run_bf16_mlp_kernels(void) {
         }
         cudaMemcpy(d_dh, dhw, nh * 4, cudaMemcpyHostToDevice);
         cudaMemset(d_cs, 0, W * 4);
-        cu_colsum_add(d_cs, d_dh, NULL, N, W, W, d_part);
+        cu_colsum_add(d_cs, d_dh, NULL, NULL, N, W, W, d_part);
         cudaMemcpy(cs, d_cs, W * 4, cudaMemcpyDeviceToHost);
         cudaMemset(d_cs, 0, W * 4);
-        cu_colsum_add(d_cs, NULL, d_dh16, N, W, W, d_part);
+        cu_colsum_add(d_cs, NULL, d_dh16, NULL, N, W, W, d_part);
         cudaMemcpy(cs16, d_cs, W * 4, cudaMemcpyDeviceToHost);
         if (cudaDeviceSynchronize()) { CHECK2(0, "bf16 mlp kernels %s: the kernels failed", NAME[kind]); goto next; }
-        size_t bad_h = 0, bad_a = 0, bad_d = 0, bad_c = 0, zero_d = 0;
+        size_t bad_h = 0, bad_a = 0, bad_d = 0, bad_c = 0, zero_d = 0, bad_cp = 0, exact = 0;
         for (size_t i = 0; i < nh; i++) bad_h += h16[i] != bf16_bits_h(hb[i]);
         for (size_t i = 0; i < na; i++) bad_a += act16[i] != bf16_bits_h(act[i]);
         for (size_t i = 0; i < nh; i++) { bad_d += dh16[i] != bf16_bits_h(dh[i]); zero_d += dh16[i] == 0; }
         for (int c = 0; c < W; c++) bad_c += memcmp(&cs[c], &cs16[c], 4) != 0;
-        CHECK2(!bad_h && !bad_a && !bad_d && !bad_c && zero_d < nh / 2 + 1,
+        for (size_t i = 0; i < nh; i++) { bad_cp += cp16[i] != bf16_bits_h(dh[i]); exact += bf16_round(dh[i]) == dh[i]; }
+        CHECK2(!bad_h && !bad_a && !bad_d && !bad_c && !bad_cp && zero_d < nh / 2 + 1 && (exact < nh || kind == 2),
                "bf16 mlp kernels %s: h + b rounded in place %zu, act16 %zu, dh16 %zu elements off the fp32 kernels' "
-               "rounded output, bias gradient from dh16 %zu of %d columns off (all must be 0; %zu of %zu dh16 zero)",
-               NAME[kind], bad_h, bad_a, bad_d, bad_c, W, zero_d, nh);
+               "rounded output, bias gradient from dh16 %zu of %d columns off, the column sum's bf16 copy of the fp32 "
+               "dh %zu off (all must be 0; %zu of %zu dh16 zero, %zu fp32 dh already bf16: all only for ReLU)",
+               NAME[kind], bad_h, bad_a, bad_d, bad_c, W, bad_cp, zero_d, nh, exact);
     next:
         free(h); free(b); free(da); free(hb); free(act); free(dh); free(dhw); free(cs); free(cs16);
-        free(h16); free(da16); free(act16); free(dh16);
+        free(h16); free(da16); free(act16); free(dh16); free(cp16); cudaFree(d_cp16);
         cudaFree(d_h); cudaFree(d_b); cudaFree(d_act); cudaFree(d_da); cudaFree(d_dh); cudaFree(d_cs); cudaFree(d_part);
         cudaFree(d_h16); cudaFree(d_act16); cudaFree(d_da16); cudaFree(d_dh16);
     }

@@ -116,9 +116,10 @@ void cu_crossentropy(float *logits, uint16_t *z16, float *losses, const int32_t 
 int cu_span_split(size_t max_span);
 /* AdamW over the spans, op by op as sk_adamw_step (no FMA contraction); the gradient is
  * first multiplied by clip_coef when clip_coef != 1 (sk_clip_grads folded in). Elementwise,
- * so the split does not change a bit. */
-void cu_adamw(float *p, const float *g, float *m, float *v, const cu_span *spans, int n_spans, int split,
-              float decay, float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt,
+ * so the split does not change a bit. p16 (may be NULL): the weights' bf16 copy, at p's
+ * offsets, written with each updated weight (instead of a rounding pass over all of them). */
+void cu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v, const cu_span *spans, int n_spans,
+              int split, float decay, float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt,
               float eps, int wd, float clip_coef);
 /* part[s * split + y] = sum of g^2 over the y-th share of span s, in double (fixed order:
  * deterministic); the caller adds the n_spans * split partials. */

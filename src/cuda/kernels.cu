@@ -504,7 +504,7 @@ extern "C" void cu_crossentropy(float *logits, uint16_t *z16, float *losses, con
 /* ------------------------------------------------------------------- optimizer */
 
 /* __f*_rn: no contraction into FMA, so each operation rounds as on the CPU (src/optim.c) */
-__global__ void adamw_k(float *p, const float *g, float *m, float *v, const cu_span *spans, float decay,
+__global__ void adamw_k(float *p, uint16_t *p16, const float *g, float *m, float *v, const cu_span *spans, float decay,
                         float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt, float eps,
                         int wd, float clip_coef) {
     const cu_span sp = spans[blockIdx.x];
@@ -521,6 +521,7 @@ __global__ void adamw_k(float *p, const float *g, float *m, float *v, const cu_s
         float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
         pi = __fadd_rn(pi, __fmul_rn(-step_size, __fdiv_rn(mi, denom)));
         p[o] = pi; m[o] = mi; v[o] = vi;
+        if (p16) p16[o] = bf16_bits(pi);
     }
 }
 /* about 16 elements per thread per block, at most 64 blocks per span */
@@ -528,11 +529,12 @@ extern "C" int cu_span_split(size_t max_span) {
     size_t s = (max_span + (size_t)BS * 16 - 1) / ((size_t)BS * 16);
     return s < 1 ? 1 : s > 64 ? 64 : (int)s;
 }
-extern "C" void cu_adamw(float *p, const float *g, float *m, float *v, const cu_span *spans, int n_spans, int split,
-                         float decay, float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt,
+extern "C" void cu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v, const cu_span *spans, int n_spans,
+                         int split, float decay, float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt,
                          float eps, int wd, float clip_coef) {
     if (n_spans > 0)
-        LAUNCH(adamw_k, dim3(n_spans, split), BS, 0, p, g, m, v, spans, decay, b1, b2, a1, a2, step_size, bc2_sqrt, eps, wd, clip_coef);
+        LAUNCH(adamw_k, dim3(n_spans, split), BS, 0, p, p16, g, m, v, spans, decay, b1, b2, a1, a2, step_size, bc2_sqrt,
+               eps, wd, clip_coef);
 }
 
 __global__ void span_sq_k(double *part, const float *g, const cu_span *spans) {

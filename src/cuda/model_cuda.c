@@ -960,14 +960,15 @@ int sk_cuda_adamw_step(sk_cuda_model *cm, const sk_adamw_cfg *c, double lr, long
     const float fb1 = (float)b1, fb2 = (float)b2, a1 = (float)(1.0 - b1), a2 = (float)(1.0 - b2);
     const float step_size = (float)(lr / (1.0 - pow(b1, (double)t)));
     const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)t));
-    if (!cm->zero) {
-        K(cu_adamw(cm->params, cm->grads, cm->mom, cm->vel, cm->spans, cm->n_spans, cm->span_split, decay, fb1, fb2, a1,
-                   a2, step_size, bc2_sqrt, c->eps, c->weight_decay != 0.0f, clip_coef));
-    } else {            /* ZeRO-1: this rank's range with its m and v, then everyone's range */
-        K(cu_adamw(cm->params + cm->z_base, cm->grads + cm->z_base, cm->mom, cm->vel, cm->z_spans, cm->z_n_spans,
-                   cm->span_split, decay, fb1, fb2, a1, a2, step_size, bc2_sqrt, c->eps, c->weight_decay != 0.0f, clip_coef));
-        TRY(sk_cu_params_allgather(cm));
+    if (!cm->zero) {    /* the bf16 copy of each weight written with it (the spans cover every tensor) */
+        K(cu_adamw(cm->params, cm->params16, cm->grads, cm->mom, cm->vel, cm->spans, cm->n_spans, cm->span_split, decay,
+                   fb1, fb2, a1, a2, step_size, bc2_sqrt, c->eps, c->weight_decay != 0.0f, clip_coef));
+        return SK_OK;
     }
+    /* ZeRO-1: this rank's range with its m and v, then everyone's range, then the bf16 copy */
+    K(cu_adamw(cm->params + cm->z_base, NULL, cm->grads + cm->z_base, cm->mom, cm->vel, cm->z_spans, cm->z_n_spans,
+               cm->span_split, decay, fb1, fb2, a1, a2, step_size, bc2_sqrt, c->eps, c->weight_decay != 0.0f, clip_coef));
+    TRY(sk_cu_params_allgather(cm));
     return sk_cu_params_changed(cm);
 }
 

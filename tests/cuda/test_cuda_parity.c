@@ -213,6 +213,13 @@ static float bf16_round(float f) {
     memcpy(&f, &u, 4);
     return f;
 }
+/* bf16 bits of x, rounded to nearest even */
+static uint16_t bf16_bits_h(float x) {
+    uint32_t u;
+    x = bf16_round(x);
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
 /* row-major C (M, N) = alpha op(A) op(B) + beta C in double, operands optionally bf16-rounded */
 static void ref_gemm(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
                      float beta, const float *C0, double *C, int ldc, int round) {
@@ -320,6 +327,22 @@ static void run_bf16_gemm(void) {
     if (sk_cuda_zero_grad(cm) || sk_cuda_adamw_step(cm, &ac, 0.1, 1, 1.0f) || sk_cuda_download_params(cm, hp))
         CHECK2(0, "bf16 gemm: adamw: %s", sk_last_error());
     bf16_gemm_case(cm, hp, 1, 0, 0, "after an AdamW step");
+    {                       /* AdamW writes the copy with each weight: all of it, the rounded bits */
+        uint16_t *h16 = malloc(P * sizeof(uint16_t));
+        float *pre = malloc(P * sizeof(float));
+        size_t bad = 0, moved = 0;
+        if (h16 && pre && !cudaMemcpy(h16, cm->params16, P * sizeof(uint16_t), cudaMemcpyDeviceToHost)) {
+            fill(pre, P, 99);                                   /* the weights before the step */
+            for (size_t i = 0; i < P; i++) {
+                bad += h16[i] != bf16_bits_h(hp[i]);
+                moved += bf16_bits_h(hp[i]) != bf16_bits_h(pre[i]);
+            }
+        } else bad = P;
+        free(pre);
+        CHECK2(bad == 0 && moved > P / 4, "bf16 gemm: after an AdamW step the weights' bf16 copy is the rounded weights: "
+               "%zu of %zu off (must be 0; %zu moved by the step)", bad, P, moved);
+        free(h16);
+    }
     free(hp);
     sk_cuda_model_free(cm);
     sk_model_free(m);
@@ -367,13 +390,6 @@ static double max_diff(const float *a, const float *b, size_t n) {
         if (!(d <= m)) m = d;                          /* NaN or inf sticks */
     }
     return m;
-}
-/* bf16 bits of x, rounded to nearest even */
-static uint16_t bf16_bits_h(float x) {
-    uint32_t u;
-    x = bf16_round(x);
-    memcpy(&u, &x, 4);
-    return (uint16_t)(u >> 16);
 }
 /* The MLP's bf16 path, kernel by kernel, against the fp32 kernels on the same values: in
  * bf16 c_fc's GEMM writes the pre-activation h in bf16, the activation adds c_fc's bias and

@@ -143,16 +143,16 @@ check "bench --profile: projections add onto the residual: cu_bias_residual $(ca
 # attention and the MLP activation write theirs in bf16); each fp32 backward dY is rounded
 # once for its two GEMMs by its bias gradient's column sum, in the same pass (c_fc's dY comes
 # from the activation's backward in bf16), and AdamW writes the weights' bf16 copy with the
-# weights: no cu_to_bf16 at all; 9
+# weights: no cu_to_bf16 at all (the column sums, 4 per layer, round); 9
 # forward GEMMs (4 per layer, the classifier). A decoding step rounds nothing either (the
 # decoding attention writes its output in bf16 too); the self times add up to at most the step.
 $SK bench --device cuda --bf16 --n_layer 2 --n_head 4 --n_embd 32 --block_size 32 --vocab_size 61 --batch 2 --seq 32 \
     --steps 1 --warmup 0 --profile 2 --gen 4 >"$tmp/prof.txt" 2>&1 || fail "bench --bf16 --profile: $(tail -2 "$tmp/prof.txt")"
 share=$(awk '/^  all recorded ops/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) { sub("%", "", $i); print $i; exit } }' "$tmp/prof.txt")
-check "bench --bf16 --profile: cu_to_bf16 '$(calls cu_to_bf16 0)' and GEMM forward $(calls 'GEMM forward, X W.T' 0) calls per step, cu_to_bf16 '$(calls cu_to_bf16 1)' per decoded token (GEMM $(calls 'GEMM forward, X W.T' 1)), self times $share% of the step" \
-    awk -v r="$(calls cu_to_bf16 0)" -v g="$(calls 'GEMM forward, X W.T' 0)" -v d="$(calls cu_to_bf16 1)" \
+check "bench --bf16 --profile: cu_to_bf16 '$(calls cu_to_bf16 0)', cu_colsum_add $(calls cu_colsum_add 0) and GEMM forward $(calls 'GEMM forward, X W.T' 0) calls per step, cu_to_bf16 '$(calls cu_to_bf16 1)' per decoded token (GEMM $(calls 'GEMM forward, X W.T' 1)), self times $share% of the step" \
+    awk -v r="$(calls cu_to_bf16 0)" -v c="$(calls cu_colsum_add 0)" -v g="$(calls 'GEMM forward, X W.T' 0)" -v d="$(calls cu_to_bf16 1)" \
         -v dg="$(calls 'GEMM forward, X W.T' 1)" -v s="$share" \
-        'BEGIN { exit !(r == "" && g == 9 && d == "" && dg > 0 && s > 50 && s <= 100.5) }'
+        'BEGIN { exit !(r == "" && c == 8 && g == 9 && d == "" && dg > 0 && s > 50 && s <= 100.5) }'
 $SK bench --n_layer 2 --n_head 4 --n_embd 32 --block_size 32 --vocab_size 61 --profile 2 >/dev/null 2>"$tmp/p.err"; rc=$?
 check "bench --profile without --device cuda refused (rc $rc): $(head -1 "$tmp/p.err")" grep -q "profile needs --device cuda" "$tmp/p.err"
 echo "info: took $((SECONDS - t0)) s"

@@ -320,11 +320,14 @@ static void run_bf16_gemm(void) {
     fill(hp, P, 99);
     if (sk_cuda_upload_params(cm, hp)) CHECK2(0, "bf16 gemm: upload: %s", sk_last_error());
     bf16_gemm_case(cm, hp, 0, 1, 1, "after an upload");
-    /* ... and an AdamW step (zero gradients: weight decay alone moves the weights) */
+    /* ... and an AdamW step (from a batch's gradients, with weight decay and clipping) */
     sk_adamw_cfg ac;
     sk_adamw_default(&ac);
     ac.weight_decay = 0.5f;
-    if (sk_cuda_zero_grad(cm) || sk_cuda_adamw_step(cm, &ac, 0.1, 1, 1.0f) || sk_cuda_download_params(cm, hp))
+    int32_t x[2 * 16], y[2 * 16];
+    random_batch(x, y, 2 * 16, cfg.vocab_size, 5);
+    if (sk_cuda_zero_grad(cm) || sk_cuda_forward_backward(cm, x, y, 2, 16, 1.0f, 0, NULL) ||
+        sk_cuda_adamw_step(cm, &ac, 0.1, 1, 0.5f) || sk_cuda_download_params(cm, hp))
         CHECK2(0, "bf16 gemm: adamw: %s", sk_last_error());
     bf16_gemm_case(cm, hp, 1, 0, 0, "after an AdamW step");
     {                       /* AdamW writes the copy with each weight: all of it, the rounded bits */
@@ -456,6 +459,17 @@ static void run_bf16_mlp_kernels(void) {
         cudaMemset(d_cs, 0, W * 4);           /* the fp32 dh's column sums and bf16 copy, in one pass */
         cu_colsum_add(d_cs, d_dh, NULL, d_cp16, N, W, W, d_part);
         cudaMemcpy(cp16, d_cp16, nh * 2, cudaMemcpyDeviceToHost);
+        /* ... and of a range of its columns (ld > ncols, as q/k/v's ranges): the copy packed */
+        const int c0 = 3, cw = W - 7;
+        uint16_t *rg16 = malloc((size_t)N * cw * 2);
+        cu_colsum_add(d_cs, d_dh + c0, NULL, d_cp16, N, cw, W, d_part);
+        size_t bad_rg = rg16 ? 0 : 1;
+        if (rg16) {
+            cudaMemcpy(rg16, d_cp16, (size_t)N * cw * 2, cudaMemcpyDeviceToHost);
+            for (int r = 0; r < N; r++)
+                for (int c = 0; c < cw; c++) bad_rg += rg16[(size_t)r * cw + c] != bf16_bits_h(dh[(size_t)r * W + c0 + c]);
+        }
+        free(rg16);
         /* the bias gradient: from dh16, and in fp32 from its values widened */
         for (size_t i = 0; i < nh; i++) {
             uint32_t u = (uint32_t)dh16[i] << 16;
@@ -475,11 +489,12 @@ static void run_bf16_mlp_kernels(void) {
         for (size_t i = 0; i < nh; i++) { bad_d += dh16[i] != bf16_bits_h(dh[i]); zero_d += dh16[i] == 0; }
         for (int c = 0; c < W; c++) bad_c += memcmp(&cs[c], &cs16[c], 4) != 0;
         for (size_t i = 0; i < nh; i++) { bad_cp += cp16[i] != bf16_bits_h(dh[i]); exact += bf16_round(dh[i]) == dh[i]; }
-        CHECK2(!bad_h && !bad_a && !bad_d && !bad_c && !bad_cp && zero_d < nh / 2 + 1 && (exact < nh || kind == 2),
+        CHECK2(!bad_h && !bad_a && !bad_d && !bad_c && !bad_cp && !bad_rg && zero_d < nh / 2 + 1 &&
+               (exact < nh || kind == 2),
                "bf16 mlp kernels %s: h + b rounded in place %zu, act16 %zu, dh16 %zu elements off the fp32 kernels' "
                "rounded output, bias gradient from dh16 %zu of %d columns off, the column sum's bf16 copy of the fp32 "
-               "dh %zu off (all must be 0; %zu of %zu dh16 zero, %zu fp32 dh already bf16: all only for ReLU)",
-               NAME[kind], bad_h, bad_a, bad_d, bad_c, W, bad_cp, zero_d, nh, exact);
+               "dh %zu off, of a column range %zu off (all must be 0; %zu of %zu dh16 zero, %zu fp32 dh already bf16: "
+               "all only for ReLU)", NAME[kind], bad_h, bad_a, bad_d, bad_c, W, bad_cp, bad_rg, zero_d, nh, exact);
     next:
         free(h); free(b); free(da); free(hb); free(act); free(dh); free(dhw); free(cs); free(cs16);
         free(h16); free(da16); free(act16); free(dh16); free(cp16); cudaFree(d_cp16);

@@ -164,8 +164,8 @@ __global__ void layernorm_bwd_dx_k(float *dinp, const float *dout, const float *
 extern "C" int cu_colsum_chunks(int N) { return N < 256 ? (N > 0 ? N : 1) : 256; }
 
 /* Stage 1: part[r, c] (and part[R + r, c]) = sums over the rows of chunk r, in row order.
- * mode 0: column sums of x (or x16, bf16), x rounded to bf16 into copy16 (packed) when given; mode 1: LayerNorm dw (dy * xhat) and db (dy); mode 2: RMSNorm
- * dw (dy * x * rstd). */
+ * mode 0: column sums of x (or x16, bf16), x rounded to bf16 into copy16 (packed) when
+ * given; mode 1: LayerNorm dw (dy * xhat) and db (dy); mode 2: RMSNorm dw (dy * x * rstd). */
 __global__ void colsum_part_k(float *part, const float *x, const uint16_t *x16, uint16_t *copy16, const float *dy,
                               const float *mean, const float *rstd, int N, int ncols, int ld, int R, int mode) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;

@@ -447,7 +447,8 @@ static int linear_grads(sk_cuda_model *cm, float *dx, uint16_t *dx16, int accumu
                                         accumulate ? 1.0f : 0.0f, dx, dx16, IC));
         TRY(rc);
     }
-    PROF(gemm_name(1, 0), rc = gemm(cm, 1, 0, cw, IC, N, 1.0f, dy, ldy, dy16, ldy16, x, IC, x16, IC, 1.0f, dw, NULL, IC));
+    PROF(gemm_name(1, 0),
+         rc = gemm(cm, 1, 0, cw, IC, N, 1.0f, dy, ldy, dy16, ldy16, x, IC, x16, IC, 1.0f, dw, NULL, IC));
     return rc;
 }
 
@@ -967,7 +968,8 @@ int sk_cuda_adamw_step(sk_cuda_model *cm, const sk_adamw_cfg *c, double lr, long
     }
     /* ZeRO-1: this rank's range with its m and v, then everyone's range, then the bf16 copy */
     K(cu_adamw(cm->params + cm->z_base, NULL, cm->grads + cm->z_base, cm->mom, cm->vel, cm->z_spans, cm->z_n_spans,
-               cm->span_split, decay, fb1, fb2, a1, a2, step_size, bc2_sqrt, c->eps, c->weight_decay != 0.0f, clip_coef));
+               cm->span_split, decay, fb1, fb2, a1, a2, step_size, bc2_sqrt, c->eps, c->weight_decay != 0.0f,
+               clip_coef));
     TRY(sk_cu_params_allgather(cm));
     return sk_cu_params_changed(cm);
 }

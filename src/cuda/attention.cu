@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(NT) attn_fwd_k(cu_attn a) {
 /* ----------------------------------------------------------------- backward */
 
 /* Di[(b*H + h)*Lq + i] = sum_d dout * out: one warp per query row (which also writes dout in
- * bf16 to a.dout16 when it is given: the tensor-core kernels' dO) */
+ * bf16 to a.dout16 when it is given: the tensor-core kernels' dO; without dout, dO is read
+ * from a.dout16) */
 __global__ void attn_di_k(cu_attn a, const float *dout, float *Di) {
     const long row = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -120,9 +121,9 @@ __global__ void attn_di_k(cu_attn a, const float *dout, float *Di) {
     const int i = (int)(row % a.Lq), h = (int)(row / a.Lq % a.H), b = (int)(row / ((long)a.Lq * a.H));
     const long off = b * a.o_sb + h * a.o_sh + (long)i * a.o_st;
     float s = 0.0f;
-    if (a.out16) for (int d = lane; d < a.D; d += 32) s += bf16_float(a.out16[off + d]) * dout[off + d];
-    else for (int d = lane; d < a.D; d += 32) s += a.out[off + d] * dout[off + d];
-    if (a.dout16) for (int d = lane; d < a.D; d += 32) a.dout16[off + d] = bf16_bits(dout[off + d]);
+    for (int d = lane; d < a.D; d += 32)
+        s += (a.out16 ? bf16_float(a.out16[off + d]) : a.out[off + d]) * (dout ? dout[off + d] : bf16_float(a.dout16[off + d]));
+    if (a.dout16 && dout) for (int d = lane; d < a.D; d += 32) a.dout16[off + d] = bf16_bits(dout[off + d]);
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) Di[row] = s;
 }
@@ -371,6 +372,7 @@ extern "C" int cu_attn_forward(const cu_attn *a) {
 extern "C" int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, float *Di) {
     if (a->B < 1 || a->H < 1 || a->Lq < 1) return 0;
     if (a->D > 128) return -1;
+    if (!dout && (a->tc != 1 || !a->dout16)) return (int)cudaErrorInvalidValue;   /* dO only in dout16: mma only */
     const long rows = (long)a->B * a->H * a->Lq;
     LAUNCH(attn_di_k, (unsigned)((rows + 7) / 8), 256, 0, *a, dout, Di);
     cudaError_t e = cudaGetLastError();

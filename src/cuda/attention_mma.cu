@@ -358,7 +358,8 @@ __device__ __forceinline__ void load_q_side_mma(const cu_attn &a, const float *d
                                                 float *di_s, bool vec) {
     const long qo = b * a.q_sb + h * a.q_sh, oo = b * a.o_sb + h * a.o_sh;
     load_head<DM, NTH>(Qs, a.q16 ? a.q16 + qo : NULL, a.q + qo, a.q_st, i0, nq, rows, a.D, a.scale, vec);
-    load_head<DM, NTH>(dOs, a.dout16 ? a.dout16 + oo : NULL, dout + oo, a.o_st, i0, nq, rows, a.D, 1.0f, vec);
+    load_head<DM, NTH>(dOs, a.dout16 ? a.dout16 + oo : NULL, a.dout16 ? NULL : dout + oo, a.o_st, i0, nq, rows, a.D, 1.0f,
+                       vec);
     const size_t base = ((size_t)b * a.H + h) * a.Lq + i0;
     for (int r = threadIdx.x; r < rows; r += NTH) {
         if (r < nq) {

@@ -39,6 +39,11 @@ __device__ __forceinline__ void put(float *out, uint16_t *out16, size_t i, float
 __device__ __forceinline__ float get(const float *x, const uint16_t *x16, size_t i) {
     return x16 ? bf16_float(x16[i]) : x[i];
 }
+/* A gradient's element i: from g16 (bf16) when given, else from g (fp32), rounded to bf16
+ * first when rnd (a sum of GEMM outputs, read as the one bf16 GEMM output it stands for). */
+__device__ __forceinline__ float get_r(const float *g, const uint16_t *g16, size_t i, int rnd) {
+    return g16 ? bf16_float(g16[i]) : rnd ? bf16_float(bf16_bits(g[i])) : g[i];
+}
 /* put, returning the value as stored (rounded to bf16 in out16): what a later get reads */
 __device__ __forceinline__ float put_get(float *out, uint16_t *out16, size_t i, float v) {
     if (!out16) { out[i] = v; return v; }

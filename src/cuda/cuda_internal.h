@@ -47,8 +47,13 @@ struct sk_cuda_model {
     /* SK_CUDA_BF16 with the mma.sync attention (attn_tc == 1): q (times the softmax scale), k
      * and v in bf16, per layer with a.qkv's layout, written once after the q/k/v projection
      * and read by the attention forward and backward (cu_attn.q16 ...); a.qkv is then one
-     * layer's fp32 scratch. dout16: the backward's dO in bf16, (N, C). Else NULL. */
-    uint16_t *qkv16, *dout16;
+     * layer's fp32 scratch. Else NULL. */
+    uint16_t *qkv16;
+    /* SK_CUDA_BF16: the input gradient (N, C) of the GEMMs that read a norm's output or the
+     * attention's, in bf16 as that GEMM writes it (autocast's rounding point), one at a time,
+     * each read by the next kernel: the norm's backward, or, with attn_tc == 1, the
+     * attention's backward as its dO (cu_attn.dout16). Else NULL. */
+    uint16_t *dx16;
     uint16_t *logits16;               /* SK_CUDA_BF16: the logits (N, Vp) in bf16, then their
                                          gradient in their place; a.logits is then NULL */
     float *part;                      /* column-sum partials (2 * R * max(QKV, Ffc, C)) */

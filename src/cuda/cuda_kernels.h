@@ -42,14 +42,18 @@ void cu_encoder_backward_wpe(float *dwpe, const float *dout, int B, int T, int C
 void cu_layernorm_forward(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C, float eps);
 /* dinp += ..., dw += ..., db += ... (db may be NULL). part: scratch of 2 * R * C floats,
- * R = cu_colsum_chunks(N). */
-void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                           const float *w, const float *mean, const float *rstd, int N, int C, float *part);
+ * R = cu_colsum_chunks(N). The gradient dout is read from dout16 (bf16) when given, else
+ * from dout, rounded to bf16 first when rnd (bf16 mixed precision: the input gradient of
+ * the GEMM that reads the norm's output is that GEMM's bf16 output, as under autocast; an
+ * fp32 sum of several GEMMs' outputs then stands for it). */
+void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16, int rnd,
+                           const float *inp, const float *w, const float *mean, const float *rstd, int N, int C,
+                           float *part);
 /* RMSNorm (Llama): saves rstd (N). */
 void cu_rmsnorm_forward(float *out, uint16_t *out16, float *rstd, const float *inp, const float *w,
                         int N, int C, float eps);
-void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                         const float *rstd, int N, int C, float *part);
+void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const uint16_t *dout16, int rnd,
+                         const float *inp, const float *w, const float *rstd, int N, int C, float *part);
 
 /* Column sums: out (ncols) += sum over rows of x (N rows, leading dimension ld; or of x16,
  * bf16, when given), in two deterministic stages (R row chunks, then the chunks in order).
@@ -162,8 +166,11 @@ typedef struct {
                                       mirror, in a forward k, v may be NULL (a bf16 KV cache's
                                       prefill). cu_attn_decode reads k16, v16 (unscaled q) when
                                       set, whatever tc */
-    uint16_t *dout16;              /* tc == 1 backward, optional: scratch with out's strides where
-                                      the Di pass writes dO in bf16 for the kernels to read */
+    uint16_t *dout16;              /* tc == 1 backward, optional: dO in bf16 with out's strides,
+                                      which the kernels read: written there by the Di pass from
+                                      dout, or, when the backward is given no dout, already
+                                      there (--bf16: the output projection's input-gradient
+                                      GEMM writes it) */
     const int32_t *pos_d;          /* cu_attn_decode only: if set, the query's position on the
                                       device, and Lk = *pos_d + 1 (<= Lk, same split count) */
     int decode_heads;              /* cu_attn_decode only: query heads per block, sharing their
@@ -173,7 +180,8 @@ typedef struct {
 /* 0, or a cudaError_t code (launch failure), or -1 for an unsupported D. */
 int cu_attn_forward(const cu_attn *a);
 /* Gradients accumulated into dq, dk, dv (strides of q, k, v; dk/dv may point into another
- * layer's gradient buffer: SLA). Di: scratch of B*H*Lq floats. */
+ * layer's gradient buffer: SLA). Di: scratch of B*H*Lq floats. dout may be NULL with tc == 1
+ * and a->dout16 (dO already in bf16). */
 int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, float *Di);
 /* The tensor-core kernels behind a->tc (attention_tc.cu); cu_attn_backward computes Di first. */
 int cu_attn_tc_forward(const cu_attn *a);

@@ -139,16 +139,17 @@ extern "C" void cu_layernorm_forward(float *out, uint16_t *out16, float *mean, f
     LAUNCH(layernorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, out16, mean, rstd, inp, w, b, N, C, eps);
 }
 
-__global__ void layernorm_bwd_dx_k(float *dinp, const float *dout, const float *inp, const float *w,
-                                   const float *mean, const float *rstd, int N, int C) {
+__global__ void layernorm_bwd_dx_k(float *dinp, const float *dout, const uint16_t *dout16, int rnd, const float *inp,
+                                   const float *w, const float *mean, const float *rstd, int N, int C) {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
-    float *dx = dinp + (size_t)row * C;
+    const size_t o = (size_t)row * C;
+    const float *x = inp + o;
+    float *dx = dinp + o;
     const float m = mean[row], s = rstd[row];
     float dmean = 0.0f, dnx = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float dn = w[c] * dy[c];
+        float dn = w[c] * get_r(dout, dout16, o + c, rnd);
         dmean += dn;
         dnx += dn * (x[c] - m) * s;
     }
@@ -156,7 +157,7 @@ __global__ void layernorm_bwd_dx_k(float *dinp, const float *dout, const float *
     dnx = warp_sum(dnx) / C;
     for (int c = lane; c < C; c += 32) {
         float nx = (x[c] - m) * s;
-        dx[c] += s * (w[c] * dy[c] - dmean - nx * dnx);
+        dx[c] += s * (w[c] * get_r(dout, dout16, o + c, rnd) - dmean - nx * dnx);
     }
 }
 
@@ -165,9 +166,11 @@ extern "C" int cu_colsum_chunks(int N) { return N < 256 ? (N > 0 ? N : 1) : 256;
 
 /* Stage 1: part[r, c] (and part[R + r, c]) = sums over the rows of chunk r, in row order.
  * mode 0: column sums of x (or x16, bf16), x rounded to bf16 into copy16 (packed) when
- * given; mode 1: LayerNorm dw (dy * xhat) and db (dy); mode 2: RMSNorm dw (dy * x * rstd). */
+ * given; mode 1: LayerNorm dw (dy * xhat) and db (dy); mode 2: RMSNorm dw (dy * x * rstd);
+ * dy read as get_r(dy, dy16, rnd) (cu_layernorm_backward). */
 __global__ void colsum_part_k(float *part, const float *x, const uint16_t *x16, uint16_t *copy16, const float *dy,
-                              const float *mean, const float *rstd, int N, int ncols, int ld, int R, int mode) {
+                              const uint16_t *dy16, int rnd, const float *mean, const float *rstd, int N, int ncols,
+                              int ld, int R, int mode) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (c >= ncols) return;
     const int per = (N + R - 1) / R, n0 = r * per, n1 = min(N, n0 + per);
@@ -178,11 +181,11 @@ __global__ void colsum_part_k(float *part, const float *x, const uint16_t *x16, 
             a += v;
             if (copy16) copy16[(size_t)n * ncols + c] = bf16_bits(v);
         } else if (mode == 1) {
-            float g = dy[(size_t)n * ncols + c];
+            float g = get_r(dy, dy16, (size_t)n * ncols + c, rnd);
             a += g * (x[(size_t)n * ncols + c] - mean[n]) * rstd[n];
             bsum += g;
         } else {
-            a += dy[(size_t)n * ncols + c] * x[(size_t)n * ncols + c] * rstd[n];
+            a += get_r(dy, dy16, (size_t)n * ncols + c, rnd) * x[(size_t)n * ncols + c] * rstd[n];
         }
     }
     part[(size_t)r * ncols + c] = a;
@@ -201,12 +204,13 @@ __global__ void colsum_finish_k(float *out, float *out2, const float *part, int 
     }
 }
 
-extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                                      const float *w, const float *mean, const float *rstd, int N, int C, float *part) {
-    LAUNCH(layernorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, inp, w, mean, rstd, N, C);
+extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16,
+                                      int rnd, const float *inp, const float *w, const float *mean, const float *rstd,
+                                      int N, int C, float *part) {
+    LAUNCH(layernorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, dout16, rnd, inp, w, mean, rstd, N, C);
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)C, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, NULL, dout, mean, rstd, N, C, C, R, 1);
+    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, NULL, dout, dout16, rnd, mean, rstd, N, C, C, R, 1);
     LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, db, part, C, R);
 }
 
@@ -214,7 +218,7 @@ extern "C" void cu_colsum_add(float *out, const float *x, const uint16_t *x16, u
                               int ld, float *part) {
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)ncols, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, x, x16, copy16, NULL, NULL, NULL, N, ncols, ld, R, 0);
+    LAUNCH(colsum_part_k, g, 128, 0, part, x, x16, copy16, NULL, NULL, 0, NULL, NULL, N, ncols, ld, R, 0);
     LAUNCH(colsum_finish_k, blocks_for((size_t)ncols, 128), 128, 0, out, NULL, part, ncols, R);
 }
 
@@ -234,24 +238,25 @@ extern "C" void cu_rmsnorm_forward(float *out, uint16_t *out16, float *rstd, con
     LAUNCH(rmsnorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, out16, rstd, inp, w, N, C, eps);
 }
 
-__global__ void rmsnorm_bwd_dx_k(float *dinp, const float *dout, const float *inp, const float *w,
-                                 const float *rstd, int N, int C) {
+__global__ void rmsnorm_bwd_dx_k(float *dinp, const float *dout, const uint16_t *dout16, int rnd, const float *inp,
+                                 const float *w, const float *rstd, int N, int C) {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
-    float *dx = dinp + (size_t)row * C;
+    const size_t o = (size_t)row * C;
+    const float *x = inp + o;
+    float *dx = dinp + o;
     const float s = rstd[row];
     float dot = 0.0f;
-    for (int c = lane; c < C; c += 32) dot += w[c] * dy[c] * x[c];
+    for (int c = lane; c < C; c += 32) dot += w[c] * get_r(dout, dout16, o + c, rnd) * x[c];
     dot = warp_sum(dot) * (s * s / C);
-    for (int c = lane; c < C; c += 32) dx[c] += s * (w[c] * dy[c] - x[c] * dot);
+    for (int c = lane; c < C; c += 32) dx[c] += s * (w[c] * get_r(dout, dout16, o + c, rnd) - x[c] * dot);
 }
-extern "C" void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                                    const float *rstd, int N, int C, float *part) {
-    LAUNCH(rmsnorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, inp, w, rstd, N, C);
+extern "C" void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const uint16_t *dout16, int rnd,
+                                    const float *inp, const float *w, const float *rstd, int N, int C, float *part) {
+    LAUNCH(rmsnorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, dout16, rnd, inp, w, rstd, N, C);
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)C, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, NULL, dout, NULL, rstd, N, C, C, R, 2);
+    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, NULL, dout, dout16, rnd, NULL, rstd, N, C, C, R, 2);
     LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, NULL, part, C, R);
 }
 

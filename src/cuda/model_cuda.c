@@ -117,7 +117,7 @@ static void free_acts(sk_cuda_model *cm) {
     free(cm->tok_h); free(cm->losses_h); free(cm->next_h);
     cm->acts_mem = NULL; cm->tok_d = NULL; cm->tok_h = NULL; cm->losses_h = NULL; cm->next_h = NULL;
     cm->ln1_16 = cm->atty16 = cm->ln2_16 = cm->act16 = cm->lnf16 = cm->logits16 = NULL;
-    cm->qkv16 = cm->dout16 = NULL;
+    cm->qkv16 = cm->dx16 = NULL;
     cm->B = cm->T = 0;
 }
 
@@ -305,7 +305,7 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
     A(h[0], h16 * (L * BT * C + 1) / 2); A(h[1], h16 * (L * BT * C + 1) / 2); A(h[2], h16 * (L * BT * C + 1) / 2);
     A(h[3], h16 * (L * BT * F + 1) / 2); A(h[4], h16 * (BT * C + 1) / 2);
     A(h[5], h16 * (BT * m->Vp + 1) / 2);          /* the logits, then their gradient in place */
-    A(h[6], q16 * (L * BT * m->QKV + 1) / 2); A(h[7], q16 * (BT * C + 1) / 2);   /* qkv16, dout16 */
+    A(h[6], q16 * (L * BT * m->QKV + 1) / 2); A(h[7], h16 * (BT * C + 1) / 2);   /* qkv16, dx16 */
     /* the MLP's pre-activation (per layer) and, in the backward, its gradient and the
      * activation's (one layer's scratch) */
     A(h[8], h16 * (L * BT * Ffc + 1) / 2); A(h[9], h16 * (BT * Ffc + 1) / 2); A(h[10], h16 * (BT * F + 1) / 2);
@@ -321,7 +321,8 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
     A(a->lnf, f32 * BT * C); A(a->lnf_mean, gpt ? BT : 0); A(a->lnf_rstd, BT);
     A(a->logits, f32 * BT * m->Vp);
     A(a->losses, BT);
-    A(a->dres, BT * C); A(a->dbtc, BT * C); A(a->dbtc2, BT * C);
+    /* dbtc2: the attention's dO and c_fc's input gradient, both in dx16 with q16 */
+    A(a->dres, BT * C); A(a->dbtc, BT * C); A(a->dbtc2, (1 - q16) * BT * C);
     A(a->dfch, f32 * BT * Ffc); A(a->dfch_act, f32 * BT * F);
     A(a->dqkv_lend, (size_t)n_lenders(m) * BT * m->QKV);
     A(a->dqkv_own, BT * m->QKV);
@@ -354,7 +355,7 @@ int sk_cuda_reserve(sk_cuda_model *cm, int B, int T) {
     TRY(sk_cu_alloc(&cm->acts_mem, floats * sizeof(float), what));
     acts_layout(cm, B, T, cm->acts_mem, &cm->a, &cm->part, &cm->Di, a16);
     cm->ln1_16 = a16[0]; cm->atty16 = a16[1]; cm->ln2_16 = a16[2]; cm->act16 = a16[3]; cm->lnf16 = a16[4];
-    cm->logits16 = a16[5]; cm->qkv16 = a16[6]; cm->dout16 = a16[7];
+    cm->logits16 = a16[5]; cm->qkv16 = a16[6]; cm->dx16 = a16[7];
     cm->fch16 = a16[8]; cm->dfch16 = a16[9]; cm->dact16 = a16[10];
     size_t N = (size_t)B * T;
     TRY(sk_cu_alloc(&cm->tok_d, (5 * N + 1) * sizeof(int32_t), "the token buffers"));
@@ -581,7 +582,7 @@ static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int 
         a->q16 = qkv16_of(cm, l) + (a->q - la->qkv);
         a->k16 = qkv16_of(cm, src) + (a->k - qkv_kv);
         a->v16 = qkv16_of(cm, src) + (a->v - qkv_kv);
-        a->dout16 = cm->dout16 + (size_t)h0 * hs;
+        a->dout16 = cm->dx16 + (size_t)h0 * hs;
     }
 }
 
@@ -599,11 +600,16 @@ static int norm_forward(sk_cuda_model *cm, float *out, uint16_t *out16, float *m
     else K(cu_rmsnorm_forward(out, out16, rstd, inp, w, N, m->C, m->cfg.norm_eps));
     return SK_OK;
 }
+/* dout16 (bf16) given: dout is not read; else, in bf16, dout (fp32) is a sum of GEMM outputs
+ * that stands for one bf16 GEMM output and is rounded as it is read */
 static int norm_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db, const float *dout,
-                         const float *inp, const float *w, const float *mean, const float *rstd, int N) {
+                         const uint16_t *dout16, const float *inp, const float *w, const float *mean,
+                         const float *rstd, int N) {
     const sk_model *m = cm->m;
-    if (m->cfg.family == SK_GPT2) K(cu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, m->C, cm->part));
-    else K(cu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, m->C, cm->part));
+    const int rnd = cm->prec == SK_CUDA_BF16;
+    if (m->cfg.family == SK_GPT2)
+        K(cu_layernorm_backward(dinp, dw, db, dout, dout16, rnd, inp, w, mean, rstd, N, m->C, cm->part));
+    else K(cu_rmsnorm_backward(dinp, dw, dout, dout16, rnd, inp, w, rstd, N, m->C, cm->part));
     return SK_OK;
 }
 /* act = f(h + b): c_fc's bias b (GPT-2; NULL for none) is added by the activation kernel,
@@ -642,21 +648,25 @@ static int qkv_forward(sk_cuda_model *cm, int l, float *qkv, const float *ln1, c
     }
     return SK_OK;
 }
-static int qkv_backward(sk_cuda_model *cm, int l, float *dln1, const float *dqkv, const float *ln1,
-                        const uint16_t *ln1_16, int N) {
+/* dln1 = dqkv @ W over the computed column ranges. In bf16 *dln1_16, when one GEMM computes
+ * it (one range), receives it rounded; with several ranges it is their fp32 sum in dln1 and
+ * *dln1_16 is set to NULL (norm_backward rounds the sum as it reads it). */
+static int qkv_backward(sk_cuda_model *cm, int l, float *dln1, uint16_t **dln1_16, const float *dqkv,
+                        const float *ln1, const uint16_t *ln1_16, int N) {
     const sk_model *m = cm->m;
     size_t off = (size_t)l * m->QKV * m->C;
     const float *w = cm->p.qkvw + off;
     float *dw = cm->g.qkvw + off, *db = cm->g.qkvb ? cm->g.qkvb + (size_t)l * m->QKV : NULL;
     const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
     int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
+    if (n != 1) *dln1_16 = NULL;
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
         const uint16_t *dy16 = NULL;
         int ld16 = 0;
         TRY(bias_grad(cm, db ? db + c0 : NULL, dqkv + c0, QKV, &dy16, &ld16, N, cw));
-        TRY(linear_grads(cm, dln1, NULL, i > 0, dw + (size_t)c0 * C, dqkv + c0, QKV, dy16, ld16, ln1, ln1_16,
-                         w + (size_t)c0 * C, N, C, cw));
+        TRY(linear_grads(cm, *dln1_16 ? NULL : dln1, *dln1_16, i > 0, dw + (size_t)c0 * C, dqkv + c0, QKV, dy16, ld16,
+                         ln1, ln1_16, w + (size_t)c0 * C, N, C, cw));
     }
     return SK_OK;
 }
@@ -766,7 +776,8 @@ static int download_logits(sk_cuda_model *cm, float *out, int N) {
 }
 
 /* Classifier: logits = lnf @ wte^T (N, Vp), softmax cross-entropy over the real vocabulary;
- * with dlnf the gradient of (scale * mean loss) goes to dlnf (overwritten) and wte (added). */
+ * with dlnf the gradient of (scale * mean loss) goes to dlnf (overwritten; in bf16 to
+ * cm->dx16 instead, rounded) and wte (added). */
 static int classifier(sk_cuda_model *cm, const int32_t *targets, int N, float *loss, float *logits_out,
                       float *dlnf, float scale) {
     const sk_model *m = cm->m;
@@ -782,8 +793,8 @@ static int classifier(sk_cuda_model *cm, const int32_t *targets, int N, float *l
     if (targets)              /* always, with dlnf (sk_cuda_forward_backward) */
         K(cu_crossentropy(a->logits, z16, a->losses, cm->tok_d + N, N, V, Vp, row_scale, dlnf != NULL));
     /* in bf16 the gradient has replaced the logits, in bf16: the GEMMs read it as it is */
-    if (dlnf) TRY(linear_grads(cm, dlnf, NULL, 0, cm->g.wte, a->logits, Vp, z16, Vp, a->lnf, cm->lnf16, cm->p.wte,
-                               N, C, Vp));
+    if (dlnf) TRY(linear_grads(cm, z16 ? NULL : dlnf, z16 ? cm->dx16 : NULL, 0, cm->g.wte, a->logits, Vp, z16, Vp,
+                               a->lnf, cm->lnf16, cm->p.wte, N, C, Vp));
     if (loss) {
         double s = 0.0;
         if (targets) {
@@ -863,9 +874,11 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
     size_t BT = (size_t)N;
     float drop = m->cfg.dropout;
 
-    /* a->dbtc holds dlnf from the classifier */
+    /* a->dbtc (in bf16 cm->dx16) holds dlnf from the classifier. In bf16 the input gradients
+     * of the GEMMs that read a norm's output or the attention's are bf16 (dx16, one at a time) */
+    uint16_t *dx16 = cm->dx16;
     CU(cudaMemset(a->dres, 0, BT * C * sizeof(float)));
-    TRY(norm_backward(cm, a->dres, g->lnfw, g->lnfb, a->dbtc, a->res3 + (size_t)(L - 1) * BT * C, p->lnfw,
+    TRY(norm_backward(cm, a->dres, g->lnfw, g->lnfb, a->dbtc, dx16, a->res3 + (size_t)(L - 1) * BT * C, p->lnfw,
                       a->lnf_mean, a->lnf_rstd, N));
     if (a->dqkv_lend) CU(cudaMemset(a->dqkv_lend, 0, (size_t)n_lenders(m) * BT * m->QKV * sizeof(float)));
     for (int l = L - 1; l >= 0; l--) {
@@ -880,14 +893,16 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
                             g->fcprojb ? g->fcprojb + (size_t)l * C : NULL, dy, NULL, la.fch_act,
                             at16(cm, cm->act16, l, F), p->fcprojw + (size_t)l * C * F, N, F, C));
         TRY(mlp_act_backward(cm, a->dfch, cm->dfch16, la.fch, at16(cm, cm->fch16, l, Ffc), a->dfch_act, cm->dact16, N));
-        TRY(linear_backward(cm, a->dbtc2, NULL, g->fcw + (size_t)l * Ffc * C, g->fcb ? g->fcb + (size_t)l * F : NULL,
-                            a->dfch, cm->dfch16, la.ln2, at16(cm, cm->ln2_16, l, C), p->fcw + (size_t)l * Ffc * C, N,
-                            C, Ffc));
+        TRY(linear_backward(cm, dx16 ? NULL : a->dbtc2, dx16, g->fcw + (size_t)l * Ffc * C,
+                            g->fcb ? g->fcb + (size_t)l * F : NULL, a->dfch, cm->dfch16, la.ln2,
+                            at16(cm, cm->ln2_16, l, C), p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
         TRY(norm_backward(cm, a->dres, g->ln2w + (size_t)l * C, g->ln2b ? g->ln2b + (size_t)l * C : NULL,
-                          a->dbtc2, la.res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
-        /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))) */
+                          a->dbtc2, dx16, la.res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
+        /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))); with the mma.sync
+         * attention (qkv16) its dO comes out of the projection's GEMM in bf16 (dx16) */
         TRY(branch_grad(cm, drop, seed, l, DROP_ATTN_OUT, &dy));
-        TRY(linear_backward(cm, a->dbtc2, NULL, g->attprojw + (size_t)l * C * C,
+        uint16_t *datt16 = cm->qkv16 ? dx16 : NULL;
+        TRY(linear_backward(cm, datt16 ? NULL : a->dbtc2, datt16, g->attprojw + (size_t)l * C * C,
                             g->attprojb ? g->attprojb + (size_t)l * C : NULL, dy, NULL, la.atty,
                             at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C, N, C, C));
         float *dqkv = dqkv_of(cm, l);
@@ -902,14 +917,16 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
             float *dq = dqkv + (d.q - la.qkv);
             float *dk = dsrc + (d.k - qkv_src);
             float *dv = dsrc + (d.v - qkv_src);
-            const float *dout = a->dbtc2 + (size_t)m->runs[(size_t)l * m->H + part].h0 * m->hs;   /* d.out's view */
+            /* d.out's view (NULL: d.dout16 holds dO) */
+            const float *dout = datt16 ? NULL : a->dbtc2 + (size_t)m->runs[(size_t)l * m->H + part].h0 * m->hs;
             PROF(d.tc ? "attention backward, tensor cores" : "attention backward",
                  TRY(attn_rc(cu_attn_backward(&d, dout, dq, dk, dv, cm->Di), "backward", l, part)));
         }
         if (cm->rope) K(cu_rope(dqkv, cm->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 1));
-        TRY(qkv_backward(cm, l, a->dbtc, dqkv, la.ln1, at16(cm, cm->ln1_16, l, C), N));
+        uint16_t *dln1_16 = dx16;
+        TRY(qkv_backward(cm, l, a->dbtc, &dln1_16, dqkv, la.ln1, at16(cm, cm->ln1_16, l, C), N));
         TRY(norm_backward(cm, a->dres, g->ln1w + (size_t)l * C, g->ln1b ? g->ln1b + (size_t)l * C : NULL,
-                          a->dbtc, x, p->ln1w + (size_t)l * C, la.ln1_mean, la.ln1_rstd, N));
+                          a->dbtc, dln1_16, x, p->ln1w + (size_t)l * C, la.ln1_mean, la.ln1_rstd, N));
     }
     K(cu_dropout(a->dres, BT * C, drop, seed, drop_stream(L, 0)));
     const int32_t *h = cm->tok_d;

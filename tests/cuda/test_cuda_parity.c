@@ -503,6 +503,73 @@ static void run_bf16_mlp_kernels(void) {
     }
 }
 
+/* In bf16 a norm's backward reads its input gradient as the GEMM that consumed the norm's
+ * output wrote it: in bf16 (dout16), or, for q/k/v computed over several column ranges, as
+ * the fp32 sum of their GEMMs rounded to bf16 on reading (rnd). Both must give the same bits
+ * (dinp, dw, db, all added to) as the fp32 kernel given the rounded values; and the
+ * unrounded fp32 gradient must give other bits (the rounding is real). LayerNorm and
+ * RMSNorm, rows of an odd width. */
+static void run_bf16_norm_kernels(void) {
+    static const char *const NAME[2] = {"layernorm", "rmsnorm"};
+    const int N = 37, C = 45;
+    const size_t n = (size_t)N * C;
+    for (int kind = 0; kind < 2; kind++) {
+        float *x = malloc(n * 4), *g = malloc(n * 4), *gr = malloc(n * 4), *w = malloc(C * 4), *b = malloc(C * 4);
+        float *d0 = malloc(n * 4), *res[4][3] = {{NULL}};
+        uint16_t *g16 = malloc(n * 2);
+        float *d_x = NULL, *d_g = NULL, *d_w = NULL, *d_b = NULL, *d_out = NULL, *d_mean = NULL, *d_rstd = NULL;
+        float *d_dx = NULL, *d_dw = NULL, *d_db = NULL, *d_part = NULL;
+        uint16_t *d_g16 = NULL;
+        int ok = x && g && gr && w && b && d0 && g16;
+        for (int v = 0; v < 4; v++)
+            for (int k = 0; k < 3; k++) ok = (res[v][k] = malloc((k ? C : n) * 4)) != NULL && ok;
+        ok = ok && !cudaMalloc((void **)&d_x, n * 4) && !cudaMalloc((void **)&d_g, n * 4) &&
+             !cudaMalloc((void **)&d_w, C * 4) && !cudaMalloc((void **)&d_b, C * 4) && !cudaMalloc((void **)&d_out, n * 4) &&
+             !cudaMalloc((void **)&d_mean, N * 4) && !cudaMalloc((void **)&d_rstd, N * 4) &&
+             !cudaMalloc((void **)&d_dx, n * 4) && !cudaMalloc((void **)&d_dw, C * 4) && !cudaMalloc((void **)&d_db, C * 4) &&
+             !cudaMalloc((void **)&d_part, (size_t)2 * cu_colsum_chunks(N) * C * 4) && !cudaMalloc((void **)&d_g16, n * 2);
+        if (!ok) { CHECK2(0, "bf16 norm backward %s: allocation", NAME[kind]); goto next; }
+        fill(x, n, 41 + kind); fill(g, n, 43 + kind); fill(w, C, 45 + kind); fill(b, C, 47 + kind); fill(d0, n, 49);
+        for (int c = 0; c < C; c++) w[c] += 1.0f;
+        for (size_t i = 0; i < n; i++) { gr[i] = bf16_round(g[i]); g16[i] = bf16_bits_h(g[i]); }
+        cudaMemcpy(d_x, x, n * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_w, w, C * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_b, b, C * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_g16, g16, n * 2, cudaMemcpyHostToDevice);
+        if (kind == 0) cu_layernorm_forward(d_out, NULL, d_mean, d_rstd, d_x, d_w, d_b, N, C, 1e-5f);
+        else cu_rmsnorm_forward(d_out, NULL, d_rstd, d_x, d_w, N, C, 1e-5f);
+        /* v = 0: fp32 rounded values; 1: dout16; 2: fp32 unrounded, rnd; 3: fp32 unrounded */
+        for (int v = 0; v < 4; v++) {
+            cudaMemcpy(d_g, v ? g : gr, n * 4, cudaMemcpyHostToDevice);
+            cudaMemcpy(d_dx, d0, n * 4, cudaMemcpyHostToDevice);          /* all three are added to */
+            cudaMemcpy(d_dw, d0 + 1, C * 4, cudaMemcpyHostToDevice);
+            cudaMemcpy(d_db, d0 + 2, C * 4, cudaMemcpyHostToDevice);
+            const float *dg = v == 1 ? NULL : d_g;
+            const uint16_t *dg16 = v == 1 ? d_g16 : NULL;
+            if (kind == 0) cu_layernorm_backward(d_dx, d_dw, d_db, dg, dg16, v == 2, d_x, d_w, d_mean, d_rstd, N, C, d_part);
+            else cu_rmsnorm_backward(d_dx, d_dw, dg, dg16, v == 2, d_x, d_w, d_rstd, N, C, d_part);
+            cudaMemcpy(res[v][0], d_dx, n * 4, cudaMemcpyDeviceToHost);
+            cudaMemcpy(res[v][1], d_dw, C * 4, cudaMemcpyDeviceToHost);
+            cudaMemcpy(res[v][2], d_db, C * 4, cudaMemcpyDeviceToHost);
+        }
+        if (cudaDeviceSynchronize()) { CHECK2(0, "bf16 norm backward %s: the kernels failed", NAME[kind]); goto next; }
+        size_t off[4] = {0, 0, 0, 0};
+        for (int v = 1; v < 4; v++)
+            for (int k = 0; k < (kind ? 2 : 3); k++)
+                for (size_t i = 0; i < (k ? (size_t)C : n); i++) off[v] += memcmp(&res[v][k][i], &res[0][k][i], 4) != 0;
+        CHECK2(!off[1] && !off[2] && off[3] > n / 2,
+               "bf16 norm backward %s: from dout16 %zu, from fp32 rounded on reading %zu values off the fp32 kernel's "
+               "on the rounded gradient (must be 0); unrounded %zu off (must be most of the %zu)", NAME[kind], off[1],
+               off[2], off[3], n + (kind ? 1 : 2) * (size_t)C);
+    next:
+        free(x); free(g); free(gr); free(w); free(b); free(d0); free(g16);
+        for (int v = 0; v < 4; v++)
+            for (int k = 0; k < 3; k++) free(res[v][k]);
+        cudaFree(d_x); cudaFree(d_g); cudaFree(d_w); cudaFree(d_b); cudaFree(d_out); cudaFree(d_mean); cudaFree(d_rstd);
+        cudaFree(d_dx); cudaFree(d_dw); cudaFree(d_db); cudaFree(d_part); cudaFree(d_g16);
+    }
+}
+
 /* The bf16 tensor-core kernels against the fp32 kernels (themselves checked against the CPU
  * above) on the same bf16-valued inputs, through SLA-style strided views: q in one buffer,
  * K/V in the K/V columns of another with another row stride (both at 16-byte aligned offsets
@@ -517,16 +584,18 @@ static void run_bf16_mlp_kernels(void) {
  * The mma kernels also run from bf16 copies of q (times the scale), k, v and dO (cu_attn's
  * q16 ... dout16: the model's --bf16 path, copied with cp.async where aligned), with two
  * buffers per walked tile and with one: the tiles then hold the same bits, so the results
- * must be the same to the last bit as the fp32 views'.
+ * must be the same to the last bit as the fp32 views'. So must the backward given no fp32 dO
+ * (--bf16's: the output projection's GEMM writes dO in bf16, and the Di pass reads it there).
  * A bf16 KV cache's reads (forward only): the mma forward with fp32 q and k, v from their
  * bf16 copies alone (k, v NULL: a prefill chunk), the same bits as from the fp32 views; and
  * where the query sees every key (Lq 1), the decoding kernel (cu_attn_decode, fp32 math)
  * from the fp32 views and from the bf16 copies: the same bits, and the fp32 kernel's output
  * to 1e-5; with GQA its blocks serve 2 or 4 query heads of a KV head at once (groups of 2, 4,
  * 6 and 8: one block per KV head, or 2 or 3), which must give the bits of one head per block. */
-enum { NKIND = 7 };
+enum { NKIND = 8 };
 static const char *const KIND[NKIND] = {"fp32", "mma", "wmma", "mma 8 warps", "mma from bf16 copies",
-                                        "mma from bf16 copies, 1 buffer", "mma 8 warps from bf16 copies"};
+                                        "mma from bf16 copies, 1 buffer", "mma 8 warps from bf16 copies",
+                                        "mma from bf16 copies, no fp32 dO"};
 static void run_tc_attention(const acase *c) {
     const int B = c->B, H = c->H, Hkv = c->Hkv, Lq = c->Lq, Lk = c->Lk, D = c->D;
     const long qoff = c->odd ? 1 : 8, koff = c->odd ? 2 : 8;
@@ -535,10 +604,10 @@ static void run_tc_attention(const acase *c) {
     const size_t nlse = (size_t)B * H * Lq;
     const float scale = 1.0f / sqrtf((float)D);
     float *hq = malloc(nq * 4), *hkv = malloc(nkv * 4), *hdo = malloc(no * 4);
-    uint16_t *hq16 = malloc(nq * 2), *hkv16 = malloc(nkv * 2), *dq16 = NULL, *dkv16 = NULL, *ddo16 = NULL;
+    uint16_t *hq16 = malloc(nq * 2), *hkv16 = malloc(nkv * 2), *hdo16 = malloc(no * 2), *dq16 = NULL, *dkv16 = NULL, *ddo16 = NULL;
     float *out[NKIND], *lse[NKIND], *gq[NKIND], *gkv[NKIND], *gq0 = malloc(nq * 4), *gkv0 = malloc(nkv * 4);
     float *dq = NULL, *dkv = NULL, *dout = NULL, *dlse = NULL, *ddo = NULL, *dgq = NULL, *dgkv = NULL, *dDi = NULL;
-    int ok = hq && hkv && hdo && gq0 && gkv0 && hq16 && hkv16;
+    int ok = hq && hkv && hdo && gq0 && gkv0 && hq16 && hkv16 && hdo16;
     for (int t = 0; t < NKIND; t++) {
         out[t] = malloc(no * 4); lse[t] = malloc(nlse * 4); gq[t] = malloc(nq * 4); gkv[t] = malloc(nkv * 4);
         ok = ok && out[t] && lse[t] && gq[t] && gkv[t];
@@ -582,10 +651,14 @@ static void run_tc_attention(const acase *c) {
             a.q16 = dq16 + qoff; a.k16 = dkv16 + koff; a.v16 = dkv16 + koff + Hkv * D;
             a.dout16 = ddo16;
         }
+        if (t == 7) {                 /* dO's bits written here, the backward given no dout */
+            for (size_t i = 0; i < no; i++) hdo16[i] = bf16_bits_h(hdo[i]);
+            cudaMemcpy(ddo16, hdo16, no * 2, cudaMemcpyHostToDevice);
+        }
         cudaMemcpy(dgq, gq0, nq * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(dgkv, gkv0, nkv * 4, cudaMemcpyHostToDevice);
         int rc = cu_attn_forward(&a);
-        if (!rc) rc = cu_attn_backward(&a, ddo, dgq + qoff, dgkv + koff, dgkv + koff + Hkv * D, dDi);
+        if (!rc) rc = cu_attn_backward(&a, t == 7 ? NULL : ddo, dgq + qoff, dgkv + koff, dgkv + koff + Hkv * D, dDi);
         if (!rc) rc = (int)cudaDeviceSynchronize();
         if (rc) { CHECK2(0, "tc attention %s: %s kernels failed (%d)", c->name, KIND[t], rc); goto done; }
         cudaMemcpy(out[t], dout, no * 4, cudaMemcpyDeviceToHost);
@@ -678,7 +751,7 @@ static void run_tc_attention(const acase *c) {
     }
 done:
     for (int t = 0; t < NKIND; t++) { free(out[t]); free(lse[t]); free(gq[t]); free(gkv[t]); }
-    free(hq); free(hkv); free(hdo); free(gq0); free(gkv0); free(hq16); free(hkv16);
+    free(hq); free(hkv); free(hdo); free(gq0); free(gkv0); free(hq16); free(hkv16); free(hdo16);
     cudaFree(dq); cudaFree(dkv); cudaFree(dout); cudaFree(dlse); cudaFree(ddo); cudaFree(dgq); cudaFree(dgkv); cudaFree(dDi);
     cudaFree(dq16); cudaFree(dkv16); cudaFree(ddo16);
 }
@@ -717,7 +790,7 @@ static void run_nan_loss(void) {
  * the MLP activation, the final norm), the logits, the MLP's pre-activation and the
  * backward's two MLP gradients in bf16 and drops their fp32 form: the activations of (B, T)
  * take 2 x (L x B x T x (3C + 2F) + B x T x (C + Vp + 2F)) bytes less than in fp32, plus the
- * q/k/v difference below (measured on the device). */
+ * q/k/v and input-gradient differences below (measured on the device). */
 static void run_bf16_memory(void) {
     sk_config cfg;
     if (test_config("n_layer=4 n_head=4 n_embd=512 vocab_size=97 block_size=512", &cfg)) {
@@ -742,8 +815,9 @@ static void run_bf16_memory(void) {
     }
     const double L = cfg.n_layer, C = cfg.n_embd, F = 4 * C, BT = (double)B * T, Vp = cfg.padded_vocab_size;
     /* half a float per GEMM-only activation and logit; q/k/v: bf16 per layer, fp32 for one
-     * layer, and dO's bf16 scratch, where fp32 per layer was */
-    const double qkv = 3 * C * BT * (2 * (L - 2)) - 2 * BT * C;
+     * layer, where fp32 per layer was; the backward's bf16 input gradients (dx16) where
+     * an fp32 one (dbtc2) was */
+    const double qkv = 3 * C * BT * (2 * (L - 2)) + 2 * BT * C;
     const double want = 2 * (L * BT * (3 * C + 2 * F) + BT * (C + Vp + 2 * F)) + qkv, got = delta[0] - delta[1];
     CHECK2(fabs(got - want) <= 0.03 * want, "bf16 memory: activations %.1f MiB in fp32, %.1f MiB in bf16: %.2f MiB less, expected %.2f",
            delta[0] / 1048576, delta[1] / 1048576, got / 1048576, want / 1048576);
@@ -934,6 +1008,7 @@ int main(int argc, char **argv) {
         if (!only || strstr(CASES[i].name, only)) run_case(&CASES[i]);
     if (!only || strstr("bf16 gemm", only)) run_bf16_gemm();
     if (!only || strstr("bf16 mlp kernels", only)) run_bf16_mlp_kernels();
+    if (!only || strstr("bf16 norm backward", only)) run_bf16_norm_kernels();
     for (size_t i = 0; i < sizeof ACASES / sizeof ACASES[0]; i++) {
         char name[160];
         snprintf(name, sizeof name, "tc attention %s", ACASES[i].name);

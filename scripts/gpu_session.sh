@@ -4,7 +4,7 @@
 #
 #   bash scripts/gpu_session.sh check   # nvidia-smi, make cuda, the three parity tests (~3 min)
 #   bash scripts/gpu_session.sh train   # GPT-2 124M training step: fp32/TF32/bf16, T=1024 and
-#                                       # T=16384, baseline and SLA alternated (~6 min)
+#                                       # T=16384, baseline and SLA alternated (~7 min)
 #   bash scripts/gpu_session.sh gen     # generation benchmarks, and GPU vs CPU sampled text (~4 min)
 #   bash scripts/gpu_session.sh llmc    # llm.c's train_gpt2cu at B=8, T=1024 on the same GPU, from a
 #                                       # prepared copy in .bench/llmc (not in the repository; docs/cuda.md)
@@ -94,6 +94,9 @@ train)
     # one buffer per walked attention tile (the copy of the next tile no longer under this one's math)
     run env SKIPLM_CUDA_ATTN_STAGES=1 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
         --steps 5 --no-gen --bf16 --profile 2
+    # the norms' backward as two passes (a dx kernel, then the weight gradients' column sums)
+    run env SKIPLM_CUDA_NORM_FUSED=0 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen \
+        --bf16 --profile 3
     ;;
 gen)
     say "gen: $(date -u)"

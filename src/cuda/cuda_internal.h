@@ -22,6 +22,7 @@ struct sk_cuda_model {
                                          decoding stays fp32 */
     int attn_warps;                   /* cu_attn.mma_warps: SKIPLM_CUDA_MMA_WARPS (4 or 8), default 4 */
     int attn_stages;                  /* cu_attn.stages: SKIPLM_CUDA_ATTN_STAGES (1 or 2), default 0 (2 where it fits) */
+    int norm_fused;                   /* the norms' one-pass backward: SKIPLM_CUDA_NORM_FUSED (default 1) */
     sk_params p, g;                   /* device views (sk_params_views on the device buffers) */
     float *pos_table;                 /* sinusoidal positions (block_size, C), or NULL */
     float *rope;                      /* RoPE table (block_size, hs/2, 2), or NULL */

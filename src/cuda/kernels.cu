@@ -204,9 +204,112 @@ __global__ void colsum_finish_k(float *out, float *out2, const float *part, int 
     }
 }
 
+/* A norm's whole backward in one pass over dy and x (mean NULL: RMSNorm): dinp as the
+ * warp-per-row kernels above (the same expressions, so the same bits), and the weight (and
+ * bias) gradients' partial column sums of the block's rows, in a fixed order: block g owns
+ * rows [g * per, (g + 1) * per), its warp i the rows i, i + NW, ... of them, each lane its
+ * columns lane + 32k (k < K) in registers; the warps' sums are then added in warp order into
+ * part[g] (and part[G + g]), which colsum_finish_k adds in block order. Deterministic, one
+ * read of dy and x where the dx kernel and the column-sum pass each read both. */
+template <int K>
+__global__ void __launch_bounds__(BS) norm_bwd_fused_k(float *dinp, float *part, const float *dout,
+                                                       const uint16_t *dout16, int rnd, const float *inp,
+                                                       const float *w, const float *mean, const float *rstd, int N,
+                                                       int C, int per) {
+    __shared__ float red[2][32 * K];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, NW = blockDim.x >> 5, g = blockIdx.x;
+    const int n0 = g * per, n1 = min(N, n0 + per);
+    float wv[K], aw[K], ab[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int c = lane + 32 * k;
+        wv[k] = c < C ? w[c] : 0.0f;
+        aw[k] = ab[k] = 0.0f;
+    }
+    for (int n = n0 + warp; n < n1; n += NW) {
+        const size_t o = (size_t)n * C;
+        const float *x = inp + o;
+        float *dx = dinp + o;
+        const float s = rstd[n];
+        if (mean) {
+            const float m = mean[n];
+            float dmean = 0.0f, dnx = 0.0f;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int c = lane + 32 * k;
+                if (c >= C) break;
+                float dn = wv[k] * get_r(dout, dout16, o + c, rnd);
+                dmean += dn;
+                dnx += dn * (x[c] - m) * s;
+            }
+            dmean = warp_sum(dmean) / C;
+            dnx = warp_sum(dnx) / C;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int c = lane + 32 * k;
+                if (c >= C) break;
+                const float gy = get_r(dout, dout16, o + c, rnd), nx = (x[c] - m) * s;
+                dx[c] += s * (wv[k] * gy - dmean - nx * dnx);
+                aw[k] += gy * (x[c] - m) * s;
+                ab[k] += gy;
+            }
+        } else {
+            float dot = 0.0f;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int c = lane + 32 * k;
+                if (c >= C) break;
+                dot += wv[k] * get_r(dout, dout16, o + c, rnd) * x[c];
+            }
+            dot = warp_sum(dot) * (s * s / C);
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int c = lane + 32 * k;
+                if (c >= C) break;
+                const float gy = get_r(dout, dout16, o + c, rnd);
+                dx[c] += s * (wv[k] * gy - x[c] * dot);
+                aw[k] += gy * x[c] * s;
+            }
+        }
+    }
+    for (int i = 0; i < NW; i++) {            /* the warps' sums, in warp order */
+        if (warp == i)
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int c = lane + 32 * k;
+                if (c >= C) break;
+                red[0][c] = i ? red[0][c] + aw[k] : aw[k];
+                red[1][c] = i ? red[1][c] + ab[k] : ab[k];
+            }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        part[(size_t)g * C + c] = red[0][c];
+        if (mean) part[(size_t)(gridDim.x + g) * C + c] = red[1][c];
+    }
+}
+/* the fused backward for C up to 2048 (the lanes' column registers, K of 4 to 64); else 0 */
+static int norm_backward_fused(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16, int rnd,
+                               const float *inp, const float *w, const float *mean, const float *rstd, int N, int C,
+                               float *part) {
+    typedef void (*Kern)(float *, float *, const float *, const uint16_t *, int, const float *, const float *,
+                         const float *, const float *, int, int, int);
+    const int k = (C + 31) / 32;
+    const Kern kern = k <= 4 ? norm_bwd_fused_k<4> : k <= 8 ? norm_bwd_fused_k<8> : k <= 16 ? norm_bwd_fused_k<16>
+                    : k <= 24 ? norm_bwd_fused_k<24> : k <= 32 ? norm_bwd_fused_k<32> : k <= 48 ? norm_bwd_fused_k<48>
+                    : k <= 64 ? norm_bwd_fused_k<64> : NULL;
+    if (!kern || N <= 0) return 0;
+    /* 16 rows per block (2 per warp), at most cu_colsum_chunks(N) blocks: part's size */
+    const int G = min(cu_colsum_chunks(N), (N + 15) / 16), per = (N + G - 1) / G;
+    LAUNCH(kern, G, BS, 0, dinp, part, dout, dout16, rnd, inp, w, mean, rstd, N, C, per);
+    LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, db, part, C, G);
+    return 1;
+}
+
 extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16,
                                       int rnd, const float *inp, const float *w, const float *mean, const float *rstd,
-                                      int N, int C, float *part) {
+                                      int N, int C, float *part, int fused) {
+    if (fused && norm_backward_fused(dinp, dw, db, dout, dout16, rnd, inp, w, mean, rstd, N, C, part)) return;
     LAUNCH(layernorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, dout16, rnd, inp, w, mean, rstd, N, C);
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)C, 128), R);
@@ -252,7 +355,9 @@ __global__ void rmsnorm_bwd_dx_k(float *dinp, const float *dout, const uint16_t 
     for (int c = lane; c < C; c += 32) dx[c] += s * (w[c] * get_r(dout, dout16, o + c, rnd) - x[c] * dot);
 }
 extern "C" void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const uint16_t *dout16, int rnd,
-                                    const float *inp, const float *w, const float *rstd, int N, int C, float *part) {
+                                    const float *inp, const float *w, const float *rstd, int N, int C, float *part,
+                                    int fused) {
+    if (fused && norm_backward_fused(dinp, dw, NULL, dout, dout16, rnd, inp, w, NULL, rstd, N, C, part)) return;
     LAUNCH(rmsnorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, dout16, rnd, inp, w, rstd, N, C);
     const int R = cu_colsum_chunks(N);
     dim3 g(blocks_for((size_t)C, 128), R);

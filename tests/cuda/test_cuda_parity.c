@@ -503,41 +503,53 @@ static void run_bf16_mlp_kernels(void) {
     }
 }
 
-/* In bf16 a norm's backward reads its input gradient as the GEMM that consumed the norm's
+/* The norms' backward (one pass: dinp and the weight and bias gradients' partial column
+ * sums, then the partials in order; beyond C = 2048 a dx kernel and a column-sum pass)
+ * against a double-precision host reference on the device's mean and rstd: dinp, dw and db,
+ * all added to, within 1e-5 of the largest value (dinp) or of the sum of the terms' sizes
+ * (dw, db). Shapes: rows of an odd width, fused and not (SKIPLM_CUDA_NORM_FUSED=0: dinp the
+ * same bits); more rows than 16 x 256 (several rows per warp); C = 2051 (unfused).
+ * In bf16 a norm's backward reads its input gradient as the GEMM that consumed the norm's
  * output wrote it: in bf16 (dout16), or, for q/k/v computed over several column ranges, as
  * the fp32 sum of their GEMMs rounded to bf16 on reading (rnd). Both must give the same bits
- * (dinp, dw, db, all added to) as the fp32 kernel given the rounded values; and the
- * unrounded fp32 gradient must give other bits (the rounding is real). LayerNorm and
- * RMSNorm, rows of an odd width. */
-static void run_bf16_norm_kernels(void) {
+ * as the fp32 kernel given the rounded values; and the unrounded fp32 gradient must give
+ * other bits (the rounding is real). */
+static void run_norm_kernels(void) {
     static const char *const NAME[2] = {"layernorm", "rmsnorm"};
-    const int N = 37, C = 45;
-    const size_t n = (size_t)N * C;
+    static const int SHAPE[4][3] = {{37, 45, 1}, {37, 45, 0}, {4133, 40, 1}, {5, 2051, 1}};
+    float *dx_fused = NULL;               /* the fused path's dinp (37 x 45, layernorm then rmsnorm) */
+    for (int sh = 0; sh < 4; sh++)
     for (int kind = 0; kind < 2; kind++) {
+        const int N = SHAPE[sh][0], C = SHAPE[sh][1], fused = SHAPE[sh][2];
+        const size_t n = (size_t)N * C;
+        char name[64];
+        snprintf(name, sizeof name, "%s %dx%d%s", NAME[kind], N, C, fused ? "" : " unfused");
         float *x = malloc(n * 4), *g = malloc(n * 4), *gr = malloc(n * 4), *w = malloc(C * 4), *b = malloc(C * 4);
-        float *d0 = malloc(n * 4), *res[4][3] = {{NULL}};
+        float *d0 = malloc(n * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4), *res[4][3] = {{NULL}};
         uint16_t *g16 = malloc(n * 2);
         float *d_x = NULL, *d_g = NULL, *d_w = NULL, *d_b = NULL, *d_out = NULL, *d_mean = NULL, *d_rstd = NULL;
         float *d_dx = NULL, *d_dw = NULL, *d_db = NULL, *d_part = NULL;
         uint16_t *d_g16 = NULL;
-        int ok = x && g && gr && w && b && d0 && g16;
+        int ok = x && g && gr && w && b && d0 && mean && rstd && g16;
         for (int v = 0; v < 4; v++)
-            for (int k = 0; k < 3; k++) ok = (res[v][k] = malloc((k ? C : n) * 4)) != NULL && ok;
+            for (int k = 0; k < 3; k++) ok = (res[v][k] = malloc((k ? (size_t)C : n) * 4)) != NULL && ok;
         ok = ok && !cudaMalloc((void **)&d_x, n * 4) && !cudaMalloc((void **)&d_g, n * 4) &&
              !cudaMalloc((void **)&d_w, C * 4) && !cudaMalloc((void **)&d_b, C * 4) && !cudaMalloc((void **)&d_out, n * 4) &&
              !cudaMalloc((void **)&d_mean, N * 4) && !cudaMalloc((void **)&d_rstd, N * 4) &&
              !cudaMalloc((void **)&d_dx, n * 4) && !cudaMalloc((void **)&d_dw, C * 4) && !cudaMalloc((void **)&d_db, C * 4) &&
              !cudaMalloc((void **)&d_part, (size_t)2 * cu_colsum_chunks(N) * C * 4) && !cudaMalloc((void **)&d_g16, n * 2);
-        if (!ok) { CHECK2(0, "bf16 norm backward %s: allocation", NAME[kind]); goto next; }
+        if (!ok) { CHECK2(0, "norm backward %s: allocation", name); goto next; }
         fill(x, n, 41 + kind); fill(g, n, 43 + kind); fill(w, C, 45 + kind); fill(b, C, 47 + kind); fill(d0, n, 49);
         for (int c = 0; c < C; c++) w[c] += 1.0f;
-        for (size_t i = 0; i < n; i++) { gr[i] = bf16_round(g[i]); g16[i] = bf16_bits_h(g[i]); }
+        for (size_t i = 0; i < n; i++) { x[i] += 0.3f * (float)(i % 7); gr[i] = bf16_round(g[i]); g16[i] = bf16_bits_h(g[i]); }
         cudaMemcpy(d_x, x, n * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(d_w, w, C * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(d_b, b, C * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(d_g16, g16, n * 2, cudaMemcpyHostToDevice);
         if (kind == 0) cu_layernorm_forward(d_out, NULL, d_mean, d_rstd, d_x, d_w, d_b, N, C, 1e-5f);
         else cu_rmsnorm_forward(d_out, NULL, d_rstd, d_x, d_w, N, C, 1e-5f);
+        cudaMemcpy(mean, d_mean, N * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(rstd, d_rstd, N * 4, cudaMemcpyDeviceToHost);
         /* v = 0: fp32 rounded values; 1: dout16; 2: fp32 unrounded, rnd; 3: fp32 unrounded */
         for (int v = 0; v < 4; v++) {
             cudaMemcpy(d_g, v ? g : gr, n * 4, cudaMemcpyHostToDevice);
@@ -546,28 +558,68 @@ static void run_bf16_norm_kernels(void) {
             cudaMemcpy(d_db, d0 + 2, C * 4, cudaMemcpyHostToDevice);
             const float *dg = v == 1 ? NULL : d_g;
             const uint16_t *dg16 = v == 1 ? d_g16 : NULL;
-            if (kind == 0) cu_layernorm_backward(d_dx, d_dw, d_db, dg, dg16, v == 2, d_x, d_w, d_mean, d_rstd, N, C, d_part);
-            else cu_rmsnorm_backward(d_dx, d_dw, dg, dg16, v == 2, d_x, d_w, d_rstd, N, C, d_part);
+            if (kind == 0)
+                cu_layernorm_backward(d_dx, d_dw, d_db, dg, dg16, v == 2, d_x, d_w, d_mean, d_rstd, N, C, d_part, fused);
+            else cu_rmsnorm_backward(d_dx, d_dw, dg, dg16, v == 2, d_x, d_w, d_rstd, N, C, d_part, fused);
             cudaMemcpy(res[v][0], d_dx, n * 4, cudaMemcpyDeviceToHost);
             cudaMemcpy(res[v][1], d_dw, C * 4, cudaMemcpyDeviceToHost);
             cudaMemcpy(res[v][2], d_db, C * 4, cudaMemcpyDeviceToHost);
         }
-        if (cudaDeviceSynchronize()) { CHECK2(0, "bf16 norm backward %s: the kernels failed", NAME[kind]); goto next; }
+        if (cudaDeviceSynchronize()) { CHECK2(0, "norm backward %s: the kernels failed", name); goto next; }
+        {                                 /* the reference (v = 0), in double */
+            double *rdw = calloc(C, sizeof(double)), *rdb = calloc(C, sizeof(double));
+            double *sw = calloc(C, sizeof(double)), *sb = calloc(C, sizeof(double));
+            double ex = 0, mx = 0, ew = 0, eb = 0;
+            if (!rdw || !rdb || !sw || !sb) ex = INFINITY;
+            for (int r = 0; r < N && rdw && rdb && sw && sb; r++) {
+                const float *xr = x + (size_t)r * C, *gy = gr + (size_t)r * C;
+                double s = rstd[r], m = kind ? 0.0 : mean[r], a1 = 0, a2 = 0;
+                for (int c = 0; c < C; c++) {
+                    double xh = (xr[c] - m) * s;
+                    a1 += w[c] * (double)gy[c];
+                    a2 += w[c] * (double)gy[c] * (kind ? (double)xr[c] : xh);
+                }
+                for (int c = 0; c < C; c++) {
+                    double xh = (xr[c] - m) * s, dn = w[c] * (double)gy[c];
+                    double want = d0[(size_t)r * C + c] +
+                                  (kind ? s * (dn - xr[c] * a2 * s * s / C) : s * (dn - a1 / C - xh * a2 / C));
+                    ex = fmax(ex, fabs(want - res[0][0][(size_t)r * C + c]));
+                    mx = fmax(mx, fabs(want));
+                    rdw[c] += gy[c] * xh; sw[c] += fabs(gy[c] * xh);
+                    rdb[c] += gy[c]; sb[c] += fabs(gy[c]);
+                }
+            }
+            for (int c = 0; c < C && rdw && rdb && sw && sb; c++) {
+                ew = fmax(ew, fabs(d0[1 + c] + rdw[c] - res[0][1][c]) / (1.0 + sw[c]));
+                if (!kind) eb = fmax(eb, fabs(d0[2 + c] + rdb[c] - res[0][2][c]) / (1.0 + sb[c]));
+            }
+            CHECK2(ex <= 1e-5 * fmax(1.0, mx) && ew <= 1e-5 && eb <= 1e-5 && mx > 0,
+                   "norm backward %s: vs the double reference: dinp %.2e (max %.2f), dw %.2e, db %.2e (relative to "
+                   "the sum of the terms' sizes)", name, ex, mx, ew, eb);
+            free(rdw); free(rdb); free(sw); free(sb);
+        }
         size_t off[4] = {0, 0, 0, 0};
         for (int v = 1; v < 4; v++)
             for (int k = 0; k < (kind ? 2 : 3); k++)
                 for (size_t i = 0; i < (k ? (size_t)C : n); i++) off[v] += memcmp(&res[v][k][i], &res[0][k][i], 4) != 0;
         CHECK2(!off[1] && !off[2] && off[3] > n / 2,
-               "bf16 norm backward %s: from dout16 %zu, from fp32 rounded on reading %zu values off the fp32 kernel's "
-               "on the rounded gradient (must be 0); unrounded %zu off (must be most of the %zu)", NAME[kind], off[1],
+               "norm backward %s, bf16: from dout16 %zu, from fp32 rounded on reading %zu values off the fp32 kernel's "
+               "on the rounded gradient (must be 0); unrounded %zu off (must be most of the %zu)", name, off[1],
                off[2], off[3], n + (kind ? 1 : 2) * (size_t)C);
+        if (sh == 0 && kind == 0) dx_fused = malloc(2 * n * 4);
+        if (sh < 2 && dx_fused) {         /* the fused and the unfused dinp: the same expressions, the same bits */
+            if (sh == 0) memcpy(dx_fused + kind * n, res[0][0], n * 4);
+            else CHECK2(!memcmp(dx_fused + kind * n, res[0][0], n * 4),
+                        "norm backward %s: dinp the same bits as the fused kernel's", name);
+        }
     next:
-        free(x); free(g); free(gr); free(w); free(b); free(d0); free(g16);
+        free(x); free(g); free(gr); free(w); free(b); free(d0); free(mean); free(rstd); free(g16);
         for (int v = 0; v < 4; v++)
             for (int k = 0; k < 3; k++) free(res[v][k]);
         cudaFree(d_x); cudaFree(d_g); cudaFree(d_w); cudaFree(d_b); cudaFree(d_out); cudaFree(d_mean); cudaFree(d_rstd);
         cudaFree(d_dx); cudaFree(d_dw); cudaFree(d_db); cudaFree(d_part); cudaFree(d_g16);
     }
+    free(dx_fused);
 }
 
 /* The bf16 tensor-core kernels against the fp32 kernels (themselves checked against the CPU
@@ -1008,7 +1060,7 @@ int main(int argc, char **argv) {
         if (!only || strstr(CASES[i].name, only)) run_case(&CASES[i]);
     if (!only || strstr("bf16 gemm", only)) run_bf16_gemm();
     if (!only || strstr("bf16 mlp kernels", only)) run_bf16_mlp_kernels();
-    if (!only || strstr("bf16 norm backward", only)) run_bf16_norm_kernels();
+    if (!only || strstr("norm backward", only)) run_norm_kernels();
     for (size_t i = 0; i < sizeof ACASES / sizeof ACASES[0]; i++) {
         char name[160];
         snprintf(name, sizeof name, "tc attention %s", ACASES[i].name);

@@ -120,9 +120,9 @@ __global__ void attn_di_k(cu_attn a, const float *dout, float *Di) {
     if (row >= (long)a.B * a.H * a.Lq) return;
     const int i = (int)(row % a.Lq), h = (int)(row / a.Lq % a.H), b = (int)(row / ((long)a.Lq * a.H));
     const long off = b * a.o_sb + h * a.o_sh + (long)i * a.o_st;
+    const uint16_t *dout16 = dout ? NULL : a.dout16;      /* dO's bf16 form as input */
     float s = 0.0f;
-    for (int d = lane; d < a.D; d += 32)
-        s += (a.out16 ? bf16_float(a.out16[off + d]) : a.out[off + d]) * (dout ? dout[off + d] : bf16_float(a.dout16[off + d]));
+    for (int d = lane; d < a.D; d += 32) s += get(a.out, a.out16, off + d) * get(dout, dout16, off + d);
     if (a.dout16 && dout) for (int d = lane; d < a.D; d += 32) a.dout16[off + d] = bf16_bits(dout[off + d]);
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) Di[row] = s;

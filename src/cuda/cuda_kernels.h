@@ -44,10 +44,11 @@ void cu_layernorm_forward(float *out, uint16_t *out16, float *mean, float *rstd,
 /* dinp += ..., dw += ..., db += ... (db may be NULL). part: scratch of 2 * R * C floats,
  * R = cu_colsum_chunks(N). fused (for C <= 2048): one pass over dout and inp for all three
  * (deterministic: fixed row blocks, warps added in order); else a dx kernel, then a column-sum
- * pass (dinp's bits are the same either way; dw's and db's summation order differs). The gradient dout is read from dout16 (bf16) when given, else
- * from dout, rounded to bf16 first when rnd (bf16 mixed precision: the input gradient of
- * the GEMM that reads the norm's output is that GEMM's bf16 output, as under autocast; an
- * fp32 sum of several GEMMs' outputs then stands for it). */
+ * pass (dinp's bits are the same either way; dw's and db's summation order differs). The
+ * gradient dout is read from dout16 (bf16) when given, else from dout, rounded to bf16 first
+ * when rnd (bf16 mixed precision: the input gradient of the GEMM that reads the norm's
+ * output is that GEMM's bf16 output, as under autocast; an fp32 sum of several GEMMs'
+ * outputs then stands for it). */
 void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16, int rnd,
                            const float *inp, const float *w, const float *mean, const float *rstd, int N, int C,
                            float *part, int fused);

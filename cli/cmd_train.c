@@ -310,7 +310,25 @@ static int train_main(int argc, char **argv, int *agreed) {
         FAIL("the tokenizer has %d tokens but the model's vocab_size is %d", sk_tok_vocab_size(tok), cfg.vocab_size);
     }
     if (sk_config_check(&cfg)) FAIL_LIB();
-    if (m && sk_config_diff(sk_model_config(m), &cfg, r0 ? "the checkpoint" : "the --init weights", "the command line")) {
+    if (m && !r0) {
+        /* starting from weights may change what no weight depends on: the Skip-Layer routing
+         * (SLA adds no parameters, so a baseline, e.g. GPT-2's own, can be fine-tuned with
+         * SLA) and dropout; the rest must match the file */
+        sk_config w = *sk_model_config(m);
+        w.n_skip_layer = cfg.n_skip_layer; w.n_skip_head = cfg.n_skip_head; w.dropout = cfg.dropout;
+        memcpy(w.routing, cfg.routing, sizeof w.routing);
+        if (sk_config_diff(&w, &cfg, "the --init weights", "the command line")) {
+            fprintf(stderr, "skiplm train: %s; nothing was written\n", sk_last_error());
+            goto done;
+        }
+        sk_model *m2;
+        if (sk_model_new(&m2, &cfg, 0)) FAIL_LIB();
+        if (sk_model_num_params(m2) != sk_model_num_params(m)) { sk_model_free(m2); FAIL("internal: the routing changed the parameter count"); }
+        memcpy(sk_model_params(m2), sk_model_params(m), sk_model_num_params(m) * sizeof(float));
+        sk_model_free(m);
+        m = m2;
+    }
+    if (m && r0 && sk_config_diff(sk_model_config(m), &cfg, "the checkpoint", "the command line")) {
         fprintf(stderr, "skiplm train: %s; nothing was written\n", sk_last_error());
         goto done;
     }

@@ -125,6 +125,8 @@ int sk_config_diff(const sk_config *a, const sk_config *b, const char *an, const
         return sk_error(SK_EINVAL, "model config field 'gelu' is %s in %s but %s in %s",
                         a->gelu == SK_GELU_TANH ? "tanh" : "erf", an, b->gelu == SK_GELU_TANH ? "tanh" : "erf", bn);
     CI(n_skip_layer); CI(n_skip_head); CF(norm_eps);
+    if (strcmp(a->routing, b->routing))
+        return sk_error(SK_EINVAL, "model config field 'routing' is \"%s\" in %s but \"%s\" in %s", a->routing, an, b->routing, bn);
     if (a->family == SK_LLAMA) { CF(rope_theta); CI(ffn_hidden); }
 #undef CI
 #undef CF

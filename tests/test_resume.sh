@@ -108,6 +108,12 @@ check "resume with --n_layer 3 refused (rc $rc)" test $rc != 0
 check "  message names the field: $(head -1 "$tmp/e3")" grep -q "n_layer" "$tmp/e3"
 $SK train --resume "$tmp/k3" --lr 1e-3 2>"$tmp/e3"; rc=$?
 check "resume with another --lr refused, naming it: $(head -1 "$tmp/e3")" grep -q "'lr'" "$tmp/e3"
+$SK train $D --n_layer 2 --n_head 4 --n_embd 16 --block_size 16 --routing "1:0=-1" --batch 2 --seq 16 --steps 4 \
+    --out "$tmp/kr" 2>/dev/null || fail "a run with a routing table"
+cp "$tmp/kr/ckpt.safetensors" "$tmp/kr.ckpt"
+$SK train --resume "$tmp/kr" --routing "1:1=-1" 2>"$tmp/e3"; rc=$?
+check "resume with another --routing refused (rc $rc), naming it: $(head -1 "$tmp/e3")" grep -q "'routing'" "$tmp/e3"
+check "  checkpoint untouched" cmp -s "$tmp/kr.ckpt" "$tmp/kr/ckpt.safetensors"
 $SK train --resume "$tmp/k3" --steps 400 2>"$tmp/e3"; rc=$?
 check "resume with another --steps refused: $(head -1 "$tmp/e3")" grep -q "'steps'" "$tmp/e3"
 check "  checkpoint untouched" cmp -s "$tmp/k3.ckpt" "$tmp/k3/ckpt.safetensors"

@@ -8,16 +8,29 @@
 #include "skiplm_cuda.h"
 #endif
 
-/* The tokenizer named by --tokenizer, or recorded in the checkpoint's metadata. */
+/* The tokenizer named by --tokenizer, or recorded in the checkpoint's metadata, or GPT-2's
+ * files beside the weights (a Hugging Face folder: vocab.json + merges.txt). */
 static int load_tokenizer(sk_tokenizer **tok, const char *given, const char *weights) {
     if (given) return sk_tok_load(tok, given);
+    char *file = sk_weights_file(weights);
     sk_safetensors st;
-    if (sk_st_read(weights, &st)) return 1;
+    if (!file || sk_st_read(file, &st)) { free(file); return 1; }
     const char *p = sk_st_meta(&st, "tokenizer_path");
     if (!p) p = sk_st_meta(&st, "tokenizer");
-    int rc = p ? sk_tok_load(tok, p) :
-        sk_error(SK_EINVAL, "%s records no tokenizer: give --tokenizer (a vocab.json or a folder with encoder.json and vocab.bpe)", weights);
+    int rc;
+    if (p) rc = sk_tok_load(tok, p);
+    else {
+        char *slash = strrchr(file, '/'), dir[4096], a[4200], b[4200];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
+        snprintf(a, sizeof a, "%s/merges.txt", dir);
+        snprintf(b, sizeof b, "%s/vocab.bpe", dir);
+        struct stat sb;
+        rc = stat(a, &sb) == 0 || stat(b, &sb) == 0 ? sk_tok_load_gpt2_dir(tok, dir) :
+            sk_error(SK_EINVAL, "%s records no tokenizer and has none beside it: give --tokenizer (a vocab.json, "
+                     "or a folder with encoder.json and vocab.bpe, or vocab.json and merges.txt)", file);
+    }
     sk_st_free(&st);
+    free(file);
     return rc;
 }
 
@@ -97,7 +110,7 @@ int cmd_sample(int argc, char **argv) {
         {"top-p", 'f', &top_p, "nucleus: smallest set with this probability (1.0 = off)"},
         {"seed", 'u', &seed, "sampling seed (1337)"},
         {"greedy", 'b', &greedy, "same as --temperature 0"},
-        {"tokenizer", 's', &tok_path, "vocab.json (char) or folder with encoder.json + vocab.bpe (default: from the checkpoint)"},
+        {"tokenizer", 's', &tok_path, "vocab.json (char) or folder with encoder.json + vocab.bpe or vocab.json + merges.txt (default: from the checkpoint, or beside it)"},
         {"quiet", 'b', &quiet, "print only the generated text (no prompt, no statistics)"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},

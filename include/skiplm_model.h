@@ -129,15 +129,21 @@ void sk_model_zero_grad(sk_model *m);
 /* Weights as safetensors (SPEC §4): nanoGPT/HF names, config in __metadata__.
  * lm_head.weight is tied to transformer.wte.weight and not stored twice. */
 int sk_model_save(const sk_model *m, const char *path);
-/* Load a file. Config comes from the metadata; fields given in override (non-NULL)
- * take precedence (for files without skiplm metadata). */
+/* Load a file, or a folder holding model.safetensors (as Hugging Face writes it). Config
+ * comes from the metadata, or for a file without skiplm metadata from HF's config.json
+ * beside it (model_type gpt2 or llama), else from the shapes; fields given in override
+ * (non-NULL) take precedence. HF GPT-2 files load as they are: names with or without
+ * "transformer.", Linear weights stored (in, out) by Conv1D transposed on load. */
 int sk_model_load(sk_model **m, const char *path, const sk_config *override);
+/* The weights file a path names: path itself, or path/model.safetensors for a folder
+ * (malloc'd; NULL when out of memory). */
+char *sk_weights_file(const char *path);
 /* The same, with extra tensors and metadata already added to `extra` by the caller (a
  * checkpoint adds its optimizer state); the writer is not freed. */
 int sk_model_save_with(const sk_model *m, const char *path, sk_st_writer *extra);
 /* Build the model from an already parsed file (path is for messages). */
 int sk_model_load_st(sk_model **m, const sk_safetensors *st, const char *path, const sk_config *override);
-/* Read just the config from a weights file's metadata. */
+/* Read just the config of a weights file or folder, as sk_model_load does. */
 int sk_config_from_file(sk_config *cfg, const char *path);
 
 /* Per-phase timers (seconds, accumulated since the last reset). */

@@ -27,7 +27,8 @@ extern "C" {
 typedef struct sk_tokenizer sk_tokenizer;
 
 int sk_tok_load_gpt2(sk_tokenizer **tok, const char *encoder_json, const char *vocab_bpe);
-/* Load GPT-2 files from a directory holding encoder.json and vocab.bpe. */
+/* Load GPT-2 files from a directory holding encoder.json and vocab.bpe, or the same
+ * files under Hugging Face's names, vocab.json and merges.txt. */
 int sk_tok_load_gpt2_dir(sk_tokenizer **tok, const char *dir);
 int sk_tok_build_char(sk_tokenizer **tok, const char *text, size_t len);
 int sk_tok_load_char(sk_tokenizer **tok, const char *vocab_json);

@@ -419,6 +419,16 @@ int sk_tok_load_gpt2_dir(sk_tokenizer **out, const char *dir) {
     if (!a || !b) { free(a); free(b); return sk_error(SK_ENOMEM, "out of memory"); }
     snprintf(a, n, "%s/encoder.json", dir);
     snprintf(b, n, "%s/vocab.bpe", dir);
+    struct stat sb;
+    if (stat(a, &sb) != 0) {
+        /* Hugging Face's names for the same two files */
+        snprintf(a, n, "%s/vocab.json", dir);
+        snprintf(b, n, "%s/merges.txt", dir);
+        if (stat(a, &sb) != 0 || stat(b, &sb) != 0) {
+            free(a); free(b);
+            return sk_error(SK_EIO, "%s: no GPT-2 tokenizer here (encoder.json + vocab.bpe, or vocab.json + merges.txt)", dir);
+        }
+    }
     int rc = sk_tok_load_gpt2(out, a, b);
     free(a); free(b);
     return rc;

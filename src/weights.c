@@ -1,9 +1,18 @@
 /* Model weights as safetensors: nanoGPT / HF tensor names, config in __metadata__.
  * Llama q/k projections: skiplm rotates adjacent pairs (x[2j], x[2j+1]) (SPEC §3), HF's
  * code rotates halves (x[j], x[j+d/2]); rows are permuted on export and back on import,
- * as HF's own Llama conversion does, so HF code gets the same results. */
+ * as HF's own Llama conversion does, so HF code gets the same results.
+ *
+ * Files as Hugging Face's transformers writes them load too (a folder with model.safetensors
+ * and config.json, as on the Hub): the config comes from config.json where the file has no
+ * skiplm metadata, GPT-2's blocks may lack the "transformer." prefix (GPT2Model's names,
+ * those of the Hub's "gpt2"), and GPT-2's four Linear weights may be stored (in, out), as
+ * HF's Conv1D holds them (y = x W + b); they are transposed on load. */
+#include "fileio.h"
+#include "json.h"
 #include "model.h"
 #include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,52 +43,214 @@ static int write_config_meta(sk_st_writer *w, const sk_config *c) {
     return rc;
 }
 
-static int config_from_st(sk_config *c, const sk_safetensors *st, const char *path) {
-    sk_config_default(c);
-    const char *fam = sk_st_meta(st, "family");
-    if (!fam) {
-        /* no skiplm metadata: guess the family from the names, the rest must come from overrides */
-        fam = sk_st_find(st, "model.embed_tokens.weight") ? "llama" : "gpt2";
+/* ------------------------------------------------- Hugging Face layouts */
+
+/* The name the file stores one of the model's tensors under: the model's own, or for GPT-2
+ * the same without "transformer." (GPT2Model, the Hub's "gpt2" files); NULL if neither. */
+static const char *file_name(const sk_safetensors *st, const char *name) {
+    if (sk_st_find(st, name)) return name;
+    if (!strncmp(name, "transformer.", 12) && sk_st_find(st, name + 12)) return name + 12;
+    return NULL;
+}
+static const sk_st_tensor *find_named(const sk_safetensors *st, const char *name) {
+    const char *n = file_name(st, name);
+    return n ? sk_st_find(st, n) : NULL;
+}
+
+/* GPT-2's Linear weights stored (in, out), as HF's Conv1D holds them: layer 0's c_attn
+ * says so by its shape, (C, 3C) rather than (3C, C); the file is read one way throughout. */
+static int gpt2_conv1d(const sk_safetensors *st) {
+    const sk_st_tensor *t = find_named(st, "transformer.h.0.attn.c_attn.weight");
+    return t && t->ndim == 2 && t->shape[1] > t->shape[0];
+}
+static int is_gpt2_linear(const sk_model *m, const char *name) {
+    if (m->cfg.family != SK_GPT2) return 0;
+    static const char *const sfx[] = {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"};
+    size_t n = strlen(name);
+    for (int i = 0; i < 4; i++) {
+        size_t k = strlen(sfx[i]);
+        if (n > k && !strcmp(name + n - k, sfx[i])) return 1;
     }
-    int rc = sk_config_set(c, "family", fam);
+    return 0;
+}
+
+/* A path as given: a weights file, or a folder holding model.safetensors (HF's layout). */
+char *sk_weights_file(const char *path) {
+    struct stat sb;
+    int dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    size_t n = strlen(path) + 20;
+    char *f = malloc(n);
+    if (!f) { sk_error(SK_ENOMEM, "out of memory"); return NULL; }
+    snprintf(f, n, dir ? "%s/model.safetensors" : "%s", path);
+    return f;
+}
+
+/* One config.json value: JSON number (integral for integer fields), string or bool. */
+static int hf_set(sk_config *c, const sk_json *v, const char *key, const char *field, const char *cfg_path) {
+    char buf[64];
+    if (v->type == SK_JSON_NUM) {
+        int is_int = strcmp(field, "norm_eps") && strcmp(field, "rope_theta");
+        if (is_int && (v->num != floor(v->num) || fabs(v->num) > 1e9))
+            return sk_error(SK_EFORMAT, "%s: \"%s\" must be a whole number (got %.17g)", cfg_path, key, v->num);
+        snprintf(buf, sizeof buf, is_int ? "%.0f" : "%.9g", v->num);
+    } else if (v->type == SK_JSON_BOOL) snprintf(buf, sizeof buf, "%d", v->boolean);
+    else return sk_error(SK_EFORMAT, "%s: \"%s\" must be a number", cfg_path, key);
+    if (sk_config_set(c, field, buf)) return sk_error(SK_EFORMAT, "%s: \"%s\": %s", cfg_path, key, sk_last_error());
+    return SK_OK;
+}
+
+/* The config of a file without skiplm metadata from the config.json beside it (HF's keys
+ * for model_type "gpt2" and "llama"), where there is one. Settings skiplm's models do not
+ * have are refused by name rather than silently giving other numbers. */
+static int apply_hf_config(sk_config *c, const char *weights_path, int *found) {
+    *found = 0;
+    const char *slash = strrchr(weights_path, '/');
+    size_t dl = slash ? (size_t)(slash - weights_path) + 1 : 0, n = dl + 16;
+    char *cp = malloc(n);
+    if (!cp) return sk_error(SK_ENOMEM, "out of memory");
+    snprintf(cp, n, "%.*sconfig.json", (int)dl, weights_path);
+    struct stat sb;
+    if (stat(cp, &sb) != 0) { free(cp); return SK_OK; }
+    uint8_t *text; size_t len;
+    sk_json j = {0};
+    char err[160];
+    int rc = sk_read_file(cp, &text, &len);
+    if (rc) { free(cp); return rc; }
+    if (sk_json_parse((const char *)text, len, &j, err, sizeof err)) rc = sk_error(SK_EFORMAT, "%s: %s", cp, err);
+    else if (j.type != SK_JSON_OBJ) rc = sk_error(SK_EFORMAT, "%s: not a JSON object", cp);
+    free(text);
+    const sk_json *mt = rc ? NULL : sk_json_get(&j, "model_type");
+    if (!rc && (!mt || mt->type != SK_JSON_STR || (strcmp(mt->str, "gpt2") && strcmp(mt->str, "llama"))))
+        rc = sk_error(SK_EFORMAT, "%s: model_type %s%s%s: skiplm reads \"gpt2\" and \"llama\"", cp,
+                      mt && mt->type == SK_JSON_STR ? "\"" : "", mt && mt->type == SK_JSON_STR ? mt->str : "missing",
+                      mt && mt->type == SK_JSON_STR ? "\"" : "");
+    if (rc) goto done;
+    const int llama = !strcmp(mt->str, "llama");
+    /* HF key, skiplm field, required (what the shapes alone do not pin down, or would be a guess) */
+    static const char *const gpt2_keys[][3] = {
+        {"n_layer", "n_layer", "1"}, {"n_head", "n_head", "1"}, {"n_embd", "n_embd", "1"},
+        {"n_positions", "block_size", "1"}, {"vocab_size", "vocab_size", "1"},
+        {"layer_norm_epsilon", "norm_eps", ""}, {"n_inner", "ffn_hidden", ""},
+    };
+    static const char *const llama_keys[][3] = {
+        {"num_hidden_layers", "n_layer", "1"}, {"num_attention_heads", "n_head", "1"},
+        {"num_key_value_heads", "n_kv_head", ""}, {"hidden_size", "n_embd", "1"},
+        {"intermediate_size", "ffn_hidden", "1"}, {"max_position_embeddings", "block_size", "1"},
+        {"vocab_size", "vocab_size", "1"}, {"rms_norm_eps", "norm_eps", ""}, {"rope_theta", "rope_theta", ""},
+    };
+    if ((rc = sk_config_set(c, "family", llama ? "llama" : "gpt2"))) goto done;
+    if (llama) { c->bias = 0; c->norm_eps = 1e-6f; }
+    else { c->bias = 1; c->gelu = SK_GELU_TANH; }     /* GPT-2's gelu_new unless it says otherwise */
+    const char *const (*keys)[3] = llama ? llama_keys : gpt2_keys;
+    const size_t nk = llama ? sizeof llama_keys / sizeof llama_keys[0] : sizeof gpt2_keys / sizeof gpt2_keys[0];
+    for (size_t i = 0; !rc && i < nk; i++) {
+        const sk_json *v = sk_json_get(&j, keys[i][0]);
+        if (v && v->type != SK_JSON_NULL) rc = hf_set(c, v, keys[i][0], keys[i][1], cp);
+        else if (keys[i][2][0]) rc = sk_error(SK_EFORMAT, "%s: \"%s\" is missing", cp, keys[i][0]);
+    }
+    if (rc) goto done;
+    /* the activation */
+    const sk_json *act = sk_json_get(&j, llama ? "hidden_act" : "activation_function");
+    if (act && act->type == SK_JSON_STR) {
+        const char *a = act->str;
+        if (llama && strcmp(a, "silu"))
+            rc = sk_error(SK_EFORMAT, "%s: hidden_act \"%s\": skiplm's Llama MLP is SwiGLU (\"silu\")", cp, a);
+        else if (!llama && (!strcmp(a, "gelu_new") || !strcmp(a, "gelu_pytorch_tanh"))) c->gelu = SK_GELU_TANH;
+        else if (!llama && !strcmp(a, "gelu")) c->gelu = SK_GELU_ERF;
+        else if (!llama && !strcmp(a, "relu")) c->relu = 1;
+        else if (!llama)
+            rc = sk_error(SK_EFORMAT, "%s: activation_function \"%s\": skiplm has gelu_new, gelu_pytorch_tanh, gelu and relu", cp, a);
+        if (rc) goto done;
+    }
+    /* settings that would change the numbers and that skiplm's models do not have */
+    static const char *const off[] = {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "attention_bias",
+                                      "mlp_bias", "rope_scaling"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
+        const sk_json *v = sk_json_get(&j, off[i]);
+        if (v && !(v->type == SK_JSON_NULL || (v->type == SK_JSON_BOOL && !v->boolean))) {
+            rc = sk_error(SK_EFORMAT, "%s: \"%s\" is set: skiplm's models do not have it", cp, off[i]);
+            goto done;
+        }
+    }
+    const sk_json *sc = sk_json_get(&j, "scale_attn_weights");     /* GPT-2: scores / sqrt(d) unless false */
+    if (sc && sc->type == SK_JSON_BOOL && !sc->boolean) {
+        rc = sk_error(SK_EFORMAT, "%s: \"scale_attn_weights\" is false: skiplm's attention always scales by 1/sqrt(d)", cp);
+        goto done;
+    }
+    const sk_json *hd = sk_json_get(&j, "head_dim");
+    if (llama && hd && hd->type == SK_JSON_NUM && c->n_head > 0 && hd->num * c->n_head != c->n_embd) {
+        rc = sk_error(SK_EFORMAT, "%s: head_dim %.0f is not hidden_size / num_attention_heads", cp, hd->num);
+        goto done;
+    }
+    *found = 1;
+done:
+    sk_json_free(&j);
+    free(cp);
+    return rc;
+}
+
+/* heads_known (may be NULL): whether n_head came from the metadata or config.json; the shapes
+ * cannot tell it */
+static int config_from_st(sk_config *c, const sk_safetensors *st, const char *path, int *heads_known) {
+    sk_config_default(c);
+    const char *fmt = sk_st_meta(st, "format");
+    int hf = 0, rc = SK_OK;
+    if (!fmt || strcmp(fmt, "skiplm")) {
+        /* not written by skiplm: HF's config.json beside it, where there is one */
+        if ((rc = apply_hf_config(c, path, &hf))) return rc;
+    }
+    const char *fam = sk_st_meta(st, "family");
+    if (!fam) fam = hf ? (c->family == SK_LLAMA ? "llama" : "gpt2")
+                       : sk_st_find(st, "model.embed_tokens.weight") ? "llama" : "gpt2";   /* a guess from the names */
+    if (!hf) {
+        rc = sk_config_set(c, "family", fam);
+        if (!strcmp(fam, "llama")) { c->bias = 0; c->norm_eps = 1e-6f; }
+        /* GPT-2's own files (Conv1D layout) use its tanh GELU */
+        else if (gpt2_conv1d(st)) c->gelu = SK_GELU_TANH;
+    }
     const char *g = sk_st_meta(st, "gelu");
     if (!rc && g) rc = sk_config_set(c, "gelu", g);
     const char *rt = sk_st_meta(st, "routing");
     if (!rc && rt) rc = sk_config_set(c, "routing", rt);
-    if (!strcmp(fam, "llama")) { c->bias = 0; c->norm_eps = 1e-6f; }
     for (size_t i = 0; !rc && i < sizeof META / sizeof META[0]; i++) {
         const char *v = sk_st_meta(st, META[i].key);
         if (v) rc = sk_config_set(c, META[i].key, v);
     }
     if (rc) return sk_error(rc, "%s: metadata: %s", path, sk_last_error());
+    if (heads_known) *heads_known = hf || sk_st_meta(st, "n_head");
+    if (hf) return SK_OK;              /* config.json said it all */
     /* infer what the shapes tell, where the metadata said nothing */
-    const sk_st_tensor *wte = sk_st_find(st, c->family == SK_GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight");
+    const sk_st_tensor *wte = find_named(st, c->family == SK_GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight");
     if (wte && wte->ndim == 2) {
         if (!sk_st_meta(st, "vocab_size")) c->vocab_size = (int)wte->shape[0];
         if (!sk_st_meta(st, "n_embd")) c->n_embd = (int)wte->shape[1];
     }
-    const sk_st_tensor *wpe = sk_st_find(st, "transformer.wpe.weight");
+    const sk_st_tensor *wpe = find_named(st, "transformer.wpe.weight");
     if (wpe && wpe->ndim == 2 && !sk_st_meta(st, "block_size")) c->block_size = (int)wpe->shape[0];
     if (!sk_st_meta(st, "n_layer")) {
         int L = 0;
         char name[96];
         for (;;) {
             snprintf(name, sizeof name, c->family == SK_GPT2 ? "transformer.h.%d.ln_1.weight" : "model.layers.%d.input_layernorm.weight", L);
-            if (!sk_st_find(st, name)) break;
+            if (!find_named(st, name)) break;
             L++;
         }
         if (L) c->n_layer = L;
     }
-    if (c->family == SK_GPT2 && !sk_st_meta(st, "bias")) c->bias = sk_st_find(st, "transformer.ln_f.bias") != NULL;
+    if (c->family == SK_GPT2 && !sk_st_meta(st, "bias")) c->bias = find_named(st, "transformer.ln_f.bias") != NULL;
     return SK_OK;
 }
 
 int sk_config_from_file(sk_config *cfg, const char *path) {
+    char *file = sk_weights_file(path);
+    if (!file) return SK_ENOMEM;
     sk_safetensors st;
-    int rc = sk_st_read(path, &st);
-    if (rc) return rc;
-    rc = config_from_st(cfg, &st, path);
-    sk_st_free(&st);
+    int rc = sk_st_read(file, &st);
+    if (!rc) {
+        rc = config_from_st(cfg, &st, file, NULL);
+        sk_st_free(&st);
+    }
+    free(file);
     return rc;
 }
 
@@ -132,12 +303,16 @@ int sk_model_save_with(const sk_model *m, const char *path, sk_st_writer *extra)
 }
 
 int sk_model_load(sk_model **out, const char *path, const sk_config *override) {
-    sk_safetensors st;
     *out = NULL;
-    int rc = sk_st_read(path, &st);
-    if (rc) return rc;
-    rc = sk_model_load_st(out, &st, path, override);
-    sk_st_free(&st);
+    char *file = sk_weights_file(path);
+    if (!file) return SK_ENOMEM;
+    sk_safetensors st;
+    int rc = sk_st_read(file, &st);
+    if (!rc) {
+        rc = sk_model_load_st(out, &st, file, override);
+        sk_st_free(&st);
+    }
+    free(file);
     return rc;
 }
 
@@ -146,7 +321,8 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
     const sk_safetensors st = *stp;
     int rc;
     sk_config cfg;
-    if ((rc = config_from_st(&cfg, &st, path))) goto done;
+    int heads_known;
+    if ((rc = config_from_st(&cfg, &st, path, &heads_known))) goto done;
     if (override) {
         /* non-zero fields of the override win */
         const sk_config *o = override;
@@ -157,25 +333,31 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
                 memcpy(dst, src, META[i].is_float ? sizeof(float) : sizeof(int));
         }
     }
-    if (!sk_st_meta(&st, "n_head") && !(override && override->n_head)) {
+    if (!heads_known && !(override && override->n_head)) {
         rc = sk_error(SK_EFORMAT, "%s: n_head is not in the file's metadata and cannot be inferred from shapes; give it explicitly", path);
         goto done;
     }
     sk_model *m;
     if ((rc = sk_model_new(&m, &cfg, 0))) { rc = sk_error(rc, "%s: %s", path, sk_last_error()); goto done; }
     memset(m->params, 0, m->n_params * sizeof(float));
+    const int conv1d = gpt2_conv1d(&st);
     for (int i = 0; i < m->n_tensors; i++) {
         const sk_tensor *t = &m->tensors[i];
-        const sk_st_tensor *ft = sk_st_find(&st, t->name);
+        const char *fname = file_name(&st, t->name);
+        const sk_st_tensor *ft = fname ? sk_st_find(&st, fname) : NULL;
+        /* the shape the file must hold: (in, out) for a Conv1D file's Linear weights */
+        const int tr = conv1d && is_gpt2_linear(m, t->name);
+        const int64_t want0 = tr ? t->shape[1] : t->shape[0], want1 = tr ? t->shape[0] : t->shape[1];
         if (!ft) {
             rc = sk_error(SK_EFORMAT, "%s: tensor '%s' is missing (config: %d layers%s)", path, t->name,
                           m->L, m->cfg.bias ? ", with biases" : ", no biases");
             break;
         }
-        if (ft->ndim != t->ndim || ft->shape[0] != t->shape[0] || (t->ndim > 1 && ft->shape[1] != t->shape[1])) {
-            rc = sk_error(SK_EFORMAT, "%s: tensor '%s' has shape [%lld%s%lld] but the config needs [%lld%s%lld]",
-                          path, t->name, (long long)ft->shape[0], ft->ndim > 1 ? ", " : "", ft->ndim > 1 ? (long long)ft->shape[1] : 0LL,
-                          (long long)t->shape[0], t->ndim > 1 ? ", " : "", t->ndim > 1 ? (long long)t->shape[1] : 0LL);
+        if (ft->ndim != t->ndim || ft->shape[0] != want0 || (t->ndim > 1 && ft->shape[1] != want1)) {
+            rc = sk_error(SK_EFORMAT, "%s: tensor '%s' has shape [%lld%s%lld] but the config needs [%lld%s%lld]%s",
+                          path, fname, (long long)ft->shape[0], ft->ndim > 1 ? ", " : "", ft->ndim > 1 ? (long long)ft->shape[1] : 0LL,
+                          (long long)want0, t->ndim > 1 ? ", " : "", t->ndim > 1 ? (long long)want1 : 0LL,
+                          tr ? " (the file stores GPT-2's Linear weights (in, out), as HF's Conv1D)" : "");
             if (ft->ndim == 1 && t->ndim == 1)
                 rc = sk_error(SK_EFORMAT, "%s: tensor '%s' has %lld elements but the config needs %lld",
                               path, t->name, (long long)ft->shape[0], (long long)t->shape[0]);
@@ -183,7 +365,16 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
         }
         float *dst = m->params + t->offset;
         int nh;
-        if ((rc = sk_st_get_f32(&st, t->name, dst, t->numel))) break;
+        if ((rc = sk_st_get_f32(&st, fname, dst, t->numel))) break;
+        if (tr) {                  /* (in, out) -> (out, in) */
+            float *tmp = malloc(t->numel * sizeof(float));
+            if (!tmp) { rc = sk_error(SK_ENOMEM, "out of memory"); break; }
+            const size_t R = (size_t)t->shape[0], K = (size_t)t->shape[1];
+            for (size_t r = 0; r < R; r++)
+                for (size_t k = 0; k < K; k++) tmp[r * K + k] = dst[k * R + r];
+            memcpy(dst, tmp, t->numel * sizeof(float));
+            free(tmp);
+        }
         if (is_rope_proj(m, t->name, &nh)) {
             float *tmp = malloc(t->numel * sizeof(float));
             if (!tmp) { rc = sk_error(SK_ENOMEM, "out of memory"); break; }
@@ -193,7 +384,7 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
         }
         for (size_t k = 0; k < t->numel; k++)
             if (!isfinite(dst[k])) {
-                rc = sk_error(SK_ENUM, "%s: tensor '%s' holds a non-finite value at element %zu", path, t->name, k);
+                rc = sk_error(SK_ENUM, "%s: tensor '%s' holds a non-finite value at element %zu", path, fname, k);
                 break;
             }
         if (rc) break;

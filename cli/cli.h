@@ -34,6 +34,11 @@ int cli_list_docs(const char *input, int is_default, cli_docs *docs);
 void cli_docs_free(cli_docs *docs);
 /* mkdir -p: creates dir and its missing parents (0 or -1 with errno). */
 int cli_mkdir_p(const char *dir);
+/* The tokenizer of a weights file or folder: the one its metadata records (a checkpoint),
+ * else GPT-2's files beside it (a Hugging Face folder: vocab.json + merges.txt, or
+ * encoder.json + vocab.bpe). Writes the path (a file or a folder) to out; an error names
+ * the weights and what to give instead. */
+int cli_tokenizer_of(const char *weights, char *out, size_t n);
 /* Reads a whole file (NUL-terminated). */
 int cli_read_file(const char *path, char **data, size_t *len);
 
@@ -46,4 +51,5 @@ int cmd_sample(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 #endif

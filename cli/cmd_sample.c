@@ -8,30 +8,11 @@
 #include "skiplm_cuda.h"
 #endif
 
-/* The tokenizer named by --tokenizer, or recorded in the checkpoint's metadata, or GPT-2's
- * files beside the weights (a Hugging Face folder: vocab.json + merges.txt). */
+/* The tokenizer named by --tokenizer, or the weights' own (cli_tokenizer_of). */
 static int load_tokenizer(sk_tokenizer **tok, const char *given, const char *weights) {
     if (given) return sk_tok_load(tok, given);
-    char *file = sk_weights_file(weights);
-    sk_safetensors st;
-    if (!file || sk_st_read(file, &st)) { free(file); return 1; }
-    const char *p = sk_st_meta(&st, "tokenizer_path");
-    if (!p) p = sk_st_meta(&st, "tokenizer");
-    int rc;
-    if (p) rc = sk_tok_load(tok, p);
-    else {
-        char *slash = strrchr(file, '/'), dir[4096], a[4200], b[4200];
-        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
-        snprintf(a, sizeof a, "%s/merges.txt", dir);
-        snprintf(b, sizeof b, "%s/vocab.bpe", dir);
-        struct stat sb;
-        rc = stat(a, &sb) == 0 || stat(b, &sb) == 0 ? sk_tok_load_gpt2_dir(tok, dir) :
-            sk_error(SK_EINVAL, "%s records no tokenizer and has none beside it: give --tokenizer (a vocab.json, "
-                     "or a folder with encoder.json and vocab.bpe, or vocab.json and merges.txt)", file);
-    }
-    sk_st_free(&st);
-    free(file);
-    return rc;
+    char path[4096];
+    return cli_tokenizer_of(weights, path, sizeof path) || sk_tok_load(tok, path);
 }
 
 /* The KV cache and decoding of either device; sampling is the host's for both. */

@@ -21,6 +21,7 @@ static const command COMMANDS[] = {
     {"eval", cmd_eval, "loss and perplexity of a weights file on a token shard"},
     {"sample", cmd_sample, "generate text from a model (KV cache)"},
     {"init", cmd_init, "write a randomly initialised model"},
+    {"export", cmd_export, "write a model as a Hugging Face folder (transformers' from_pretrained)"},
     {"info", cmd_info, "describe a preset, a config or a weights file"},
     {"bench", cmd_bench, "measure training and generation speed"},
     {"plot", cmd_plot, "draw loss curves of one or more runs as SVG"},

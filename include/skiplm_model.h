@@ -135,6 +135,11 @@ int sk_model_save(const sk_model *m, const char *path);
  * (non-NULL) take precedence. HF GPT-2 files load as they are: names with or without
  * "transformer.", Linear weights stored (in, out) by Conv1D transposed on load. */
 int sk_model_load(sk_model **m, const char *path, const sk_config *override);
+/* Write dir/model.safetensors and dir/config.json as Hugging Face's transformers writes
+ * GPT2LMHeadModel or LlamaForCausalLM, so that from_pretrained(dir) computes what skiplm
+ * does (dir must exist). Refused for what those models lack: Skip-Layer routing,
+ * sinusoidal positions, Llama with a ReLU MLP. */
+int sk_model_save_hf(const sk_model *m, const char *dir);
 /* The weights file a path names: path itself, or path/model.safetensors for a folder
  * (malloc'd; NULL when out of memory). */
 char *sk_weights_file(const char *path);

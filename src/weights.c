@@ -404,3 +404,89 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
 done:
     return rc;
 }
+
+/* ------------------------------------------- save as Hugging Face's layout */
+
+/* dir/model.safetensors and dir/config.json as transformers writes GPT2LMHeadModel or
+ * LlamaForCausalLM (dir must exist). Only what those models compute can be written: no
+ * Skip-Layer routing, no sinusoidal positions, no ReLU MLP in Llama. A GPT-2 without biases
+ * gets zero biases (the same function), its Linear weights are written (in, out) as Conv1D. */
+int sk_model_save_hf(const sk_model *m, const char *dir) {
+    const sk_config *c = &m->cfg;
+    const int gpt2 = c->family == SK_GPT2;
+    for (int l = 0; l < m->L; l++)
+        for (int r = 0; r < m->n_runs[l]; r++)
+            if (m->runs[(size_t)l * m->H + r].src != l)
+                return sk_error(SK_EINVAL, "Hugging Face's %s has no Skip-Layer Attention: layer %d reads layer %d's K/V",
+                                gpt2 ? "GPT-2" : "Llama", l, m->runs[(size_t)l * m->H + r].src);
+    if (c->sinusoidal) return sk_error(SK_EINVAL, "Hugging Face's %s has no sinusoidal positions", gpt2 ? "GPT-2" : "Llama");
+    if (!gpt2 && c->relu) return sk_error(SK_EINVAL, "Hugging Face's Llama has no plain ReLU MLP (its MLP is gated)");
+    const size_t zn = (size_t)(m->QKV > m->F ? m->QKV : m->F) + (size_t)m->C;
+    float *zeros = calloc(zn, sizeof(float));
+    float **tmp = calloc((size_t)m->n_tensors, sizeof(float *));
+    sk_st_writer *w = sk_st_writer_new();
+    int rc = zeros && tmp && w ? sk_st_add_meta(w, "format", "pt") : sk_error(SK_ENOMEM, "out of memory");
+    for (int i = 0; !rc && i < m->n_tensors; i++) {
+        const sk_tensor *t = &m->tensors[i];
+        const float *data = m->params + t->offset;
+        int64_t shape[2] = {t->shape[0], t->ndim > 1 ? t->shape[1] : 0};
+        int nh = 0;
+        if (is_gpt2_linear(m, t->name) || is_rope_proj(m, t->name, &nh)) {
+            if (!(tmp[i] = malloc(t->numel * sizeof(float)))) { rc = sk_error(SK_ENOMEM, "out of memory"); break; }
+            if (!gpt2) permute_rope_rows(tmp[i], data, nh, m->hs, m->C, 1);
+            else {                                          /* (out, in) -> Conv1D's (in, out) */
+                const size_t R = (size_t)t->shape[0], K = (size_t)t->shape[1];
+                for (size_t r = 0; r < R; r++)
+                    for (size_t k = 0; k < K; k++) tmp[i][k * R + r] = data[r * K + k];
+                shape[0] = t->shape[1]; shape[1] = t->shape[0];
+            }
+            data = tmp[i];
+        }
+        rc = sk_st_add(w, t->name, SK_F32, t->ndim, shape, data);
+        /* a GPT-2 without biases: zero biases after each weight that HF's has one for */
+        const char *dot = strrchr(t->name, '.');
+        if (!rc && gpt2 && !c->bias && dot && !strcmp(dot, ".weight") && strncmp(t->name, "transformer.w", 13)) {
+            char bn[96];
+            snprintf(bn, sizeof bn, "%.*s.bias", (int)(dot - t->name), t->name);
+            int64_t bs[1] = {is_gpt2_linear(m, t->name) ? t->shape[0] : m->C};
+            rc = sk_st_add(w, bn, SK_F32, 1, bs, zeros);
+        }
+    }
+    size_t n = strlen(dir) + 32;
+    char *path = malloc(n), *json = malloc(2048);
+    if (!rc && (!path || !json)) rc = sk_error(SK_ENOMEM, "out of memory");
+    if (!rc) {
+        snprintf(path, n, "%s/model.safetensors", dir);
+        rc = sk_st_write(w, path);
+    }
+    if (!rc) {
+        char inner[32];
+        if (gpt2 && m->F != 4 * m->C) snprintf(inner, sizeof inner, "%d", m->F);
+        else snprintf(inner, sizeof inner, "null");
+        int len = gpt2 ?
+            snprintf(json, 2048,
+                     "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                     "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n"
+                     "  \"vocab_size\": %d,\n  \"n_inner\": %s,\n  \"activation_function\": \"%s\",\n"
+                     "  \"layer_norm_epsilon\": %.9g,\n  \"embd_pdrop\": %.9g,\n  \"attn_pdrop\": %.9g,\n  \"resid_pdrop\": %.9g,\n"
+                     "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+                     c->n_layer, c->n_head, c->n_embd, c->block_size, c->block_size, c->vocab_size, inner,
+                     c->relu ? "relu" : c->gelu == SK_GELU_TANH ? "gelu_new" : "gelu", (double)c->norm_eps,
+                     (double)c->dropout, (double)c->dropout, (double)c->dropout) :
+            snprintf(json, 2048,
+                     "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+                     "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
+                     "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n"
+                     "  \"vocab_size\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n  \"hidden_act\": \"silu\",\n"
+                     "  \"attention_dropout\": %.9g,\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+                     "  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+                     c->n_layer, c->n_head, m->Hkv, c->n_embd, m->F, c->block_size, c->vocab_size, (double)c->norm_eps,
+                     (double)c->rope_theta, (double)c->dropout);
+        snprintf(path, n, "%s/config.json", dir);
+        rc = sk_write_atomic(path, json, (size_t)len);
+    }
+    if (w) sk_st_writer_free(w);
+    for (int i = 0; tmp && i < m->n_tensors; i++) free(tmp[i]);
+    free(tmp); free(zeros); free(path); free(json);
+    return rc;
+}

@@ -177,6 +177,12 @@ def cli_case(tmp):
     r = skiplm("sample", folder, "--prompt", "Hello world", "--tokens", "8", "--greedy", "--quiet")
     check(r.returncode == 0 and r.stdout.rstrip("\n") == want,
           f"sample from the HF folder with its vocab.json/merges.txt: greedy {r.stdout!r} vs reference {want!r} {r.stderr.strip()[:200]}")
+    # export of the folder: the tokenizer beside it travels under HF's names
+    again = os.path.join(tmp, "gpt2-again")
+    r = skiplm("export", folder, "--out", again)
+    same = r.returncode == 0 and all(open(os.path.join(again, f), "rb").read() == open(os.path.join(folder, f), "rb").read()
+                                     for f in ("vocab.json", "merges.txt"))
+    check(same, f"export copies GPT-2's tokenizer as vocab.json + merges.txt: {(r.stdout + r.stderr).strip()[:160]}")
     # fine-tuning from the folder, with SLA switched on
     data = os.path.join(tmp, "data")
     os.makedirs(data)
@@ -231,6 +237,74 @@ def bad_cases(tmp):
     check(r.returncode != 0 and "no-such-folder" in r.stderr, f"a missing folder is named: {r.stderr.strip()[:160]}")
 
 
+def read_folder(folder):
+    tensors, md = st.load_file(os.path.join(folder, "model.safetensors"))
+    with open(os.path.join(folder, "config.json")) as f:
+        return tensors, md, json.load(f)
+
+
+def export_cases(tmp):
+    """skiplm export: the folder computes skiplm's logits in the HF references, and loads back."""
+    V, B, T = 53, 2, 11
+    _, _, bpath = batch(tmp, "export", V, B, T)
+    cases = [
+        ("gpt2-erf-inner", ["n_layer=2", "n_head=4", "n_embd=32", "block_size=24", "gelu=erf", "ffn_hidden=40"]),
+        ("gpt2-tanh", ["n_layer=3", "n_head=2", "n_embd=16", "block_size=24", "gelu=tanh", "norm_eps=0.01"]),
+        ("gpt2-nobias", ["n_layer=2", "n_head=4", "n_embd=32", "block_size=24", "bias=0", "gelu=tanh"]),
+        ("llama-gqa", ["family=llama", "n_layer=2", "n_head=4", "n_kv_head=2", "n_embd=32", "block_size=24",
+                       "rope_theta=10000", "ffn_hidden=48"]),
+    ]
+    for name, kv in cases:
+        src, folder = os.path.join(tmp, name + ".safetensors"), os.path.join(tmp, name + "-hf")
+        if not check(run_tool("tool_model", "init", src, "9", f"vocab_size={V}", *kv), f"export {name}: skiplm init"):
+            continue
+        opath = os.path.join(tmp, name + ".o.safetensors")
+        run_tool("tool_model", "run", src, bpath, opath)
+        mine, _ = st.load_file(opath)
+        r = skiplm("export", src, "--out", folder)
+        if not check(r.returncode == 0, f"export {name}: {(r.stdout + r.stderr).strip()[:160]}"):
+            continue
+        tensors, md, cfg = read_folder(folder)
+        b, _ = st.load_file(bpath)
+        idx, tgt = b["inputs"].long(), b["targets"].long()
+        with torch.no_grad():
+            if cfg["model_type"] == "gpt2":
+                check(cfg["architectures"] == ["GPT2LMHeadModel"] and md.get("format") == "pt"
+                      and tensors["transformer.h.0.attn.c_attn.weight"].shape[0] == cfg["n_embd"],
+                      f"export {name}: GPT2LMHeadModel names, Conv1D (in, out) layout, format pt")
+                p = {k[len("transformer."):]: v for k, v in tensors.items()}
+                logits, loss = hf.forward(p, cfg, idx, tgt)
+            else:
+                lc = LlamaConfig(n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
+                                 n_kv_head=cfg["num_key_value_heads"], n_embd=cfg["hidden_size"],
+                                 block_size=cfg["max_position_embeddings"], vocab_size=cfg["vocab_size"],
+                                 ffn_hidden=cfg["intermediate_size"], norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"])
+                model = Llama(lc, halves=True)                 # HF's rotate_half on the file's rows
+                sd = dict(tensors)
+                sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+                model.load_state_dict(sd)
+                logits, loss = model(idx, tgt)
+        d = (mine["logits"] - logits).abs().max().item()
+        check(d <= 1e-4 and abs(mine["loss"].item() - loss.item()) <= 1e-5 * loss.item(),
+              f"export {name}: the HF reference on the folder gives skiplm's logits (max abs diff {d:.2e})")
+        back = os.path.join(tmp, name + ".back.safetensors")
+        if check(run_tool("tool_model", "run", folder, bpath, back), f"export {name}: the folder loads back"):
+            o2, _ = st.load_file(back)
+            d2 = (o2["logits"] - mine["logits"]).abs().max().item()
+            check(d2 == 0.0, f"export {name}: loaded back, the same logits to the bit (diff {d2:.1e})")
+    # what HF's models cannot compute is refused, nothing half-written
+    for name, kv, needle in [("sla", ["n_layer=4", "n_head=4", "n_embd=16", "n_skip_layer=2", "n_skip_head=2"],
+                              "no Skip-Layer Attention: layer 2 reads layer 0"),
+                             ("routing", ["n_layer=2", "n_head=2", "n_embd=16", "routing=1:1=-1"], "layer 1 reads layer 0"),
+                             ("sinusoidal", ["n_layer=2", "n_head=2", "n_embd=16", "sinusoidal=1"], "sinusoidal"),
+                             ("llama-relu", ["family=llama", "n_layer=2", "n_head=2", "n_embd=16", "relu=1"], "ReLU")]:
+        src, folder = os.path.join(tmp, name + ".safetensors"), os.path.join(tmp, name + "-hf")
+        run_tool("tool_model", "init", src, "9", f"vocab_size={V}", *kv)
+        r = skiplm("export", src, "--out", folder)
+        check(r.returncode != 0 and needle in r.stderr and not os.path.exists(os.path.join(folder, "config.json")),
+              f"export refuses {name}: {r.stderr.strip()[:150]}")
+
+
 with tempfile.TemporaryDirectory() as tmp:
     base = {"model_type": "gpt2", "n_layer": 3, "n_head": 4, "n_embd": 32, "n_positions": 48, "vocab_size": 67,
             "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "n_inner": None, "n_ctx": 48,
@@ -243,4 +317,5 @@ with tempfile.TemporaryDirectory() as tmp:
     llama_case(tmp)
     cli_case(tmp)
     bad_cases(tmp)
+    export_cases(tmp)
 finish()

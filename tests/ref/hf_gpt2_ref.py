@@ -5,8 +5,8 @@ than from skiplm's conventions:
   - names of GPT2Model ("h.0.attn.c_attn.weight", "wte.weight", ...); GPT2LMHeadModel's
     files put "transformer." in front and may add "lm_head.weight" (tied to wte);
   - Conv1D layers: weight (in, out), y = addmm(b, x, W), i.e. x @ W + b;
-  - the causal mask as a bool buffer "h.N.attn.bias" of (1, 1, n_positions, n_positions),
-    masked scores set to the dtype's minimum before the softmax;
+  - the causal mask as a bool buffer "h.N.attn.bias" of (1, 1, n_positions, n_positions)
+    where a file has it (else built), masked scores set to the dtype's minimum;
   - activation_function "gelu_new" (tanh approximation) or "gelu" (erf), LayerNorm with
     layer_norm_epsilon, logits = ln_f(x) @ wte^T.
 
@@ -67,7 +67,9 @@ def forward(p, cfg, idx, targets=None):
         q, k, v = conv1d(a, p[h + "attn.c_attn.weight"], p[h + "attn.c_attn.bias"]).split(C, dim=2)
         q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in (q, k, v))
         w = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d)
-        w = torch.where(p[h + "attn.bias"][:, :, :T, :T], w, torch.tensor(torch.finfo(w.dtype).min))
+        # the mask buffer, as older files store it; newer transformers builds it (not persistent)
+        mask = p.get(h + "attn.bias", torch.tril(torch.ones(T, T, dtype=torch.bool)).view(1, 1, T, T))
+        w = torch.where(mask[:, :, :T, :T], w, torch.tensor(torch.finfo(w.dtype).min))
         y = torch.matmul(torch.softmax(w, dim=-1), v).transpose(1, 2).reshape(B, T, C)
         x = x + conv1d(y, p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"])
         m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], eps)

@@ -119,11 +119,13 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found) {
     if (sk_json_parse((const char *)text, len, &j, err, sizeof err)) rc = sk_error(SK_EFORMAT, "%s: %s", cp, err);
     else if (j.type != SK_JSON_OBJ) rc = sk_error(SK_EFORMAT, "%s: not a JSON object", cp);
     free(text);
+    /* without a model_type it is some other tool's config.json, not HF's: not read */
     const sk_json *mt = rc ? NULL : sk_json_get(&j, "model_type");
-    if (!rc && (!mt || mt->type != SK_JSON_STR || (strcmp(mt->str, "gpt2") && strcmp(mt->str, "llama"))))
+    if (!rc && !mt) goto done;
+    if (!rc && (mt->type != SK_JSON_STR || (strcmp(mt->str, "gpt2") && strcmp(mt->str, "llama"))))
         rc = sk_error(SK_EFORMAT, "%s: model_type %s%s%s: skiplm reads \"gpt2\" and \"llama\"", cp,
-                      mt && mt->type == SK_JSON_STR ? "\"" : "", mt && mt->type == SK_JSON_STR ? mt->str : "missing",
-                      mt && mt->type == SK_JSON_STR ? "\"" : "");
+                      mt->type == SK_JSON_STR ? "\"" : "", mt->type == SK_JSON_STR ? mt->str : "not a string",
+                      mt->type == SK_JSON_STR ? "\"" : "");
     if (rc) goto done;
     const int llama = !strcmp(mt->str, "llama");
     /* HF key, skiplm field, required (what the shapes alone do not pin down, or would be a guess) */
@@ -163,7 +165,7 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found) {
         if (rc) goto done;
     }
     /* settings that would change the numbers and that skiplm's models do not have */
-    static const char *const off[] = {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "attention_bias",
+    static const char *const off[] = {"scale_attn_by_inverse_layer_idx", "attention_bias",
                                       "mlp_bias", "rope_scaling"};
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
         const sk_json *v = sk_json_get(&j, off[i]);

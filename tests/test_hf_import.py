@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,6 +54,17 @@ def batch(tmp, name, V, B, T, seed=5):
     path = os.path.join(tmp, name + ".batch.safetensors")
     st.save_file({"inputs": idx.int(), "targets": tgt.int()}, path)
     return idx, tgt, path
+
+
+def write_shard(path, V, n, seed=8):
+    """n random tokens below V as an llm.c shard (256 int32 header, then uint16)."""
+    toks = torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(seed))
+    hdr = np.zeros(256, dtype=np.int32)
+    hdr[:3] = [20240520, 1, n]
+    with open(path, "wb") as f:
+        f.write(hdr.tobytes())
+        f.write(toks.numpy().astype(np.uint16).tobytes())
+    return path
 
 
 def compare(name, out, logits, loss, grads):
@@ -147,15 +159,7 @@ def cli_case(tmp):
     shutil.copy(os.path.join(VOCAB, "encoder.json"), os.path.join(folder, "vocab.json"))
     shutil.copy(os.path.join(VOCAB, "vocab.bpe"), os.path.join(folder, "merges.txt"))
     # eval: the dumped batch's logits and the loss against the reference
-    shard = os.path.join(tmp, "shard.bin")
-    g = torch.Generator().manual_seed(8)
-    toks = torch.randint(0, 50257, (200,), generator=g)
-    import numpy as np
-    hdr = np.zeros(256, dtype=np.int32)
-    hdr[:3] = [20240520, 1, len(toks)]
-    with open(shard, "wb") as f:
-        f.write(hdr.tobytes())
-        f.write(toks.numpy().astype(np.uint16).tobytes())
+    shard = write_shard(os.path.join(tmp, "shard.bin"), 50257, 200)
     dump = os.path.join(tmp, "dump.safetensors")
     r = skiplm("eval", folder, shard, "--batch", "2", "--seq", "24", "--max-batches", "1", "--dump-logits", dump)
     if check(r.returncode == 0, "eval reads an HF folder" + ("" if r.returncode == 0 else ": " + r.stderr.strip())):
@@ -233,6 +237,11 @@ def bad_cases(tmp):
     short = {k: v for k, v in p.items() if k != "h.1.ln_2.bias"}
     expect("missing-tensor", short, cfg, "transformer.h.1.ln_2.bias' is missing")
     expect("config-vs-shapes", p, dict(cfg, n_embd=32, n_head=4), "wte.weight' has shape [30, 16]")
+    # a config.json without model_type is another tool's: not read (the file's own metadata counts)
+    other = os.path.join(tmp, "other-config")
+    write_folder(other, {"transformer." + k: v for k, v in p.items()}, {"lr": 0.1, "n_head": 7}, metadata={"n_head": "4"})
+    r = skiplm("eval", other, write_shard(os.path.join(tmp, "bad.bin"), 30, 100), "--batch", "1", "--seq", "8")
+    check(r.returncode == 0, f"a config.json without model_type is not HF's and is left alone: {r.stderr.strip()[:160]}")
     r = skiplm("eval", os.path.join(tmp, "no-such-folder"), bpath)
     check(r.returncode != 0 and "no-such-folder" in r.stderr, f"a missing folder is named: {r.stderr.strip()[:160]}")
 

@@ -240,3 +240,11 @@ int cli_tokenizer_of(const char *weights, char *out, size_t n) {
     free(file);
     return rc;
 }
+
+int cli_load_model(sk_model **m, const char *path, int n_head) {
+    if (n_head < 0) return sk_error(SK_EINVAL, "--n_head must be positive (got %d)", n_head);
+    sk_config o;
+    memset(&o, 0, sizeof o);          /* only the non-zero fields of an override count */
+    o.n_head = n_head;
+    return sk_model_load(m, path, n_head ? &o : NULL);
+}

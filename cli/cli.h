@@ -34,6 +34,10 @@ int cli_list_docs(const char *input, int is_default, cli_docs *docs);
 void cli_docs_free(cli_docs *docs);
 /* mkdir -p: creates dir and its missing parents (0 or -1 with errno). */
 int cli_mkdir_p(const char *dir);
+/* sk_model_load with the head count given on the command line (n_head > 0), for files that
+ * do not say it (PyTorch-written weights without metadata or config.json). */
+int cli_load_model(sk_model **m, const char *path, int n_head);
+#define CLI_N_HEAD_HELP "attention heads, for weights whose file does not say (no metadata, no config.json)"
 /* The tokenizer of a weights file or folder: the one its metadata records (a checkpoint),
  * else GPT-2's files beside it (a Hugging Face folder: vocab.json + merges.txt, or
  * encoder.json + vocab.bpe). Writes the path (a file or a folder) to out; an error names

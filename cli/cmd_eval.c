@@ -10,6 +10,7 @@
 #include <string.h>
 
 int cmd_eval(int argc, char **argv) {
+    int n_head = 0;
     int B = 8, T = 0, max_batches = 0, tf32 = 0, bf16 = 0;
     const char *dump = NULL, *device = "cpu";
     cli_opt opts[] = {
@@ -20,6 +21,7 @@ int cmd_eval(int argc, char **argv) {
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
+        {"n_head", 'i', &n_head, CLI_N_HEAD_HELP},
         {0},
     };
     char *pos[64]; int np;
@@ -41,7 +43,7 @@ int cmd_eval(int argc, char **argv) {
     }
 #endif
     sk_model *m;
-    if (sk_model_load(&m, pos[0], NULL)) return cli_fail("eval");
+    if (cli_load_model(&m, pos[0], n_head)) return cli_fail("eval");
     const sk_config *c = sk_model_config(m);
     if (T <= 0) T = c->block_size;
     if (T > c->block_size) { fprintf(stderr, "skiplm eval: --seq %d exceeds the model's block_size %d\n", T, c->block_size); return 2; }

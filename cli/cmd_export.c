@@ -27,10 +27,12 @@ static int copy_gpt2_tokenizer(const char *tok_dir, const char *out) {
 }
 
 int cmd_export(int argc, char **argv) {
+    int n_head = 0;
     const char *out = NULL, *tok = NULL;
     cli_opt opts[] = {
         {"out", 's', &out, "the folder to write (created if missing)"},
         {"tokenizer", 's', &tok, "GPT-2 tokenizer folder to copy beside the weights (default: the model's own, if GPT-2's)"},
+        {"n_head", 'i', &n_head, CLI_N_HEAD_HELP},
         {0},
     };
     char *pos[1]; int np;
@@ -38,7 +40,7 @@ int cmd_export(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     if (np != 1 || !out) { fprintf(stderr, "skiplm export: give the weights and --out DIR\n"); return 2; }
     sk_model *m;
-    if (sk_model_load(&m, pos[0], NULL)) return cli_fail("export");
+    if (cli_load_model(&m, pos[0], n_head)) return cli_fail("export");
     if (cli_mkdir_p(out)) {
         fprintf(stderr, "skiplm export: %s: %s\n", out, strerror(errno));
         sk_model_free(m);

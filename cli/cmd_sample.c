@@ -79,6 +79,7 @@ static void dec_free(decoder *d) {
 }
 
 int cmd_sample(int argc, char **argv) {
+    int n_head = 0;
     const char *prompt = NULL, *tok_path = NULL, *device = "cpu";
     int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0;
     float temperature = 0.8f, top_p = 1.0f;
@@ -96,6 +97,7 @@ int cmd_sample(int argc, char **argv) {
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
         {"bf16", 'b', &bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
+        {"n_head", 'i', &n_head, CLI_N_HEAD_HELP},
         {0},
     };
     char *pos[1]; int np;
@@ -120,7 +122,7 @@ int cmd_sample(int argc, char **argv) {
 #endif
     sk_model *m;
     sk_tokenizer *tok;
-    if (sk_model_load(&m, pos[0], NULL)) return cli_fail("sample");
+    if (cli_load_model(&m, pos[0], n_head)) return cli_fail("sample");
     if (load_tokenizer(&tok, tok_path, pos[0])) return cli_fail("sample");
     const sk_config *c = sk_model_config(m);
     if (sk_tok_vocab_size(tok) > c->vocab_size) {

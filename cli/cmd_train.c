@@ -175,7 +175,8 @@ static int train_main(int argc, char **argv, int *agreed) {
         }
         cfg = *sk_model_config(m);
     } else if (i0) {
-        if (sk_model_load(&m, i0, NULL)) return cli_fail("train");
+        const char *nh = prescan(argc, argv, "n_head");       /* for a file that does not say */
+        if (cli_load_model(&m, i0, nh ? atoi(nh) : 0)) return cli_fail("train");
         cfg = *sk_model_config(m);
     }
     char *pos[4]; int np, cfg_given = 0;

@@ -325,6 +325,11 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
     sk_config cfg;
     int heads_known;
     if ((rc = config_from_st(&cfg, &st, path, &heads_known))) goto done;
+    if (heads_known && override && override->n_head && override->n_head != cfg.n_head) {
+        /* the head count changes no shape: a contradiction would silently change the model */
+        rc = sk_error(SK_EINVAL, "%s: n_head %d was given but the file says %d", path, override->n_head, cfg.n_head);
+        goto done;
+    }
     if (override) {
         /* non-zero fields of the override win */
         const sk_config *o = override;
@@ -336,7 +341,8 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
         }
     }
     if (!heads_known && !(override && override->n_head)) {
-        rc = sk_error(SK_EFORMAT, "%s: n_head is not in the file's metadata and cannot be inferred from shapes; give it explicitly", path);
+        rc = sk_error(SK_EFORMAT, "%s: n_head is not in the file's metadata (nor a config.json beside it) and cannot be inferred from shapes; "
+                      "give it explicitly (--n_head N)", path);
         goto done;
     }
     sk_model *m;

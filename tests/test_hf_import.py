@@ -90,7 +90,7 @@ def compare(name, out, logits, loss, grads):
 
 def gpt2_case(tmp, name, cfg, prefix, with_head, with_config, metadata=None):
     p = hf.random_params(cfg, seed=11)
-    leaves = {k: v.clone().requires_grad_(v.dtype == torch.float32 and "attn.bias" not in k and "masked_bias" not in k)
+    leaves = {k: v.clone().requires_grad_(v.dtype == torch.float32 and not k.endswith((".attn.bias", ".attn.masked_bias")))
               for k, v in p.items()}
     folder = os.path.join(tmp, name)
     tensors = {prefix + k: v for k, v in p.items()}
@@ -237,6 +237,19 @@ def bad_cases(tmp):
     short = {k: v for k, v in p.items() if k != "h.1.ln_2.bias"}
     expect("missing-tensor", short, cfg, "transformer.h.1.ln_2.bias' is missing")
     expect("config-vs-shapes", p, dict(cfg, n_embd=32, n_head=4), "wte.weight' has shape [30, 16]")
+    # weights that do not say their head count: --n_head on the command line
+    bare = os.path.join(tmp, "bare.safetensors")
+    st.save_file({"transformer." + k: v for k, v in p.items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}, bare)
+    sh = write_shard(os.path.join(tmp, "bare.bin"), 30, 100)
+    r = skiplm("eval", bare, sh, "--batch", "1", "--seq", "8")
+    check(r.returncode != 0 and "--n_head N" in r.stderr, f"no head count: the error says how to give it: {r.stderr.strip()[:200]}")
+    r = skiplm("eval", bare, sh, "--batch", "1", "--seq", "8", "--n_head", "4")
+    check(r.returncode == 0, f"eval --n_head 4 on weights without metadata: {(r.stdout + r.stderr).strip()[:120]}")
+    r = skiplm("sample", bare, "--n_head", "4", "--tokens", "3", "--tokenizer", os.path.join(tmp, "no-tok"))
+    check(r.returncode != 0 and "no-tok" in r.stderr, f"sample --n_head: loads, then names the missing tokenizer: {r.stderr.strip()[:120]}")
+    r = skiplm("eval", os.path.join(tmp, "gpt2model-names"), sh, "--n_head", "2")
+    check(r.returncode != 0 and "n_head 2 was given but the file says 4" in r.stderr,
+          f"--n_head against the file's own count is refused: {r.stderr.strip()[:160]}")
     # a config.json without model_type is another tool's: not read (the file's own metadata counts)
     other = os.path.join(tmp, "other-config")
     write_folder(other, {"transformer." + k: v for k, v in p.items()}, {"lr": 0.1, "n_head": 7}, metadata={"n_head": "4"})

@@ -9,7 +9,7 @@ static void describe(const sk_config *c, int B, int T) {
     sk_config_describe(c, buf, sizeof buf);
     printf("config: %s\n", buf);
     sk_model *m;
-    if (sk_model_new(&m, c, 0)) { printf("(cannot build: %s)\n", sk_last_error()); return; }
+    if (sk_model_new_empty(&m, c)) { printf("(cannot build: %s)\n", sk_last_error()); return; }
     int n;
     const sk_tensor *ts = sk_model_tensors(m, &n);
     size_t real = 0;

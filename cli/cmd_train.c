@@ -323,7 +323,7 @@ static int train_main(int argc, char **argv, int *agreed) {
             goto done;
         }
         sk_model *m2;
-        if (sk_model_new(&m2, &cfg, 0)) FAIL_LIB();
+        if (sk_model_new_empty(&m2, &cfg)) FAIL_LIB();
         if (sk_model_num_params(m2) != sk_model_num_params(m)) { sk_model_free(m2); FAIL("internal: the routing changed the parameter count"); }
         memcpy(sk_model_params(m2), sk_model_params(m), sk_model_num_params(m) * sizeof(float));
         sk_model_free(m);

@@ -82,6 +82,9 @@ typedef struct {
 /* New model with parameters initialised as nanoGPT does (N(0, 0.02), residual
  * projections N(0, 0.02/sqrt(2L)), norms 1/0, biases 0) from seed. */
 int sk_model_new(sk_model **m, const sk_config *cfg, uint64_t seed);
+/* The same with every weight 0, skipping the random initialisation (seconds for GPT-2
+ * 124M): for weights about to be loaded or copied in. */
+int sk_model_new_empty(sk_model **m, const sk_config *cfg);
 void sk_model_free(sk_model *m);
 const sk_config *sk_model_config(const sk_model *m);
 float *sk_model_params(sk_model *m);

@@ -173,7 +173,9 @@ int sk_mem_check(size_t bytes, const char *what) {
 }
 #define check_alloc sk_mem_check
 
-int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
+/* init: the random initialisation from seed; else all weights 0 (lazily zeroed pages),
+ * for a model whose weights are about to be loaded or copied */
+static int model_create(sk_model **out, const sk_config *cfg_in, int init, uint64_t seed) {
     *out = NULL;
     sk_config cfg = *cfg_in;
     int rc = sk_config_check(&cfg);
@@ -195,7 +197,7 @@ int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
     snprintf(what, sizeof what, "the model (%zu parameters%s)", m->n_params,
              table ? " and its position table" : "");
     if ((rc = check_alloc((m->n_params + table) * sizeof(float), what))) { free(m); return rc; }
-    m->params = malloc(m->n_params * sizeof(float));
+    m->params = init ? malloc(m->n_params * sizeof(float)) : calloc(m->n_params, sizeof(float));
     if (!m->params) {
         rc = sk_error(SK_ENOMEM, "out of memory for %zu parameters", m->n_params);
         free(m);
@@ -237,11 +239,14 @@ int sk_model_new(sk_model **out, const sk_config *cfg_in, uint64_t seed) {
             }
         m->n_qkv_cols[l] = n;
     }
-    init_weights(m, seed);
+    if (init) init_weights(m, seed);
     m->recompute = -1;
     *out = m;
     return SK_OK;
 }
+
+int sk_model_new(sk_model **out, const sk_config *cfg, uint64_t seed) { return model_create(out, cfg, 1, seed); }
+int sk_model_new_empty(sk_model **out, const sk_config *cfg) { return model_create(out, cfg, 0, 0); }
 
 void sk_model_free(sk_model *m) {
     if (!m) return;

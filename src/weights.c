@@ -74,6 +74,17 @@ static int is_gpt2_linear(const sk_model *m, const char *name) {
     return 0;
 }
 
+/* dst (C, R) = src (R, C)^T, in 32 x 32 tiles (a row-by-row loop strides through memory on
+ * every write: 3x slower for GPT-2's matrices) */
+static void transpose(float *dst, const float *src, size_t R, size_t C) {
+    for (size_t r0 = 0; r0 < R; r0 += 32)
+        for (size_t c0 = 0; c0 < C; c0 += 32) {
+            const size_t r1 = r0 + 32 < R ? r0 + 32 : R, c1 = c0 + 32 < C ? c0 + 32 : C;
+            for (size_t r = r0; r < r1; r++)
+                for (size_t c = c0; c < c1; c++) dst[c * R + r] = src[r * C + c];
+        }
+}
+
 /* A path as given: a weights file, or a folder holding model.safetensors (HF's layout). */
 char *sk_weights_file(const char *path) {
     struct stat sb;
@@ -346,10 +357,20 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
         goto done;
     }
     sk_model *m;
-    if ((rc = sk_model_new(&m, &cfg, 0))) { rc = sk_error(rc, "%s: %s", path, sk_last_error()); goto done; }
-    memset(m->params, 0, m->n_params * sizeof(float));
+    if ((rc = sk_model_new_empty(&m, &cfg))) { rc = sk_error(rc, "%s: %s", path, sk_last_error()); goto done; }
     const int conv1d = gpt2_conv1d(&st);
+    /* one scratch for the tensors stored in another order than skiplm's: read there, then
+     * rearranged into place (fresh memory for each would be paged in and zeroed each time) */
+    size_t scratch_n = 0;
     for (int i = 0; i < m->n_tensors; i++) {
+        int nh;
+        const sk_tensor *t = &m->tensors[i];
+        if ((conv1d && is_gpt2_linear(m, t->name)) || is_rope_proj(m, t->name, &nh))
+            scratch_n = t->numel > scratch_n ? t->numel : scratch_n;
+    }
+    float *scratch = scratch_n ? malloc(scratch_n * sizeof(float)) : NULL;
+    if (scratch_n && !scratch) rc = sk_error(SK_ENOMEM, "out of memory");
+    for (int i = 0; !rc && i < m->n_tensors; i++) {
         const sk_tensor *t = &m->tensors[i];
         const char *fname = file_name(&st, t->name);
         const sk_st_tensor *ft = fname ? sk_st_find(&st, fname) : NULL;
@@ -372,24 +393,11 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
             break;
         }
         float *dst = m->params + t->offset;
-        int nh;
-        if ((rc = sk_st_get_f32(&st, fname, dst, t->numel))) break;
-        if (tr) {                  /* (in, out) -> (out, in) */
-            float *tmp = malloc(t->numel * sizeof(float));
-            if (!tmp) { rc = sk_error(SK_ENOMEM, "out of memory"); break; }
-            const size_t R = (size_t)t->shape[0], K = (size_t)t->shape[1];
-            for (size_t r = 0; r < R; r++)
-                for (size_t k = 0; k < K; k++) tmp[r * K + k] = dst[k * R + r];
-            memcpy(dst, tmp, t->numel * sizeof(float));
-            free(tmp);
-        }
-        if (is_rope_proj(m, t->name, &nh)) {
-            float *tmp = malloc(t->numel * sizeof(float));
-            if (!tmp) { rc = sk_error(SK_ENOMEM, "out of memory"); break; }
-            permute_rope_rows(tmp, dst, nh, m->hs, m->C, 0);
-            memcpy(dst, tmp, t->numel * sizeof(float));
-            free(tmp);
-        }
+        int nh = 0;
+        const int rope = is_rope_proj(m, t->name, &nh);
+        if ((rc = sk_st_get_f32(&st, fname, tr || rope ? scratch : dst, t->numel))) break;
+        if (tr) transpose(dst, scratch, (size_t)t->shape[1], (size_t)t->shape[0]);   /* (in, out) -> (out, in) */
+        if (rope) permute_rope_rows(dst, scratch, nh, m->hs, m->C, 0);
         for (size_t k = 0; k < t->numel; k++)
             if (!isfinite(dst[k])) {
                 rc = sk_error(SK_ENUM, "%s: tensor '%s' holds a non-finite value at element %zu", path, fname, k);
@@ -397,6 +405,7 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
             }
         if (rc) break;
     }
+    free(scratch);
     /* an untied lm_head must equal the embedding: skiplm ties them */
     const char *head = "lm_head.weight";
     if (!rc && sk_st_find(&st, head)) {
@@ -443,9 +452,7 @@ int sk_model_save_hf(const sk_model *m, const char *dir) {
             if (!(tmp[i] = malloc(t->numel * sizeof(float)))) { rc = sk_error(SK_ENOMEM, "out of memory"); break; }
             if (!gpt2) permute_rope_rows(tmp[i], data, nh, m->hs, m->C, 1);
             else {                                          /* (out, in) -> Conv1D's (in, out) */
-                const size_t R = (size_t)t->shape[0], K = (size_t)t->shape[1];
-                for (size_t r = 0; r < R; r++)
-                    for (size_t k = 0; k < K; k++) tmp[i][k * R + r] = data[r * K + k];
+                transpose(tmp[i], data, (size_t)t->shape[0], (size_t)t->shape[1]);
                 shape[0] = t->shape[1]; shape[1] = t->shape[0];
             }
             data = tmp[i];

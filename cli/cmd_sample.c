@@ -92,7 +92,7 @@ int cmd_sample(int argc, char **argv) {
         {"top-p", 'f', &top_p, "nucleus: smallest set with this probability (1.0 = off)"},
         {"seed", 'u', &seed, "sampling seed (1337)"},
         {"greedy", 'b', &greedy, "same as --temperature 0"},
-        {"tokenizer", 's', &tok_path, "vocab.json (char) or folder with encoder.json + vocab.bpe or vocab.json + merges.txt (default: from the checkpoint, or beside it)"},
+        {"tokenizer", 's', &tok_path, "vocab.json (char), tokenizer.json, or a folder with encoder.json + vocab.bpe, tokenizer.json or vocab.json + merges.txt (default: from the checkpoint, or beside it)"},
         {"quiet", 'b', &quiet, "print only the generated text (no prompt, no statistics)"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},

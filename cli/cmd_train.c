@@ -116,7 +116,7 @@ static int train_main(int argc, char **argv, int *agreed) {
         {"data", 's', &data, "directory with train.bin, val.bin and the tokenizer (as skiplm prepare writes)"},
         {"train", 's', &train_path, "training shard (instead of --data)"},
         {"val", 's', &val_path, "validation shard (instead of --data; optional)"},
-        {"tokenizer", 's', &tok_path, "tokenizer: char vocabulary JSON or GPT-2 directory (default: found in --data)"},
+        {"tokenizer", 's', &tok_path, "tokenizer: char vocabulary JSON, tokenizer.json or GPT-2 folder (default: found in --data)"},
         {"out", 's', &out, "output directory: ckpt.safetensors, log.jsonl (out)"},
         {"resume", 's', &resume, "continue from a checkpoint (file or run directory)"},
         {"init", 's', &init, "start from these weights instead of a random init"},

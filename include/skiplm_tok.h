@@ -30,16 +30,22 @@ int sk_tok_load_gpt2(sk_tokenizer **tok, const char *encoder_json, const char *v
 /* Load GPT-2 files from a directory holding encoder.json and vocab.bpe, or the same
  * files under Hugging Face's names, vocab.json and merges.txt. */
 int sk_tok_load_gpt2_dir(sk_tokenizer **tok, const char *dir);
+/* Hugging Face's tokenizer.json for byte-level BPE (GPT-2's, minimind's, ...): ids equal
+ * the `tokenizers` library's encode(text, add_special_tokens=False): added tokens such as
+ * "<|endoftext|>" in the text become their ids; eot is "<|endoftext|>" if present.
+ * Normalizers, other pre-tokenizers or models and BPE dropout are refused by name. */
+int sk_tok_load_hf(sk_tokenizer **tok, const char *tokenizer_json);
 int sk_tok_build_char(sk_tokenizer **tok, const char *text, size_t len);
 int sk_tok_load_char(sk_tokenizer **tok, const char *vocab_json);
 int sk_tok_save_char(const sk_tokenizer *tok, const char *path);   /* atomic write */
-/* Load either kind: a char vocabulary JSON file, or a directory with GPT-2's files. */
+/* Load any kind: a char vocabulary or tokenizer.json file; a directory with GPT-2's
+ * encoder.json + vocab.bpe, else tokenizer.json, else vocab.json + merges.txt. */
 int sk_tok_load(sk_tokenizer **tok, const char *path);
 void sk_tok_free(sk_tokenizer *tok);
 
 int sk_tok_vocab_size(const sk_tokenizer *tok);
 int sk_tok_eot(const sk_tokenizer *tok);            /* end-of-text id, or -1 if none */
-const char *sk_tok_kind(const sk_tokenizer *tok);   /* "gpt2" or "char" */
+const char *sk_tok_kind(const sk_tokenizer *tok);   /* "gpt2", "hf" (tokenizer.json) or "char" */
 
 /* Append the ids of text[0..len) to the growing array *ids (*n used, *cap allocated; start
  * with NULL, 0, 0; free() it). The char tokenizer fails on characters outside its

@@ -1,7 +1,9 @@
-/* Tokenizers: GPT-2 byte-level BPE and a character-level tokenizer (docs/data.md).
+/* Tokenizers: GPT-2 byte-level BPE, Hugging Face tokenizer.json (byte-level BPE) and a
+ * character-level tokenizer (docs/data.md).
  *
  * Sections: UTF-8 and character classes | hash tables | the tokenizer object |
- * GPT-2 loading | GPT-2 pre-tokenization and BPE | character tokenizer | common API.
+ * GPT-2 loading | GPT-2 pre-tokenization and BPE | tokenizer.json | character tokenizer |
+ * common API.
  *
  * The GPT-2 encoder reproduces npm gpt-3-encoder's encode() id for id, quirks included:
  *  - pre-tokenization is its regex with the `u` flag, so \s, \p{L} and \p{N} are
@@ -122,7 +124,10 @@ typedef struct { uint64_t h; uint32_t w_off, w_len, i_off, i_n; } cache_slot;
 
 /* ------------------------------------------------------- the tokenizer object */
 
-enum { KIND_GPT2 = 1, KIND_CHAR = 2 };
+enum { KIND_GPT2 = 1, KIND_CHAR = 2, KIND_HF = 3 };
+
+/* A tokenizer.json added token: matched in the raw text before pre-tokenization. */
+typedef struct { int32_t id; uint8_t lstrip, rstrip; } added_tok;
 
 struct sk_tokenizer {
     int kind;
@@ -142,6 +147,10 @@ struct sk_tokenizer {
     uint32_t *cps;
     uint32_t (*sorted)[2];
     int32_t ascii_id[128];
+    /* tokenizer.json (KIND_HF; BPE as GPT-2 above, in Hugging Face's merge order) */
+    int prefix_space, use_regex, ignore_merges;
+    added_tok *added; int n_added;             /* sorted by first byte; bytes in the pool */
+    int added_from[257];                       /* added[added_from[b] .. added_from[b+1]) start with byte b */
 };
 
 static sk_tokenizer *tok_new(int kind, int vocab_size) {
@@ -167,6 +176,7 @@ void sk_tok_free(sk_tokenizer *t) {
     if (!t) return;
     free(t->pool); free(t->off); free(t->len); free(t->vocab_tab); free(t->pairs);
     free(t->cache); free(t->cache_bytes); free(t->cache_ids); free(t->cps); free(t->sorted);
+    free(t->added);
     free(t);
 }
 
@@ -243,16 +253,21 @@ static const char *show(const char *s, size_t n, char *buf, size_t cap) {
     return buf;
 }
 
-static int load_encoder(sk_tokenizer **out, const char *path, const int16_t dec[324]) {
+/* Read and parse a JSON file; errors name the file (and the byte offset). */
+static int read_json(const char *path, sk_json *j) {
     uint8_t *text; size_t n;
     int rc = sk_read_file(path, &text, &n);
     if (rc) return rc;                     /* "<path>: cannot open: ..." */
-    sk_json j; char err[256];
-    if (sk_json_parse((const char *)text, n, &j, err, sizeof err)) {
-        free(text);
-        return sk_error(SK_EFORMAT, "%s: invalid JSON: %s", path, err);
-    }
+    char err[256];
+    rc = sk_json_parse((const char *)text, n, j, err, sizeof err);
     free(text);
+    return rc ? sk_error(SK_EFORMAT, "%s: invalid JSON: %s", path, err) : SK_OK;
+}
+
+static int load_encoder(sk_tokenizer **out, const char *path, const int16_t dec[324]) {
+    sk_json j;
+    int rc = read_json(path, &j);
+    if (rc) return rc;
     if (j.type != SK_JSON_OBJ || j.n == 0) {
         sk_json_free(&j);
         return sk_error(SK_EFORMAT, "%s: expected a non-empty JSON object mapping tokens to ids", path);
@@ -556,45 +571,399 @@ static int cache_grow(sk_tokenizer *t) {
     return 0;
 }
 
-static int gpt2_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
-    int32_t stack_syms[2 * CACHE_MAX_WORD];
-    int32_t *heap = NULL;
-    size_t heap_cap = 0;
+/* Hugging Face's BPE of one pre-token (tokenizers' Word::merge_all): repeatedly merge the
+ * adjacent pair of lowest rank, the leftmost one among equals, one occurrence at a time;
+ * a merged symbol keeps its left part's position. A binary heap of (rank, position) with
+ * stale entries skipped makes it O(len log len). This differs from bpe_word (which merges
+ * every occurrence of the best pair at once) only for merge lists whose ranks are not in
+ * training order, e.g. (aa, a) ranked before (a, a): "aaaa" gives aaa|a here, aa|aa there.
+ * syms: len ids out; link: 2*len scratch; heap: 3*len scratch. */
+static size_t bpe_word_hf(const sk_tokenizer *t, const uint8_t *w, size_t len, int32_t *syms,
+                          int32_t *link, uint64_t *heap) {
+    int32_t *prev = link, *next = link + len;
+    size_t nh = 0;
+#define HEAP_PUSH(key) do {                                                              \
+        uint64_t k_ = (key); size_t c_ = nh++;                                           \
+        while (c_ && heap[(c_ - 1) / 2] > k_) { heap[c_] = heap[(c_ - 1) / 2]; c_ = (c_ - 1) / 2; } \
+        heap[c_] = k_;                                                                   \
+    } while (0)
+    for (size_t i = 0; i < len; i++) {
+        syms[i] = t->byte_id[w[i]];
+        prev[i] = (int32_t)i - 1;
+        next[i] = i + 1 < len ? (int32_t)i + 1 : -1;
+    }
+    for (size_t i = 0; i + 1 < len; i++) {
+        const pair_slot *p = pair_find(t, syms[i], syms[i + 1]);
+        if (p->rank >= 0) HEAP_PUSH((uint64_t)p->rank << 32 | i);
+    }
+    while (nh) {
+        uint64_t top = heap[0], last = heap[--nh];
+        size_t c = 0;                                   /* sift the last entry down from the root */
+        for (;;) {
+            size_t k = 2 * c + 1;
+            if (k >= nh) break;
+            if (k + 1 < nh && heap[k + 1] < heap[k]) k++;
+            if (heap[k] >= last) break;
+            heap[c] = heap[k]; c = k;
+        }
+        if (nh) heap[c] = last;
+        int32_t pos = (int32_t)(top & 0xffffffffu), rank = (int32_t)(top >> 32);
+        int32_t nx = next[pos];
+        if (syms[pos] < 0 || nx < 0) continue;          /* merged away, or now last */
+        const pair_slot *p = pair_find(t, syms[pos], syms[nx]);
+        if (p->rank != rank) continue;                  /* stale: the pair here has changed */
+        syms[pos] = p->merged;
+        syms[nx] = -1;
+        next[pos] = next[nx];
+        if (next[pos] >= 0) prev[next[pos]] = pos;
+        if (prev[pos] >= 0) {
+            const pair_slot *q = pair_find(t, syms[prev[pos]], syms[pos]);
+            if (q->rank >= 0) HEAP_PUSH((uint64_t)q->rank << 32 | (uint32_t)prev[pos]);
+        }
+        if (next[pos] >= 0) {
+            const pair_slot *q = pair_find(t, syms[pos], syms[next[pos]]);
+            if (q->rank >= 0) HEAP_PUSH((uint64_t)q->rank << 32 | (uint32_t)pos);
+        }
+    }
+#undef HEAP_PUSH
+    size_t o = 0;
+    for (int32_t i = 0; i >= 0; i = next[i]) syms[o++] = syms[i];
+    return o;
+}
+
+/* The ids of one pre-token w[0..len), appended to ids: a single byte directly, short words
+ * through the cache, the rest by BPE on the heap. */
+static int encode_word(sk_tokenizer *t, const uint8_t *w, size_t len, int32_t **ids, size_t *cnt, size_t *cap) {
+    if (len == 1) return out_push(ids, cnt, cap, &t->byte_id[w[0]], 1);
+    if (t->ignore_merges) {                             /* a whole word in the vocabulary wins */
+        int32_t id = vocab_find(t, w, len);
+        if (id >= 0) return out_push(ids, cnt, cap, &id, 1);
+    }
+    int hf = t->kind == KIND_HF;
+    size_t ins = 0, hit = (size_t)-1;
+    uint64_t h = 0;
+    if (len <= CACHE_MAX_WORD) {
+        if (!t->cache || (t->cache_count + 1) * 2 > t->cache_mask + 1) {
+            if (t->cache_count >= CACHE_MAX_ENTRIES) cache_clear(t);
+            else if (cache_grow(t)) return 1;
+        }
+        h = hash_bytes(w, len) | 1;
+        hit = cache_find(t, w, len, h, &ins);
+        if (hit != (size_t)-1) {
+            const cache_slot *c = &t->cache[hit];
+            return out_push(ids, cnt, cap, t->cache_ids + c->i_off, c->i_n);
+        }
+        int32_t syms[CACHE_MAX_WORD], work[2 * CACHE_MAX_WORD];
+        uint64_t heap[3 * CACHE_MAX_WORD];
+        size_t k = hf ? bpe_word_hf(t, w, len, syms, work, heap) : bpe_word(t, w, len, syms, work);
+        return out_push(ids, cnt, cap, syms, k) || cache_add(t, ins, w, len, h, syms, k);
+    }
+    int32_t *syms = malloc(3 * len * sizeof *syms);
+    uint64_t *heap = hf ? malloc(3 * len * sizeof *heap) : NULL;
+    if (!syms || (hf && !heap)) { free(syms); free(heap); return 1; }
+    size_t k = hf ? bpe_word_hf(t, w, len, syms, syms + len, heap) : bpe_word(t, w, len, syms, syms + len);
+    int rc = out_push(ids, cnt, cap, syms, k);
+    free(syms); free(heap);
+    return rc;
+}
+
+/* Pre-tokenize s[0..n) and encode each pre-token; non-zero only when out of memory. */
+static int encode_words(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
     for (size_t i = 0; i < n;) {
         size_t e = pretok_next(s, n, i);
-        const uint8_t *w = s + i;
-        size_t len = e - i;
+        if (encode_word(t, s + i, e - i, ids, cnt, cap)) return 1;
         i = e;
-        if (len == 1) {
-            if (out_push(ids, cnt, cap, &t->byte_id[w[0]], 1)) goto oom;
-            continue;
-        }
-        if (len <= CACHE_MAX_WORD) {
-            if (!t->cache || (t->cache_count + 1) * 2 > t->cache_mask + 1) {
-                if (t->cache_count >= CACHE_MAX_ENTRIES) cache_clear(t);
-                else if (cache_grow(t)) goto oom;
-            }
-            uint64_t h = hash_bytes(w, len) | 1;
-            size_t ins = 0, hit = cache_find(t, w, len, h, &ins);
-            if (hit != (size_t)-1) {
-                const cache_slot *c = &t->cache[hit];
-                if (out_push(ids, cnt, cap, t->cache_ids + c->i_off, c->i_n)) goto oom;
-                continue;
-            }
-            size_t k = bpe_word(t, w, len, stack_syms, stack_syms + CACHE_MAX_WORD);
-            if (out_push(ids, cnt, cap, stack_syms, k)) goto oom;
-            if (cache_add(t, ins, w, len, h, stack_syms, k)) goto oom;
-            continue;
-        }
-        if (sk_grow((void **)&heap, &heap_cap, 2 * len, sizeof *heap)) goto oom;
-        size_t k = bpe_word(t, w, len, heap, heap + len);
-        if (out_push(ids, cnt, cap, heap, k)) goto oom;
     }
-    free(heap);
+    return 0;
+}
+
+static int gpt2_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
+    if (encode_words(t, s, n, ids, cnt, cap)) return sk_error(SK_ENOMEM, "tokenizer: out of memory");
     return SK_OK;
-oom:
-    free(heap);
-    return sk_error(SK_ENOMEM, "tokenizer: out of memory");
+}
+
+/* ------------------------------------------------------------ tokenizer.json */
+
+/* Hugging Face's tokenizer.json, for the byte-level BPE models (GPT-2's, minimind's and any
+ * other with a BPE model, a ByteLevel pre-tokenizer and a ByteLevel decoder). Encoding
+ * follows the `tokenizers` library with add_special_tokens=False: added tokens are cut out
+ * of the raw text first (leftmost-longest match; lstrip/rstrip eat the whitespace beside
+ * them), every other stretch gets the optional prefix space, GPT-2's pre-tokenizer regex
+ * and BPE in Hugging Face's merge order (bpe_word_hf). What skiplm cannot reproduce exactly
+ * (normalizers, other pre-tokenizers or models, BPE dropout, single_word) is refused by name. */
+
+static int hf_refuse(const char *path, const char *what, const sk_json *v) {
+    const sk_json *ty = v && v->type == SK_JSON_OBJ ? sk_json_get(v, "type") : NULL;
+    return sk_error(SK_EFORMAT, "%s: %s%s%s is not supported (skiplm reads byte-level BPE tokenizers: a BPE model, "
+                    "no normalizer, a ByteLevel pre-tokenizer and decoder)", path, what,
+                    ty && ty->type == SK_JSON_STR ? " of type " : "", ty && ty->type == SK_JSON_STR ? ty->str : "");
+}
+
+static int json_flag(const sk_json *obj, const char *key, int def) {
+    const sk_json *v = sk_json_get(obj, key);
+    return v && v->type == SK_JSON_BOOL ? v->boolean : def;
+}
+
+static int json_is(const sk_json *v, const char *type) {
+    const sk_json *ty = v && v->type == SK_JSON_OBJ ? sk_json_get(v, "type") : NULL;
+    return ty && ty->type == SK_JSON_STR && strcmp(ty->str, type) == 0;
+}
+
+/* A merge entry: "a b" (one space) or ["a", "b"]; the halves point into the JSON. */
+static int hf_merge_halves(const sk_json *m, const char **a, size_t *la, const char **b, size_t *lb) {
+    if (m->type == SK_JSON_ARR) {
+        if (m->n != 2 || m->items[0].type != SK_JSON_STR || m->items[1].type != SK_JSON_STR) return 1;
+        *a = m->items[0].str; *la = m->items[0].str_len;
+        *b = m->items[1].str; *lb = m->items[1].str_len;
+        return *la == 0 || *lb == 0;
+    }
+    if (m->type != SK_JSON_STR) return 1;
+    const char *sp = memchr(m->str, ' ', m->str_len);
+    if (!sp || memchr(sp + 1, ' ', m->str_len - (size_t)(sp - m->str) - 1)) return 1;
+    *a = m->str; *la = (size_t)(sp - m->str);
+    *b = sp + 1; *lb = m->str_len - *la - 1;
+    return *la == 0 || *lb == 0;
+}
+
+static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
+    const sk_json *model = sk_json_get(j, "model");
+    if (!model || model->type != SK_JSON_OBJ) return sk_error(SK_EFORMAT, "%s: no \"model\" object: not a tokenizer.json", path);
+    const sk_json *mt = sk_json_get(model, "type");
+    if (mt && !json_is(model, "BPE")) return hf_refuse(path, "the model", model);
+    const sk_json *vocab = sk_json_get(model, "vocab"), *merges = sk_json_get(model, "merges");
+    if (!vocab || vocab->type != SK_JSON_OBJ || vocab->n == 0)
+        return sk_error(SK_EFORMAT, "%s: model.vocab must be a non-empty object mapping tokens to ids", path);
+    if (!merges || merges->type != SK_JSON_ARR) return sk_error(SK_EFORMAT, "%s: model.merges must be an array", path);
+    const sk_json *v;
+    if ((v = sk_json_get(model, "dropout")) && v->type != SK_JSON_NULL && !(v->type == SK_JSON_NUM && v->num == 0))
+        return sk_error(SK_EFORMAT, "%s: model.dropout (BPE dropout) is not supported: encoding would be random", path);
+    const char *affix[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (int i = 0; i < 2; i++)
+        if ((v = sk_json_get(model, affix[i])) && v->type != SK_JSON_NULL && !(v->type == SK_JSON_STR && v->str_len == 0))
+            return sk_error(SK_EFORMAT, "%s: model.%s is not supported (byte-level BPE has none)", path, affix[i]);
+    if ((v = sk_json_get(j, "normalizer")) && v->type != SK_JSON_NULL) return hf_refuse(path, "the normalizer", v);
+    const sk_json *pre = sk_json_get(j, "pre_tokenizer");
+    if (pre && json_is(pre, "Sequence")) {       /* a Sequence of one ByteLevel is a ByteLevel */
+        const sk_json *seq = sk_json_get(pre, "pretokenizers");
+        if (seq && seq->type == SK_JSON_ARR)
+            for (int i = 0; i < seq->n; i++)
+                if (!json_is(&seq->items[i], "ByteLevel")) return hf_refuse(path, "the pre-tokenizer in the Sequence", &seq->items[i]);
+        if (seq && seq->type == SK_JSON_ARR && seq->n == 1) pre = &seq->items[0];
+    }
+    if (!json_is(pre, "ByteLevel")) return pre && pre->type != SK_JSON_NULL ? hf_refuse(path, "the pre-tokenizer", pre)
+                                          : sk_error(SK_EFORMAT, "%s: no pre_tokenizer: skiplm reads byte-level BPE tokenizers (ByteLevel)", path);
+    const sk_json *dec = sk_json_get(j, "decoder");
+    if (!json_is(dec, "ByteLevel")) return dec && dec->type != SK_JSON_NULL ? hf_refuse(path, "the decoder", dec)
+                                          : sk_error(SK_EFORMAT, "%s: no decoder: skiplm reads byte-level BPE tokenizers (ByteLevel)", path);
+    const sk_json *added = sk_json_get(j, "added_tokens");
+    if (added && added->type != SK_JSON_ARR && added->type != SK_JSON_NULL)
+        return sk_error(SK_EFORMAT, "%s: added_tokens must be an array", path);
+    int n_added = added && added->type == SK_JSON_ARR ? added->n : 0;
+
+    /* the id range covers the vocabulary and the added tokens, without holes */
+    int V = 0;
+    char sh[64], sh2[64];
+    for (int i = 0; i < vocab->n; i++) {
+        const sk_json *e = &vocab->items[i];
+        if (e->type != SK_JSON_NUM || e->num != floor(e->num) || e->num < 0 || e->num >= 1 << 24)
+            return sk_error(SK_EFORMAT, "%s: model.vocab \"%s\": id is not an integer in [0, 2^24)", path,
+                            show(vocab->keys[i], vocab->key_lens[i], sh, sizeof sh));
+        if ((int)e->num + 1 > V) V = (int)e->num + 1;
+    }
+    for (int i = 0; i < n_added; i++) {
+        const sk_json *a = &added->items[i], *id = a->type == SK_JSON_OBJ ? sk_json_get(a, "id") : NULL;
+        const sk_json *c = a->type == SK_JSON_OBJ ? sk_json_get(a, "content") : NULL;
+        if (!id || id->type != SK_JSON_NUM || id->num != floor(id->num) || id->num < 0 || id->num >= 1 << 24 ||
+            !c || c->type != SK_JSON_STR || c->str_len == 0)
+            return sk_error(SK_EFORMAT, "%s: added_tokens[%d] needs an integer \"id\" in [0, 2^24) and a non-empty \"content\"", path, i);
+        if (json_flag(a, "single_word", 0))
+            return sk_error(SK_EFORMAT, "%s: added token \"%s\": single_word is not supported", path, show(c->str, c->str_len, sh, sizeof sh));
+        if ((int)id->num + 1 > V) V = (int)id->num + 1;
+    }
+    uint32_t enc[256]; int16_t dec_tab[324];
+    byte_alphabet(enc, dec_tab);
+    sk_tokenizer *t = tok_new(KIND_HF, V);
+    uint8_t *state = calloc((size_t)V, 1);            /* 1: from the vocabulary, 2: added */
+    size_t buf_cap = 64;
+    for (int i = 0; i < vocab->n; i++) if (vocab->key_lens[i] + 4 > buf_cap) buf_cap = vocab->key_lens[i] + 4;
+    for (int i = 0; i < n_added; i++) if (sk_json_get(&added->items[i], "content")->str_len + 4 > buf_cap)
+        buf_cap = sk_json_get(&added->items[i], "content")->str_len + 4;
+    uint8_t *buf = malloc(2 * buf_cap + 8);
+    int rc = SK_OK;
+    if (!t || !state || !buf) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+    t->prefix_space = json_flag(pre, "add_prefix_space", 0);
+    t->use_regex = json_flag(pre, "use_regex", 1);
+    t->ignore_merges = json_flag(model, "ignore_merges", 0);
+    t->vocab_mask = pow2_at_least((size_t)V * 2) - 1;
+    t->vocab_tab = malloc((t->vocab_mask + 1) * sizeof *t->vocab_tab);
+    if (!t->vocab_tab) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+    memset(t->vocab_tab, 0xff, (t->vocab_mask + 1) * sizeof *t->vocab_tab);
+    for (int i = 0; i < vocab->n; i++) {
+        const char *key = vocab->keys[i]; size_t klen = vocab->key_lens[i];
+        int id = (int)vocab->items[i].num;
+        if (state[id]) { rc = sk_error(SK_EFORMAT, "%s: model.vocab \"%s\": duplicate id %d", path, show(key, klen, sh, sizeof sh), id); goto done; }
+        state[id] = 1;
+        if (klen == 0) { rc = sk_error(SK_EFORMAT, "%s: model.vocab has an empty token (id %d)", path, id); goto done; }
+        /* a token outside GPT-2's byte alphabet (a special token's literal text, say) is
+         * never produced by BPE; it decodes to its own UTF-8, as Hugging Face's decoder does */
+        size_t bl = undisplay(dec_tab, key, klen, buf);
+        int literal = bl == (size_t)-1;
+        if (pool_set(t, id, literal ? (const uint8_t *)key : buf, literal ? klen : bl)) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+        if (!literal && vocab_insert(t, id) >= 0) {
+            rc = sk_error(SK_EFORMAT, "%s: model.vocab \"%s\" appears twice", path, show(key, klen, sh, sizeof sh)); goto done;
+        }
+    }
+    t->added = calloc((size_t)(n_added ? n_added : 1), sizeof *t->added);
+    if (!t->added) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+    for (int i = 0; i < n_added; i++) {
+        const sk_json *a = &added->items[i], *c = sk_json_get(a, "content");
+        int id = (int)sk_json_get(a, "id")->num;
+        if (state[id] == 2) { rc = sk_error(SK_EFORMAT, "%s: added_tokens: id %d appears twice", path, id); goto done; }
+        if (state[id] == 1 && (t->len[id] != c->str_len || memcmp(t->pool + t->off[id], c->str, c->str_len))) {
+            rc = sk_error(SK_EFORMAT, "%s: added token \"%s\" has id %d, which the vocabulary gives to \"%s\"", path,
+                          show(c->str, c->str_len, sh, sizeof sh), id, show(t->pool + t->off[id], t->len[id], sh2, sizeof sh2));
+            goto done;
+        }
+        for (int k = 0; k < t->n_added; k++)
+            if (t->len[t->added[k].id] == c->str_len && !memcmp(t->pool + t->off[t->added[k].id], c->str, c->str_len)) {
+                rc = sk_error(SK_EFORMAT, "%s: added token \"%s\" appears twice (ids %d and %d)", path,
+                              show(c->str, c->str_len, sh, sizeof sh), t->added[k].id, id);
+                goto done;
+            }
+        if (state[id] == 0 && pool_set(t, id, c->str, c->str_len)) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+        state[id] = 2;
+        added_tok *at = &t->added[t->n_added++];
+        at->id = id; at->lstrip = (uint8_t)json_flag(a, "lstrip", 0); at->rstrip = (uint8_t)json_flag(a, "rstrip", 0);
+        if (c->str_len == 13 && memcmp(c->str, "<|endoftext|>", 13) == 0) t->eot = id;
+    }
+    for (int id = 0; id < V; id++)
+        if (!state[id]) { rc = sk_error(SK_EFORMAT, "%s: no token has id %d (ids must run from 0 to %d without gaps)", path, id, V - 1); goto done; }
+    if (t->eot < 0) { int32_t e = vocab_find(t, (const uint8_t *)"<|endoftext|>", 13); if (e >= 0) t->eot = e; }
+    /* added tokens bucketed by first byte, for matching */
+    {
+        added_tok *sorted = malloc((size_t)(t->n_added ? t->n_added : 1) * sizeof *sorted);
+        if (!sorted) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+        int k = 0;
+        for (int b = 0; b < 256; b++) {
+            t->added_from[b] = k;
+            for (int i = 0; i < t->n_added; i++)
+                if ((uint8_t)t->pool[t->off[t->added[i].id]] == b) sorted[k++] = t->added[i];
+        }
+        t->added_from[256] = k;
+        free(t->added); t->added = sorted;
+    }
+    for (int b = 0; b < 256; b++) {
+        uint8_t c = (uint8_t)b;
+        t->byte_id[b] = vocab_find(t, &c, 1);
+        if (t->byte_id[b] < 0) {
+            rc = sk_error(SK_EFORMAT, "%s: model.vocab has no token for byte 0x%02x (\"%s\"; byte-level BPE needs all 256)", path, b,
+                          show((const char *)buf, utf8_encode(enc[b], buf), sh, sizeof sh));
+            goto done;
+        }
+    }
+    /* merges: rank = index, later duplicates win (as in tokenizers' HashMap) */
+    t->pair_mask = pow2_at_least((size_t)merges->n * 3 + 3) - 1;
+    t->pairs = malloc((t->pair_mask + 1) * sizeof *t->pairs);
+    if (!t->pairs) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+    for (size_t i = 0; i <= t->pair_mask; i++) t->pairs[i].rank = -1;
+    for (int r = 0; r < merges->n; r++) {
+        const char *a, *b; size_t la, lb;
+        if (hf_merge_halves(&merges->items[r], &a, &la, &b, &lb)) {
+            rc = sk_error(SK_EFORMAT, "%s: model.merges[%d] is neither \"a b\" (one space) nor [\"a\", \"b\"]", path, r);
+            goto done;
+        }
+        if (la + lb + 4 > buf_cap) {
+            free(buf); buf_cap = la + lb + 4; buf = malloc(2 * buf_cap + 8);
+            if (!buf) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+        }
+        size_t ra = undisplay(dec_tab, a, la, buf);
+        size_t rb = ra == (size_t)-1 ? ra : undisplay(dec_tab, b, lb, buf + ra);
+        int32_t x = ra == (size_t)-1 ? -1 : vocab_find(t, buf, ra);
+        int32_t y = rb == (size_t)-1 ? -1 : vocab_find(t, buf + ra, rb);
+        int32_t xy = x < 0 || y < 0 ? -1 : vocab_find(t, buf, ra + rb);
+        if (xy < 0) {
+            if (x < 0 || y < 0)
+                rc = sk_error(SK_EFORMAT, "%s: model.merges[%d] (\"%s\" \"%s\") refers to a token not in the vocabulary", path, r,
+                              show(a, la, sh, sizeof sh), show(b, lb, sh2, sizeof sh2));
+            else
+                rc = sk_error(SK_EFORMAT, "%s: model.merges[%d] (\"%s\" \"%s\"): the merged token is not in the vocabulary", path, r,
+                              show(a, la, sh, sizeof sh), show(b, lb, sh2, sizeof sh2));
+            goto done;
+        }
+        pair_put(t, x, y, r, xy);
+    }
+done:
+    free(state); free(buf);
+    if (rc) { sk_tok_free(t); return rc; }
+    *out = t;
+    return SK_OK;
+}
+
+/* Whitespace as JavaScript's trim() sees it (the \s class), for lstrip/rstrip. */
+static size_t skip_space(const uint8_t *s, size_t i, size_t end) {
+    size_t k;
+    while (i < end && class_at(s, end, i, &k) == CL_S) i = k;
+    return i;
+}
+static size_t trim_space(const uint8_t *s, size_t i, size_t end) {
+    size_t last = i, k;                                  /* end of the last non-space character */
+    while (i < end) { int c = class_at(s, end, i, &k); if (c != CL_S) last = k; i = k; }
+    return last;
+}
+
+/* The longest added token at s[i], or -1. */
+static int added_at(const sk_tokenizer *t, const uint8_t *s, size_t n, size_t i) {
+    int best = -1; size_t best_len = 0;
+    for (int k = t->added_from[s[i]]; k < t->added_from[s[i] + 1]; k++) {
+        int32_t id = t->added[k].id;
+        size_t l = t->len[id];
+        if (l > best_len && l <= n - i && memcmp(t->pool + t->off[id], s + i, l) == 0) { best = k; best_len = l; }
+    }
+    return best;
+}
+
+/* A stretch of text between added tokens: the optional prefix space, then words. */
+static int hf_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
+    if (n == 0) return 0;
+    uint8_t *tmp = NULL;
+    if (t->prefix_space && s[0] != ' ') {
+        if (!(tmp = malloc(n + 1))) return 1;
+        tmp[0] = ' ';
+        memcpy(tmp + 1, s, n);
+        s = tmp; n++;
+    }
+    int rc = t->use_regex ? encode_words(t, s, n, ids, cnt, cap) : encode_word(t, s, n, ids, cnt, cap);
+    free(tmp);
+    return rc;
+}
+
+static int hf_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
+    size_t from = 0;
+    int rstrip = 0;
+    for (size_t i = 0; i < n;) {
+        int k = t->added_from[s[i]] < t->added_from[s[i] + 1] ? added_at(t, s, n, i) : -1;
+        if (k < 0) { i++; continue; }
+        const added_tok *a = &t->added[k];
+        size_t b = rstrip ? skip_space(s, from, i) : from;
+        size_t e = a->lstrip ? trim_space(s, b, i) : i;
+        if (hf_stretch(t, s + b, e - b, ids, cnt, cap) || out_push(ids, cnt, cap, &a->id, 1))
+            return sk_error(SK_ENOMEM, "tokenizer: out of memory");
+        i += t->len[a->id];
+        from = i;
+        rstrip = a->rstrip;
+    }
+    size_t b = rstrip ? skip_space(s, from, n) : from;
+    if (hf_stretch(t, s + b, n - b, ids, cnt, cap)) return sk_error(SK_ENOMEM, "tokenizer: out of memory");
+    return SK_OK;
+}
+
+int sk_tok_load_hf(sk_tokenizer **out, const char *path) {
+    sk_json j;
+    int rc = read_json(path, &j);
+    if (rc) return rc;
+    rc = j.type == SK_JSON_OBJ ? load_hf(out, &j, path) : sk_error(SK_EFORMAT, "%s: not a tokenizer.json (expected an object)", path);
+    sk_json_free(&j);
+    return rc;
 }
 
 /* ------------------------------------------------------- character tokenizer */
@@ -675,21 +1044,14 @@ int sk_tok_save_char(const sk_tokenizer *t, const char *path) {
     return rc;
 }
 
-int sk_tok_load_char(sk_tokenizer **out, const char *path) {
-    uint8_t *text; size_t n;
-    int rc = sk_read_file(path, &text, &n);
-    if (rc) return rc;
-    sk_json j; char err[256];
-    if (sk_json_parse((const char *)text, n, &j, err, sizeof err)) {
-        free(text);
-        return sk_error(SK_EFORMAT, "%s: invalid JSON: %s", path, err);
-    }
-    free(text);
-    const sk_json *type = j.type == SK_JSON_OBJ ? sk_json_get(&j, "type") : NULL;
-    const sk_json *vocab = j.type == SK_JSON_OBJ ? sk_json_get(&j, "vocab") : NULL;
+static int load_char_json(sk_tokenizer **out, const sk_json *j, const char *path) {
+    const sk_json *type = j->type == SK_JSON_OBJ ? sk_json_get(j, "type") : NULL;
+    const sk_json *vocab = j->type == SK_JSON_OBJ ? sk_json_get(j, "vocab") : NULL;
     sk_tokenizer *t = NULL;
+    int rc;
     if (!type || type->type != SK_JSON_STR || strcmp(type->str, "char") != 0) {
-        rc = sk_error(SK_EFORMAT, "%s: not a char vocabulary (expected {\"type\": \"char\", \"vocab\": [...]})", path);
+        rc = sk_error(SK_EFORMAT, "%s: not a char vocabulary (expected {\"type\": \"char\", \"vocab\": [...]}) "
+                      "nor a tokenizer.json (no \"model\")", path);
         goto done;
     }
     if (!vocab || vocab->type != SK_JSON_ARR || vocab->n == 0) {
@@ -711,10 +1073,18 @@ int sk_tok_load_char(sk_tokenizer **out, const char *path) {
     }
     rc = char_index(t, path);
 done:
-    sk_json_free(&j);
     if (rc) { sk_tok_free(t); return rc; }
     *out = t;
     return SK_OK;
+}
+
+int sk_tok_load_char(sk_tokenizer **out, const char *path) {
+    sk_json j;
+    int rc = read_json(path, &j);
+    if (rc) return rc;
+    rc = load_char_json(out, &j, path);
+    sk_json_free(&j);
+    return rc;
 }
 
 static int32_t char_lookup(const sk_tokenizer *t, uint32_t cp) {
@@ -754,17 +1124,36 @@ static int char_encode(const sk_tokenizer *t, const uint8_t *s, size_t n, int32_
 int sk_tok_load(sk_tokenizer **tok, const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) return sk_error(SK_EIO, "%s: no such tokenizer file or directory", path);
-    if (S_ISDIR(st.st_mode)) return sk_tok_load_gpt2_dir(tok, path);
-    return sk_tok_load_char(tok, path);
+    if (S_ISDIR(st.st_mode)) {
+        /* GPT-2's own files first, then a Hugging Face folder's tokenizer.json, then its
+         * vocab.json + merges.txt */
+        size_t n = strlen(path) + 32;
+        char *p = malloc(n);
+        if (!p) return sk_error(SK_ENOMEM, "out of memory");
+        snprintf(p, n, "%s/encoder.json", path);
+        int gpt2 = stat(p, &st) == 0;
+        snprintf(p, n, "%s/tokenizer.json", path);
+        int rc = !gpt2 && stat(p, &st) == 0 ? sk_tok_load_hf(tok, p) : sk_tok_load_gpt2_dir(tok, path);
+        free(p);
+        return rc;
+    }
+    sk_json j;                                  /* a file: tokenizer.json or a char vocabulary */
+    int rc = read_json(path, &j);
+    if (rc) return rc;
+    int hf = j.type == SK_JSON_OBJ && sk_json_get(&j, "model");
+    rc = hf ? load_hf(tok, &j, path) : load_char_json(tok, &j, path);
+    sk_json_free(&j);
+    return rc;
 }
 
 int sk_tok_vocab_size(const sk_tokenizer *t) { return t->vocab_size; }
 int sk_tok_eot(const sk_tokenizer *t) { return t->eot; }
-const char *sk_tok_kind(const sk_tokenizer *t) { return t->kind == KIND_GPT2 ? "gpt2" : "char"; }
+const char *sk_tok_kind(const sk_tokenizer *t) { return t->kind == KIND_GPT2 ? "gpt2" : t->kind == KIND_HF ? "hf" : "char"; }
 
 int sk_tok_encode(sk_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n, size_t *cap) {
     if (!t || (!text && len)) return sk_error(SK_EINVAL, "sk_tok_encode: null argument");
     if (t->kind == KIND_GPT2) return gpt2_encode(t, (const uint8_t *)text, len, ids, n, cap);
+    if (t->kind == KIND_HF) return hf_encode(t, (const uint8_t *)text, len, ids, n, cap);
     return char_encode(t, (const uint8_t *)text, len, ids, n, cap);
 }
 

@@ -1,9 +1,14 @@
-/* Helper for tests/test_tokenizer_node.py (compares with the reference JS encoder).
+/* Helper for tests/test_tokenizer_node.py and tests/test_hf_tokenizer.py (compare with the
+ * reference JS encoders). TOK is anything sk_tok_load takes (a GPT-2 folder, a
+ * tokenizer.json, a char vocabulary).
  *   tool_tok classes                 0x110000 bytes: class of each code point
  *                                    (0 other, 1 \p{L}, 2 \p{N}, 3 \s) as the C tokenizer sees it
- *   tool_tok encode VOCAB_DIR FILE... for each file: uint32 count, then count int32 ids
+ *   tool_tok encode TOK FILE...       for each file: uint32 count, then count int32 ids
  *                                    (little-endian) on stdout; timing on stderr
- *   tool_tok ids VOCAB_DIR FILE       the ids of one file, space-separated, on stdout */
+ *   tool_tok ids TOK FILE             the ids of one file, space-separated, on stdout
+ *   tool_tok decode TOK FILE...       each file holds ids as encode writes them (one record);
+ *                                    for each: uint32 byte count, then the decoded bytes
+ *   tool_tok info TOK                 "kind vocab_size eot" */
 #include "skiplm.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,13 +42,39 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unicode %s\n", sk_tok_unicode_version_());
         return 0;
     }
-    if (argc < 4 || (strcmp(argv[1], "encode") && strcmp(argv[1], "ids"))) {
-        fprintf(stderr, "usage: tool_tok classes | encode VOCAB_DIR FILE... | ids VOCAB_DIR FILE\n");
+    if (argc == 3 && strcmp(argv[1], "info") == 0) {
+        sk_tokenizer *tok;
+        if (sk_tok_load(&tok, argv[2])) { fprintf(stderr, "error: %s\n", sk_last_error()); return 1; }
+        printf("%s %d %d\n", sk_tok_kind(tok), sk_tok_vocab_size(tok), sk_tok_eot(tok));
+        sk_tok_free(tok);
+        return 0;
+    }
+    if (argc < 4 || (strcmp(argv[1], "encode") && strcmp(argv[1], "ids") && strcmp(argv[1], "decode"))) {
+        fprintf(stderr, "usage: tool_tok classes | encode TOK FILE... | ids TOK FILE | decode TOK FILE... | info TOK\n");
         return 2;
     }
     double t0 = now();
     sk_tokenizer *tok;
-    if (sk_tok_load_gpt2_dir(&tok, argv[2])) { fprintf(stderr, "error: %s\n", sk_last_error()); return 1; }
+    if (sk_tok_load(&tok, argv[2])) { fprintf(stderr, "error: %s\n", sk_last_error()); return 1; }
+    if (argv[1][0] == 'd') {
+        for (int i = 3; i < argc; i++) {
+            size_t n;
+            char *rec = slurp(argv[i], &n);
+            uint32_t cnt = 0;
+            if (n >= 4) memcpy(&cnt, rec, 4);
+            if (n != 4 + 4 * (size_t)cnt) { fprintf(stderr, "%s: not one id record\n", argv[i]); return 2; }
+            int32_t *ids = malloc(4 * (size_t)cnt + 4);
+            memcpy(ids, rec + 4, 4 * (size_t)cnt);
+            char *out; size_t len;
+            if (sk_tok_decode(tok, ids, cnt, &out, &len)) { fprintf(stderr, "error: %s\n", sk_last_error()); return 1; }
+            uint32_t l = (uint32_t)len;
+            fwrite(&l, 4, 1, stdout);
+            fwrite(out, 1, len, stdout);
+            free(out); free(ids); free(rec);
+        }
+        sk_tok_free(tok);
+        return 0;
+    }
     double t_load = now() - t0, t_enc = 0;
     size_t bytes = 0, tokens = 0;
     for (int i = 3; i < argc; i++) {

@@ -113,11 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     const sk_config *c = sk_model_config(m);
-    int T = c->block_size < 4 ? c->block_size : 4;
-    int32_t x[4], y[4];
-    for (int i = 0; i < T; i++) { x[i] = i % c->vocab_size; y[i] = (i + 1) % c->vocab_size; }
-    float loss;
-    sk_model_forward(m, x, y, 1, T, &loss, NULL);
+    fuzz_forward(m);
     if (sk_model_save_hf(m, out_dir) == 0) {
         sk_model *b = NULL;
         if (sk_model_load(&b, out_dir, NULL)) abort();

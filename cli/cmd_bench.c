@@ -198,7 +198,7 @@ int cmd_bench(int argc, char **argv) {
         {"no-gen", 'b', &no_gen, "skip the generation benchmark"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
-        {"bf16", 'b', &bf16, "with --device cuda: bf16 mixed precision (bf16 GEMMs, fp32 master weights)"},
+        {"bf16", 'b', &bf16, "with --device cuda: bf16 mixed precision (bf16 GEMMs, fp32 master weights); on the CPU: generation with bf16 weights"},
         {"peak-tflops", 'f', &peak_tflops, "with --device cuda: also report MFU against this peak (e.g. 989 for H100 SXM bf16 dense)"},
         {"profile", 'i', &profile, "with --device cuda: N more training steps (and the decoding steps) timed per op with CUDA events, as a table (0)"},
         {0},
@@ -218,7 +218,8 @@ int cmd_bench(int argc, char **argv) {
     if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm bench: --device must be cpu or cuda (got '%s')\n", device); return 2; }
     if (tf32 && bf16) { fprintf(stderr, "skiplm bench: --tf32 and --bf16 exclude each other\n"); return 2; }
     if (profile && !use_cuda) { fprintf(stderr, "skiplm bench: --profile needs --device cuda\n"); return 2; }
-    if ((tf32 || bf16) && !use_cuda) { fprintf(stderr, "skiplm bench: --%s needs --device cuda\n", tf32 ? "tf32" : "bf16"); return 2; }
+    if (tf32 && !use_cuda) { fprintf(stderr, "skiplm bench: --tf32 needs --device cuda\n"); return 2; }
+    if (bf16 && !use_cuda && (no_gen || gen == 0)) { fprintf(stderr, "skiplm bench: on the CPU, --bf16 applies to the generation benchmark only\n"); return 2; }
     if (use_cuda) {
 #ifdef SKIPLM_CUDA
         const sk_cuda_precision prec = bf16 ? SK_CUDA_BF16 : tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
@@ -296,7 +297,7 @@ int cmd_bench(int argc, char **argv) {
     if (!no_gen && gen > 0) {
         int n = gen < cfg.block_size ? gen : cfg.block_size - 1;
         sk_kvcache *kv;
-        if (sk_kvcache_new(&kv, m, n + 1)) return cli_fail("bench");
+        if ((bf16 ? sk_kvcache_new_bf16 : sk_kvcache_new)(&kv, m, n + 1)) return cli_fail("bench");
         float *logits = malloc(sizeof(float) * cfg.vocab_size);
         int32_t tok = 0;
         sk_model_decode(m, kv, &tok, 1, logits);
@@ -306,9 +307,10 @@ int cmd_bench(int argc, char **argv) {
             if (sk_model_decode(m, kv, &tok, 1, logits)) return cli_fail("bench");
         }
         double dt = sk_now() - t0;
-        double bytes = 4.0 * sk_model_num_params(m);
-        printf("generate: %d tokens, %.1f tok/s (weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
-               n, n / dt, bytes * n / dt / 1e9, sk_kvcache_bytes(kv) / 1048576.0, sk_kvcache_bytes_full(kv) / 1048576.0);
+        double bytes = (bf16 ? 2.0 : 4.0) * sk_model_num_params(m);
+        printf("generate: %d tokens, %.1f tok/s (%s weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
+               n, n / dt, bf16 ? "bf16" : "fp32", bytes * n / dt / 1e9, sk_kvcache_bytes(kv) / 1048576.0,
+               sk_kvcache_bytes_full(kv) / 1048576.0);
         free(logits);
         sk_kvcache_free(kv);
     }

@@ -38,7 +38,8 @@ static int dec_new(decoder *d, sk_model *m, int use_cuda, int prec, int max_T, i
         return sk_cuda_kvcache_new(&d->gkv, d->cm, max_T, 0);
     }
 #endif
-    (void)use_cuda; (void)prec; (void)quiet;
+    (void)use_cuda; (void)quiet;
+    if (prec == 2) return sk_kvcache_new_bf16(&d->kv, m, max_T);   /* CPU --bf16: bf16 weights */
     return sk_kvcache_new(&d->kv, m, max_T);
 }
 static int dec_run(decoder *d, const int32_t *tokens, int n, float *logits) {
@@ -68,7 +69,7 @@ static const char *dec_bytes(const decoder *d, size_t *bytes, size_t *full) {
     }
 #endif
     *bytes = sk_kvcache_bytes(d->kv); *full = sk_kvcache_bytes_full(d->kv);
-    return "fp32";
+    return sk_kvcache_bf16(d->kv) ? "fp32; weights in bf16" : "fp32";
 }
 static void dec_free(decoder *d) {
 #ifdef SKIPLM_CUDA
@@ -96,7 +97,7 @@ int cmd_sample(int argc, char **argv) {
         {"quiet", 'b', &quiet, "print only the generated text (no prompt, no statistics)"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
-        {"bf16", 'b', &bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
+        {"bf16", 'b', &bf16, "bf16 copy of the weights for the matrix products, fp32 everything else (CPU or --device cuda)"},
         {"n_head", 'i', &n_head, CLI_N_HEAD_HELP},
         {0},
     };
@@ -112,7 +113,7 @@ int cmd_sample(int argc, char **argv) {
     int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
     if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm sample: --device must be cpu or cuda (got '%s')\n", device); return 2; }
     if (tf32 && bf16) { fprintf(stderr, "skiplm sample: --tf32 and --bf16 exclude each other\n"); return 2; }
-    if ((tf32 || bf16) && !use_cuda) { fprintf(stderr, "skiplm sample: --%s needs --device cuda\n", tf32 ? "tf32" : "bf16"); return 2; }
+    if (tf32 && !use_cuda) { fprintf(stderr, "skiplm sample: --tf32 needs --device cuda\n"); return 2; }
 #ifndef SKIPLM_CUDA
     if (use_cuda) {
         fprintf(stderr, "skiplm sample: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "

@@ -165,6 +165,13 @@ void sk_model_phase_times(const sk_model *m, sk_phase_times *t, int reset);
  * and stores only its own heads' K/V; the borrowed heads read the lower layer's cache. */
 typedef struct sk_kvcache sk_kvcache;
 int sk_kvcache_new(sk_kvcache **kv, const sk_model *m, int max_T);
+/* The same, decoding with a bf16 copy of the model's 2-D weights (every matrix, the tied
+ * embedding / classifier and learned positions; rounded to nearest even when the cache is
+ * made, so later changes to the model are not seen): a decoding step reads half the bytes.
+ * Norms, biases, the K/V cache and all arithmetic stay fp32, so the logits equal fp32
+ * decoding on a model whose 2-D weights were rounded to bf16. */
+int sk_kvcache_new_bf16(sk_kvcache **kv, const sk_model *m, int max_T);
+int sk_kvcache_bf16(const sk_kvcache *kv);                /* 1: decodes with bf16 weights */
 void sk_kvcache_free(sk_kvcache *kv);
 size_t sk_kvcache_bytes(const sk_kvcache *kv);            /* bytes of cached K/V */
 size_t sk_kvcache_bytes_full(const sk_kvcache *kv);       /* same model without SLA's savings */

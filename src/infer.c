@@ -18,10 +18,13 @@ struct sk_kvcache {
     float *mem; size_t floats, floats_full;
     /* scratch for one chunk */
     float *x, *ln, *q, *att, *tmp, *fch, *act, *logits_all;
+    /* sk_kvcache_new_bf16: a bf16 copy of the model's parameters (same offsets), taken when
+     * the cache is made, which the matrix products read instead of the fp32 weights */
+    uint16_t *w16; const float *w16_base;
 };
 
 
-int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) {
+static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int bf16) {
     *out = NULL;
     if (max_T < 1 || max_T > m->cfg.block_size)
         return sk_error(SK_EINVAL, "KV cache length %d must be in [1, block_size=%d]", max_T, m->cfg.block_size);
@@ -43,11 +46,18 @@ int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) {
     }
     int ch = SK_DECODE_CHUNK, Ffc = m->gated ? 2 * m->F : m->F;
     size_t scratch = (size_t)ch * (5 * m->C + (size_t)m->H * m->hs + Ffc + m->F) + m->Vp;
-    char what[200];
-    snprintf(what, sizeof what, "the KV cache for %d positions (%zu bytes of K/V, %zu of scratch) with the model (%zu bytes)",
-             max_T, kv->floats * sizeof(float), scratch * sizeof(float), m->n_params * sizeof(float));
-    int rc = sk_mem_check((kv->floats + scratch + m->n_params) * sizeof(float), what);
+    char what[240];
+    snprintf(what, sizeof what, "the KV cache for %d positions (%zu bytes of K/V, %zu of scratch%s) with the model (%zu bytes)",
+             max_T, kv->floats * sizeof(float), scratch * sizeof(float), bf16 ? ", a bf16 copy of the weights" : "",
+             m->n_params * sizeof(float));
+    int rc = sk_mem_check((kv->floats + scratch + m->n_params) * sizeof(float) + (bf16 ? m->n_params * 2 : 0), what);
     if (rc) { sk_kvcache_free(kv); return rc; }
+    if (bf16) {
+        kv->w16 = malloc(m->n_params * sizeof *kv->w16);
+        if (!kv->w16) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the bf16 weights"); }
+        sk_bf16_from_f32_n(kv->w16, m->params, m->n_params);
+        kv->w16_base = m->params;
+    }
     kv->mem = malloc((kv->floats + scratch) * sizeof(float));
     if (!kv->mem || !kv->slot || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
     float *p = kv->mem;
@@ -68,9 +78,13 @@ int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) {
     return SK_OK;
 }
 
+int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 0); }
+int sk_kvcache_new_bf16(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 1); }
+int sk_kvcache_bf16(const sk_kvcache *kv) { return kv->w16 != NULL; }
+
 void sk_kvcache_free(sk_kvcache *kv) {
     if (!kv) return;
-    free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v); free(kv->mem);
+    free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v); free(kv->mem); free(kv->w16);
     free(kv);
 }
 size_t sk_kvcache_bytes(const sk_kvcache *kv) { return kv->floats * sizeof(float); }
@@ -83,6 +97,12 @@ static void norm(const sk_model *m, float *out, const float *x, const float *w, 
     else sk_rmsnorm_forward(out, stat, x, w, n, m->C, m->cfg.norm_eps);
 }
 
+/* out (n, OC) = inp (n, IC) @ w^T + b, from the cache's bf16 copy of w if it has one */
+static void linear(const sk_kvcache *kv, float *out, const float *inp, const float *w, const float *b, int n, int IC, int OC) {
+    if (kv->w16) sk_linear_forward_bf16(out, inp, kv->w16 + (w - kv->w16_base), b, n, IC, OC);
+    else sk_linear_forward(out, inp, w, b, n, IC, OC);
+}
+
 static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, float *logits) {
     const sk_config *c = &m->cfg;
     const sk_params *p = &m->p;
@@ -91,15 +111,21 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
     const float *wpe = p->wpe ? p->wpe : m->sinus;
     float stat[2 * SK_DECODE_CHUNK];
     for (int i = 0; i < n; i++) {
-        const float *e = p->wte + (size_t)tok[i] * C;
-        for (int j = 0; j < C; j++) kv->x[(size_t)i * C + j] = e[j] + (wpe ? wpe[(size_t)(pos0 + i) * C + j] : 0.0f);
+        const float *e = p->wte + (size_t)tok[i] * C, *q = wpe ? wpe + (size_t)(pos0 + i) * C : NULL;
+        float *x = kv->x + (size_t)i * C;
+        if (kv->w16) {                        /* the bf16 copy's rows (learned positions too) */
+            const uint16_t *e16 = kv->w16 + (e - kv->w16_base), *q16 = p->wpe ? kv->w16 + (q - kv->w16_base) : NULL;
+            for (int j = 0; j < C; j++) x[j] = sk_bf16_to_f32(e16[j]) + (q16 ? sk_bf16_to_f32(q16[j]) : q ? q[j] : 0.0f);
+        } else {
+            for (int j = 0; j < C; j++) x[j] = e[j] + (q ? q[j] : 0.0f);
+        }
     }
     for (int l = 0; l < m->L; l++) {
         const float *qkvw = p->qkvw + (size_t)l * m->QKV * C, *qkvb = p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL;
         int ns = kv->n_store[l];
         norm(m, kv->ln, kv->x, p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, n, stat);
         /* q for all heads; k and v only for the stored heads, written straight into the cache */
-        sk_linear_forward(kv->q, kv->ln, qkvw, qkvb, n, C, H * hs);
+        linear(kv, kv->q, kv->ln, qkvw, qkvb, n, C, H * hs);
         float *kc = kv->k[l] + (size_t)pos0 * ns * hs, *vc = kv->v[l] + (size_t)pos0 * ns * hs;
         const int *slot = kv->slot + l * Hkv;
         for (int j = 0; j < Hkv;) {
@@ -109,8 +135,8 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
             while (e < Hkv && slot[e] >= 0) e++;
             int w = (e - j) * hs;
             float *kt = ns == e - j ? kc : kv->tmp, *vt = ns == e - j ? vc : kv->tmp + (size_t)n * w;
-            sk_linear_forward(kt, kv->ln, qkvw + (size_t)(H + j) * hs * C, qkvb ? qkvb + (H + j) * hs : NULL, n, C, w);
-            sk_linear_forward(vt, kv->ln, qkvw + (size_t)(H + Hkv + j) * hs * C, qkvb ? qkvb + (H + Hkv + j) * hs : NULL, n, C, w);
+            linear(kv, kt, kv->ln, qkvw + (size_t)(H + j) * hs * C, qkvb ? qkvb + (H + j) * hs : NULL, n, C, w);
+            linear(kv, vt, kv->ln, qkvw + (size_t)(H + Hkv + j) * hs * C, qkvb ? qkvb + (H + Hkv + j) * hs : NULL, n, C, w);
             if (kt != kc)
                 for (int i = 0; i < n; i++) {
                     memcpy(kc + (size_t)i * ns * hs + (size_t)slot[j] * hs, kt + (size_t)i * w, sizeof(float) * w);
@@ -137,19 +163,20 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
             int rc = sk_attn_forward(&a);
             if (rc) return rc;
         }
-        sk_linear_forward(kv->tmp, kv->att, p->attprojw + (size_t)l * C * C, p->attprojb ? p->attprojb + (size_t)l * C : NULL, n, C, C);
+        linear(kv, kv->tmp, kv->att, p->attprojw + (size_t)l * C * C, p->attprojb ? p->attprojb + (size_t)l * C : NULL, n, C, C);
         sk_add_inplace(kv->x, kv->tmp, (size_t)n * C);
         norm(m, kv->ln, kv->x, p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, n, stat);
-        sk_linear_forward(kv->fch, kv->ln, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n, C, Ffc);
+        linear(kv, kv->fch, kv->ln, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n, C, Ffc);
         sk_mlp_act_forward(m, kv->act, kv->fch, n);
-        sk_linear_forward(kv->tmp, kv->act, p->fcprojw + (size_t)l * C * F, p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F, C);
+        linear(kv, kv->tmp, kv->act, p->fcprojw + (size_t)l * C * F, p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F, C);
         sk_add_inplace(kv->x, kv->tmp, (size_t)n * C);
     }
     kv->pos += n;
     if (logits) {
         /* only the last token's logits are needed */
         norm(m, kv->ln, kv->x + (size_t)(n - 1) * C, p->lnfw, p->lnfb, 1, stat);
-        sk_gemm(0, 1, 1, m->Vp, C, 1.0f, kv->ln, C, p->wte, C, 0.0f, kv->logits_all, m->Vp);
+        if (kv->w16) linear(kv, kv->logits_all, kv->ln, p->wte, NULL, 1, C, c->vocab_size);
+        else sk_gemm(0, 1, 1, m->Vp, C, 1.0f, kv->ln, C, p->wte, C, 0.0f, kv->logits_all, m->Vp);
         memcpy(logits, kv->logits_all, sizeof(float) * c->vocab_size);
     }
     return SK_OK;
@@ -157,7 +184,8 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
 
 int sk_model_decode(sk_model *m, sk_kvcache *kv, const int32_t *tokens, int n, float *logits) {
     if (n < 1) return sk_error(SK_EINVAL, "decode needs at least one token");
-    if (kv->L != m->L || kv->hs != m->hs) return sk_error(SK_EINVAL, "KV cache was made for another model");
+    if (kv->L != m->L || kv->hs != m->hs || (kv->w16 && kv->w16_base != m->params))
+        return sk_error(SK_EINVAL, "KV cache was made for another model");
     if (kv->pos + n > kv->max_T)
         return sk_error(SK_EINVAL, "KV cache holds %d positions; %d + %d tokens do not fit", kv->max_T, kv->pos, n);
     for (int i = 0; i < n; i++)

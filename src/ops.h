@@ -5,10 +5,22 @@
 #define SK_OPS_H
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* out (N, OC) = inp (N, IC) @ w^T + b,  w (OC, IC), b (OC) or NULL. */
 void sk_linear_forward(float *out, const float *inp, const float *w, const float *b,
                        int N, int IC, int OC);
+/* The same with w (OC, IC) in bf16 (decoding with sk_kvcache_new_bf16). */
+void sk_linear_forward_bf16(float *out, const float *inp, const uint16_t *w, const float *b,
+                            int N, int IC, int OC);
+uint16_t sk_bf16_from_f32(float f);                      /* round to nearest even */
+static inline float sk_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+void sk_bf16_from_f32_n(uint16_t *out, const float *x, size_t n);
 /* dinp (N, IC) = dout @ w (overwritten; may be NULL);
  * dw (OC, IC) += dout^T @ inp;  db (OC) += colsum(dout) (db may be NULL). */
 void sk_linear_backward(float *dinp, float *dw, float *db, const float *dout,

@@ -40,7 +40,8 @@ expect_err "train --device tpu" "--device must be cpu or cuda" $T --device tpu -
 expect_err "train --bf16 without --device cuda" "--bf16 needs --device cuda" $T --bf16 --out "$tmp/r"
 expect_err "train --tf32 without --device cuda" "--tf32 needs --device cuda" $T --tf32 --out "$tmp/r"
 expect_err "bench --tf32 --bf16" "--tf32 and --bf16 exclude each other" $SK bench $M --tf32 --bf16
-expect_err "bench --bf16 without --device cuda" "--bf16 needs --device cuda" $SK bench $M --bf16
+expect_err "bench --bf16 on the CPU without generation" "--bf16 applies to the generation benchmark only" $SK bench $M --bf16 --no-gen
+expect_err "bench --tf32 without --device cuda" "--tf32 needs --device cuda" $SK bench $M --tf32
 expect_err "bench --device cuda (CPU build)" "built without CUDA" $SK bench $M --device cuda
 expect_err "eval --device cuda (CPU build)" "built without CUDA" $SK eval "$tmp/t.bin" "$tmp/t.bin" --device cuda
 expect_err "eval --bf16 without --device cuda" "--bf16 needs --device cuda" $SK eval "$tmp/t.bin" "$tmp/t.bin" --bf16
@@ -61,8 +62,10 @@ expect_err "sample KV cache over the limit" "the KV cache for 64 positions" \
     env SKIPLM_MEM_LIMIT=12K "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a
 env SKIPLM_MEM_LIMIT=1G "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a >/dev/null 2>&1 &&
     pass "sample under the limit runs" || fail "sample under the limit"
-expect_err "sample --bf16 without --device cuda" "--bf16 needs --device cuda" \
-    "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a --bf16
+expect_err "sample --bf16 KV cache over the limit (the bf16 copy counted)" "a bf16 copy of the weights" \
+    env SKIPLM_MEM_LIMIT=12K "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a --bf16
+expect_err "sample --tf32 without --device cuda" "--tf32 needs --device cuda" \
+    "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a --tf32
 expect_err "sample --device cuda (CPU build)" "built without CUDA" \
     "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a --device cuda
 

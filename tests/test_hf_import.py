@@ -181,6 +181,26 @@ def cli_case(tmp):
     r = skiplm("sample", folder, "--prompt", "Hello world", "--tokens", "8", "--greedy", "--quiet")
     check(r.returncode == 0 and r.stdout.rstrip("\n") == want,
           f"sample from the HF folder with its vocab.json/merges.txt: greedy {r.stdout!r} vs reference {want!r} {r.stderr.strip()[:200]}")
+    # decoding with bf16 weights (sample --bf16 on the CPU): every position's logits from the
+    # KV cache equal the reference's on the 2-D weights rounded to bf16 by torch, and differ
+    # from the fp32 weights' by more than the tolerance
+    p16 = {k: (v.bfloat16().float() if v.dim() == 2 else v) for k, v in p.items()}
+    with torch.no_grad():
+        x = torch.tensor([[15496, 995] + [(i * 7919) % 50257 for i in range(30)]])
+        ref16, _ = hf.forward(p16, cfg, x)
+        ref32, _ = hf.forward(p, cfg, x)
+    bt = os.path.join(tmp, "dec_batch.safetensors")
+    st.save_file({"inputs": x.int(), "targets": x.int()}, bt)
+    for prec, ref, other in (("bf16", ref16, ref32), ("fp32", ref32, ref16)):
+        out = os.path.join(tmp, f"dec_{prec}.safetensors")
+        if check(run_tool("tool_model", "decode", folder, bt, out, prec), f"tool_model decode {prec} on the HF folder"):
+            got = st.load_file(out)[0]["logits"]
+            d, d_other = (got - ref[0]).abs().max().item(), (got - other[0]).abs().max().item()
+            check(d <= 1e-4 and d_other > 1e-3,
+                  f"KV-cache decoding with {prec} weights: logits at all 32 positions within {d:.1e} of the reference on "
+                  f"{'torch-rounded bf16' if prec == 'bf16' else 'fp32'} weights ({d_other:.1e} from the other)")
+    r = skiplm("sample", folder, "--prompt", "Hello world", "--tokens", "4", "--greedy", "--bf16")
+    check(r.returncode == 0 and "weights in bf16" in r.stderr, f"sample --bf16 on the CPU runs: {r.stderr.strip()[-120:]}")
     # export of the folder: the tokenizer beside it travels under HF's names
     again = os.path.join(tmp, "gpt2-again")
     r = skiplm("export", folder, "--out", again)

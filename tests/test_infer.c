@@ -1,8 +1,50 @@
 /* KV-cache decoding: greedy generation with the cache equals generation by full
  * recomputation token for token, and the cached logits equal the full forward's; with and
- * without SLA, GPT-2 and Llama families. Also checks the cache saving of SLA and sampling. */
+ * without SLA, GPT-2 and Llama families. Decoding with bf16 weights equals fp32 decoding on
+ * weights rounded to bf16. Also checks the cache saving of SLA and sampling. */
 #include "test.h"
 #include "skiplm.h"
+#include "ops.h"
+
+/* Decode seq[0..T): the prompt in one call, then one token per call; logits of every call
+ * into lg (rows of V). Returns the number of rows, or -1. */
+static int decode_all(sk_model *m, sk_kvcache *kv, const int32_t *seq, int T, int prompt_len, float *lg, int V) {
+    sk_kvcache_reset(kv);
+    if (sk_model_decode(m, kv, seq, prompt_len, lg)) return -1;
+    int r = 1;
+    for (int i = prompt_len; i < T; i++, r++)
+        if (sk_model_decode(m, kv, seq + i, 1, lg + (size_t)r * V)) return -1;
+    return r;
+}
+
+/* bf16 weights: the cache's copy must give exactly fp32 decoding on 2-D weights rounded to
+ * bf16 (up to summation order), which differs from fp32 decoding on the original weights. */
+static void bf16_case(const char *name, sk_model *m, const int32_t *seq, int T, int prompt_len) {
+    int V = sk_model_config(m)->vocab_size;
+    size_t np = sk_model_num_params(m), rows = (size_t)(T - prompt_len + 1) * V;
+    float *p = sk_model_params(m), *keep = malloc(np * sizeof(float));
+    float *lb = malloc(rows * sizeof(float)), *lr = malloc(rows * sizeof(float)), *l32 = malloc(rows * sizeof(float));
+    memcpy(keep, p, np * sizeof(float));
+    sk_kvcache *kb = NULL, *kr = NULL;
+    int ok = sk_kvcache_new_bf16(&kb, m, T) == 0 && sk_kvcache_bf16(kb) && sk_kvcache_new(&kr, m, T) == 0 && !sk_kvcache_bf16(kr);
+    CHECK(ok, "%s: bf16 and fp32 caches made", name);
+    if (!ok) goto out;
+    int r1 = decode_all(m, kb, seq, T, prompt_len, lb, V), r2 = decode_all(m, kr, seq, T, prompt_len, l32, V);
+    int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
+    for (int i = 0; i < nt; i++)
+        if (ts[i].ndim == 2)
+            for (size_t k = 0; k < ts[i].numel; k++) p[ts[i].offset + k] = sk_bf16_to_f32(sk_bf16_from_f32(p[ts[i].offset + k]));
+    int r3 = decode_all(m, kr, seq, T, prompt_len, lr, V);
+    memcpy(p, keep, np * sizeof(float));
+    double scale = max_abs(lr, rows), d_ref = max_abs_diff(lb, lr, rows), d_32 = max_abs_diff(lb, l32, rows);
+    CHECK(r1 > 0 && r1 == r2 && r2 == r3 && d_ref <= 1e-5 * (scale > 1 ? scale : 1),
+          "%s: bf16-weight decoding equals fp32 decoding on bf16-rounded weights (%d calls, max diff %.2e, |logits| %.2f)",
+          name, r1, d_ref, scale);
+    CHECK(d_32 > 10 * d_ref && d_32 < 0.05 * scale, "%s: and differs from the fp32 weights' logits by rounding only (%.2e)", name, d_32);
+out:
+    sk_kvcache_free(kb); sk_kvcache_free(kr);
+    free(keep); free(lb); free(lr); free(l32);
+}
 
 static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new) {
     sk_model *m;
@@ -35,6 +77,7 @@ static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new)
     }
     CHECK(same, "%s: greedy tokens with the cache equal full recomputation (%d new)", name, n_new);
     CHECK(maxd <= 1e-4, "%s: cached logits max abs diff %.2e vs full forward", name, maxd);
+    bf16_case(name, m, seq, T, prompt_len);
     printf("   %s: cache %zu bytes, without SLA's saving %zu bytes\n", name, sk_kvcache_bytes(kv), sk_kvcache_bytes_full(kv));
     if ((cfg.n_skip_layer > 0 && cfg.n_skip_head > 0 && cfg.n_skip_layer < cfg.n_layer) || cfg.routing[0])
         CHECK(sk_kvcache_bytes(kv) < sk_kvcache_bytes_full(kv), "%s: SLA cache is smaller (%zu < %zu)", name,
@@ -48,12 +91,59 @@ static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new)
     int32_t bad = V;
     sk_kvcache_reset(kv);
     CHECK(sk_model_decode(m, kv, &bad, 1, lg) != 0 && strstr(sk_last_error(), "outside the vocabulary"), "%s: out-of-vocab token refused", name);
+    sk_model *other;
+    sk_kvcache *kb;
+    if (sk_model_new(&other, sk_model_config(m), 1) == 0 && sk_kvcache_new_bf16(&kb, other, T) == 0) {
+        CHECK(sk_model_decode(m, kb, &t0, 1, lg) != 0 && strstr(sk_last_error(), "another model"),
+              "%s: a bf16 cache made for another model (same shapes) is refused", name);
+        sk_kvcache_free(kb);
+        sk_model_free(other);
+    }
     sk_kvcache_free(kv);
     free(seq); free(lg); free(full);
     sk_model_free(m);
 }
 
+/* Rounding to bf16 on known bit patterns, and the bf16 linear kernel on every length class
+ * (32-wide blocks, 8-wide blocks, scalar tail) against a double-precision sum. */
+static void bf16_kernels(void) {
+    static const struct { uint32_t in; uint16_t out; } cases[] = {
+        {0x3f800000u, 0x3f80}, {0x3f808000u, 0x3f80}, {0x3f818000u, 0x3f82}, {0x3f808001u, 0x3f81},
+        {0x3f80ffffu, 0x3f81}, {0xc0000000u, 0xc000}, {0x7f7fffffu, 0x7f80}, {0x7f800000u, 0x7f80},
+        {0xff800000u, 0xff80}, {0x00000001u, 0x0000}, {0x00008000u, 0x0000}, {0x00018000u, 0x0002},
+        {0x80000000u, 0x8000}, {0x7fc00000u, 0x7fc0}, {0x7f800001u, 0x7fc0}, {0xffffffffu, 0xffff},
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float f; memcpy(&f, &cases[i].in, 4);
+        uint16_t h = sk_bf16_from_f32(f);
+        if (h != cases[i].out) { ok = 0; printf("   bf16(0x%08x) = 0x%04x, want 0x%04x\n", cases[i].in, h, cases[i].out); }
+    }
+    CHECK(ok, "fp32 -> bf16 rounds to nearest even on %zu known bit patterns (ties, overflow, NaN, denormals)",
+          sizeof cases / sizeof cases[0]);
+    unsigned long long s = 3;
+    double worst = 0;
+    for (int IC = 1; IC <= 77; IC += 3) {
+        int N = 1 + IC % 3, OC = 5;
+        float *x = malloc(sizeof(float) * N * IC), *w = malloc(sizeof(float) * OC * IC), b[5], out[15];
+        uint16_t *w16 = malloc(2 * (size_t)OC * IC);
+        fill_uniform(x, (size_t)N * IC, &s); fill_uniform(w, (size_t)OC * IC, &s); fill_uniform(b, 5, &s);
+        sk_bf16_from_f32_n(w16, w, (size_t)OC * IC);
+        sk_linear_forward_bf16(out, x, w16, IC % 2 ? b : NULL, N, IC, OC);
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                double r = IC % 2 ? b[o] : 0;
+                for (int k = 0; k < IC; k++) r += (double)x[n * IC + k] * sk_bf16_to_f32(w16[o * IC + k]);
+                double d = fabs(out[n * OC + o] - r);
+                if (d > worst) worst = d;
+            }
+        free(x); free(w); free(w16);
+    }
+    CHECK(worst < 1e-5, "bf16 linear kernel equals a double sum on bf16 weights, IC 1..76, N 1..3 (max diff %.2e)", worst);
+}
+
 int main(void) {
+    bf16_kernels();
     sk_config c;
     sk_config_default(&c);
     c.n_layer = 4; c.n_head = 4; c.n_embd = 32; c.vocab_size = 50; c.block_size = 160;

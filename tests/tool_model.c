@@ -2,6 +2,9 @@
  *   tool_model run  WEIGHTS BATCH OUT   forward + backward on BATCH (I32 "inputs", "targets"
  *                                       of shape (B, T)); OUT holds "logits", "loss",
  *                                       "loss_fb" (from forward_backward) and "grad.<name>".
+ *   tool_model decode WEIGHTS BATCH OUT fp32|bf16   row 0 of "inputs" through the KV cache one
+ *                                       token at a time (bf16: sk_kvcache_new_bf16); OUT holds
+ *                                       "logits" (T, V), each position's logits from the cache.
  *   tool_model init OUT SEED key=value...   random model with that config, saved to OUT. */
 #include "skiplm.h"
 #include <stdio.h>
@@ -35,8 +38,32 @@ int main(int argc, char **argv) {
         sk_model_free(m);
         return 0;
     }
+    if (argc == 6 && !strcmp(argv[1], "decode")) {
+        sk_model *m;
+        sk_safetensors bt;
+        if (sk_model_load(&m, argv[2], NULL) || sk_st_read(argv[3], &bt)) return die();
+        int64_t B, T;
+        int32_t *inp = get_i32(&bt, "inputs", &B, &T);
+        if (!inp) { fprintf(stderr, "bad batch file\n"); return 1; }
+        int V = sk_model_config(m)->vocab_size;
+        float *logits = malloc(sizeof(float) * (size_t)T * V);
+        sk_kvcache *kv;
+        if ((strcmp(argv[5], "bf16") ? sk_kvcache_new : sk_kvcache_new_bf16)(&kv, m, (int)T)) return die();
+        for (int64_t i = 0; i < T; i++)
+            if (sk_model_decode(m, kv, inp + i, 1, logits + (size_t)i * V)) return die();
+        sk_st_writer *w = sk_st_writer_new();
+        int64_t ls[2] = {T, V};
+        sk_st_add(w, "logits", SK_F32, 2, ls, logits);
+        if (sk_st_write(w, argv[4])) return die();
+        sk_st_writer_free(w);
+        sk_kvcache_free(kv);
+        free(logits); free(inp);
+        sk_st_free(&bt);
+        sk_model_free(m);
+        return 0;
+    }
     if (argc != 5 || strcmp(argv[1], "run")) {
-        fprintf(stderr, "usage: tool_model run WEIGHTS BATCH OUT | init OUT SEED k=v...\n");
+        fprintf(stderr, "usage: tool_model run WEIGHTS BATCH OUT | decode WEIGHTS BATCH OUT fp32|bf16 | init OUT SEED k=v...\n");
         return 2;
     }
     sk_model *m;

@@ -21,6 +21,7 @@ struct sk_kvcache {
     /* sk_kvcache_new_bf16: a bf16 copy of the model's parameters (same offsets), taken when
      * the cache is made, which the matrix products read instead of the fp32 weights */
     uint16_t *w16; const float *w16_base;
+    float *w32;              /* one weight matrix widened back to fp32, for prefill chunks */
 };
 
 
@@ -50,11 +51,13 @@ static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int bf16) {
     snprintf(what, sizeof what, "the KV cache for %d positions (%zu bytes of K/V, %zu of scratch%s) with the model (%zu bytes)",
              max_T, kv->floats * sizeof(float), scratch * sizeof(float), bf16 ? ", a bf16 copy of the weights" : "",
              m->n_params * sizeof(float));
-    int rc = sk_mem_check((kv->floats + scratch + m->n_params) * sizeof(float) + (bf16 ? m->n_params * 2 : 0), what);
+    size_t big = (size_t)m->C * (m->QKV > Ffc ? (m->QKV > m->F ? m->QKV : m->F) : (Ffc > m->F ? Ffc : m->F));
+    int rc = sk_mem_check((kv->floats + scratch + m->n_params) * sizeof(float) + (bf16 ? m->n_params * 2 + big * 4 : 0), what);
     if (rc) { sk_kvcache_free(kv); return rc; }
     if (bf16) {
         kv->w16 = malloc(m->n_params * sizeof *kv->w16);
-        if (!kv->w16) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the bf16 weights"); }
+        kv->w32 = malloc(big * sizeof *kv->w32);
+        if (!kv->w16 || !kv->w32) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the bf16 weights"); }
         sk_bf16_from_f32_n(kv->w16, m->params, m->n_params);
         kv->w16_base = m->params;
     }
@@ -84,7 +87,7 @@ int sk_kvcache_bf16(const sk_kvcache *kv) { return kv->w16 != NULL; }
 
 void sk_kvcache_free(sk_kvcache *kv) {
     if (!kv) return;
-    free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v); free(kv->mem); free(kv->w16);
+    free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v); free(kv->mem); free(kv->w16); free(kv->w32);
     free(kv);
 }
 size_t sk_kvcache_bytes(const sk_kvcache *kv) { return kv->floats * sizeof(float); }
@@ -97,10 +100,15 @@ static void norm(const sk_model *m, float *out, const float *x, const float *w, 
     else sk_rmsnorm_forward(out, stat, x, w, n, m->C, m->cfg.norm_eps);
 }
 
-/* out (n, OC) = inp (n, IC) @ w^T + b, from the cache's bf16 copy of w if it has one */
+/* out (n, OC) = inp (n, IC) @ w^T + b, from the cache's bf16 copy of w if it has one: a few
+ * tokens read it directly; a prefill chunk widens it back to fp32 (exactly: bf16 -> fp32 is
+ * lossless) for the GEMM, which is compute-bound there. */
 static void linear(const sk_kvcache *kv, float *out, const float *inp, const float *w, const float *b, int n, int IC, int OC) {
-    if (kv->w16) sk_linear_forward_bf16(out, inp, kv->w16 + (w - kv->w16_base), b, n, IC, OC);
-    else sk_linear_forward(out, inp, w, b, n, IC, OC);
+    if (!kv->w16) { sk_linear_forward(out, inp, w, b, n, IC, OC); return; }
+    const uint16_t *w16 = kv->w16 + (w - kv->w16_base);
+    if (n < 4) { sk_linear_forward_bf16(out, inp, w16, b, n, IC, OC); return; }
+    sk_bf16_to_f32_n(kv->w32, w16, (size_t)OC * IC);
+    sk_linear_forward(out, inp, kv->w32, b, n, IC, OC);
 }
 
 static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, float *logits) {

@@ -81,6 +81,11 @@ void sk_bf16_from_f32_n(uint16_t *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = sk_bf16_from_f32(x[i]);
 }
 
+void sk_bf16_to_f32_n(float *out, const uint16_t *x, size_t n) {
+    #pragma omp parallel for schedule(static) if(SK_PAR(n))
+    for (size_t i = 0; i < n; i++) out[i] = sk_bf16_to_f32(x[i]);
+}
+
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

@@ -21,6 +21,7 @@ static inline float sk_bf16_to_f32(uint16_t h) {
     return f;
 }
 void sk_bf16_from_f32_n(uint16_t *out, const float *x, size_t n);
+void sk_bf16_to_f32_n(float *out, const uint16_t *x, size_t n);
 /* dinp (N, IC) = dout @ w (overwritten; may be NULL);
  * dw (OC, IC) += dout^T @ inp;  db (OC) += colsum(dout) (db may be NULL). */
 void sk_linear_backward(float *dinp, float *dw, float *db, const float *dout,

@@ -53,13 +53,50 @@ static inline __attribute__((always_inline)) void tile(
         for (int t = 0; t < W; t++) C[(size_t)(i + r) * ldc + c + t] = acc[r][t];
 }
 
-/* One row block of R rows across all N columns: 32-, 16- and 8-wide tiles, then single columns. */
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#include <immintrin.h>
+/* AVX2 has 16 vector registers of 8 floats: the 8 x 32 tile above (32 registers of
+ * accumulators) spills there on every k. This is the same tile, R rows x 16 columns (2R
+ * registers, R <= 6), written with intrinsics so the accumulators stay in registers: the same
+ * fused multiply-adds in the same order over k, so the same bits. */
+#define SK_TILE_AVX2 1
+static inline __attribute__((always_inline)) void tile16(
+        float *restrict C, int ldc, const float *restrict A, long ars, long aks,
+        const float *restrict Bm, int ldb, int i, int c, int K, int acc_in, const int R) {
+    __m256 acc[6][2];
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < 2; h++)
+            acc[r][h] = acc_in ? _mm256_loadu_ps(C + (size_t)(i + r) * ldc + c + 8 * h) : _mm256_setzero_ps();
+    const float *a = A + (size_t)i * ars;
+    for (int k = 0; k < K; k++) {
+        const float *bk = Bm + (size_t)k * ldb + c;
+        __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
+        for (int r = 0; r < R; r++) {
+            __m256 x = _mm256_broadcast_ss(a + r * ars + k * aks);
+            acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < 2; h++) _mm256_storeu_ps(C + (size_t)(i + r) * ldc + c + 8 * h, acc[r][h]);
+}
+#define TILE_ROWS 6
+#else
+#define TILE_ROWS 8
+#endif
+
+/* One row block of R rows across all N columns: 32-, 16- and 8-wide tiles, then single columns
+ * (with AVX2: 16-wide intrinsic tiles first). */
 static inline __attribute__((always_inline)) void row_block(
         float *restrict C, int ldc, const float *restrict A, long ars, long aks,
         const float *restrict Bm, int ldb, int i, int N, int K, int acc_in, const int R) {
     int c = 0;
+#ifdef SK_TILE_AVX2
+    for (; c + 16 <= N; c += 16) tile16(C, ldc, A, ars, aks, Bm, ldb, i, c, K, acc_in, R);
+#else
     for (; c + 32 <= N; c += 32) tile(C, ldc, A, ars, aks, Bm, ldb, i, c, K, acc_in, R, 32);
     for (; c + 16 <= N; c += 16) tile(C, ldc, A, ars, aks, Bm, ldb, i, c, K, acc_in, R, 16);
+#endif
     for (; c + 8 <= N; c += 8) tile(C, ldc, A, ars, aks, Bm, ldb, i, c, K, acc_in, R, 8);
     for (; c < N; c++) tile(C, ldc, A, ars, aks, Bm, ldb, i, c, K, acc_in, R, 1);
 }
@@ -69,7 +106,7 @@ static inline __attribute__((always_inline)) void row_block(
 static void gemm_any(float *restrict C, int ldc, const float *restrict A, long ars, long aks,
                      const float *restrict Bm, int ldb, int M, int N, int K, int acc_in) {
     int i = 0;
-    for (; i + 8 <= M; i += 8) row_block(C, ldc, A, ars, aks, Bm, ldb, i, N, K, acc_in, 8);
+    for (; i + TILE_ROWS <= M; i += TILE_ROWS) row_block(C, ldc, A, ars, aks, Bm, ldb, i, N, K, acc_in, TILE_ROWS);
     for (; i + 4 <= M; i += 4) row_block(C, ldc, A, ars, aks, Bm, ldb, i, N, K, acc_in, 4);
     for (; i < M; i++) row_block(C, ldc, A, ars, aks, Bm, ldb, i, N, K, acc_in, 1);
 }

@@ -51,7 +51,7 @@ static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int bf16) {
     snprintf(what, sizeof what, "the KV cache for %d positions (%zu bytes of K/V, %zu of scratch%s) with the model (%zu bytes)",
              max_T, kv->floats * sizeof(float), scratch * sizeof(float), bf16 ? ", a bf16 copy of the weights" : "",
              m->n_params * sizeof(float));
-    size_t big = (size_t)m->C * (m->QKV > Ffc ? (m->QKV > m->F ? m->QKV : m->F) : (Ffc > m->F ? Ffc : m->F));
+    size_t big = (size_t)m->C * (m->QKV > Ffc ? m->QKV : Ffc);   /* the largest matrix a prefill widens (F <= Ffc) */
     int rc = sk_mem_check((kv->floats + scratch + m->n_params) * sizeof(float) + (bf16 ? m->n_params * 2 + big * 4 : 0), what);
     if (rc) { sk_kvcache_free(kv); return rc; }
     if (bf16) {
@@ -183,8 +183,7 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
     if (logits) {
         /* only the last token's logits are needed */
         norm(m, kv->ln, kv->x + (size_t)(n - 1) * C, p->lnfw, p->lnfb, 1, stat);
-        if (kv->w16) linear(kv, kv->logits_all, kv->ln, p->wte, NULL, 1, C, c->vocab_size);
-        else sk_gemm(0, 1, 1, m->Vp, C, 1.0f, kv->ln, C, p->wte, C, 0.0f, kv->logits_all, m->Vp);
+        linear(kv, kv->logits_all, kv->ln, p->wte, NULL, 1, C, kv->w16 ? c->vocab_size : m->Vp);
         memcpy(logits, kv->logits_all, sizeof(float) * c->vocab_size);
     }
     return SK_OK;

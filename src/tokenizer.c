@@ -264,6 +264,23 @@ static int read_json(const char *path, sk_json *j) {
     return rc ? sk_error(SK_EFORMAT, "%s: invalid JSON: %s", path, err) : SK_OK;
 }
 
+/* Every single byte must be a token (byte-level BPE starts from them): fill t->byte_id, or
+ * fail naming the first missing byte and how GPT-2 shows it. */
+static int find_byte_ids(sk_tokenizer *t, const char *path, const char *where) {
+    uint32_t enc[256]; int16_t dec[324];
+    byte_alphabet(enc, dec);
+    for (int b = 0; b < 256; b++) {
+        uint8_t c = (uint8_t)b, shown[4];
+        t->byte_id[b] = vocab_find(t, &c, 1);
+        if (t->byte_id[b] < 0) {
+            char sh[16];
+            return sk_error(SK_EFORMAT, "%s: %sno token for byte 0x%02x (\"%s\"; byte-level BPE needs all 256 single bytes)",
+                            path, where, b, show((const char *)shown, utf8_encode(enc[b], shown), sh, sizeof sh));
+        }
+    }
+    return SK_OK;
+}
+
 static int load_encoder(sk_tokenizer **out, const char *path, const int16_t dec[324]) {
     sk_json j;
     int rc = read_json(path, &j);
@@ -323,14 +340,7 @@ static int load_encoder(sk_tokenizer **out, const char *path, const int16_t dec[
         }
         if (klen == 13 && memcmp(key, "<|endoftext|>", 13) == 0) t->eot = id;
     }
-    for (int b = 0; b < 256; b++) {
-        uint8_t c = (uint8_t)b;
-        t->byte_id[b] = vocab_find(t, &c, 1);
-        if (t->byte_id[b] < 0) {
-            rc = sk_error(SK_EFORMAT, "%s: no token for byte 0x%02x (GPT-2 needs all 256 single bytes)", path, b);
-            goto done;
-        }
-    }
+    rc = find_byte_ids(t, path, "");
 done:
     sk_json_free(&j);
     free(seen); free(buf);
@@ -786,8 +796,6 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
     uint8_t *state = calloc((size_t)V, 1);            /* 1: from the vocabulary, 2: added */
     size_t buf_cap = 64;
     for (int i = 0; i < vocab->n; i++) if (vocab->key_lens[i] + 4 > buf_cap) buf_cap = vocab->key_lens[i] + 4;
-    for (int i = 0; i < n_added; i++) if (sk_json_get(&added->items[i], "content")->str_len + 4 > buf_cap)
-        buf_cap = sk_json_get(&added->items[i], "content")->str_len + 4;
     uint8_t *buf = malloc(2 * buf_cap + 8);
     int rc = SK_OK;
     if (!t || !state || !buf) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
@@ -852,15 +860,7 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
         t->added_from[256] = k;
         free(t->added); t->added = sorted;
     }
-    for (int b = 0; b < 256; b++) {
-        uint8_t c = (uint8_t)b;
-        t->byte_id[b] = vocab_find(t, &c, 1);
-        if (t->byte_id[b] < 0) {
-            rc = sk_error(SK_EFORMAT, "%s: model.vocab has no token for byte 0x%02x (\"%s\"; byte-level BPE needs all 256)", path, b,
-                          show((const char *)buf, utf8_encode(enc[b], buf), sh, sizeof sh));
-            goto done;
-        }
-    }
+    if ((rc = find_byte_ids(t, path, "model.vocab has "))) goto done;
     /* merges: rank = index, later duplicates win (as in tokenizers' HashMap) */
     t->pair_mask = pow2_at_least((size_t)merges->n * 3 + 3) - 1;
     t->pairs = malloc((t->pair_mask + 1) * sizeof *t->pairs);

@@ -17,7 +17,7 @@ import json, os, random, shutil, struct, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sktest import ROOT, BUILD, SKIPLM, check, finish
-from test_tokenizer_node import HARD, random_texts, parse
+from test_tokenizer_node import HARD, random_texts, parse, same_ids
 
 TOOL = os.path.join(BUILD, "tests", "tool_tok")
 REF = os.path.join(ROOT, "tests", "ref", "hf_tokenize.mjs")
@@ -90,13 +90,7 @@ class Suite:
     def compare(self, name, tok, paths, texts=None, decode=True, roundtrip=True):
         c = parse(run([TOOL, "encode", tok] + paths).stdout)
         j = parse(run(["node", REF, "encode", tok] + paths).stdout)
-        bad = [i for i in range(len(paths)) if i >= len(c) or i >= len(j) or c[i] != j[i]]
-        for i in bad[:3]:
-            ci, ji = (c[i] if i < len(c) else []), (j[i] if i < len(j) else [])
-            k = next((k for k in range(min(len(ci), len(ji))) if ci[k] != ji[k]), min(len(ci), len(ji)))
-            what = repr(texts[i][:80]) if texts else paths[i]
-            print("   mismatch on %s: first difference at id %d: C %s vs JS %s" % (what, k, ci[k:k + 5], ji[k:k + 5]))
-        check(not bad and len(c) == len(j) == len(paths),
+        check(same_ids(c, j, paths, texts),
               "%s: C ids equal @huggingface/tokenizers' on %d inputs (%d tokens)" % (name, len(paths), sum(map(len, j))))
         if not decode:
             return j

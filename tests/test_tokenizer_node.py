@@ -30,16 +30,22 @@ def run(cmd):
     return p.stdout
 
 
-def compare(name, files, texts=None, whole=False):
-    c = parse(run([TOOL, "encode", VOCAB] + files))
-    j = parse(run(["node", ENCODE_JS] + (["--whole"] if whole else []) + files))
+def same_ids(c, j, files, texts=None):
+    """True if the id lists c (C) and j (reference) agree for every file; prints the first
+    difference of up to three that do not."""
     bad = [i for i in range(len(files)) if i >= len(c) or i >= len(j) or c[i] != j[i]]
     for i in bad[:3]:
         ci, ji = (c[i] if i < len(c) else []), (j[i] if i < len(j) else [])
         k = next((k for k in range(min(len(ci), len(ji))) if ci[k] != ji[k]), min(len(ci), len(ji)))
         what = repr(texts[i][:80]) if texts else files[i]
         print("   mismatch on %s: first difference at id %d: C %s vs JS %s" % (what, k, ci[k:k + 5], ji[k:k + 5]))
-    check(not bad and len(c) == len(j) == len(files),
+    return not bad and len(c) == len(j) == len(files)
+
+
+def compare(name, files, texts=None, whole=False):
+    c = parse(run([TOOL, "encode", VOCAB] + files))
+    j = parse(run(["node", ENCODE_JS] + (["--whole"] if whole else []) + files))
+    check(same_ids(c, j, files, texts),
           "%s: C ids equal gpt-3-encoder's on %d inputs (%d tokens)" % (name, len(files), sum(map(len, j))))
     return c, j
 

@@ -128,12 +128,41 @@ static inline void load_row(float *restrict dst, const float *restrict src, int 
     for (int t = 0; t < D; t++) dst[t] = src[t] * s;
 }
 
+#ifdef __AVX__
+#include <immintrin.h>
+/* dst[c * ldd + r] = src[r * lds + c] for r, c < 8: an 8 x 8 transpose in registers. */
+static inline void transpose8(float *restrict dst, long ldd, const float *restrict src, long lds) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);       /* a0 b0 a1 b1 | a4 b4 a5 b5 */
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);   /* a2 b2 a3 b3 | a6 b6 a7 b7 */
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int h = 0; h < 2; h++) {
+            r[i + 2 * h] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0x44);
+            r[i + 2 * h + 1] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0xEE);
+        }
+    /* r[c], c < 4: column c of rows 0-3 in the low half, column c + 4 in the high; r[c + 4]: rows 4-7 */
+    for (int c = 0; c < 4; c++) {
+        _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(r[c], r[c + 4], 0x20));
+        _mm256_storeu_ps(dst + (c + 4) * ldd, _mm256_permute2f128_ps(r[c], r[c + 4], 0x31));
+    }
+}
+#endif
+
 /* Keys [j0, j0+nk) of one head: transposed (D x BK) and/or row-major (BK x D), zero-padded. */
 static void load_keys(float *restrict T, float *restrict R, const float *base, long st,
                       int j0, int nk, int D) {
     if (T) {
         for (int t = 0; t < D; t++) for (int j = nk; j < BK; j++) T[t * BK + j] = 0.0f;
-        for (int j = 0; j < nk; j++) {
+        int j = 0;
+#ifdef __AVX__
+        if (D % 8 == 0)
+            for (; j + 8 <= nk; j += 8)
+                for (int t = 0; t < D; t += 8) transpose8(T + t * BK + j, BK, base + (long)(j0 + j) * st + t, st);
+#endif
+        for (; j < nk; j++) {
             const float *src = base + (long)(j0 + j) * st;
             for (int t = 0; t < D; t++) T[t * BK + j] = src[t];
         }
@@ -189,14 +218,20 @@ static void fwd_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int 
         load_keys(Kt, NULL, kb, a->k_st, j0, nk, D);
         load_keys(NULL, V, vb, a->v_st, j0, nk, D);
         gemm(S, BK, Q, D, Kt, BK, nq, BK, D, 0);
-        /* per row: mask, running max, exponentials (vectorised), in place */
+        /* per row: mask, running max, exponentials and their sum, in place. The max (exact in
+         * any order) halves the row; the sum runs in 8 lanes (lane t takes j = t mod 8), added
+         * in a fixed tree at the end, so its order depends only on BK. Both vectorise. */
         float alpha[BQ], sum[BQ];
         unsigned char live[BQ];
         for (int i = 0; i < nq; i++) {
             float *s = S + i * BK;
             mask_row(s, P, b, h, i0 + i, j0, nk);
+            float u[BK / 2];                  /* max by halving: plain elementwise loops */
+            for (int t = 0; t < BK / 2; t++) u[t] = s[t + BK / 2] > s[t] ? s[t + BK / 2] : s[t];
+            for (int w = BK / 4; w >= 8; w /= 2)
+                for (int t = 0; t < w; t++) u[t] = u[t + w] > u[t] ? u[t + w] : u[t];
             float mx = -INFINITY;
-            for (int j = 0; j < BK; j++) mx = s[j] > mx ? s[j] : mx;
+            for (int t = 0; t < 8; t++) mx = u[t] > mx ? u[t] : mx;
             float mnew = mx > m[i] ? mx : m[i];
             if (mnew == -INFINITY) {          /* nothing visible yet in this row */
                 for (int j = 0; j < BK; j++) s[j] = 0.0f;
@@ -206,15 +241,14 @@ static void fwd_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int 
             live[i] = 1;
             alpha[i] = sk_fexp(m[i] - mnew);
             m[i] = mnew;
-            for (int j = 0; j < BK; j++) s[j] = sk_fexp(s[j] - mnew);
-        }
-        /* row sums, each in increasing j, eight rows interleaved so the adds pipeline */
-        for (int i = 0; i < nq; i += 8) {
-            const int nr = imin(8, nq - i);
             float acc[8] = {0};
-            for (int j = 0; j < BK; j++)
-                for (int r = 0; r < 8; r++) acc[r] += r < nr ? S[(i + r) * BK + j] : 0.0f;
-            for (int r = 0; r < nr; r++) sum[i + r] = acc[r];
+            for (int j = 0; j < BK; j += 8)
+                for (int t = 0; t < 8; t++) {
+                    const float e = sk_fexp(s[j + t] - mnew);
+                    s[j + t] = e;
+                    acc[t] += e;
+                }
+            sum[i] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
         }
         for (int i = 0; i < nq; i++) {
             if (!live[i]) continue;
@@ -334,16 +368,20 @@ static void bwd_elementwise(const sk_attn_plan *P, int b, int h, int i0, int nq,
         const float *dp = dP + i * BK;
         mask_row(s, P, b, h, i0 + i, j0, nk);
         const float L = lse[i], di = Di[i];
-        float z[BK];
-        if (P->dropout) {
-            uint64_t rk = sk_attn_rowkey(P, b, h, i0 + i);
-            for (int j = 0; j < BK; j++) z[j] = (j < nk && sk_attn_keep(P, rk, j0 + j)) ? P->inv_keep : 0.0f;
-        } else {
-            for (int j = 0; j < BK; j++) z[j] = 1.0f;
-        }
         float *pz = PZ ? PZ + i * BK : NULL;
+        if (!P->dropout) {                        /* Z = 1: the common case, in one pass */
+            for (int j = 0; j < BK; j++) {
+                const float p = sk_fexp(s[j] - L);    /* s = -inf or L = +inf => 0 */
+                if (pz) pz[j] = p;
+                s[j] = p * (dp[j] - di);
+            }
+            continue;
+        }
+        float z[BK];
+        uint64_t rk = sk_attn_rowkey(P, b, h, i0 + i);
+        for (int j = 0; j < BK; j++) z[j] = (j < nk && sk_attn_keep(P, rk, j0 + j)) ? P->inv_keep : 0.0f;
         for (int j = 0; j < BK; j++) {
-            float p = sk_fexp(s[j] - L);          /* s = -inf or L = +inf => 0 */
+            const float p = sk_fexp(s[j] - L);
             if (pz) pz[j] = p * z[j];
             s[j] = p * (z[j] * dp[j] - di);
         }

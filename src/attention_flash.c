@@ -14,6 +14,7 @@
 #include "skiplm.h"
 #include "attention_internal.h"
 #include "vmath.h"
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,44 @@ static void load_keys(float *restrict T, float *restrict R, const float *base, l
     }
 }
 
+/* Query tiles of at most FEW_ROWS rows (decoding, a short last tile) skip the key
+ * transposition, which would cost as much as their products: S = Q K^T as dot products
+ * on the keys in place, and O += P V reads V in place. */
+#define FEW_ROWS 4
+
+/* Q_r . k over t: lane u (of 8) sums t = u, u + 8, ... by fused multiply-adds, the lanes are
+ * added in a fixed tree, then the D mod 8 tail in order. The AVX2 and portable forms give the
+ * same bits. */
+static inline float dot8(const float *restrict q, const float *restrict k, int D) {
+    float s;
+    int t = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 acc = _mm256_setzero_ps();
+    for (; t + 8 <= D; t += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + t), _mm256_loadu_ps(k + t), acc);
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));  /* a_u + a_u+4 */
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));          /* (a0+a4)+(a2+a6), (a1+a5)+(a3+a7) */
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    s = _mm_cvtss_f32(x);
+#else
+    float acc[8] = {0};
+    for (; t + 8 <= D; t += 8)
+        for (int u = 0; u < 8; u++) acc[u] = fmaf(q[t + u], k[t + u], acc[u]);
+    s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+#endif
+    for (; t < D; t++) s = fmaf(q[t], k[t], s);
+    return s;
+}
+
+/* S[r][j] = Q_r . K_{j0+j} for r < nq, j < nk (rows of S are BK apart; the rest is left for
+ * mask_row, which sets every j >= nk to -inf). */
+static void scores_few(float *restrict S, const float *restrict Q, int nq, int D,
+                       const float *kb, long st, int j0, int nk) {
+    for (int j = 0; j < nk; j++) {
+        const float *kj = kb + (long)(j0 + j) * st;
+        for (int r = 0; r < nq; r++) S[r * BK + j] = dot8(Q + r * D, kj, D);
+    }
+}
+
 /* Mask one score row s[0..BK) of global query i against keys j0.. (nk valid): -inf where
  * not allowed. Returns the number of allowed keys in the tile (0 => row all masked). */
 static inline void mask_row(float *restrict s, const sk_attn_plan *P, int b, int h, int i, int j0, int nk) {
@@ -215,9 +254,20 @@ static void fwd_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int 
     const int jend = key_end(P, Lk, i0, nq);
     for (int j0 = 0; j0 < jend; j0 += BK) {
         const int nk = imin(BK, jend - j0);
-        load_keys(Kt, NULL, kb, a->k_st, j0, nk, D);
-        load_keys(NULL, V, vb, a->v_st, j0, nk, D);
-        gemm(S, BK, Q, D, Kt, BK, nq, BK, D, 0);
+        if (nq <= FEW_ROWS) {
+            scores_few(S, Q, nq, D, kb, a->k_st, j0, nk);
+        } else {
+            load_keys(Kt, NULL, kb, a->k_st, j0, nk, D);
+            gemm(S, BK, Q, D, Kt, BK, nq, BK, D, 0);
+        }
+        const float *Vj = V;                  /* the value rows, copied or in place */
+        int ldv = D;
+        if (nq <= FEW_ROWS && a->v_st <= INT_MAX) {
+            Vj = vb + (long)j0 * a->v_st;
+            ldv = (int)a->v_st;
+        } else {
+            load_keys(NULL, V, vb, a->v_st, j0, nk, D);
+        }
         /* per row: mask, running max, exponentials and their sum, in place. The max (exact in
          * any order) halves the row; the sum runs in 8 lanes (lane t takes j = t mod 8), added
          * in a fixed tree at the end, so its order depends only on BK. Both vectorise. */
@@ -260,7 +310,7 @@ static void fwd_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int 
                 for (int j = 0; j < nk; j++) s[j] = sk_attn_keep(P, rk, j0 + j) ? s[j] * P->inv_keep : 0.0f;
             }
         }
-        gemm(O, D, S, BK, V, D, nq, D, nk, 1);
+        gemm(O, D, S, BK, Vj, ldv, nq, D, nk, 1);
     }
     for (int i = 0; i < nq; i++) {
         float *o = a->out + b * a->o_sb + h * a->o_sh + (long)(i0 + i) * a->o_st;

@@ -149,6 +149,7 @@ struct sk_tokenizer {
     int32_t ascii_id[128];
     /* tokenizer.json (KIND_HF; BPE as GPT-2 above, in Hugging Face's merge order) */
     int prefix_space, use_regex, ignore_merges;
+    int digits;                                /* Digits pre-tokenizer: 0 none, 1 each numeral alone, 2 runs */
     added_tok *added; int n_added;             /* sorted by first byte; bytes in the pool */
     int added_from[257];                       /* added[added_from[b] .. added_from[b+1]) start with byte b */
 };
@@ -753,12 +754,24 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
             return sk_error(SK_EFORMAT, "%s: model.%s is not supported (byte-level BPE has none)", path, affix[i]);
     if ((v = sk_json_get(j, "normalizer")) && v->type != SK_JSON_NULL) return hf_refuse(path, "the normalizer", v);
     const sk_json *pre = sk_json_get(j, "pre_tokenizer");
-    if (pre && json_is(pre, "Sequence")) {       /* a Sequence of one ByteLevel is a ByteLevel */
+    int digits = 0;
+    if (pre && json_is(pre, "Sequence")) {       /* [Digits,] ByteLevel: SmolLM's and StarCoder's chain */
         const sk_json *seq = sk_json_get(pre, "pretokenizers");
-        if (seq && seq->type == SK_JSON_ARR)
-            for (int i = 0; i < seq->n; i++)
-                if (!json_is(&seq->items[i], "ByteLevel")) return hf_refuse(path, "the pre-tokenizer in the Sequence", &seq->items[i]);
-        if (seq && seq->type == SK_JSON_ARR && seq->n == 1) pre = &seq->items[0];
+        if (!seq || seq->type != SK_JSON_ARR || seq->n < 1)
+            return sk_error(SK_EFORMAT, "%s: pre_tokenizer: a Sequence needs a non-empty \"pretokenizers\" array", path);
+        for (int i = 0; i < seq->n; i++) {
+            const sk_json *p = &seq->items[i];
+            if (json_is(p, "Digits") && i == 0 && seq->n == 2) {
+                digits = json_flag(p, "individual_digits", 0) ? 1 : 2;
+                continue;
+            }
+            if (json_is(p, "ByteLevel") && i == seq->n - 1) continue;
+            if (json_is(p, "Digits") || json_is(p, "ByteLevel"))
+                return sk_error(SK_EFORMAT, "%s: pre_tokenizer: a Sequence must be [Digits,] ByteLevel (found %s at %d of %d)",
+                                path, sk_json_get(p, "type")->str, i + 1, seq->n);
+            return hf_refuse(path, "the pre-tokenizer in the Sequence", p);
+        }
+        pre = &seq->items[seq->n - 1];
     }
     if (!json_is(pre, "ByteLevel")) return pre && pre->type != SK_JSON_NULL ? hf_refuse(path, "the pre-tokenizer", pre)
                                           : sk_error(SK_EFORMAT, "%s: no pre_tokenizer: skiplm reads byte-level BPE tokenizers (ByteLevel)", path);
@@ -801,6 +814,7 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
     if (!t || !state || !buf) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
     t->prefix_space = json_flag(pre, "add_prefix_space", 0);
     t->use_regex = json_flag(pre, "use_regex", 1);
+    t->digits = digits;
     t->ignore_merges = json_flag(model, "ignore_merges", 0);
     t->vocab_mask = pow2_at_least((size_t)V * 2) - 1;
     t->vocab_tab = malloc((t->vocab_mask + 1) * sizeof *t->vocab_tab);
@@ -922,8 +936,8 @@ static int added_at(const sk_tokenizer *t, const uint8_t *s, size_t n, size_t i)
     return best;
 }
 
-/* A stretch of text between added tokens: the optional prefix space, then words. */
-static int hf_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
+/* One piece of the pre-tokenizer: the optional prefix space, then words. */
+static int hf_piece(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
     if (n == 0) return 0;
     uint8_t *tmp = NULL;
     if (t->prefix_space && s[0] != ' ') {
@@ -935,6 +949,24 @@ static int hf_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids
     int rc = t->use_regex ? encode_words(t, s, n, ids, cnt, cap) : encode_word(t, s, n, ids, cnt, cap);
     free(tmp);
     return rc;
+}
+
+/* A stretch of text between added tokens. With a Digits pre-tokenizer first, numerals (\p{N},
+ * Rust's char::is_numeric) are cut out, each alone or in runs, and every piece goes through
+ * ByteLevel on its own (its prefix space included), as the `tokenizers` library does. */
+static int hf_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
+    if (!t->digits) return hf_piece(t, s, n, ids, cnt, cap);
+    size_t from = 0, i = 0, next;
+    while (i < n) {
+        if (class_at(s, n, i, &next) != CL_N) { i = next; continue; }
+        if (hf_piece(t, s + from, i - from, ids, cnt, cap)) return 1;
+        size_t e = next;
+        if (t->digits == 2)
+            while (e < n && class_at(s, n, e, &next) == CL_N) e = next;
+        if (hf_piece(t, s + i, e - i, ids, cnt, cap)) return 1;
+        from = i = e;
+    }
+    return hf_piece(t, s + from, n - from, ids, cnt, cap);
 }
 
 static int hf_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {

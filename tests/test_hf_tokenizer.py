@@ -5,6 +5,9 @@ reference, npm @huggingface/tokenizers (transformers.js's tokenizer; tests/ref/h
   default corpus, hard cases, random Unicode strings, text holding <|endoftext|>;
 - the same with merges as ["a", "b"] pairs, add_prefix_space, ignore_merges and a Sequence
   pre-tokenizer;
+- Sequence[Digits, ByteLevel] (SmolLM's, StarCoder's), numerals alone or in runs, with and
+  without the prefix space: against the library on ASCII numerals, and for every numeral
+  against the library's definition composed by hand;
 - a minimind-like tokenizer trained by `skiplm tokenizer train`, its ids shuffled and special
   tokens first (<|endoftext|> = 0, <|im_start|>, <|im_end|>), with added tokens beyond the
   vocabulary that overlap (leftmost-longest) and strip whitespace (lstrip, rstrip);
@@ -13,7 +16,7 @@ reference, npm @huggingface/tokenizers (transformers.js's tokenizer; tests/ref/h
 - decoding (C bytes == the reference's text), bad files refused by name, and the CLI:
   prepare --tokenizer FILE, train, sample, export, and sample from a folder.
 Needs `bash scripts/setup.sh` first."""
-import json, os, random, shutil, struct, subprocess, sys, tempfile
+import json, os, random, shutil, struct, subprocess, sys, tempfile, unicodedata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sktest import ROOT, BUILD, SKIPLM, check, finish
@@ -49,11 +52,13 @@ def records(buf):
     return out
 
 
-def hf_json(vocab, merges, added=(), prefix_space=False, ignore_merges=False, seq=False, arrays=False):
+def hf_json(vocab, merges, added=(), prefix_space=False, ignore_merges=False, seq=False, arrays=False, digits=None):
     pre = {"type": "ByteLevel", "add_prefix_space": prefix_space, "trim_offsets": True, "use_regex": True}
+    if digits is not None:                        # SmolLM's / StarCoder's chain
+        seq = [{"type": "Digits", "individual_digits": digits}, pre]
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": list(added), "normalizer": None,
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [pre]} if seq else pre,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": seq if isinstance(seq, list) else [pre]} if seq else pre,
         "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
@@ -113,6 +118,75 @@ class Suite:
         return j
 
 
+def numeric(ch):
+    return unicodedata.category(ch)[0] == "N"
+
+
+def digit_pieces(text, individual):
+    """The `tokenizers` library's Digits pre-tokenizer: numerals (Rust's char::is_numeric, the
+    Unicode categories Nd, Nl, No) cut out alone or in runs, the rest kept in between."""
+    out, cur = [], ""
+    for ch in text:
+        if numeric(ch):
+            if cur and (individual or not numeric(cur[-1])):
+                out.append(cur)
+                cur = ""
+        elif cur and numeric(cur[-1]):
+            out.append(cur)
+            cur = ""
+        cur += ch
+    return out + ([cur] if cur else [])
+
+
+def digits(s, tmp, enc, merges, eot, corpus):
+    """Sequence[Digits, ByteLevel] (SmolLM, StarCoder). Two references: the JS library itself,
+    whose Digits splits ASCII 0-9 only (\\d), on texts whose only numerals are ASCII; and, for
+    every numeral, the library's definition composed by hand: Digits' pieces (split here with
+    Python's unicodedata), each encoded by the reference with a ByteLevel-only tokenizer.json
+    (its prefix space included), the ids concatenated. Texts keep no code point that Python's
+    Unicode tables leave unassigned, where skiplm's newer tables may see a numeral."""
+    known = lambda t: "".join(ch for ch in t if unicodedata.category(ch) != "Cn")
+    ascii_num = lambda t: "".join(ch for ch in known(t) if not numeric(ch) or "0" <= ch <= "9")
+    extra = ["a 12 b", "x2024y", "  3  ", "1,000,000.50", "phone 555-0199\n", "0", "abc123def456", "12 34",
+             "It's 1999's 2nd", "\u00bd \u0663\u0664 \u2167x \u00b2 9\u0661", "H\u2082O and \u2460\u2461"]
+    rnd = random_texts(200, 23)
+    for individual in (True, False):
+        for prefix in (False, True):
+            tag = "Digits(individual_digits=%s)%s" % (individual, " + add_prefix_space" if prefix else "")
+            dj = os.path.join(tmp, "digits.json")
+            json.dump(hf_json(enc, merges, [eot], prefix_space=prefix, digits=individual), open(dj, "w", encoding="utf-8"),
+                      ensure_ascii=False)
+            plain = os.path.join(tmp, "digits_plain.json")
+            json.dump(hf_json(enc, merges, [eot], prefix_space=prefix), open(plain, "w", encoding="utf-8"), ensure_ascii=False)
+            if individual and not prefix:
+                info = run([TOOL, "info", dj]).stdout.decode().split()
+                check(info == ["hf", "50257", "50256"], "Sequence[Digits, ByteLevel] tokenizer.json loads (%s)" % info)
+                f = s.files(["a 12"], "k")
+                c, j = parse(run([TOOL, "encode", dj] + f).stdout), parse(run(["node", REF, "encode", dj] + f).stdout)
+                check(c == j == [[64, 220, 16, 17]], "known ids: 'a 12' = a, space, 1, 2 (GPT-2 alone: a, ' 12'): C %s, JS %s"
+                      % (c, j))
+            texts = [ascii_num(t) for t in HARD + extra + SPECIAL_TEXTS + rnd]
+            texts = [t for t in texts if t]
+            s.compare("%s, ASCII numerals: against the library" % tag, dj, s.files(texts, "d"), texts,
+                      roundtrip=not prefix)
+            if individual and not prefix:
+                s.compare("%s: 40 corpus files" % tag, dj, corpus[1::5][:40], decode=False)
+            texts = [known(t) for t in HARD + extra + rnd]
+            texts = [t for t in texts if t and "<|endoftext|>" not in t]
+            pieces = [digit_pieces(t, individual) for t in texts]
+            flat = [p for ps in pieces for p in ps]
+            got = parse(run([TOOL, "encode", dj] + s.files(texts, "u")).stdout)
+            ref_flat = parse(run(["node", REF, "encode", plain] + s.files(flat, "p")).stdout)
+            want, k = [], 0
+            for ps in pieces:
+                want.append([i for r in ref_flat[k:k + len(ps)] for i in r])
+                k += len(ps)
+            n_num = sum(1 for t in texts for ch in t if numeric(ch) and not "0" <= ch <= "9")
+            check(same_ids(got, want, texts, texts),
+                  "%s, all numerals (%d beyond 0-9): C ids equal the library's Digits + ByteLevel composed by hand, "
+                  "%d texts" % (tag, n_num, len(texts)))
+
+
 def bad_files(tmp, base):
     """Each mutation of a good tokenizer.json must be refused with a message naming the cause."""
     def mut(f):
@@ -131,6 +205,10 @@ def bad_files(tmp, base):
         ("Split + ByteLevel (Llama 3 style)", mut(lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}}, {"type": "ByteLevel", "use_regex": False}]})),
          "pre-tokenizer in the Sequence of type Split"),
+        ("ByteLevel before Digits", mut(lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+            {"type": "ByteLevel"}, {"type": "Digits", "individual_digits": True}]})), "a Sequence must be [Digits,] ByteLevel"),
+        ("Digits alone", mut(lambda d: d.update(pre_tokenizer={"type": "Digits", "individual_digits": True})),
+         "pre-tokenizer of type Digits"),
         ("no pre-tokenizer", mut(lambda d: d.update(pre_tokenizer=None)), "no pre_tokenizer"),
         ("BPE decoder", mut(lambda d: d.update(decoder={"type": "BPEDecoder"})), "decoder of type BPEDecoder"),
         ("BPE dropout", mut(lambda d: d["model"].update(dropout=0.1)), "model.dropout"),
@@ -241,6 +319,8 @@ def main():
         s.compare("GPT-2 tokenizer.json with add_prefix_space, ignore_merges, [a, b] merges", opt, s.files(texts, "o"), texts,
                   roundtrip=False)
         s.compare("... on 40 corpus files", opt, corpus[::6][:40], decode=False)
+
+        digits(s, tmp, enc, merges, eot, corpus)
 
         # minimind-like: own BPE, specials first, shuffled ids, added tokens past the vocabulary
         docs = os.path.join(tmp, "train_docs")

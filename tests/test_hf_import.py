@@ -7,7 +7,9 @@ and the Hub serves them) loaded by skiplm, against references written from HF's 
 2. GPT2LMHeadModel's names with lm_head.weight, erf GELU, a large layer_norm_epsilon and
    n_inner != 4C: each config.json key must be used.
 3. A Conv1D file without config.json: GPT-2's tanh GELU by default.
-4. Llama from config.json (GQA, rope_theta, rms_norm_eps), HF's rotate_half order.
+4. Llama from config.json (GQA, rope_theta, rms_norm_eps), HF's rotate_half order; a
+   folder shaped as SmolLM2-135M's (all its config keys, BF16 weights, a tokenizer.json with
+   Sequence[Digits, ByteLevel]): `sample`'s greedy text vs the reference's.
 5. The CLI on a folder: eval (--dump-logits vs the reference), sample with the tokenizer
    beside the weights under HF's names (vocab.json + merges.txt; greedy text vs the
    reference's), and fine-tuning with --init FOLDER --sla.
@@ -134,6 +136,66 @@ def llama_case(tmp):
     if check(run_tool("tool_model", "run", folder, bpath, opath), "llama: skiplm loaded the HF folder and ran"):
         out, _ = st.load_file(opath)
         compare("llama from config.json (GQA 4/2, rope_theta 1e4, rms_norm_eps 1e-3)", out, logits, loss, None)
+
+
+def smollm_case(tmp):
+    """A folder shaped as SmolLM2-135M's: config.json with all of its keys, BF16 weights (tied),
+    a tokenizer.json with its Sequence[Digits, ByteLevel] pre-tokenizer (GPT-2's vocabulary
+    here). `sample` must read all three: greedy text == the Llama reference's on the same
+    bf16 values, prompt ids and text from the JS tokenizers library."""
+    if not os.path.isfile(os.path.join(VOCAB, "encoder.json")) or not shutil.which("node"):
+        check(False, f"GPT-2 vocabulary at {VOCAB} and node (bash scripts/setup.sh installs them)")
+        return
+    V = 50257
+    cfg = LlamaConfig(n_layer=2, n_head=3, n_kv_head=1, n_embd=48, block_size=64, vocab_size=V, ffn_hidden=64,
+                      norm_eps=1e-5, rope_theta=1e5)
+    model = Llama(cfg, halves=True)
+    model.randomize(seed=9)
+    with torch.no_grad():
+        for q in model.parameters():                      # larger weights: the text depends on the prompt
+            q.copy_((q * (4.0 if q.dim() == 2 else 1.0)).bfloat16().float())   # the values a BF16 file holds
+    hf_cfg = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+              "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu", "hidden_size": 48,
+              "initializer_range": 0.041666666666666664, "intermediate_size": 64, "is_llama_config": True,
+              "max_position_embeddings": 64, "model_type": "llama", "num_attention_heads": 3, "num_hidden_layers": 2,
+              "num_key_value_heads": 1, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_interleaved": False,
+              "rope_scaling": None, "rope_theta": 100000, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+              "transformers_version": "4.42.3", "use_cache": True, "vocab_size": V}
+    folder = os.path.join(tmp, "smollm")
+    write_folder(folder, {k: v.bfloat16() for k, v in model.state_dict().items() if k != "lm_head.weight"}, hf_cfg)
+    enc = json.load(open(os.path.join(VOCAB, "encoder.json"), encoding="utf-8"))
+    merges = [l for l in open(os.path.join(VOCAB, "vocab.bpe"), encoding="utf-8").read().split("\n")[1:] if l]
+    bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    tok = {"version": "1.0", "added_tokens": [{"id": 50256, "content": "<|endoftext|>", "special": True}],
+           "normalizer": None, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Digits", "individual_digits": True}, bl]},
+           "post_processor": None, "decoder": bl, "model": {"type": "BPE", "vocab": enc, "merges": merges}}
+    tj = os.path.join(folder, "tokenizer.json")
+    json.dump(tok, open(tj, "w", encoding="utf-8"), ensure_ascii=False)
+    prompt = "In 2024, 365 cats"
+    pf = os.path.join(tmp, "smollm_prompt.txt")
+    open(pf, "w").write(prompt)
+    ref = os.path.join(ROOT, "tests", "ref", "hf_tokenize.mjs")
+    raw = subprocess.run(["node", ref, "encode", tj, pf], capture_output=True, check=True).stdout
+    ids = list(np.frombuffer(raw[4:], dtype="<i4"))
+    check(ids[1:6] == [220, 17, 15, 17, 19], f"the reference cuts the numerals out one by one: {ids}")
+
+    def greedy(ids):
+        ids, n0 = list(ids), len(ids)
+        with torch.no_grad():
+            for _ in range(8):
+                logits, _ = model(torch.tensor([ids]))
+                ids.append(int(logits[0, -1].argmax()))
+        idf = os.path.join(tmp, "smollm_ids.bin")
+        open(idf, "wb").write(np.array([len(ids) - n0] + ids[n0:], dtype="<i4").tobytes())
+        return subprocess.run(["node", ref, "decode", tj, idf], capture_output=True, check=True).stdout[4:].decode()
+    want = greedy(ids)
+    plain = greedy([818, 48609, 11, 21268, 11875])       # GPT-2's ids of the prompt: ' 2024', ' 365' whole
+    check(want != plain, f"the reference's text depends on the numerals' split: {want!r} vs {plain!r}")
+    r = skiplm("sample", folder, "--prompt", prompt, "--tokens", "8", "--greedy", "--quiet")
+    check(r.returncode == 0 and r.stdout.rstrip("\n") == want,
+          f"SmolLM2-shaped folder (all its config keys, BF16, Digits tokenizer.json): greedy {r.stdout!r} vs reference "
+          f"{want!r} {r.stderr.strip()[:200]}")
 
 
 def skiplm(*args, cwd=None):
@@ -357,6 +419,7 @@ with tempfile.TemporaryDirectory() as tmp:
               "transformer.", True, True)
     gpt2_case(tmp, "no-config-tanh-default", base, "", False, False, metadata={"format": "pt", "n_head": "4"})
     llama_case(tmp)
+    smollm_case(tmp)
     cli_case(tmp)
     bad_cases(tmp)
     export_cases(tmp)

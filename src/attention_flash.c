@@ -180,33 +180,62 @@ static void load_keys(float *restrict T, float *restrict R, const float *base, l
 #define FEW_ROWS 4
 
 /* Q_r . k over t: lane u (of 8) sums t = u, u + 8, ... by fused multiply-adds, the lanes are
- * added in a fixed tree, then the D mod 8 tail in order. The AVX2 and portable forms give the
- * same bits. */
+ * added as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), then the D mod 8 tail in order.
+ * The AVX2 forms (one key, or four at once with the lanes added by hadd) and the portable one
+ * give the same bits. */
+#if defined(__AVX2__) && defined(__FMA__)
+#define SK_DOT_AVX2 1
+static inline float lanes_sum(__m256 a) {
+    __m256 h = _mm256_hadd_ps(a, a);                 /* l0+l1, l2+l3 | l4+l5, l6+l7 */
+    h = _mm256_hadd_ps(h, h);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+#endif
+
 static inline float dot8(const float *restrict q, const float *restrict k, int D) {
     float s;
     int t = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#ifdef SK_DOT_AVX2
     __m256 acc = _mm256_setzero_ps();
     for (; t + 8 <= D; t += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + t), _mm256_loadu_ps(k + t), acc);
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));  /* a_u + a_u+4 */
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));          /* (a0+a4)+(a2+a6), (a1+a5)+(a3+a7) */
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    s = _mm_cvtss_f32(x);
+    s = lanes_sum(acc);
 #else
-    float acc[8] = {0};
+    float l[8] = {0};
     for (; t + 8 <= D; t += 8)
-        for (int u = 0; u < 8; u++) acc[u] = fmaf(q[t + u], k[t + u], acc[u]);
-    s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+        for (int u = 0; u < 8; u++) l[u] = fmaf(q[t + u], k[t + u], l[u]);
+    s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 #endif
     for (; t < D; t++) s = fmaf(q[t], k[t], s);
     return s;
 }
 
 /* S[r][j] = Q_r . K_{j0+j} for r < nq, j < nk (rows of S are BK apart; the rest is left for
- * mask_row, which sets every j >= nk to -inf). */
+ * mask_row, which sets every j >= nk to -inf). With AVX2 and D a multiple of 8, four keys at
+ * a time: four accumulators in flight and one horizontal add for the four. */
 static void scores_few(float *restrict S, const float *restrict Q, int nq, int D,
                        const float *kb, long st, int j0, int nk) {
-    for (int j = 0; j < nk; j++) {
+    int j = 0;
+#ifdef SK_DOT_AVX2
+    if (D % 8 == 0)
+        for (; j + 4 <= nk; j += 4) {
+            const float *k0 = kb + (long)(j0 + j) * st, *k1 = k0 + st, *k2 = k1 + st, *k3 = k2 + st;
+            for (int r = 0; r < nq; r++) {
+                const float *q = Q + r * D;
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+                for (int t = 0; t < D; t += 8) {
+                    const __m256 x = _mm256_loadu_ps(q + t);
+                    a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + t), a0);
+                    a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k1 + t), a1);
+                    a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k2 + t), a2);
+                    a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k3 + t), a3);
+                }
+                /* per accumulator: (l0+l1)+(l2+l3) in the low half, (l4+l5)+(l6+l7) in the high */
+                const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+                _mm_storeu_ps(S + r * BK + j, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+            }
+        }
+#endif
+    for (; j < nk; j++) {
         const float *kj = kb + (long)(j0 + j) * st;
         for (int r = 0; r < nq; r++) S[r * BK + j] = dot8(Q + r * D, kj, D);
     }

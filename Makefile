@@ -154,7 +154,7 @@ test:
 	@BUILD=$(BUILD) bash tests/run_tests.sh
 
 clean:
-	rm -rf build build-san build-mpi build-mpi-san build-fuzz build-cuda build-cuda-mpi build-cuda-emu build-cuda-emu-mpi build-cuda-emu-san
+	rm -rf build build-san build-san-native build-mpi build-mpi-san build-fuzz build-cuda build-cuda-mpi build-cuda-emu build-cuda-emu-mpi build-cuda-emu-san
 
 .PHONY: all test clean
 

@@ -196,6 +196,10 @@ def smollm_case(tmp):
     check(r.returncode == 0 and r.stdout.rstrip("\n") == want,
           f"SmolLM2-shaped folder (all its config keys, BF16, Digits tokenizer.json): greedy {r.stdout!r} vs reference "
           f"{want!r} {r.stderr.strip()[:200]}")
+    # a BF16 file loses nothing to --bf16 (its values round to themselves)
+    r = skiplm("sample", folder, "--prompt", prompt, "--tokens", "8", "--greedy", "--quiet", "--bf16")
+    check(r.returncode == 0 and r.stdout.rstrip("\n") == want,
+          f"... and with --bf16 (the file's own values): {r.stdout!r} {r.stderr.strip()[:200]}")
 
 
 def skiplm(*args, cwd=None):

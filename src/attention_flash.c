@@ -297,8 +297,8 @@ static void fwd_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int 
         } else {
             load_keys(NULL, V, vb, a->v_st, j0, nk, D);
         }
-        /* per row: mask, running max, exponentials and their sum, in place. The max (exact in
-         * any order) halves the row; the sum runs in 8 lanes (lane t takes j = t mod 8), added
+        /* per row: mask, running max, exponentials and their sum, in place. The max (the same
+         * value in any order unless a score is NaN, which makes the row NaN anyway) halves the row; the sum runs in 8 lanes (lane t takes j = t mod 8), added
          * in a fixed tree at the end, so its order depends only on BK. Both vectorise. */
         float alpha[BQ], sum[BQ];
         unsigned char live[BQ];

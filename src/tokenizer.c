@@ -706,7 +706,7 @@ static int gpt2_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **id
 static int hf_refuse(const char *path, const char *what, const sk_json *v) {
     const sk_json *ty = v && v->type == SK_JSON_OBJ ? sk_json_get(v, "type") : NULL;
     return sk_error(SK_EFORMAT, "%s: %s%s%s is not supported (skiplm reads byte-level BPE tokenizers: a BPE model, "
-                    "no normalizer, a ByteLevel pre-tokenizer and decoder)", path, what,
+                    "no normalizer, a ByteLevel pre-tokenizer (or Sequence[Digits, ByteLevel]) and decoder)", path, what,
                     ty && ty->type == SK_JSON_STR ? " of type " : "", ty && ty->type == SK_JSON_STR ? ty->str : "");
 }
 
@@ -762,7 +762,10 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
         for (int i = 0; i < seq->n; i++) {
             const sk_json *p = &seq->items[i];
             if (json_is(p, "Digits") && i == 0 && seq->n == 2) {
-                digits = json_flag(p, "individual_digits", 0) ? 1 : 2;
+                const sk_json *ind = sk_json_get(p, "individual_digits");
+                if (ind && ind->type != SK_JSON_BOOL)
+                    return sk_error(SK_EFORMAT, "%s: pre_tokenizer: Digits' individual_digits must be true or false", path);
+                digits = ind && ind->boolean ? 1 : 2;
                 continue;
             }
             if (json_is(p, "ByteLevel") && i == seq->n - 1) continue;

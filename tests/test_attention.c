@@ -513,6 +513,11 @@ int main(void) {
         {.B = 1, .H = 3, .Hkv = 3, .Lq = 70, .Lk = 70, .D = 8, .causal = 1, .off = -10, .weights = 1},
         {.B = 2, .H = 4, .Hkv = 2, .Lq = 90, .Lk = 90, .D = 16, .causal = 1, .p = 0.2f, .seed = 5, .weights = 1},
         {.B = 1, .H = 2, .Hkv = 2, .Lq = 70, .Lk = 75, .D = 24, .mask = M_R4, .p = 0.5f, .seed = 6, .layout = L_BLHD},
+        /* query tiles of at most 4 rows (dot products on the keys in place): with dropout and
+         * a causal offset; strided keys and values read in place (MQA, fused qkv) */
+        {.B = 2, .H = 4, .Hkv = 2, .Lq = 66, .Lk = 70, .D = 64, .causal = 1, .off = 4, .p = 0.3f, .seed = 8, .weights = 1},
+        {.B = 2, .H = 4, .Hkv = 1, .Lq = 2, .Lk = 67, .D = 64, .mask = M_R2, .layout = L_BLHD},
+        {.B = 2, .H = 4, .Hkv = 4, .Lq = 3, .Lk = 3, .D = 64, .causal = 1, .layout = L_FUSED},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare_case(cases[i]);
 

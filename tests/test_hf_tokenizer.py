@@ -208,7 +208,10 @@ def bad_files(tmp, base):
         ("ByteLevel before Digits", mut(lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
             {"type": "ByteLevel"}, {"type": "Digits", "individual_digits": True}]})), "a Sequence must be [Digits,] ByteLevel"),
         ("Digits alone", mut(lambda d: d.update(pre_tokenizer={"type": "Digits", "individual_digits": True})),
-         "pre-tokenizer of type Digits"),
+         "pre-tokenizer of type Digits is not supported (skiplm reads byte-level BPE tokenizers: a BPE model, no normalizer, "
+         "a ByteLevel pre-tokenizer (or Sequence[Digits, ByteLevel])"),
+        ("Digits with a string flag", mut(lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": "yes"}, {"type": "ByteLevel"}]})), "individual_digits must be true or false"),
         ("no pre-tokenizer", mut(lambda d: d.update(pre_tokenizer=None)), "no pre_tokenizer"),
         ("BPE decoder", mut(lambda d: d.update(decoder={"type": "BPEDecoder"})), "decoder of type BPEDecoder"),
         ("BPE dropout", mut(lambda d: d["model"].update(dropout=0.1)), "model.dropout"),

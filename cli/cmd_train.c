@@ -314,10 +314,17 @@ static int train_main(int argc, char **argv, int *agreed) {
     if (m && !r0) {
         /* starting from weights may change what no weight depends on: the Skip-Layer routing
          * (SLA adds no parameters, so a baseline, e.g. GPT-2's own, can be fine-tuned with
-         * SLA) and dropout; the rest must match the file */
+         * SLA), dropout, and for RoPE the context and its frequencies (block_size, rope_theta,
+         * rope_scaling: a longer context fine-tuned with position interpolation or a larger
+         * base); the rest must match the file */
         sk_config w = *sk_model_config(m);
         w.n_skip_layer = cfg.n_skip_layer; w.n_skip_head = cfg.n_skip_head; w.dropout = cfg.dropout;
         memcpy(w.routing, cfg.routing, sizeof w.routing);
+        if (w.family == SK_LLAMA && !w.sinusoidal && cfg.family == SK_LLAMA && !cfg.sinusoidal) {
+            w.block_size = cfg.block_size; w.rope_theta = cfg.rope_theta; w.rope_scaling = cfg.rope_scaling;
+            w.rope_factor = cfg.rope_factor; w.rope_low_freq_factor = cfg.rope_low_freq_factor;
+            w.rope_high_freq_factor = cfg.rope_high_freq_factor; w.rope_original_ctx = cfg.rope_original_ctx;
+        }
         if (sk_config_diff(&w, &cfg, "the --init weights", "the command line")) {
             fprintf(stderr, "skiplm train: %s; nothing was written\n", sk_last_error());
             goto done;

@@ -13,6 +13,8 @@ extern "C" {
 
 typedef enum { SK_GPT2 = 0, SK_LLAMA = 1 } sk_family;
 typedef enum { SK_GELU_ERF = 0, SK_GELU_TANH = 1 } sk_gelu;
+/* RoPE frequency scaling, Hugging Face's rope_scaling.rope_type: none, "linear", "llama3" */
+typedef enum { SK_ROPE_NONE = 0, SK_ROPE_LINEAR = 1, SK_ROPE_LLAMA3 = 2 } sk_rope_scaling;
 
 typedef struct {
     sk_family family;
@@ -34,6 +36,10 @@ typedef struct {
     /* Llama family (SPEC §3) */
     float rope_theta;
     int ffn_hidden;          /* SwiGLU hidden size; 0 = derive */
+    sk_rope_scaling rope_scaling;   /* frequencies theta^(-2j/d) rescaled (sk_rope_freqs) */
+    float rope_factor;              /* linear, llama3: 1 = unchanged */
+    float rope_low_freq_factor, rope_high_freq_factor;   /* llama3 (default 1, 4) */
+    int rope_original_ctx;          /* llama3: original_max_position_embeddings (default 8192) */
 } sk_config;
 
 /* Fill cfg from a preset name: "gpt2" (124M), "gpt2-medium" (350M), "gpt2-large" (774M),
@@ -49,6 +55,9 @@ void sk_config_sla_default(sk_config *cfg);
 int sk_config_check(sk_config *cfg);
 /* Set a field by name from a string ("n_layer", "gelu" = erf|tanh, "bias" = 0|1, ...). */
 int sk_config_set(sk_config *cfg, const char *key, const char *value);
+/* RoPE's inverse frequencies freq[j], j < hs/2: theta^(-2j/hs), rescaled as rope_scaling says
+ * (Hugging Face's definitions; computed in double). */
+void sk_rope_freqs(const sk_config *cfg, int hs, double *freq);
 /* One-line human description. */
 void sk_config_describe(const sk_config *cfg, char *buf, size_t n);
 

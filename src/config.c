@@ -13,6 +13,8 @@ void sk_config_default(sk_config *c) {
     c->n_layer = 4; c->n_head = 4; c->n_embd = 128; c->block_size = 256;
     c->bias = 1; c->gelu = SK_GELU_ERF;
     c->norm_eps = 1e-5f; c->rope_theta = 1e6f;
+    c->rope_factor = 1.0f; c->rope_low_freq_factor = 1.0f; c->rope_high_freq_factor = 4.0f;
+    c->rope_original_ctx = 8192;
 }
 
 int sk_config_preset(sk_config *c, const char *name) {
@@ -75,6 +77,20 @@ int sk_config_check(sk_config *c) {
         return sk_error(SK_EINVAL, "config: norm_eps = %g is out of range (0, 1)", c->norm_eps);
     if (!(c->rope_theta > 1.0f))
         return sk_error(SK_EINVAL, "config: rope_theta = %g must be > 1", c->rope_theta);
+    if (c->rope_scaling != SK_ROPE_NONE) {
+        if (c->rope_scaling != SK_ROPE_LINEAR && c->rope_scaling != SK_ROPE_LLAMA3)
+            return sk_error(SK_EINVAL, "config: rope_scaling must be none, linear or llama3");
+        if (c->family != SK_LLAMA || c->sinusoidal)
+            return sk_error(SK_EINVAL, "config: rope_scaling needs RoPE (the llama family without sinusoidal positions)");
+        if (!(c->rope_factor >= 1.0f))
+            return sk_error(SK_EINVAL, "config: rope_factor = %g must be >= 1", c->rope_factor);
+        if (c->rope_scaling == SK_ROPE_LLAMA3) {
+            if (!(c->rope_low_freq_factor > 0.0f && c->rope_high_freq_factor > c->rope_low_freq_factor))
+                return sk_error(SK_EINVAL, "config: rope_low_freq_factor = %g and rope_high_freq_factor = %g must "
+                                "satisfy 0 < low < high", c->rope_low_freq_factor, c->rope_high_freq_factor);
+            RANGE(rope_original_ctx, 1, 1 << 24);
+        }
+    }
     if (c->bias != 0 && c->bias != 1) return sk_error(SK_EINVAL, "config: bias must be 0 or 1");
     if (c->family == SK_LLAMA) c->bias = 0;          /* the llama family has no bias vectors */
     if (c->sinusoidal != 0 && c->sinusoidal != 1) return sk_error(SK_EINVAL, "config: sinusoidal must be 0 or 1");
@@ -132,6 +148,8 @@ int sk_config_set(sk_config *c, const char *k, const char *v) {
         {"n_skip_head", &c->n_skip_head, 0}, {"ffn_hidden", &c->ffn_hidden, 0},
         {"sinusoidal", &c->sinusoidal, 0}, {"relu", &c->relu, 0},
         {"dropout", 0, &c->dropout}, {"norm_eps", 0, &c->norm_eps}, {"rope_theta", 0, &c->rope_theta},
+        {"rope_factor", 0, &c->rope_factor}, {"rope_low_freq_factor", 0, &c->rope_low_freq_factor},
+        {"rope_high_freq_factor", 0, &c->rope_high_freq_factor}, {"rope_original_ctx", &c->rope_original_ctx, 0},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (strcmp(k, f[i].name)) continue;
@@ -141,6 +159,13 @@ int sk_config_set(sk_config *c, const char *k, const char *v) {
         if (!strcmp(v, "erf")) c->gelu = SK_GELU_ERF;
         else if (!strcmp(v, "tanh")) c->gelu = SK_GELU_TANH;
         else return sk_error(SK_EINVAL, "config: gelu = '%s' (allowed: erf, tanh)", v);
+        return SK_OK;
+    }
+    if (!strcmp(k, "rope_scaling")) {
+        if (!strcmp(v, "none")) c->rope_scaling = SK_ROPE_NONE;
+        else if (!strcmp(v, "linear")) c->rope_scaling = SK_ROPE_LINEAR;
+        else if (!strcmp(v, "llama3")) c->rope_scaling = SK_ROPE_LLAMA3;
+        else return sk_error(SK_EINVAL, "config: rope_scaling = '%s' (allowed: none, linear, llama3)", v);
         return SK_OK;
     }
     if (!strcmp(k, "routing")) {
@@ -167,9 +192,39 @@ void sk_config_describe(const sk_config *c, char *buf, size_t n) {
              c->relu ? "relu" : c->family == SK_LLAMA ? "swiglu" : c->gelu == SK_GELU_TANH ? "gelu-tanh" : "gelu",
              c->sinusoidal ? "sinusoidal" : c->family == SK_LLAMA ? "rope" : "learned",
              c->dropout, c->n_skip_layer, c->n_skip_head);
+    if (c->rope_scaling != SK_ROPE_NONE && c->family == SK_LLAMA) {
+        size_t l = strlen(buf);
+        if (c->rope_scaling == SK_ROPE_LINEAR) snprintf(buf + l, n > l ? n - l : 0, " rope=linear/%g", c->rope_factor);
+        else snprintf(buf + l, n > l ? n - l : 0, " rope=llama3/%g(%g,%g,%d)", c->rope_factor,
+                      c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_original_ctx);
+    }
     if (c->routing[0]) {
         size_t l = strlen(buf);
         snprintf(buf + l, n > l ? n - l : 0, " routing=%s", c->routing);
+    }
+}
+
+/* RoPE's frequencies, with Hugging Face's rope_scaling (transformers' modeling_rope_utils):
+ * "linear" divides every frequency by factor (positions stretched factor times); "llama3"
+ * (Llama 3.1 / 3.2) leaves the fast ones (wavelength 2 pi / f below original_ctx /
+ * high_freq_factor) alone, divides the slow ones (wavelength above original_ctx /
+ * low_freq_factor) by factor, and blends the two in between with weight
+ * s = (original_ctx / wavelength - low) / (high - low): f ((1 - s) / factor + s). */
+void sk_rope_freqs(const sk_config *c, int hs, double *freq) {
+    const double pi = 3.14159265358979323846, k = c->rope_factor;
+    const double lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor, ctx = c->rope_original_ctx;
+    for (int j = 0; j < hs / 2; j++) {
+        double f = 1.0 / pow((double)c->rope_theta, (double)(2 * j) / hs);
+        if (c->rope_scaling == SK_ROPE_LINEAR) f /= k;
+        else if (c->rope_scaling == SK_ROPE_LLAMA3) {
+            double wavelen = 2 * pi / f;
+            if (wavelen > ctx / lo) f /= k;
+            else if (!(wavelen < ctx / hi)) {
+                double s = (ctx / wavelen - lo) / (hi - lo);
+                f = (1 - s) * f / k + s * f;
+            }
+        }
+        freq[j] = f;
     }
 }
 

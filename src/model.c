@@ -215,7 +215,13 @@ static int model_create(sk_model **out, const sk_config *cfg_in, int init, uint6
         return sk_error(SK_ENOMEM, "out of memory for the model's tables");
     }
     if (m->sinus) sk_sinusoidal_table(m->sinus, cfg.block_size, m->C);
-    if (m->rope) sk_rope_table(m->rope, cfg.block_size, m->hs, cfg.rope_theta);
+    if (m->rope) {
+        double *freq = malloc(sizeof(double) * (size_t)(m->hs / 2));
+        if (!freq) { sk_model_free(m); return sk_error(SK_ENOMEM, "out of memory for the model's tables"); }
+        sk_rope_freqs(&cfg, m->hs, freq);
+        sk_rope_table(m->rope, cfg.block_size, m->hs, freq);
+        free(freq);
+    }
     for (int l = 0, k = 0; l < m->L; l++) {
         m->lend_index[l] = sk_sla_lends(&cfg, l) ? k++ : -1;
         m->n_runs[l] = sk_route_runs(&cfg, l, m->runs + (size_t)l * m->H);

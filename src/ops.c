@@ -393,12 +393,11 @@ void sk_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float 
 
 /* ------------------------------------------------------------------ RoPE */
 
-void sk_rope_table(float *table, int max_pos, int hs, float theta) {
+void sk_rope_table(float *table, int max_pos, int hs, const double *freq) {
     for (int p = 0; p < max_pos; p++)
         for (int j = 0; j < hs / 2; j++) {
-            /* computed in double, rounded once: matches torch.polar on float32 freqs to ~1 ulp */
-            float freq = (float)(1.0 / pow((double)theta, (double)(2 * j) / hs));
-            float ang = (float)p * freq;
+            /* the frequency rounded once from double: matches torch.polar on float32 freqs to ~1 ulp */
+            float ang = (float)p * (float)freq[j];
             table[((size_t)p * (hs / 2) + j) * 2 + 0] = cosf(ang);
             table[((size_t)p * (hs / 2) + j) * 2 + 1] = sinf(ang);
         }

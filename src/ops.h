@@ -93,9 +93,9 @@ void sk_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float 
 
 /* RoPE on n_heads heads of size hs inside rows of width row (heads start at col0):
  * pairs (x[2j], x[2j+1]) of the head at position pos0 + t are rotated by angle
- * (pos0 + t) * theta^(-2j/hs); table (max_pos, hs/2, 2) holds (cos, sin).
- * inverse = 1 rotates back (the backward pass). x is (B, T, row). */
-void sk_rope_table(float *table, int max_pos, int hs, float theta);
+ * (pos0 + t) * freq[j] (theta^(-2j/hs), or rescaled: sk_rope_freqs); table (max_pos, hs/2, 2)
+ * holds (cos, sin). inverse = 1 rotates back (the backward pass). x is (B, T, row). */
+void sk_rope_table(float *table, int max_pos, int hs, const double *freq);
 void sk_rope(float *x, const float *table, int B, int T, int row, int col0, int n_heads,
              int hs, int pos0, int inverse);
 

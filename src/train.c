@@ -127,7 +127,11 @@ int sk_config_diff(const sk_config *a, const sk_config *b, const char *an, const
     CI(n_skip_layer); CI(n_skip_head); CF(norm_eps);
     if (strcmp(a->routing, b->routing))
         return sk_error(SK_EINVAL, "model config field 'routing' is \"%s\" in %s but \"%s\" in %s", a->routing, an, b->routing, bn);
-    if (a->family == SK_LLAMA) { CF(rope_theta); CI(ffn_hidden); }
+    if (a->family == SK_LLAMA) {
+        CF(rope_theta); CI(ffn_hidden); CI(rope_scaling);
+        if (a->rope_scaling != SK_ROPE_NONE) CF(rope_factor);
+        if (a->rope_scaling == SK_ROPE_LLAMA3) { CF(rope_low_freq_factor); CF(rope_high_freq_factor); CI(rope_original_ctx); }
+    }
 #undef CI
 #undef CF
     return SK_OK;

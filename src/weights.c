@@ -25,6 +25,7 @@ static const meta_field META[] = {
     MF(n_layer, 0), MF(n_head, 0), MF(n_kv_head, 0), MF(n_embd, 0), MF(block_size, 0),
     MF(vocab_size, 0), MF(padded_vocab_size, 0), MF(bias, 0), MF(n_skip_layer, 0),
     MF(n_skip_head, 0), MF(ffn_hidden, 0), MF(sinusoidal, 0), MF(relu, 0), MF(dropout, 1), MF(norm_eps, 1), MF(rope_theta, 1),
+    MF(rope_factor, 1), MF(rope_low_freq_factor, 1), MF(rope_high_freq_factor, 1), MF(rope_original_ctx, 0),
 };
 #undef MF
 
@@ -34,6 +35,8 @@ static int write_config_meta(sk_st_writer *w, const sk_config *c) {
     if (!rc) rc = sk_st_add_meta(w, "family", c->family == SK_GPT2 ? "gpt2" : "llama");
     if (!rc) rc = sk_st_add_meta(w, "gelu", c->gelu == SK_GELU_TANH ? "tanh" : "erf");
     if (!rc && c->routing[0]) rc = sk_st_add_meta(w, "routing", c->routing);
+    if (!rc && c->rope_scaling != SK_ROPE_NONE)
+        rc = sk_st_add_meta(w, "rope_scaling", c->rope_scaling == SK_ROPE_LINEAR ? "linear" : "llama3");
     for (size_t i = 0; !rc && i < sizeof META / sizeof META[0]; i++) {
         const char *p = (const char *)c + META[i].off;
         if (META[i].is_float) snprintf(buf, sizeof buf, "%.9g", (double)*(const float *)p);
@@ -100,7 +103,9 @@ char *sk_weights_file(const char *path) {
 static int hf_set(sk_config *c, const sk_json *v, const char *key, const char *field, const char *cfg_path) {
     char buf[64];
     if (v->type == SK_JSON_NUM) {
-        int is_int = strcmp(field, "norm_eps") && strcmp(field, "rope_theta");
+        int is_int = 1;
+        for (size_t i = 0; i < sizeof META / sizeof META[0]; i++)
+            if (!strcmp(field, META[i].key)) is_int = !META[i].is_float;
         if (is_int && (v->num != floor(v->num) || fabs(v->num) > 1e9))
             return sk_error(SK_EFORMAT, "%s: \"%s\" must be a whole number (got %.17g)", cfg_path, key, v->num);
         snprintf(buf, sizeof buf, is_int ? "%.0f" : "%.9g", v->num);
@@ -108,6 +113,36 @@ static int hf_set(sk_config *c, const sk_json *v, const char *key, const char *f
     else return sk_error(SK_EFORMAT, "%s: \"%s\" must be a number", cfg_path, key);
     if (sk_config_set(c, field, buf)) return sk_error(SK_EFORMAT, "%s: \"%s\": %s", cfg_path, key, sk_last_error());
     return SK_OK;
+}
+
+/* config.json's rope_scaling: {"rope_type" (or the older "type"): "linear" | "llama3" |
+ * "default", "factor", and for llama3 "low_freq_factor", "high_freq_factor",
+ * "original_max_position_embeddings"}. The other types (dynamic, yarn, longrope, ...) are
+ * refused by name. */
+static int hf_rope_scaling(sk_config *c, const sk_json *rs, int llama, const char *cp) {
+    if (!llama) return sk_error(SK_EFORMAT, "%s: \"rope_scaling\" is set: GPT-2 has no RoPE", cp);
+    if (rs->type != SK_JSON_OBJ) return sk_error(SK_EFORMAT, "%s: \"rope_scaling\" must be an object or null", cp);
+    const sk_json *ty = sk_json_get(rs, "rope_type");
+    if (!ty) ty = sk_json_get(rs, "type");
+    if (!ty || ty->type != SK_JSON_STR)
+        return sk_error(SK_EFORMAT, "%s: rope_scaling: \"rope_type\" must be a string", cp);
+    if (!strcmp(ty->str, "default")) return SK_OK;
+    if (strcmp(ty->str, "linear") && strcmp(ty->str, "llama3"))
+        return sk_error(SK_EFORMAT, "%s: rope_scaling type \"%s\": skiplm has \"linear\" and \"llama3\"", cp, ty->str);
+    int rc = sk_config_set(c, "rope_scaling", ty->str);
+    static const char *const keys[][2] = {
+        {"factor", "rope_factor"}, {"low_freq_factor", "rope_low_freq_factor"},
+        {"high_freq_factor", "rope_high_freq_factor"}, {"original_max_position_embeddings", "rope_original_ctx"},
+    };
+    const int nk = !strcmp(ty->str, "linear") ? 1 : 4;
+    for (int i = 0; !rc && i < nk; i++) {
+        const sk_json *v = sk_json_get(rs, keys[i][0]);
+        char key[64];
+        snprintf(key, sizeof key, "rope_scaling.%s", keys[i][0]);
+        if (!v || v->type == SK_JSON_NULL) rc = sk_error(SK_EFORMAT, "%s: \"%s\" is missing", cp, key);
+        else rc = hf_set(c, v, key, keys[i][1], cp);
+    }
+    return rc;
 }
 
 /* The config of a file without skiplm metadata from the config.json beside it (HF's keys
@@ -176,8 +211,7 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found) {
         if (rc) goto done;
     }
     /* settings that would change the numbers and that skiplm's models do not have */
-    static const char *const off[] = {"scale_attn_by_inverse_layer_idx", "attention_bias",
-                                      "mlp_bias", "rope_scaling"};
+    static const char *const off[] = {"scale_attn_by_inverse_layer_idx", "attention_bias", "mlp_bias"};
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
         const sk_json *v = sk_json_get(&j, off[i]);
         if (v && !(v->type == SK_JSON_NULL || (v->type == SK_JSON_BOOL && !v->boolean))) {
@@ -185,6 +219,8 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found) {
             goto done;
         }
     }
+    const sk_json *rs = sk_json_get(&j, "rope_scaling");
+    if (rs && rs->type != SK_JSON_NULL && (rc = hf_rope_scaling(c, rs, llama, cp))) goto done;
     const sk_json *sc = sk_json_get(&j, "scale_attn_weights");     /* GPT-2: scores / sqrt(d) unless false */
     if (sc && sc->type == SK_JSON_BOOL && !sc->boolean) {
         rc = sk_error(SK_EFORMAT, "%s: \"scale_attn_weights\" is false: skiplm's attention always scales by 1/sqrt(d)", cp);
@@ -225,6 +261,8 @@ static int config_from_st(sk_config *c, const sk_safetensors *st, const char *pa
     if (!rc && g) rc = sk_config_set(c, "gelu", g);
     const char *rt = sk_st_meta(st, "routing");
     if (!rc && rt) rc = sk_config_set(c, "routing", rt);
+    const char *rs = sk_st_meta(st, "rope_scaling");
+    if (!rc && rs) rc = sk_config_set(c, "rope_scaling", rs);
     for (size_t i = 0; !rc && i < sizeof META / sizeof META[0]; i++) {
         const char *v = sk_st_meta(st, META[i].key);
         if (v) rc = sk_config_set(c, META[i].key, v);
@@ -475,7 +513,13 @@ int sk_model_save_hf(const sk_model *m, const char *dir) {
         rc = sk_st_write(w, path);
     }
     if (!rc) {
-        char inner[32];
+        char inner[32], scaling[256] = "null";
+        if (c->rope_scaling == SK_ROPE_LINEAR)
+            snprintf(scaling, sizeof scaling, "{\"rope_type\": \"linear\", \"factor\": %.9g}", (double)c->rope_factor);
+        else if (c->rope_scaling == SK_ROPE_LLAMA3)
+            snprintf(scaling, sizeof scaling, "{\"rope_type\": \"llama3\", \"factor\": %.9g, \"low_freq_factor\": %.9g, "
+                     "\"high_freq_factor\": %.9g, \"original_max_position_embeddings\": %d}", (double)c->rope_factor,
+                     (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor, c->rope_original_ctx);
         if (gpt2 && m->F != 4 * m->C) snprintf(inner, sizeof inner, "%d", m->F);
         else snprintf(inner, sizeof inner, "null");
         int len = gpt2 ?
@@ -494,9 +538,9 @@ int sk_model_save_hf(const sk_model *m, const char *dir) {
                      "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n"
                      "  \"vocab_size\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n  \"hidden_act\": \"silu\",\n"
                      "  \"attention_dropout\": %.9g,\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
-                     "  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+                     "  \"rope_scaling\": %s,\n  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
                      c->n_layer, c->n_head, m->Hkv, c->n_embd, m->F, c->block_size, c->vocab_size, (double)c->norm_eps,
-                     (double)c->rope_theta, (double)c->dropout);
+                     (double)c->rope_theta, (double)c->dropout, scaling);
         snprintf(path, n, "%s/config.json", dir);
         rc = sk_write_atomic(path, json, (size_t)len);
     }

@@ -9,7 +9,8 @@ and the Hub serves them) loaded by skiplm, against references written from HF's 
 3. A Conv1D file without config.json: GPT-2's tanh GELU by default.
 4. Llama from config.json (GQA, rope_theta, rms_norm_eps), HF's rotate_half order; a
    folder shaped as SmolLM2-135M's (all its config keys, BF16 weights, a tokenizer.json with
-   Sequence[Digits, ByteLevel]): `sample`'s greedy text vs the reference's.
+   Sequence[Digits, ByteLevel]): `sample`'s greedy text vs the reference's; rope_scaling
+   "llama3" (a folder with every key of Llama-3.2-1B's config.json) and "linear".
 5. The CLI on a folder: eval (--dump-logits vs the reference), sample with the tokenizer
    beside the weights under HF's names (vocab.json + merges.txt; greedy text vs the
    reference's), and fine-tuning with --init FOLDER --sla.
@@ -137,6 +138,62 @@ def llama_case(tmp):
     if check(run_tool("tool_model", "run", folder, bpath, opath), "llama: skiplm loaded the HF folder and ran"):
         out, _ = st.load_file(opath)
         compare("llama from config.json (GQA 4/2, rope_theta 1e4, rms_norm_eps 1e-3)", out, logits, loss, None)
+
+
+LLAMA3_SCALING = {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                  "original_max_position_embeddings": 256, "rope_type": "llama3"}
+
+
+def rope_scaling_cases(tmp):
+    """rope_scaling from config.json. "llama3" on a folder with every key of Llama-3.2-1B's
+    config.json (its values scaled down): head size 16, theta 1e4 and an original context of
+    256 put frequencies in all three of llama3's bands (kept: j <= 2, blended: j = 3, divided
+    by factor: j >= 4), at positions where the angles differ. And "linear" under the older key
+    "type". Each must differ from the unscaled reference by far more than the tolerance."""
+    for name, scaling, theta in [("llama3", LLAMA3_SCALING, 1e4), ("linear", {"type": "linear", "factor": 4.0}, 5e4)]:
+        cfg = LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, block_size=96, vocab_size=77, ffn_hidden=96,
+                          norm_eps=1e-5, rope_theta=theta, rope_scaling=scaling)
+        model = Llama(cfg, halves=True)
+        model.randomize(seed=33)
+        hf_cfg = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+                  "bos_token_id": 75, "eos_token_id": 76, "head_dim": 16, "hidden_act": "silu", "hidden_size": 64,
+                  "initializer_range": 0.02, "intermediate_size": 96, "max_position_embeddings": 96,
+                  "mlp_bias": False, "model_type": "llama", "num_attention_heads": 4, "num_hidden_layers": 2,
+                  "num_key_value_heads": 2, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": scaling,
+                  "rope_theta": theta, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+                  "transformers_version": "4.45.0.dev0", "use_cache": True, "vocab_size": 77}
+        folder = os.path.join(tmp, "rope-" + name)
+        write_folder(folder, {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}, hf_cfg)
+        idx, tgt, bpath = batch(tmp, "rope-" + name, 77, 2, 96)
+        with torch.no_grad():
+            logits, loss = model(idx, tgt)
+            plain = Llama(LlamaConfig(**{**cfg.__dict__, "rope_scaling": None}), halves=True)
+            plain.load_state_dict(model.state_dict())
+            unscaled, _ = plain(idx, tgt)
+        opath = os.path.join(tmp, "rope-" + name + ".out.safetensors")
+        if check(run_tool("tool_model", "run", folder, bpath, opath), f"rope_scaling {name}: the folder loads and runs"):
+            out, _ = st.load_file(opath)
+            compare(f"rope_scaling {name} from config.json", out, logits, loss, None)
+            d = (out["logits"] - unscaled).abs().max().item()
+            check(d > 1e-2, f"rope_scaling {name}: the unscaled model's logits differ by {d:.2e} (the test can fail)")
+    # a longer context by fine-tuning: train --init may change what no weight depends on, for
+    # RoPE the context and its frequencies (position interpolation: 2x the context, factor 2)
+    shard = write_shard(os.path.join(tmp, "rope.bin"), 77, 800)
+    run = os.path.join(tmp, "rope-ft")
+    r = skiplm("train", "--init", os.path.join(tmp, "rope-linear"), "--train", shard, "--out", run, "--steps", "2",
+               "--batch", "1", "--seq", "192", "--eval-every", "0", "--lr", "1e-4", "--block_size", "192",
+               "--rope_factor", "8", "--rope_theta", "1e5")
+    if check(r.returncode == 0, "train --init FOLDER --block_size 192 --rope_factor 8 --rope_theta 1e5 (2x the context)"
+             + ("" if r.returncode == 0 else ": " + r.stderr.strip()[-300:])):
+        t, md = st.load_file(os.path.join(run, "ckpt.safetensors"))
+        check((md.get("block_size"), md.get("rope_scaling"), md.get("rope_factor"), md.get("rope_theta")) ==
+              ("192", "linear", "8", "100000"), f"the checkpoint has the new context and frequencies: {md.get('block_size')} "
+              f"{md.get('rope_scaling')} {md.get('rope_factor')} {md.get('rope_theta')}")
+        info = skiplm("info", os.path.join(run, "ckpt.safetensors"))
+        check("rope=linear/8" in info.stdout, f"info shows the scaling: {info.stdout.strip()[:200]}")
+    r = skiplm("train", "--init", os.path.join(tmp, "rope-linear"), "--train", shard, "--out", run + "2", "--steps", "1",
+               "--batch", "1", "--seq", "16", "--eval-every", "0", "--ffn_hidden", "64")
+    check(r.returncode != 0 and "ffn_hidden" in r.stderr, f"... but not the shapes: {r.stderr.strip()[-160:]}")
 
 
 def smollm_case(tmp):
@@ -337,6 +394,21 @@ def bad_cases(tmp):
     write_folder(other, {"transformer." + k: v for k, v in p.items()}, {"lr": 0.1, "n_head": 7}, metadata={"n_head": "4"})
     r = skiplm("eval", other, write_shard(os.path.join(tmp, "bad.bin"), 30, 100), "--batch", "1", "--seq", "8")
     check(r.returncode == 0, f"a config.json without model_type is not HF's and is left alone: {r.stderr.strip()[:160]}")
+    # rope_scaling: the types skiplm lacks, missing keys, bad values, and GPT-2 (no RoPE)
+    lp = {k: v for k, v in Llama(LlamaConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=16, vocab_size=30,
+                                             ffn_hidden=32)).state_dict().items() if k != "lm_head.weight"}
+    lcfg = {"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 16,
+            "intermediate_size": 32, "max_position_embeddings": 16, "vocab_size": 30}
+    expect("rope-yarn", lp, dict(lcfg, rope_scaling={"rope_type": "yarn", "factor": 4.0}), 'rope_scaling type "yarn"')
+    expect("rope-dynamic", lp, dict(lcfg, rope_scaling={"type": "dynamic", "factor": 2.0}), 'rope_scaling type "dynamic"')
+    expect("rope-no-type", lp, dict(lcfg, rope_scaling={"factor": 2.0}), '"rope_type" must be a string')
+    expect("rope-llama3-partial", lp, dict(lcfg, rope_scaling={k: v for k, v in LLAMA3_SCALING.items()
+                                                            if k != "high_freq_factor"}),
+           '"rope_scaling.high_freq_factor" is missing')
+    expect("rope-factor", lp, dict(lcfg, rope_scaling={"rope_type": "linear", "factor": 0.5}), "rope_factor = 0.5 must be >= 1")
+    expect("rope-bands", lp, dict(lcfg, rope_scaling=dict(LLAMA3_SCALING, low_freq_factor=4.0)), "must satisfy 0 < low < high")
+    expect("rope-list", lp, dict(lcfg, rope_scaling=[8.0]), '"rope_scaling" must be an object')
+    expect("rope-gpt2", p, dict(cfg, rope_scaling={"rope_type": "linear", "factor": 2.0}), "GPT-2 has no RoPE")
     r = skiplm("eval", os.path.join(tmp, "no-such-folder"), bpath)
     check(r.returncode != 0 and "no-such-folder" in r.stderr, f"a missing folder is named: {r.stderr.strip()[:160]}")
 
@@ -357,6 +429,11 @@ def export_cases(tmp):
         ("gpt2-nobias", ["n_layer=2", "n_head=4", "n_embd=32", "block_size=24", "bias=0", "gelu=tanh"]),
         ("llama-gqa", ["family=llama", "n_layer=2", "n_head=4", "n_kv_head=2", "n_embd=32", "block_size=24",
                        "rope_theta=10000", "ffn_hidden=48"]),
+        ("llama-rope-llama3", ["family=llama", "n_layer=2", "n_head=2", "n_embd=32", "block_size=24",
+                               "rope_theta=10000", "rope_scaling=llama3", "rope_factor=4", "rope_low_freq_factor=2",
+                               "rope_high_freq_factor=8", "rope_original_ctx=64"]),
+        ("llama-rope-linear", ["family=llama", "n_layer=2", "n_head=2", "n_embd=32", "block_size=24",
+                               "rope_theta=10000", "rope_scaling=linear", "rope_factor=3"]),
     ]
     for name, kv in cases:
         src, folder = os.path.join(tmp, name + ".safetensors"), os.path.join(tmp, name + "-hf")
@@ -382,7 +459,11 @@ def export_cases(tmp):
                 lc = LlamaConfig(n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
                                  n_kv_head=cfg["num_key_value_heads"], n_embd=cfg["hidden_size"],
                                  block_size=cfg["max_position_embeddings"], vocab_size=cfg["vocab_size"],
-                                 ffn_hidden=cfg["intermediate_size"], norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"])
+                                 ffn_hidden=cfg["intermediate_size"], norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"],
+                                 rope_scaling=cfg["rope_scaling"])
+                if "rope_scaling=" in " ".join(kv):
+                    check(cfg["rope_scaling"] and cfg["rope_scaling"]["rope_type"] in " ".join(kv),
+                          f"export {name}: config.json's rope_scaling {cfg['rope_scaling']}")
                 model = Llama(lc, halves=True)                 # HF's rotate_half on the file's rows
                 sd = dict(tensors)
                 sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
@@ -419,6 +500,7 @@ with tempfile.TemporaryDirectory() as tmp:
               "transformer.", True, True)
     gpt2_case(tmp, "no-config-tanh-default", base, "", False, False, metadata={"format": "pt", "n_head": "4"})
     llama_case(tmp)
+    rope_scaling_cases(tmp)
     smollm_case(tmp)
     cli_case(tmp)
     bad_cases(tmp)

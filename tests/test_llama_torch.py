@@ -2,7 +2,8 @@
 
 1. A MiniMind-style model (RoPE through the complex view of adjacent pairs) writes random
    weights with HF Llama names (q/k rows permuted to HF's half layout); skiplm loads them:
-   loss, logits and every gradient must match (same tolerances as the GPT-2 engine).
+   loss, logits and every gradient must match (same tolerances as the GPT-2 engine); one
+   case with llama3 rope_scaling (frequencies in all three bands), from skiplm's metadata.
 2. HF's formulation (rotate_half) reads a file skiplm wrote and gets skiplm's logits.
 3. RoPE's relative-position property: q_m . k_n depends only on m - n.
 """
@@ -29,6 +30,10 @@ CONFIGS = [
     ("mqa-sla-all", dict(n_layer=4, n_head=4, n_kv_head=1, n_embd=32, ffn_hidden=64, n_skip_layer=2, n_skip_head=4), 1, 17),
     ("sla-3of4-theta1e4", dict(n_layer=4, n_head=4, n_kv_head=4, n_embd=32, ffn_hidden=64, n_skip_layer=3,
                                n_skip_head=3, rope_theta=1e4), 2, 21),
+    ("rope-llama3-gqa-sla", dict(n_layer=3, n_head=4, n_kv_head=2, n_embd=64, ffn_hidden=64, block_size=64, n_skip_layer=1,
+                                 n_skip_head=2, rope_theta=1e4, rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                 "original_max_position_embeddings": 256}), 2, 63),
     ("long-T", dict(n_layer=2, n_head=2, n_kv_head=1, n_embd=16, ffn_hidden=32, block_size=150, n_skip_layer=1,
                     n_skip_head=2), 1, 149),
 ]

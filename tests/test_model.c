@@ -141,7 +141,10 @@ static void op_checks(void) {
     CHECK(e < 2e-2, "swiglu vs finite differences (worst rel err %.1e)", e);
     /* RoPE: backward is the inverse rotation */
     float tab[10 * 8];
-    sk_rope_table(tab, 10, 8, 10000.0f);
+    double freq[4];
+    sk_config rc; sk_config_default(&rc); rc.rope_theta = 10000.0f;
+    sk_rope_freqs(&rc, 8, freq);
+    sk_rope_table(tab, 10, 8, freq);
     c.T = 3; c.H = 2; c.hs = 8; c.aux = tab;
     float xr[48], gr[48];
     fill_uniform(xr, 48, &s); fill_uniform(r, 48, &s);

@@ -31,11 +31,21 @@ class LlamaConfig:
     rope_theta: float = 1e6
     n_skip_layer: int = 0
     n_skip_head: int = 0
+    rope_scaling: dict = None      # Hugging Face's config.json rope_scaling (linear, llama3)
 
     def metadata(self):
         md = {"format": "skiplm", "family": "llama", "bias": "0"}
         for f in fields(self):
-            md[f.name] = str(getattr(self, f.name))
+            if f.name != "rope_scaling":
+                md[f.name] = str(getattr(self, f.name))
+        rs = self.rope_scaling
+        if rs:
+            md["rope_scaling"] = rs.get("rope_type", rs.get("type"))
+            for k, name in (("factor", "rope_factor"), ("low_freq_factor", "rope_low_freq_factor"),
+                            ("high_freq_factor", "rope_high_freq_factor"),
+                            ("original_max_position_embeddings", "rope_original_ctx")):
+                if k in rs:
+                    md[name] = str(rs[k])
         return md
 
 
@@ -49,8 +59,29 @@ class RMSNorm(nn.Module):
         return self.weight * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x)
 
 
-def precompute_freqs_cis(dim, end, theta):
-    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+def rope_inv_freq(dim, theta, scaling=None):
+    """theta^(-2j/dim), rescaled as Hugging Face's rope_scaling says: "linear" divides by
+    factor; "llama3" keeps wavelengths below original / high_freq_factor, divides those above
+    original / low_freq_factor by factor, and blends in between (float32, as HF computes it)."""
+    inv = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    if not scaling:
+        return inv
+    kind, factor = scaling.get("rope_type", scaling.get("type")), scaling["factor"]
+    if kind == "linear":
+        return inv / factor
+    assert kind == "llama3", kind
+    lo, hi = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    ctx = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > ctx / lo, inv / factor, inv)
+    s = (ctx / wavelen - lo) / (hi - lo)
+    smooth = (1 - s) * scaled / factor + s * scaled
+    medium = ~(wavelen < ctx / hi) & ~(wavelen > ctx / lo)
+    return torch.where(medium, smooth, scaled)
+
+
+def precompute_freqs_cis(dim, end, theta, scaling=None):
+    freqs = rope_inv_freq(dim, theta, scaling)
     t = torch.arange(end).float()
     freqs = torch.outer(t, freqs)
     return torch.polar(torch.ones_like(freqs), freqs)      # complex64 (end, dim/2)
@@ -158,8 +189,8 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.model.embed_tokens.weight
         d = cfg.n_embd // cfg.n_head
-        self.freqs_cis = precompute_freqs_cis(d, cfg.block_size, cfg.rope_theta)
-        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2).float() / d))
+        self.freqs_cis = precompute_freqs_cis(d, cfg.block_size, cfg.rope_theta, cfg.rope_scaling)
+        inv = rope_inv_freq(d, cfg.rope_theta, cfg.rope_scaling)
         ang = torch.outer(torch.arange(cfg.block_size).float(), inv)
         emb = torch.cat((ang, ang), dim=-1)
         self.cos, self.sin = emb.cos(), emb.sin()
@@ -233,6 +264,11 @@ def load_file_into(model, tensors):
 def config_from_metadata(md):
     kw = {}
     for f in fields(LlamaConfig):
-        if f.name in md:
+        if f.name in md and f.name != "rope_scaling":
             kw[f.name] = float(md[f.name]) if f.type in (float, "float") else int(md[f.name])
+    if md.get("rope_scaling") in ("linear", "llama3"):
+        kw["rope_scaling"] = {"rope_type": md["rope_scaling"], "factor": float(md["rope_factor"]),
+                              "low_freq_factor": float(md["rope_low_freq_factor"]),
+                              "high_freq_factor": float(md["rope_high_freq_factor"]),
+                              "original_max_position_embeddings": int(md["rope_original_ctx"])}
     return LlamaConfig(**kw)

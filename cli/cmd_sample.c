@@ -143,12 +143,15 @@ int cmd_sample(int argc, char **argv) {
     int32_t *grown = realloc(ids, sizeof(int32_t) * (total + 1));
     if (!grown) { free(ids); return sk_error(SK_ENOMEM, "out of memory for %zu token ids", total + 1), cli_fail("sample"); }
     ids = grown;
+    /* a prompt longer than the context keeps its last block_size tokens; the cache holds what
+     * this run can reach (a model with a 128k context sampled for 100 tokens does not reserve
+     * 128k positions) */
+    size_t start = n > (size_t)c->block_size ? n - c->block_size : 0;
+    int ctx = total - start < (size_t)c->block_size ? (int)(total - start) : c->block_size;
     decoder dec;
-    if (dec_new(&dec, m, use_cuda, bf16 ? 2 : tf32 ? 1 : 0, c->block_size, quiet)) return cli_fail("sample");
+    if (dec_new(&dec, m, use_cuda, bf16 ? 2 : tf32 ? 1 : 0, ctx, quiet)) return cli_fail("sample");
     float *logits = malloc(sizeof(float) * c->vocab_size);
     if (!quiet && prompt) fwrite(prompt, 1, strlen(prompt), stdout);
-    /* a prompt longer than the context keeps its last block_size tokens */
-    size_t start = n > (size_t)c->block_size ? n - c->block_size : 0;
     double t0 = sk_now();
     if (dec_run(&dec, ids + start, (int)(n - start), logits)) return cli_fail("sample");
     double t1 = sk_now();
@@ -161,8 +164,8 @@ int cmd_sample(int argc, char **argv) {
         const char *s = sk_tok_decode_one(tok, next, &len);
         if (s) { fwrite(s, 1, len, stdout); fflush(stdout); }
         if (i + 1 == n_new) break;
-        if (dec_pos(&dec) == c->block_size) {
-            /* context full: keep the newest half and rebuild the cache from it */
+        if (dec_pos(&dec) == ctx) {
+            /* context full (ctx is block_size here): keep the newest half and rebuild the cache from it */
             int keep = c->block_size / 2;
             dec_reset(&dec);
             if (dec_run(&dec, ids + n - keep, keep, logits)) return cli_fail("sample");

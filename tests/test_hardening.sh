@@ -62,8 +62,12 @@ expect_err "eval activations over the limit" "needs" env SKIPLM_MEM_LIMIT=200K "
 expect_err "bench gpt2 with a huge batch" "needs" "$SK" bench --preset gpt2 --batch 100000 --steps 1 --gen 0
 expect_err "bench preset over the limit" "parameters) needs" env SKIPLM_MEM_LIMIT=100M "$SK" bench --preset gpt2-medium --steps 1
 printf '{"type": "char", "vocab": ["a", "b", "c", "d", "e", "f", "g", "h"]}' >"$tmp/vocab.json"
-expect_err "sample KV cache over the limit" "the KV cache for 64 positions" \
+expect_err "sample KV cache over the limit (sized to the prompt and --tokens, not block_size 64)" "the KV cache for 5 positions" \
     env SKIPLM_MEM_LIMIT=12K "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a
+out=$("$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 150 --prompt a 2>"$tmp/err150")
+[ $? -eq 0 ] && [ ${#out} -eq 151 ] &&
+    pass "sample past block_size 64: 150 tokens (the cache rebuilt from the newest half)" ||
+    fail "sample past block_size: ${#out} characters, $(cat "$tmp/err150")"
 env SKIPLM_MEM_LIMIT=1G "$SK" sample "$tmp/m.st" --tokenizer "$tmp/vocab.json" --tokens 4 --prompt a >/dev/null 2>&1 &&
     pass "sample under the limit runs" || fail "sample under the limit"
 expect_err "sample --bf16 KV cache over the limit (the bf16 copy counted)" "a bf16 copy of the weights" \

@@ -31,6 +31,7 @@ typedef struct {
     int sinusoidal;          /* 1: fixed sinusoidal positions added to the embeddings, replacing
                                 learned positions (gpt2) or RoPE (llama) */
     int relu;                /* 1: two-layer ReLU MLP, replacing GELU (gpt2) or SwiGLU (llama) */
+    int untied_head;         /* 1: lm_head is its own (vocab, n_embd) matrix; 0: tied to the embedding */
     char routing[200];       /* general K/V routing table (overrides n_skip_*); "" = paper SLA
                                 or none. Grammar: src/config.c, README */
     /* Llama family (SPEC §3) */

@@ -95,6 +95,7 @@ int sk_config_check(sk_config *c) {
     if (c->family == SK_LLAMA) c->bias = 0;          /* the llama family has no bias vectors */
     if (c->sinusoidal != 0 && c->sinusoidal != 1) return sk_error(SK_EINVAL, "config: sinusoidal must be 0 or 1");
     if (c->relu != 0 && c->relu != 1) return sk_error(SK_EINVAL, "config: relu must be 0 or 1");
+    if (c->untied_head != 0 && c->untied_head != 1) return sk_error(SK_EINVAL, "config: untied_head must be 0 or 1");
     if (c->sinusoidal && c->n_embd % 2) return sk_error(SK_EINVAL, "config: n_embd (%d) must be even for sinusoidal positions", c->n_embd);
     if (c->gelu != SK_GELU_ERF && c->gelu != SK_GELU_TANH)
         return sk_error(SK_EINVAL, "config: gelu must be erf or tanh");
@@ -146,7 +147,7 @@ int sk_config_set(sk_config *c, const char *k, const char *v) {
         {"vocab_size", &c->vocab_size, 0}, {"padded_vocab_size", &c->padded_vocab_size, 0},
         {"bias", &c->bias, 0}, {"n_skip_layer", &c->n_skip_layer, 0},
         {"n_skip_head", &c->n_skip_head, 0}, {"ffn_hidden", &c->ffn_hidden, 0},
-        {"sinusoidal", &c->sinusoidal, 0}, {"relu", &c->relu, 0},
+        {"sinusoidal", &c->sinusoidal, 0}, {"relu", &c->relu, 0}, {"untied_head", &c->untied_head, 0},
         {"dropout", 0, &c->dropout}, {"norm_eps", 0, &c->norm_eps}, {"rope_theta", 0, &c->rope_theta},
         {"rope_factor", 0, &c->rope_factor}, {"rope_low_freq_factor", 0, &c->rope_low_freq_factor},
         {"rope_high_freq_factor", 0, &c->rope_high_freq_factor}, {"rope_original_ctx", &c->rope_original_ctx, 0},
@@ -192,6 +193,10 @@ void sk_config_describe(const sk_config *c, char *buf, size_t n) {
              c->relu ? "relu" : c->family == SK_LLAMA ? "swiglu" : c->gelu == SK_GELU_TANH ? "gelu-tanh" : "gelu",
              c->sinusoidal ? "sinusoidal" : c->family == SK_LLAMA ? "rope" : "learned",
              c->dropout, c->n_skip_layer, c->n_skip_head);
+    if (c->untied_head) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, n > l ? n - l : 0, " head=untied");
+    }
     if (c->rope_scaling != SK_ROPE_NONE && c->family == SK_LLAMA) {
         size_t l = strlen(buf);
         if (c->rope_scaling == SK_ROPE_LINEAR) snprintf(buf + l, n > l ? n - l : 0, " rope=linear/%g", c->rope_factor);

@@ -183,7 +183,7 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
     if (logits) {
         /* only the last token's logits are needed */
         norm(m, kv->ln, kv->x + (size_t)(n - 1) * C, p->lnfw, p->lnfb, 1, stat);
-        linear(kv, kv->logits_all, kv->ln, p->wte, NULL, 1, C, kv->w16 ? c->vocab_size : m->Vp);
+        linear(kv, kv->logits_all, kv->ln, p->lmhead, NULL, 1, C, kv->w16 ? c->vocab_size : m->Vp);
         memcpy(logits, kv->logits_all, sizeof(float) * c->vocab_size);
     }
     return SK_OK;

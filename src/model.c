@@ -16,7 +16,7 @@ static size_t sz_layer_qkv(const sk_model *m) { return (size_t)m->QKV * m->C; }
 
 /* Sizes of the stacked regions, in layout order. */
 enum { P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB, P_LN2W, P_LN2B,
-       P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, P_COUNT };
+       P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, P_LMHEAD, P_COUNT };
 
 static void param_sizes(const sk_model *m, size_t s[P_COUNT]) {
     const sk_config *c = &m->cfg;
@@ -31,6 +31,7 @@ static void param_sizes(const sk_model *m, size_t s[P_COUNT]) {
     s[P_FCW] = L * (m->gated ? 2 * F : F) * C; s[P_FCB] = b ? L * F : 0;
     s[P_FCPROJW] = L * C * F;       s[P_FCPROJB] = b ? L * C : 0;
     s[P_LNFW] = C;                  s[P_LNFB] = b ? C : 0;
+    s[P_LMHEAD] = c->untied_head ? (size_t)m->Vp * C : 0;     /* last: a tied model is its prefix */
 }
 
 void sk_params_views(const sk_model *m, float *base, sk_params *p) {
@@ -38,11 +39,12 @@ void sk_params_views(const sk_model *m, float *base, sk_params *p) {
     param_sizes(m, s);
     float **ptr[P_COUNT] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb,
                             &p->attprojw, &p->attprojb, &p->ln2w, &p->ln2b, &p->fcw, &p->fcb,
-                            &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
+                            &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb, &p->lmhead};
     for (int i = 0; i < P_COUNT; i++) {
         *ptr[i] = s[i] ? base : NULL;
         base += s[i];
     }
+    if (!p->lmhead) p->lmhead = p->wte;   /* tied: the classifier reads (and its gradient adds to) wte */
 }
 
 static void add_tensor(sk_model *m, const char *name, const float *at, int ndim,
@@ -61,7 +63,7 @@ static void build_tensor_table(sk_model *m) {
     const sk_config *c = &m->cfg;
     const sk_params *p = &m->p;
     int L = m->L, C = m->C, F = m->F;
-    m->tensors = calloc((size_t)16 * L + 8, sizeof(sk_tensor));
+    m->tensors = calloc((size_t)16 * L + 9, sizeof(sk_tensor));
     char n[80];
     if (c->family == SK_GPT2) {
         add_tensor(m, "transformer.wte.weight", p->wte, 2, c->vocab_size, C, 1);
@@ -88,6 +90,7 @@ static void build_tensor_table(sk_model *m) {
         }
         add_tensor(m, "transformer.ln_f.weight", p->lnfw, 1, C, 0, 0);
         if (c->bias) add_tensor(m, "transformer.ln_f.bias", p->lnfb, 1, C, 0, 0);
+        if (c->untied_head) add_tensor(m, "lm_head.weight", p->lmhead, 2, c->vocab_size, C, 1);
     } else {
         int hs = m->hs, qd = m->H * hs, kd = m->Hkv * hs;
         add_tensor(m, "model.embed_tokens.weight", p->wte, 2, c->vocab_size, C, 1);
@@ -107,6 +110,7 @@ static void build_tensor_table(sk_model *m) {
 #undef LT
         }
         add_tensor(m, "model.norm.weight", p->lnfw, 1, C, 0, 0);
+        if (c->untied_head) add_tensor(m, "lm_head.weight", p->lmhead, 2, c->vocab_size, C, 1);
     }
 }
 
@@ -584,9 +588,9 @@ static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int 
     return SK_OK;
 }
 
-/* Classifier over row chunks: logits = lnf @ wte^T, softmax cross-entropy over the real
+/* Classifier over row chunks: logits = lnf @ lm_head^T (wte when tied), softmax cross-entropy over the real
  * vocabulary. With dlnf != NULL it also writes the gradient of (scale * mean loss) into
- * dlnf (N, C) and adds the wte gradient, so the (N, Vp) logits are never held whole. */
+ * dlnf (N, C) and adds the lm_head gradient, so the (N, Vp) logits are never held whole. */
 static int classifier(sk_model *m, const int32_t *targets, int N, float *loss, float *logits_out,
                       float *dlnf, float scale) {
     int V = m->cfg.vocab_size, Vp = m->Vp, C = m->C;
@@ -597,7 +601,7 @@ static int classifier(sk_model *m, const int32_t *targets, int N, float *loss, f
     for (int r0 = 0; r0 < N; r0 += m->chunk) {
         int R = N - r0 < m->chunk ? N - r0 : m->chunk;
         float *lg = a->logits;
-        TIMED(classifier, sk_gemm(0, 1, R, Vp, C, 1.0f, a->lnf + (size_t)r0 * C, C, m->p.wte, C, 0.0f, lg, Vp));
+        TIMED(classifier, sk_gemm(0, 1, R, Vp, C, 1.0f, a->lnf + (size_t)r0 * C, C, m->p.lmhead, C, 0.0f, lg, Vp));
         double t0 = sk_now();
         if (logits_out)
             for (int r = 0; r < R; r++) memcpy(logits_out + (size_t)(r0 + r) * V, lg + (size_t)r * Vp, sizeof(float) * V);
@@ -622,8 +626,8 @@ static int classifier(sk_model *m, const int32_t *targets, int N, float *loss, f
         }
         m->times.classifier += sk_now() - t0;
         if (dlnf) {
-            TIMED(classifier, sk_gemm(0, 0, R, C, Vp, 1.0f, lg, Vp, m->p.wte, C, 0.0f, dlnf + (size_t)r0 * C, C));
-            TIMED(classifier, sk_gemm(1, 0, Vp, C, R, 1.0f, lg, Vp, a->lnf + (size_t)r0 * C, C, 1.0f, m->g.wte, C));
+            TIMED(classifier, sk_gemm(0, 0, R, C, Vp, 1.0f, lg, Vp, m->p.lmhead, C, 0.0f, dlnf + (size_t)r0 * C, C));
+            TIMED(classifier, sk_gemm(1, 0, Vp, C, R, 1.0f, lg, Vp, a->lnf + (size_t)r0 * C, C, 1.0f, m->g.lmhead, C));
         }
     }
     if (loss) {

@@ -17,6 +17,7 @@ typedef struct {
     float *fcw, *fcb;            /* (L, F or 2F, C), (L, F) */
     float *fcprojw, *fcprojb;    /* (L, C, F), (L, C) */
     float *lnfw, *lnfb;          /* (C) */
+    float *lmhead;               /* (Vp, C): its own matrix (untied_head), else the same as wte */
 } sk_params;
 
 /* With recompute on, the per-layer activations marked (L, ...) below exist once (a

@@ -120,7 +120,7 @@ int sk_config_diff(const sk_config *a, const sk_config *b, const char *an, const
         return sk_error(SK_EINVAL, "model config field 'family' is %s in %s but %s in %s",
                         a->family == SK_GPT2 ? "gpt2" : "llama", an, b->family == SK_GPT2 ? "gpt2" : "llama", bn);
     CI(n_layer); CI(n_head); CI(n_kv_head); CI(n_embd); CI(block_size); CI(vocab_size);
-    CI(padded_vocab_size); CI(bias); CF(dropout);
+    CI(padded_vocab_size); CI(bias); CF(dropout); CI(untied_head);
     if (a->gelu != b->gelu)
         return sk_error(SK_EINVAL, "model config field 'gelu' is %s in %s but %s in %s",
                         a->gelu == SK_GELU_TANH ? "tanh" : "erf", an, b->gelu == SK_GELU_TANH ? "tanh" : "erf", bn);

@@ -24,7 +24,7 @@ typedef struct { const char *key; int is_float; size_t off; } meta_field;
 static const meta_field META[] = {
     MF(n_layer, 0), MF(n_head, 0), MF(n_kv_head, 0), MF(n_embd, 0), MF(block_size, 0),
     MF(vocab_size, 0), MF(padded_vocab_size, 0), MF(bias, 0), MF(n_skip_layer, 0),
-    MF(n_skip_head, 0), MF(ffn_hidden, 0), MF(sinusoidal, 0), MF(relu, 0), MF(dropout, 1), MF(norm_eps, 1), MF(rope_theta, 1),
+    MF(n_skip_head, 0), MF(ffn_hidden, 0), MF(sinusoidal, 0), MF(relu, 0), MF(untied_head, 0), MF(dropout, 1), MF(norm_eps, 1), MF(rope_theta, 1),
     MF(rope_factor, 1), MF(rope_low_freq_factor, 1), MF(rope_high_freq_factor, 1), MF(rope_original_ctx, 0),
 };
 #undef MF
@@ -148,8 +148,8 @@ static int hf_rope_scaling(sk_config *c, const sk_json *rs, int llama, const cha
 /* The config of a file without skiplm metadata from the config.json beside it (HF's keys
  * for model_type "gpt2" and "llama"), where there is one. Settings skiplm's models do not
  * have are refused by name rather than silently giving other numbers. */
-static int apply_hf_config(sk_config *c, const char *weights_path, int *found) {
-    *found = 0;
+static int apply_hf_config(sk_config *c, const char *weights_path, int *found, int *tie) {
+    *found = 0; *tie = -1;
     const char *slash = strrchr(weights_path, '/');
     size_t dl = slash ? (size_t)(slash - weights_path) + 1 : 0, n = dl + 16;
     char *cp = malloc(n);
@@ -219,6 +219,12 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found) {
             goto done;
         }
     }
+    const sk_json *tw = sk_json_get(&j, "tie_word_embeddings");   /* HF's default: GPT-2 true, Llama false */
+    if (tw && tw->type == SK_JSON_BOOL) *tie = tw->boolean;
+    else if (tw && tw->type != SK_JSON_NULL) {
+        rc = sk_error(SK_EFORMAT, "%s: \"tie_word_embeddings\" must be true or false", cp);
+        goto done;
+    } else if (!llama) *tie = 1;
     const sk_json *rs = sk_json_get(&j, "rope_scaling");
     if (rs && rs->type != SK_JSON_NULL && (rc = hf_rope_scaling(c, rs, llama, cp))) goto done;
     const sk_json *sc = sk_json_get(&j, "scale_attn_weights");     /* GPT-2: scores / sqrt(d) unless false */
@@ -240,13 +246,21 @@ done:
 
 /* heads_known (may be NULL): whether n_head came from the metadata or config.json; the shapes
  * cannot tell it */
+/* 1 if the file holds an lm_head.weight that is not, byte for byte, its token embedding */
+static int head_differs(const sk_safetensors *st, const char *emb_name) {
+    const sk_st_tensor *h = sk_st_find(st, "lm_head.weight"), *e = find_named(st, emb_name);
+    if (!h) return 0;
+    if (!e || h->dtype != e->dtype || h->nbytes != e->nbytes) return 1;
+    return memcmp(st->data + h->offset, st->data + e->offset, h->nbytes) != 0;
+}
+
 static int config_from_st(sk_config *c, const sk_safetensors *st, const char *path, int *heads_known) {
     sk_config_default(c);
     const char *fmt = sk_st_meta(st, "format");
-    int hf = 0, rc = SK_OK;
+    int hf = 0, tie = -1, rc = SK_OK;
     if (!fmt || strcmp(fmt, "skiplm")) {
         /* not written by skiplm: HF's config.json beside it, where there is one */
-        if ((rc = apply_hf_config(c, path, &hf))) return rc;
+        if ((rc = apply_hf_config(c, path, &hf, &tie))) return rc;
     }
     const char *fam = sk_st_meta(st, "family");
     if (!fam) fam = hf ? (c->family == SK_LLAMA ? "llama" : "gpt2")
@@ -268,16 +282,30 @@ static int config_from_st(sk_config *c, const sk_safetensors *st, const char *pa
         if (v) rc = sk_config_set(c, META[i].key, v);
     }
     if (rc) return sk_error(rc, "%s: metadata: %s", path, sk_last_error());
+    /* the head: skiplm's metadata says (untied_head), or config.json (tie_word_embeddings; a
+     * Llama config.json without it is HF's default, untied, where the file has an lm_head);
+     * a file that says nothing is untied when its lm_head.weight is not its embedding */
+    const char *emb = c->family == SK_GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+    if (!sk_st_meta(st, "untied_head")) {
+        if (tie >= 0) c->untied_head = !tie;
+        else if (hf) c->untied_head = sk_st_find(st, "lm_head.weight") != NULL;
+        else c->untied_head = head_differs(st, emb);
+    }
     if (heads_known) *heads_known = hf || sk_st_meta(st, "n_head");
     if (hf) return SK_OK;              /* config.json said it all */
     /* infer what the shapes tell, where the metadata said nothing */
-    const sk_st_tensor *wte = find_named(st, c->family == SK_GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight");
+    const sk_st_tensor *wte = find_named(st, emb);
     if (wte && wte->ndim == 2) {
         if (!sk_st_meta(st, "vocab_size")) c->vocab_size = (int)wte->shape[0];
         if (!sk_st_meta(st, "n_embd")) c->n_embd = (int)wte->shape[1];
     }
     const sk_st_tensor *wpe = find_named(st, "transformer.wpe.weight");
     if (wpe && wpe->ndim == 2 && !sk_st_meta(st, "block_size")) c->block_size = (int)wpe->shape[0];
+    /* the MLP's width: rows of the first up-projection ((in, out) in a Conv1D file) */
+    const sk_st_tensor *fc = find_named(st, c->family == SK_GPT2 ? "transformer.h.0.mlp.c_fc.weight"
+                                                                 : "model.layers.0.mlp.gate_proj.weight");
+    if (fc && fc->ndim == 2 && !sk_st_meta(st, "ffn_hidden"))
+        c->ffn_hidden = (int)fc->shape[c->family == SK_GPT2 && gpt2_conv1d(st) ? 1 : 0];
     if (!sk_st_meta(st, "n_layer")) {
         int L = 0;
         char name[96];
@@ -444,14 +472,15 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
         if (rc) break;
     }
     free(scratch);
-    /* an untied lm_head must equal the embedding: skiplm ties them */
+    /* a tied model's file may hold lm_head.weight too (GPT2LMHeadModel's): it must equal the embedding */
     const char *head = "lm_head.weight";
-    if (!rc && sk_st_find(&st, head)) {
+    if (!rc && !m->cfg.untied_head && sk_st_find(&st, head)) {
         size_t n = (size_t)m->cfg.vocab_size * m->C;
         float *tmp = malloc(n * sizeof(float));
         if (!tmp) rc = sk_error(SK_ENOMEM, "out of memory");
         else if (!(rc = sk_st_get_f32(&st, head, tmp, n)) && memcmp(tmp, m->params, n * sizeof(float)))
-            rc = sk_error(SK_EFORMAT, "%s: lm_head.weight differs from the token embedding; skiplm ties them", path);
+            rc = sk_error(SK_EFORMAT, "%s: lm_head.weight differs from the token embedding, but the config ties them "
+                          "(tie_word_embeddings, or untied_head 0)", path);
         free(tmp);
     }
     if (rc) sk_model_free(m);
@@ -498,7 +527,8 @@ int sk_model_save_hf(const sk_model *m, const char *dir) {
         rc = sk_st_add(w, t->name, SK_F32, t->ndim, shape, data);
         /* a GPT-2 without biases: zero biases after each weight that HF's has one for */
         const char *dot = strrchr(t->name, '.');
-        if (!rc && gpt2 && !c->bias && dot && !strcmp(dot, ".weight") && strncmp(t->name, "transformer.w", 13)) {
+        if (!rc && gpt2 && !c->bias && dot && !strcmp(dot, ".weight") && strncmp(t->name, "transformer.w", 13) &&
+            strcmp(t->name, "lm_head.weight")) {
             char bn[96];
             snprintf(bn, sizeof bn, "%.*s.bias", (int)(dot - t->name), t->name);
             int64_t bs[1] = {is_gpt2_linear(m, t->name) ? t->shape[0] : m->C};
@@ -528,19 +558,19 @@ int sk_model_save_hf(const sk_model *m, const char *dir) {
                      "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n"
                      "  \"vocab_size\": %d,\n  \"n_inner\": %s,\n  \"activation_function\": \"%s\",\n"
                      "  \"layer_norm_epsilon\": %.9g,\n  \"embd_pdrop\": %.9g,\n  \"attn_pdrop\": %.9g,\n  \"resid_pdrop\": %.9g,\n"
-                     "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+                     "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
                      c->n_layer, c->n_head, c->n_embd, c->block_size, c->block_size, c->vocab_size, inner,
                      c->relu ? "relu" : c->gelu == SK_GELU_TANH ? "gelu_new" : "gelu", (double)c->norm_eps,
-                     (double)c->dropout, (double)c->dropout, (double)c->dropout) :
+                     (double)c->dropout, (double)c->dropout, (double)c->dropout, c->untied_head ? "false" : "true") :
             snprintf(json, 2048,
                      "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
                      "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
                      "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n"
                      "  \"vocab_size\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n  \"hidden_act\": \"silu\",\n"
                      "  \"attention_dropout\": %.9g,\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
-                     "  \"rope_scaling\": %s,\n  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+                     "  \"rope_scaling\": %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
                      c->n_layer, c->n_head, m->Hkv, c->n_embd, m->F, c->block_size, c->vocab_size, (double)c->norm_eps,
-                     (double)c->rope_theta, (double)c->dropout, scaling);
+                     (double)c->rope_theta, (double)c->dropout, scaling, c->untied_head ? "false" : "true");
         snprintf(path, n, "%s/config.json", dir);
         rc = sk_write_atomic(path, json, (size_t)len);
     }

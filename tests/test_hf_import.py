@@ -10,7 +10,8 @@ and the Hub serves them) loaded by skiplm, against references written from HF's 
 4. Llama from config.json (GQA, rope_theta, rms_norm_eps), HF's rotate_half order; a
    folder shaped as SmolLM2-135M's (all its config keys, BF16 weights, a tokenizer.json with
    Sequence[Digits, ByteLevel]): `sample`'s greedy text vs the reference's; rope_scaling
-   "llama3" (a folder with every key of Llama-3.2-1B's config.json) and "linear".
+   "llama3" (a folder with every key of Llama-3.2-1B's config.json) and "linear"; an untied
+   lm_head (TinyLlama-1.1B's config keys; HF's defaults; bare files), fine-tuned.
 5. The CLI on a folder: eval (--dump-logits vs the reference), sample with the tokenizer
    beside the weights under HF's names (vocab.json + merges.txt; greedy text vs the
    reference's), and fine-tuning with --init FOLDER --sla.
@@ -194,6 +195,65 @@ def rope_scaling_cases(tmp):
     r = skiplm("train", "--init", os.path.join(tmp, "rope-linear"), "--train", shard, "--out", run + "2", "--steps", "1",
                "--batch", "1", "--seq", "16", "--eval-every", "0", "--ffn_hidden", "64")
     check(r.returncode != 0 and "ffn_hidden" in r.stderr, f"... but not the shapes: {r.stderr.strip()[-160:]}")
+
+
+def untied_cases(tmp):
+    """An lm_head of its own. A folder with every key of TinyLlama-1.1B's config.json (scaled
+    down; tie_word_embeddings false, lm_head.weight stored): logits and loss vs the reference,
+    which differ from the tied model's. The same folder without the key (LlamaConfig's default
+    is untied), and a bare file without config.json or metadata whose lm_head is not its
+    embedding, read the same way; a bare file whose lm_head is its embedding stays tied."""
+    cfg = LlamaConfig(n_layer=2, n_head=4, n_kv_head=1, n_embd=32, block_size=48, vocab_size=83, ffn_hidden=88,
+                      norm_eps=1e-5, rope_theta=1e4, untied_head=1)
+    model = Llama(cfg, halves=True)
+    model.randomize(seed=41)
+    hf_cfg = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "bos_token_id": 1, "eos_token_id": 2,
+              "hidden_act": "silu", "hidden_size": 32, "initializer_range": 0.02, "intermediate_size": 88,
+              "max_position_embeddings": 48, "model_type": "llama", "num_attention_heads": 4, "num_hidden_layers": 2,
+              "num_key_value_heads": 1, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None,
+              "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              "transformers_version": "4.35.0", "use_cache": True, "vocab_size": 83}
+    sd = dict(model.state_dict())
+    check(not torch.equal(sd["lm_head.weight"], sd["model.embed_tokens.weight"]), "the reference's lm_head is its own")
+    idx, tgt, bpath = batch(tmp, "untied", 83, 2, 19)
+    with torch.no_grad():
+        logits, loss = model(idx, tgt)
+        tied = Llama(LlamaConfig(**{**cfg.__dict__, "untied_head": 0}), halves=True)
+        tied.load_state_dict({k: v for k, v in sd.items() if k != "lm_head.weight"}, strict=False)
+        tied_logits, _ = tied(idx, tgt)
+    cases = [("untied", hf_cfg, "config.json's tie_word_embeddings false"),
+             ("untied-default", {k: v for k, v in hf_cfg.items() if k != "tie_word_embeddings"},
+              "a Llama config.json without tie_word_embeddings (HF's default: untied)"),
+             ("untied-bare", None, "a bare file whose lm_head.weight is not its embedding")]
+    for name, conf, what in cases:
+        folder = os.path.join(tmp, name)
+        write_folder(folder, sd, conf, metadata=None if conf else {"format": "pt", "n_head": "4", "n_kv_head": "1",
+                                                                    "rope_theta": "10000", "norm_eps": "1e-05"})
+        opath = os.path.join(tmp, name + ".out.safetensors")
+        if check(run_tool("tool_model", "run", folder, bpath, opath), f"{what}: loads and runs"):
+            out, _ = st.load_file(opath)
+            compare(what, out, logits, loss, None)
+            d = (out["logits"] - tied_logits).abs().max().item()
+            check(d > 1e-2, f"{what}: the tied model's logits differ by {d:.2e} (the test can fail)")
+    info = skiplm("info", os.path.join(tmp, "untied"))
+    check("head=untied" in info.stdout, f"info says the head is untied: {info.stdout.strip()[:160]}")
+    same = dict(sd, **{"lm_head.weight": sd["model.embed_tokens.weight"].clone()})
+    write_folder(os.path.join(tmp, "tied-bare"), same, None, metadata={"format": "pt", "n_head": "4", "n_kv_head": "1"})
+    info = skiplm("info", os.path.join(tmp, "tied-bare"))
+    check(info.returncode == 0 and "head=untied" not in info.stdout,
+          f"a bare file whose lm_head.weight is its embedding stays tied: {(info.stdout + info.stderr).strip()[:160]}")
+    # fine-tuning keeps the head untied and moves it on its own
+    shard = write_shard(os.path.join(tmp, "untied.bin"), 83, 400)
+    run = os.path.join(tmp, "untied-ft")
+    r = skiplm("train", "--init", os.path.join(tmp, "untied"), "--train", shard, "--out", run, "--steps", "2",
+               "--batch", "2", "--seq", "16", "--eval-every", "0", "--lr", "1e-3")
+    if check(r.returncode == 0, "train --init on the untied folder" + ("" if r.returncode == 0 else ": " + r.stderr[-300:])):
+        t, md = st.load_file(os.path.join(run, "ckpt.safetensors"))
+        mh = (t["lm_head.weight"] - sd["lm_head.weight"]).abs().max().item()
+        me = (t["model.embed_tokens.weight"] - sd["model.embed_tokens.weight"]).abs().max().item()
+        check(md.get("untied_head") == "1" and 0 < mh < 0.01 and 0 < me < 0.01 and
+              not torch.equal(t["lm_head.weight"], t["model.embed_tokens.weight"]),
+              f"the checkpoint keeps both matrices, each trained (moved by {mh:.1e} and {me:.1e})")
 
 
 def smollm_case(tmp):
@@ -409,6 +469,13 @@ def bad_cases(tmp):
     expect("rope-bands", lp, dict(lcfg, rope_scaling=dict(LLAMA3_SCALING, low_freq_factor=4.0)), "must satisfy 0 < low < high")
     expect("rope-list", lp, dict(lcfg, rope_scaling=[8.0]), '"rope_scaling" must be an object')
     expect("rope-gpt2", p, dict(cfg, rope_scaling={"rope_type": "linear", "factor": 2.0}), "GPT-2 has no RoPE")
+    # the head: tied by config.json but different, untied without its matrix, a bad flag
+    lhead = dict(lp, **{"lm_head.weight": torch.randn(30, 16)})
+    expect("tied-but-differs", lhead, dict(lcfg, tie_word_embeddings=True), "lm_head.weight differs from the token embedding")
+    expect("untied-no-head", lp, dict(lcfg, tie_word_embeddings=False), "'lm_head.weight' is missing")
+    expect("tie-not-bool", lp, dict(lcfg, tie_word_embeddings="no"), '"tie_word_embeddings" must be true or false')
+    ghead = dict(p, **{"lm_head.weight": torch.randn(30, 16)})
+    expect("gpt2-default-tied", ghead, cfg, "lm_head.weight differs from the token embedding")
     r = skiplm("eval", os.path.join(tmp, "no-such-folder"), bpath)
     check(r.returncode != 0 and "no-such-folder" in r.stderr, f"a missing folder is named: {r.stderr.strip()[:160]}")
 
@@ -432,6 +499,9 @@ def export_cases(tmp):
         ("llama-rope-llama3", ["family=llama", "n_layer=2", "n_head=2", "n_embd=32", "block_size=24",
                                "rope_theta=10000", "rope_scaling=llama3", "rope_factor=4", "rope_low_freq_factor=2",
                                "rope_high_freq_factor=8", "rope_original_ctx=64"]),
+        ("gpt2-untied-nobias", ["n_layer=2", "n_head=2", "n_embd=16", "block_size=24", "bias=0", "untied_head=1"]),
+        ("llama-untied", ["family=llama", "n_layer=2", "n_head=4", "n_kv_head=1", "n_embd=32", "block_size=24",
+                          "untied_head=1"]),
         ("llama-rope-linear", ["family=llama", "n_layer=2", "n_head=2", "n_embd=32", "block_size=24",
                                "rope_theta=10000", "rope_scaling=linear", "rope_factor=3"]),
     ]
@@ -453,22 +523,27 @@ def export_cases(tmp):
                 check(cfg["architectures"] == ["GPT2LMHeadModel"] and md.get("format") == "pt"
                       and tensors["transformer.h.0.attn.c_attn.weight"].shape[0] == cfg["n_embd"],
                       f"export {name}: GPT2LMHeadModel names, Conv1D (in, out) layout, format pt")
-                p = {k[len("transformer."):]: v for k, v in tensors.items()}
+                p = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in tensors.items()}
                 logits, loss = hf.forward(p, cfg, idx, tgt)
             else:
                 lc = LlamaConfig(n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
                                  n_kv_head=cfg["num_key_value_heads"], n_embd=cfg["hidden_size"],
                                  block_size=cfg["max_position_embeddings"], vocab_size=cfg["vocab_size"],
                                  ffn_hidden=cfg["intermediate_size"], norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"],
-                                 rope_scaling=cfg["rope_scaling"])
+                                 rope_scaling=cfg["rope_scaling"], untied_head=int(not cfg["tie_word_embeddings"]))
                 if "rope_scaling=" in " ".join(kv):
                     check(cfg["rope_scaling"] and cfg["rope_scaling"]["rope_type"] in " ".join(kv),
                           f"export {name}: config.json's rope_scaling {cfg['rope_scaling']}")
                 model = Llama(lc, halves=True)                 # HF's rotate_half on the file's rows
                 sd = dict(tensors)
-                sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+                if cfg["tie_word_embeddings"]:
+                    sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
                 model.load_state_dict(sd)
                 logits, loss = model(idx, tgt)
+        check(cfg["tie_word_embeddings"] == ("untied_head=1" not in kv) and
+              ("lm_head.weight" in tensors) == ("untied_head=1" in kv),
+              f"export {name}: tie_word_embeddings {cfg['tie_word_embeddings']}, lm_head.weight "
+              f"{'written' if 'lm_head.weight' in tensors else 'not written'}")
         d = (mine["logits"] - logits).abs().max().item()
         check(d <= 1e-4 and abs(mine["loss"].item() - loss.item()) <= 1e-5 * loss.item(),
               f"export {name}: the HF reference on the folder gives skiplm's logits (max abs diff {d:.2e})")
@@ -501,6 +576,7 @@ with tempfile.TemporaryDirectory() as tmp:
     gpt2_case(tmp, "no-config-tanh-default", base, "", False, False, metadata={"format": "pt", "n_head": "4"})
     llama_case(tmp)
     rope_scaling_cases(tmp)
+    untied_cases(tmp)
     smollm_case(tmp)
     cli_case(tmp)
     bad_cases(tmp)

@@ -315,9 +315,9 @@ static int decode_work(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n, int pos0, 
                        p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F));
     }
     if (out) {
-        /* only the last token's logits: final norm of its row, then (1, Vp) = lnf @ wte^T */
+        /* only the last token's logits: final norm of its row, then (1, Vp) = lnf @ lm_head^T */
         TRY(norm(cm, kv, kv->x + (size_t)(n - 1) * C, p->lnfw, p->lnfb, 1));
-        TRY(linear(cm, kv->logits, m->Vp, kv->ln, ln16, p->wte, 1, C, m->Vp, 0));
+        TRY(linear(cm, kv->logits, m->Vp, kv->ln, ln16, p->lmhead, 1, C, m->Vp, 0));
         const size_t bytes = sizeof(float) * m->cfg.vocab_size;
         if (graph) CU(cudaMemcpyAsync(out, kv->logits, bytes, cudaMemcpyDeviceToHost, kv->stream));
         else CU(cudaMemcpy(out, kv->logits, bytes, cudaMemcpyDeviceToHost));

@@ -741,14 +741,14 @@ static int forward_blocks(sk_cuda_model *cm, int B, int T, int training, uint64_
     return norm_forward(cm, a->lnf, cm->lnf16, a->lnf_mean, a->lnf_rstd, a->res3 + (size_t)(L - 1) * BT * C, p->lnfw, p->lnfb, N);
 }
 
-/* bf16: the logits (N, Vp) = lnf16 @ wte16^T come out of the GEMM in bf16 (as under
+/* bf16: the logits (N, Vp) = lnf16 @ lm_head16^T come out of the GEMM in bf16 (as under
  * PyTorch's autocast, where the matmul's output is bf16 and the loss upcasts it): half the
  * bytes of fp32 logits, and the cross-entropy writes their gradient over them. */
 static int logits_bf16(sk_cuda_model *cm, uint16_t *z16, int N) {
     const sk_model *m = cm->m;
     const uint16_t *w16;
     int ldw16;
-    TRY(bf16_operand(cm, 1, cm->p.wte, m->Vp, m->C, m->C, &w16, &ldw16));
+    TRY(bf16_operand(cm, 1, cm->p.lmhead, m->Vp, m->C, m->C, &w16, &ldw16));
     const float one = 1.0f, zero = 0.0f;
     PROF(gemm_name(0, 1), BLAS(cublasGemmEx(cm->blas, CUBLAS_OP_T, CUBLAS_OP_N, m->Vp, N, m->C, &one, w16, CUDA_R_16BF,
                                             ldw16, cm->lnf16, CUDA_R_16BF, m->C, &zero, z16, CUDA_R_16BF, m->Vp,
@@ -780,9 +780,10 @@ static int download_logits(sk_cuda_model *cm, float *out, int N) {
     return SK_OK;
 }
 
-/* Classifier: logits = lnf @ wte^T (N, Vp), softmax cross-entropy over the real vocabulary;
+/* Classifier: logits = lnf @ lm_head^T (N, Vp; lm_head is wte when tied), softmax
+ * cross-entropy over the real vocabulary;
  * with dlnf the gradient of (scale * mean loss) goes to dlnf (overwritten; in bf16 to
- * cm->dx16 instead, rounded) and wte (added). */
+ * cm->dx16 instead, rounded) and lm_head (added). */
 static int classifier(sk_cuda_model *cm, const int32_t *targets, int N, float *loss, float *logits_out,
                       float *dlnf, float scale) {
     const sk_model *m = cm->m;
@@ -793,13 +794,13 @@ static int classifier(sk_cuda_model *cm, const int32_t *targets, int N, float *l
     float row_scale = n_valid ? scale / (float)n_valid : 0.0f;
     uint16_t *z16 = cm->prec == SK_CUDA_BF16 ? cm->logits16 : NULL;
     if (z16) TRY(logits_bf16(cm, z16, N));
-    else TRY(sk_cu_linear(cm, a->logits, Vp, a->lnf, cm->lnf16, cm->p.wte, NULL, N, C, Vp));
+    else TRY(sk_cu_linear(cm, a->logits, Vp, a->lnf, cm->lnf16, cm->p.lmhead, NULL, N, C, Vp));
     if (logits_out) TRY(download_logits(cm, logits_out, N));
     if (targets)              /* always, with dlnf (sk_cuda_forward_backward) */
         K(cu_crossentropy(a->logits, z16, a->losses, cm->tok_d + N, N, V, Vp, row_scale, dlnf != NULL));
     /* in bf16 the gradient has replaced the logits, in bf16: the GEMMs read it as it is */
-    if (dlnf) TRY(linear_grads(cm, z16 ? NULL : dlnf, z16 ? cm->dx16 : NULL, 0, cm->g.wte, a->logits, Vp, z16, Vp,
-                               a->lnf, cm->lnf16, cm->p.wte, N, C, Vp));
+    if (dlnf) TRY(linear_grads(cm, z16 ? NULL : dlnf, z16 ? cm->dx16 : NULL, 0, cm->g.lmhead, a->logits, Vp, z16, Vp,
+                               a->lnf, cm->lnf16, cm->p.lmhead, N, C, Vp));
     if (loss) {
         double s = 0.0;
         if (targets) {

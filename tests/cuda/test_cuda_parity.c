@@ -62,6 +62,9 @@ static const tcase CASES[] = {
     {"llama GQA 4/2 SLA", "family=llama n_layer=3 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=128 n_skip_layer=2 n_skip_head=2 bias=0", 2, 45},
     {"llama MQA all heads hs32", "family=llama n_layer=2 n_head=4 n_kv_head=1 n_embd=128 vocab_size=97 block_size=128 n_skip_layer=1 n_skip_head=4 bias=0 rope_theta=10000", 2, 66},
     {"llama relu", "family=llama n_layer=2 n_head=4 n_embd=64 vocab_size=97 block_size=64 relu=1 bias=0", 2, 31},
+    {"gpt2 untied head SLA", "n_layer=2 n_head=4 n_embd=64 vocab_size=97 block_size=64 untied_head=1 n_skip_layer=1 n_skip_head=2", 2, 33},
+    {"llama untied head rope llama3", "family=llama n_layer=2 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=128 bias=0 "
+     "untied_head=1 rope_theta=10000 rope_scaling=llama3 rope_factor=8 rope_original_ctx=64", 2, 40},
 };
 
 static void random_batch(int32_t *x, int32_t *y, int n, int V, uint64_t seed) {
@@ -1067,8 +1070,8 @@ int main(int argc, char **argv) {
         if (!only || strstr(name, only)) run_tc_attention(&ACASES[i]);
     }
     /* every tensor-core tile configuration (head sizes 16, 32, 48, 64, 128), dropout, GQA/MQA,
-     * a multi-source routing table */
-    static const int BF16_CASES[] = {1, 4, 6, 7, 8, 10, 12, 13};
+     * a multi-source routing table, untied heads */
+    static const int BF16_CASES[] = {1, 4, 6, 7, 8, 10, 12, 13, 15, 16};
     for (size_t i = 0; i < sizeof BF16_CASES / sizeof BF16_CASES[0]; i++) {
         const tcase *tc = &CASES[BF16_CASES[i]];
         char name[128];

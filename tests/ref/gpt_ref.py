@@ -6,7 +6,7 @@ K/V for all heads and stores them; a layer l >= n_skip_layer replaces the K/V of
 n_skip_head heads by the OWN K/V of layer l - n_skip_layer (so borrowing never chains).
 
 Weights are exchanged with skiplm through safetensors (tests/ref/st.py), nanoGPT names,
-config in the metadata, lm_head tied to wte.
+config in the metadata, lm_head tied to wte (or its own matrix: untied_head).
 """
 import math
 from dataclasses import dataclass, fields
@@ -32,6 +32,7 @@ class GPTConfig:
     sinusoidal: bool = False   # fixed sinusoidal positions instead of learned wpe
     relu: bool = False         # ReLU MLP instead of GELU
     routing: str = ""          # skiplm's general routing string (metadata only; see route below)
+    untied_head: bool = False  # lm_head its own matrix instead of wte
 
     def metadata(self):
         md = {"format": "skiplm", "family": "gpt2"}
@@ -143,7 +144,8 @@ class GPT(nn.Module):
             ln_f=LayerNorm(cfg.n_embd, cfg.bias, cfg.norm_eps),
         ))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        self.lm_head.weight = self.transformer.wte.weight   # tied, as nanoGPT
+        if not cfg.untied_head:
+            self.lm_head.weight = self.transformer.wte.weight   # tied, as nanoGPT
 
     def forward(self, idx, targets=None):
         B, T = idx.size()
@@ -173,12 +175,14 @@ class GPT(nn.Module):
                     p.copy_(0.1 * torch.randn(p.shape, generator=g))
 
     def state_for_file(self):
-        """nanoGPT names, lm_head dropped (tied)."""
-        return {k: v.detach().contiguous() for k, v in self.state_dict().items() if k != "lm_head.weight"}
+        """nanoGPT names, lm_head dropped when tied."""
+        return {k: v.detach().contiguous() for k, v in self.state_dict().items()
+                if k != "lm_head.weight" or self.cfg.untied_head}
 
     def load_from_file(self, tensors):
         sd = dict(tensors)
-        sd["lm_head.weight"] = sd["transformer.wte.weight"]
+        if not self.cfg.untied_head:
+            sd["lm_head.weight"] = sd["transformer.wte.weight"]
         self.load_state_dict(sd)
 
 

@@ -8,7 +8,8 @@ than from skiplm's conventions:
   - the causal mask as a bool buffer "h.N.attn.bias" of (1, 1, n_positions, n_positions)
     where a file has it (else built), masked scores set to the dtype's minimum;
   - activation_function "gelu_new" (tanh approximation) or "gelu" (erf), LayerNorm with
-    layer_norm_epsilon, logits = ln_f(x) @ wte^T.
+    layer_norm_epsilon, logits = ln_f(x) @ wte^T (or @ lm_head.weight^T where config.json
+    says tie_word_embeddings: false).
 
     params = random_params(cfg, seed)        # dict name -> tensor (HF names, no prefix)
     logits, loss = forward(params, cfg, idx, targets)
@@ -76,7 +77,8 @@ def forward(p, cfg, idx, targets=None):
         m = act(conv1d(m, p[h + "mlp.c_fc.weight"], p[h + "mlp.c_fc.bias"]))
         x = x + conv1d(m, p[h + "mlp.c_proj.weight"], p[h + "mlp.c_proj.bias"])
     x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], eps)
-    logits = x @ p["wte.weight"].t()
+    untied = cfg.get("tie_word_embeddings", True) is False       # GPT2Config's default: tied
+    logits = x @ (p["lm_head.weight"] if untied else p["wte.weight"]).t()
     loss = None
     if targets is not None:
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)

@@ -2,7 +2,8 @@
 
 - MiniMind: minimind-style model; RoPE through the complex-number view of adjacent pairs
   (x[2j], x[2j+1]) rotated by pos * theta^(-2j/d); RMSNorm; GQA by repeating K/V heads;
-  SwiGLU w2(silu(w1 x) * w3 x); no biases; lm_head tied to the embedding.
+  SwiGLU w2(silu(w1 x) * w3 x); no biases; lm_head tied to the embedding (or its own
+  matrix: untied_head).
 - HFLlama: the same model the way Hugging Face's Llama code computes it: rotate_half on
   halves (x[j], x[j + d/2]). A file with HF names holds q/k rows permuted for this
   convention; MiniMind un-permutes them on load.
@@ -32,6 +33,7 @@ class LlamaConfig:
     n_skip_layer: int = 0
     n_skip_head: int = 0
     rope_scaling: dict = None      # Hugging Face's config.json rope_scaling (linear, llama3)
+    untied_head: int = 0           # 1: lm_head its own matrix (HF's tie_word_embeddings false)
 
     def metadata(self):
         md = {"format": "skiplm", "family": "llama", "bias": "0"}
@@ -187,7 +189,8 @@ class Llama(nn.Module):
         self.cfg, self.halves = cfg, halves
         self.model = Inner(cfg, halves)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        self.lm_head.weight = self.model.embed_tokens.weight
+        if not cfg.untied_head:
+            self.lm_head.weight = self.model.embed_tokens.weight
         d = cfg.n_embd // cfg.n_head
         self.freqs_cis = precompute_freqs_cis(d, cfg.block_size, cfg.rope_theta, cfg.rope_scaling)
         inv = rope_inv_freq(d, cfg.rope_theta, cfg.rope_scaling)
@@ -236,7 +239,7 @@ def to_file(model):
     cfg = model.cfg
     out = {}
     for k, v in model.state_dict().items():
-        if k == "lm_head.weight":
+        if k == "lm_head.weight" and not cfg.untied_head:
             continue
         v = v.detach().contiguous()
         if k.endswith("q_proj.weight"):
@@ -257,7 +260,8 @@ def load_file_into(model, tensors):
         elif not model.halves and k.endswith("k_proj.weight"):
             v = halves_to_pairs(v, cfg.n_kv_head)
         sd[k] = v
-    sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    if not cfg.untied_head:
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
     model.load_state_dict(sd)
 
 

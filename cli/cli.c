@@ -31,7 +31,8 @@ void cli_usage(const char *cmd, const char *synopsis, const cli_opt *opts, int h
                 "                           family(gpt2|llama) norm_eps rope_theta ffn_hidden sinusoidal(0|1)\n"
                 "                           relu(0|1) routing (general K/V table, e.g. \"9-11:6-11=-9\")\n"
                 "                           rope_scaling(none|linear|llama3) rope_factor rope_low_freq_factor\n"
-                "                           rope_high_freq_factor rope_original_ctx untied_head(0|1)\n");
+                "                           rope_high_freq_factor rope_original_ctx untied_head(0|1)\n"
+                "                           qkv_bias(0|1)\n");
     }
 }
 

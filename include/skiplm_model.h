@@ -37,6 +37,7 @@ typedef struct {
     /* Llama family (SPEC §3) */
     float rope_theta;
     int ffn_hidden;          /* SwiGLU hidden size; 0 = derive */
+    int qkv_bias;            /* 1: biases on the q, k, v projections (Qwen2) */
     sk_rope_scaling rope_scaling;   /* frequencies theta^(-2j/d) rescaled (sk_rope_freqs) */
     float rope_factor;              /* linear, llama3: 1 = unchanged */
     float rope_low_freq_factor, rope_high_freq_factor;   /* llama3 (default 1, 4) */

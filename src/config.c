@@ -92,10 +92,13 @@ int sk_config_check(sk_config *c) {
         }
     }
     if (c->bias != 0 && c->bias != 1) return sk_error(SK_EINVAL, "config: bias must be 0 or 1");
-    if (c->family == SK_LLAMA) c->bias = 0;          /* the llama family has no bias vectors */
+    if (c->family == SK_LLAMA) c->bias = 0;          /* the llama family has no bias vectors but qkv_bias's */
     if (c->sinusoidal != 0 && c->sinusoidal != 1) return sk_error(SK_EINVAL, "config: sinusoidal must be 0 or 1");
     if (c->relu != 0 && c->relu != 1) return sk_error(SK_EINVAL, "config: relu must be 0 or 1");
     if (c->untied_head != 0 && c->untied_head != 1) return sk_error(SK_EINVAL, "config: untied_head must be 0 or 1");
+    if (c->qkv_bias != 0 && c->qkv_bias != 1) return sk_error(SK_EINVAL, "config: qkv_bias must be 0 or 1");
+    if (c->qkv_bias && c->family != SK_LLAMA)
+        return sk_error(SK_EINVAL, "config: qkv_bias is the llama family's (GPT-2's biases are `bias`)");
     if (c->sinusoidal && c->n_embd % 2) return sk_error(SK_EINVAL, "config: n_embd (%d) must be even for sinusoidal positions", c->n_embd);
     if (c->gelu != SK_GELU_ERF && c->gelu != SK_GELU_TANH)
         return sk_error(SK_EINVAL, "config: gelu must be erf or tanh");
@@ -148,6 +151,7 @@ int sk_config_set(sk_config *c, const char *k, const char *v) {
         {"bias", &c->bias, 0}, {"n_skip_layer", &c->n_skip_layer, 0},
         {"n_skip_head", &c->n_skip_head, 0}, {"ffn_hidden", &c->ffn_hidden, 0},
         {"sinusoidal", &c->sinusoidal, 0}, {"relu", &c->relu, 0}, {"untied_head", &c->untied_head, 0},
+        {"qkv_bias", &c->qkv_bias, 0},
         {"dropout", 0, &c->dropout}, {"norm_eps", 0, &c->norm_eps}, {"rope_theta", 0, &c->rope_theta},
         {"rope_factor", 0, &c->rope_factor}, {"rope_low_freq_factor", 0, &c->rope_low_freq_factor},
         {"rope_high_freq_factor", 0, &c->rope_high_freq_factor}, {"rope_original_ctx", &c->rope_original_ctx, 0},
@@ -196,6 +200,10 @@ void sk_config_describe(const sk_config *c, char *buf, size_t n) {
     if (c->untied_head) {
         size_t l = strlen(buf);
         snprintf(buf + l, n > l ? n - l : 0, " head=untied");
+    }
+    if (c->qkv_bias && c->family == SK_LLAMA) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, n > l ? n - l : 0, " qkv_bias=1");
     }
     if (c->rope_scaling != SK_ROPE_NONE && c->family == SK_LLAMA) {
         size_t l = strlen(buf);

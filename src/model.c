@@ -25,7 +25,7 @@ static void param_sizes(const sk_model *m, size_t s[P_COUNT]) {
     s[P_WTE] = (size_t)m->Vp * C;
     s[P_WPE] = gpt && !c->sinusoidal ? (size_t)c->block_size * C : 0;
     s[P_LN1W] = L * C;              s[P_LN1B] = b ? L * C : 0;
-    s[P_QKVW] = L * sz_layer_qkv(m); s[P_QKVB] = b ? L * m->QKV : 0;
+    s[P_QKVW] = L * sz_layer_qkv(m); s[P_QKVB] = b || (!gpt && c->qkv_bias) ? L * m->QKV : 0;
     s[P_ATTPROJW] = L * C * C;      s[P_ATTPROJB] = b ? L * C : 0;
     s[P_LN2W] = L * C;              s[P_LN2B] = b ? L * C : 0;
     s[P_FCW] = L * (m->gated ? 2 * F : F) * C; s[P_FCB] = b ? L * F : 0;
@@ -63,7 +63,7 @@ static void build_tensor_table(sk_model *m) {
     const sk_config *c = &m->cfg;
     const sk_params *p = &m->p;
     int L = m->L, C = m->C, F = m->F;
-    m->tensors = calloc((size_t)16 * L + 9, sizeof(sk_tensor));
+    m->tensors = calloc((size_t)19 * L + 9, sizeof(sk_tensor));
     char n[80];
     if (c->family == SK_GPT2) {
         add_tensor(m, "transformer.wte.weight", p->wte, 2, c->vocab_size, C, 1);
@@ -102,6 +102,12 @@ static void build_tensor_table(sk_model *m) {
             LT("self_attn.q_proj.weight", qkv, 2, qd, C);
             LT("self_attn.k_proj.weight", qkv + (size_t)qd * C, 2, kd, C);
             LT("self_attn.v_proj.weight", qkv + (size_t)(qd + kd) * C, 2, kd, C);
+            if (c->qkv_bias) {                              /* Qwen2's q, k, v biases */
+                const float *qb = p->qkvb + (size_t)l * m->QKV;
+                LT("self_attn.q_proj.bias", qb, 1, qd, 0);
+                LT("self_attn.k_proj.bias", qb + qd, 1, kd, 0);
+                LT("self_attn.v_proj.bias", qb + qd + kd, 1, kd, 0);
+            }
             LT("self_attn.o_proj.weight", p->attprojw + (size_t)l * C * C, 2, C, C);
             LT("post_attention_layernorm.weight", p->ln2w + (size_t)l * C, 1, C, 0);
             LT("mlp.gate_proj.weight", fc, 2, F, C);

@@ -128,7 +128,7 @@ int sk_config_diff(const sk_config *a, const sk_config *b, const char *an, const
     if (strcmp(a->routing, b->routing))
         return sk_error(SK_EINVAL, "model config field 'routing' is \"%s\" in %s but \"%s\" in %s", a->routing, an, b->routing, bn);
     if (a->family == SK_LLAMA) {
-        CF(rope_theta); CI(ffn_hidden); CI(rope_scaling);
+        CF(rope_theta); CI(ffn_hidden); CI(rope_scaling); CI(qkv_bias);
         if (a->rope_scaling != SK_ROPE_NONE) CF(rope_factor);
         if (a->rope_scaling == SK_ROPE_LLAMA3) { CF(rope_low_freq_factor); CF(rope_high_freq_factor); CI(rope_original_ctx); }
     }

@@ -24,7 +24,7 @@ typedef struct { const char *key; int is_float; size_t off; } meta_field;
 static const meta_field META[] = {
     MF(n_layer, 0), MF(n_head, 0), MF(n_kv_head, 0), MF(n_embd, 0), MF(block_size, 0),
     MF(vocab_size, 0), MF(padded_vocab_size, 0), MF(bias, 0), MF(n_skip_layer, 0),
-    MF(n_skip_head, 0), MF(ffn_hidden, 0), MF(sinusoidal, 0), MF(relu, 0), MF(untied_head, 0), MF(dropout, 1), MF(norm_eps, 1), MF(rope_theta, 1),
+    MF(n_skip_head, 0), MF(ffn_hidden, 0), MF(sinusoidal, 0), MF(relu, 0), MF(untied_head, 0), MF(qkv_bias, 0), MF(dropout, 1), MF(norm_eps, 1), MF(rope_theta, 1),
     MF(rope_factor, 1), MF(rope_low_freq_factor, 1), MF(rope_high_freq_factor, 1), MF(rope_original_ctx, 0),
 };
 #undef MF
@@ -168,12 +168,13 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found, i
     /* without a model_type it is some other tool's config.json, not HF's: not read */
     const sk_json *mt = rc ? NULL : sk_json_get(&j, "model_type");
     if (!rc && !mt) goto done;
-    if (!rc && (mt->type != SK_JSON_STR || (strcmp(mt->str, "gpt2") && strcmp(mt->str, "llama"))))
-        rc = sk_error(SK_EFORMAT, "%s: model_type %s%s%s: skiplm reads \"gpt2\" and \"llama\"", cp,
+    if (!rc && (mt->type != SK_JSON_STR || (strcmp(mt->str, "gpt2") && strcmp(mt->str, "llama") && strcmp(mt->str, "qwen2"))))
+        rc = sk_error(SK_EFORMAT, "%s: model_type %s%s%s: skiplm reads \"gpt2\", \"llama\" and \"qwen2\"", cp,
                       mt->type == SK_JSON_STR ? "\"" : "", mt->type == SK_JSON_STR ? mt->str : "not a string",
                       mt->type == SK_JSON_STR ? "\"" : "");
     if (rc) goto done;
-    const int llama = !strcmp(mt->str, "llama");
+    /* Qwen2 is Llama with biases on the q, k, v projections (and no attention_bias key) */
+    const int qwen2 = !strcmp(mt->str, "qwen2"), llama = qwen2 || !strcmp(mt->str, "llama");
     /* HF key, skiplm field, required (what the shapes alone do not pin down, or would be a guess) */
     static const char *const gpt2_keys[][3] = {
         {"n_layer", "n_layer", "1"}, {"n_head", "n_head", "1"}, {"n_embd", "n_embd", "1"},
@@ -187,7 +188,8 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found, i
         {"vocab_size", "vocab_size", "1"}, {"rms_norm_eps", "norm_eps", ""}, {"rope_theta", "rope_theta", ""},
     };
     if ((rc = sk_config_set(c, "family", llama ? "llama" : "gpt2"))) goto done;
-    if (llama) { c->bias = 0; c->norm_eps = 1e-6f; }
+    /* HF's defaults where config.json leaves a key out */
+    if (llama) { c->bias = 0; c->norm_eps = 1e-6f; c->rope_theta = 10000.0f; c->qkv_bias = qwen2; }
     else { c->bias = 1; c->gelu = SK_GELU_TANH; }     /* GPT-2's gelu_new unless it says otherwise */
     const char *const (*keys)[3] = llama ? llama_keys : gpt2_keys;
     const size_t nk = llama ? sizeof llama_keys / sizeof llama_keys[0] : sizeof gpt2_keys / sizeof gpt2_keys[0];
@@ -227,6 +229,14 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found, i
     } else if (!llama) *tie = 1;
     const sk_json *rs = sk_json_get(&j, "rope_scaling");
     if (rs && rs->type != SK_JSON_NULL && (rc = hf_rope_scaling(c, rs, llama, cp))) goto done;
+    static const char *const qwen_off[] = {"use_sliding_window", "use_mrope"};     /* Qwen2's, off by default */
+    for (size_t i = 0; qwen2 && i < sizeof qwen_off / sizeof qwen_off[0]; i++) {
+        const sk_json *v = sk_json_get(&j, qwen_off[i]);
+        if (v && v->type == SK_JSON_BOOL && v->boolean) {
+            rc = sk_error(SK_EFORMAT, "%s: \"%s\" is true: skiplm's attention sees the whole causal context", cp, qwen_off[i]);
+            goto done;
+        }
+    }
     const sk_json *sc = sk_json_get(&j, "scale_attn_weights");     /* GPT-2: scores / sqrt(d) unless false */
     if (sc && sc->type == SK_JSON_BOOL && !sc->boolean) {
         rc = sk_error(SK_EFORMAT, "%s: \"scale_attn_weights\" is false: skiplm's attention always scales by 1/sqrt(d)", cp);
@@ -301,6 +311,8 @@ static int config_from_st(sk_config *c, const sk_safetensors *st, const char *pa
     }
     const sk_st_tensor *wpe = find_named(st, "transformer.wpe.weight");
     if (wpe && wpe->ndim == 2 && !sk_st_meta(st, "block_size")) c->block_size = (int)wpe->shape[0];
+    if (c->family == SK_LLAMA && !sk_st_meta(st, "qkv_bias"))
+        c->qkv_bias = find_named(st, "model.layers.0.self_attn.q_proj.bias") != NULL;
     /* the MLP's width: rows of the first up-projection ((in, out) in a Conv1D file) */
     const sk_st_tensor *fc = find_named(st, c->family == SK_GPT2 ? "transformer.h.0.mlp.c_fc.weight"
                                                                  : "model.layers.0.mlp.gate_proj.weight");
@@ -346,10 +358,11 @@ static void permute_rope_rows(float *dst, const float *src, int n_heads, int d, 
             }
 }
 
+/* q/k projection weights and biases (qkv_bias): their rows are permuted */
 static int is_rope_proj(const sk_model *m, const char *name, int *n_heads) {
     if (m->cfg.family != SK_LLAMA) return 0;
-    if (strstr(name, "self_attn.q_proj.weight")) { *n_heads = m->H; return 1; }
-    if (strstr(name, "self_attn.k_proj.weight")) { *n_heads = m->Hkv; return 1; }
+    if (strstr(name, "self_attn.q_proj.")) { *n_heads = m->H; return 1; }
+    if (strstr(name, "self_attn.k_proj.")) { *n_heads = m->Hkv; return 1; }
     return 0;
 }
 
@@ -369,7 +382,7 @@ int sk_model_save_with(const sk_model *m, const char *path, sk_st_writer *extra)
         if (is_rope_proj(m, t->name, &nh)) {
             tmp[i] = malloc(t->numel * sizeof(float));
             if (!tmp[i]) { rc = sk_error(SK_ENOMEM, "out of memory"); break; }
-            permute_rope_rows(tmp[i], data, nh, m->hs, m->C, 1);
+            permute_rope_rows(tmp[i], data, nh, m->hs, t->ndim > 1 ? m->C : 1, 1);
             data = tmp[i];
         }
         rc = sk_st_add(w, t->name, SK_F32, t->ndim, t->shape, data);
@@ -463,7 +476,7 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
         const int rope = is_rope_proj(m, t->name, &nh);
         if ((rc = sk_st_get_f32(&st, fname, tr || rope ? scratch : dst, t->numel))) break;
         if (tr) transpose(dst, scratch, (size_t)t->shape[1], (size_t)t->shape[0]);   /* (in, out) -> (out, in) */
-        if (rope) permute_rope_rows(dst, scratch, nh, m->hs, m->C, 0);
+        if (rope) permute_rope_rows(dst, scratch, nh, m->hs, t->ndim > 1 ? m->C : 1, 0);
         for (size_t k = 0; k < t->numel; k++)
             if (!isfinite(dst[k])) {
                 rc = sk_error(SK_ENUM, "%s: tensor '%s' holds a non-finite value at element %zu", path, fname, k);
@@ -492,7 +505,7 @@ done:
 /* ------------------------------------------- save as Hugging Face's layout */
 
 /* dir/model.safetensors and dir/config.json as transformers writes GPT2LMHeadModel or
- * LlamaForCausalLM (dir must exist). Only what those models compute can be written: no
+ * LlamaForCausalLM (Qwen2ForCausalLM with qkv_bias; dir must exist). Only what those models compute can be written: no
  * Skip-Layer routing, no sinusoidal positions, no ReLU MLP in Llama. A GPT-2 without biases
  * gets zero biases (the same function), its Linear weights are written (in, out) as Conv1D. */
 int sk_model_save_hf(const sk_model *m, const char *dir) {
@@ -517,7 +530,7 @@ int sk_model_save_hf(const sk_model *m, const char *dir) {
         int nh = 0;
         if (is_gpt2_linear(m, t->name) || is_rope_proj(m, t->name, &nh)) {
             if (!(tmp[i] = malloc(t->numel * sizeof(float)))) { rc = sk_error(SK_ENOMEM, "out of memory"); break; }
-            if (!gpt2) permute_rope_rows(tmp[i], data, nh, m->hs, m->C, 1);
+            if (!gpt2) permute_rope_rows(tmp[i], data, nh, m->hs, t->ndim > 1 ? m->C : 1, 1);
             else {                                          /* (out, in) -> Conv1D's (in, out) */
                 transpose(tmp[i], data, (size_t)t->shape[0], (size_t)t->shape[1]);
                 shape[0] = t->shape[1]; shape[1] = t->shape[0];
@@ -563,14 +576,17 @@ int sk_model_save_hf(const sk_model *m, const char *dir) {
                      c->relu ? "relu" : c->gelu == SK_GELU_TANH ? "gelu_new" : "gelu", (double)c->norm_eps,
                      (double)c->dropout, (double)c->dropout, (double)c->dropout, c->untied_head ? "false" : "true") :
             snprintf(json, 2048,
-                     "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+                     "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
                      "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
                      "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n"
                      "  \"vocab_size\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n  \"hidden_act\": \"silu\",\n"
-                     "  \"attention_dropout\": %.9g,\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+                     "  \"attention_dropout\": %.9g,%s\n  \"mlp_bias\": false,\n"
                      "  \"rope_scaling\": %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
+                     c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", c->qkv_bias ? "qwen2" : "llama",
                      c->n_layer, c->n_head, m->Hkv, c->n_embd, m->F, c->block_size, c->vocab_size, (double)c->norm_eps,
-                     (double)c->rope_theta, (double)c->dropout, scaling, c->untied_head ? "false" : "true");
+                     (double)c->rope_theta, (double)c->dropout,
+                     c->qkv_bias ? "\n  \"use_sliding_window\": false," : "\n  \"attention_bias\": false,",
+                     scaling, c->untied_head ? "false" : "true");
         snprintf(path, n, "%s/config.json", dir);
         rc = sk_write_atomic(path, json, (size_t)len);
     }

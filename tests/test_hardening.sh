@@ -37,6 +37,8 @@ expect_err "train --seq > block_size" "64" $T --seq 65 --out "$tmp/r"
 expect_err "train --rope_scaling yarn" "rope_scaling = 'yarn' (allowed: none, linear, llama3)" $T --rope_scaling yarn --out "$tmp/r"
 expect_err "train --rope_scaling on GPT-2" "rope_scaling needs RoPE" $T --rope_scaling linear --rope_factor 2 --out "$tmp/r"
 expect_err "train --rope_factor < 1" "rope_factor = 0.5 must be >= 1" $T --family llama --rope_scaling linear --rope_factor 0.5 --out "$tmp/r"
+expect_err "train --qkv_bias on GPT-2" "qkv_bias is the llama family's" $T --qkv_bias 1 --out "$tmp/r"
+expect_err "train --untied_head 2" "untied_head must be 0 or 1" $T --untied_head 2 --out "$tmp/r"
 expect_err "train llama3 bands" "must satisfy 0 < low < high" $T --family llama --rope_scaling llama3 --rope_low_freq_factor 4 --out "$tmp/r"
 # --- GPU options in a CPU build (this suite's skiplm is built without CUDA)
 expect_err "train --device cuda (CPU build)" "built without CUDA" $T --device cuda --out "$tmp/r"

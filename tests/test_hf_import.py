@@ -11,7 +11,8 @@ and the Hub serves them) loaded by skiplm, against references written from HF's 
    folder shaped as SmolLM2-135M's (all its config keys, BF16 weights, a tokenizer.json with
    Sequence[Digits, ByteLevel]): `sample`'s greedy text vs the reference's; rope_scaling
    "llama3" (a folder with every key of Llama-3.2-1B's config.json) and "linear"; an untied
-   lm_head (TinyLlama-1.1B's config keys; HF's defaults; bare files), fine-tuned.
+   lm_head (TinyLlama-1.1B's config keys; HF's defaults; bare files), fine-tuned; Qwen2
+   (Qwen2.5-0.5B's config keys, q/k/v biases).
 5. The CLI on a folder: eval (--dump-logits vs the reference), sample with the tokenizer
    beside the weights under HF's names (vocab.json + merges.txt; greedy text vs the
    reference's), and fine-tuning with --init FOLDER --sla.
@@ -256,6 +257,47 @@ def untied_cases(tmp):
               f"the checkpoint keeps both matrices, each trained (moved by {mh:.1e} and {me:.1e})")
 
 
+def qwen2_case(tmp):
+    """A folder with every key of Qwen2.5-0.5B's config.json (scaled down): model_type qwen2,
+    biases on q, k, v (stored in HF's row order, permuted like the weights), tied, theta 1e6;
+    logits and loss vs the reference, which differ from the model without the biases."""
+    cfg = LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, block_size=64, vocab_size=71, ffn_hidden=56,
+                      norm_eps=1e-6, rope_theta=1e6, qkv_bias=1)
+    model = Llama(cfg, halves=True)
+    model.randomize(seed=57)
+    hf_cfg = {"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 69, "eos_token_id": 70,
+              "hidden_act": "silu", "hidden_size": 32, "initializer_range": 0.02, "intermediate_size": 56,
+              "max_position_embeddings": 64, "max_window_layers": 2, "model_type": "qwen2", "num_attention_heads": 4,
+              "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+              "sliding_window": 64, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+              "transformers_version": "4.43.1", "use_cache": True, "use_sliding_window": False, "vocab_size": 71}
+    folder = os.path.join(tmp, "qwen2")
+    sd = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    write_folder(folder, sd, hf_cfg)
+    idx, tgt, bpath = batch(tmp, "qwen2", 71, 2, 23)
+    with torch.no_grad():
+        logits, loss = model(idx, tgt)
+        nob = Llama(LlamaConfig(**{**cfg.__dict__, "qkv_bias": 0}), halves=True)
+        nob.load_state_dict({k: v for k, v in model.state_dict().items() if not k.endswith(".bias")})
+        nob_logits, _ = nob(idx, tgt)
+    opath = os.path.join(tmp, "qwen2.out.safetensors")
+    if check(run_tool("tool_model", "run", folder, bpath, opath), "qwen2: skiplm loaded the folder and ran"):
+        out, _ = st.load_file(opath)
+        compare("qwen2 folder (Qwen2.5-0.5B's config keys, q/k/v biases, GQA 4/2, theta 1e6)", out, logits, loss, None)
+        d = (out["logits"] - nob_logits).abs().max().item()
+        check(d > 1e-2, f"qwen2: the model without the biases differs by {d:.2e} (the test can fail)")
+    info = skiplm("info", folder)
+    check("qkv_bias=1" in info.stdout, f"info shows the biases: {info.stdout.strip()[:160]}")
+    # export gives back the folder's tensors bit for bit: the biases' rows permuted back too
+    again = os.path.join(tmp, "qwen2-again")
+    r = skiplm("export", folder, "--out", again)
+    if check(r.returncode == 0, f"export of the qwen2 folder: {(r.stdout + r.stderr).strip()[:160]}"):
+        tensors, _, ecfg = read_folder(again)
+        same = set(tensors) == set(sd) and all(torch.equal(tensors[k], sd[k]) for k in sd)
+        check(same and ecfg["model_type"] == "qwen2" and ecfg["use_sliding_window"] is False,
+              f"exported again: the same {len(sd)} tensors bit for bit (q/k biases in HF's order), model_type qwen2")
+
+
 def smollm_case(tmp):
     """A folder shaped as SmolLM2-135M's: config.json with all of its keys, BF16 weights (tied),
     a tokenizer.json with its Sequence[Digits, ByteLevel] pre-tokenizer (GPT-2's vocabulary
@@ -473,6 +515,10 @@ def bad_cases(tmp):
     lhead = dict(lp, **{"lm_head.weight": torch.randn(30, 16)})
     expect("tied-but-differs", lhead, dict(lcfg, tie_word_embeddings=True), "lm_head.weight differs from the token embedding")
     expect("untied-no-head", lp, dict(lcfg, tie_word_embeddings=False), "'lm_head.weight' is missing")
+    qcfg = dict(lcfg, model_type="qwen2")
+    expect("qwen2-no-bias", lp, qcfg, "'model.layers.0.self_attn.q_proj.bias' is missing")
+    expect("qwen2-sliding", lp, dict(qcfg, use_sliding_window=True), '"use_sliding_window" is true')
+    expect("mistral", lp, dict(lcfg, model_type="mistral"), 'model_type "mistral"')
     expect("tie-not-bool", lp, dict(lcfg, tie_word_embeddings="no"), '"tie_word_embeddings" must be true or false')
     ghead = dict(p, **{"lm_head.weight": torch.randn(30, 16)})
     expect("gpt2-default-tied", ghead, cfg, "lm_head.weight differs from the token embedding")
@@ -500,6 +546,8 @@ def export_cases(tmp):
                                "rope_theta=10000", "rope_scaling=llama3", "rope_factor=4", "rope_low_freq_factor=2",
                                "rope_high_freq_factor=8", "rope_original_ctx=64"]),
         ("gpt2-untied-nobias", ["n_layer=2", "n_head=2", "n_embd=16", "block_size=24", "bias=0", "untied_head=1"]),
+        ("qwen2-bias-untied", ["family=llama", "n_layer=2", "n_head=4", "n_kv_head=2", "n_embd=32", "block_size=24",
+                               "qkv_bias=1", "untied_head=1", "rope_theta=1e6"]),
         ("llama-untied", ["family=llama", "n_layer=2", "n_head=4", "n_kv_head=1", "n_embd=32", "block_size=24",
                           "untied_head=1"]),
         ("llama-rope-linear", ["family=llama", "n_layer=2", "n_head=2", "n_embd=32", "block_size=24",
@@ -530,7 +578,11 @@ def export_cases(tmp):
                                  n_kv_head=cfg["num_key_value_heads"], n_embd=cfg["hidden_size"],
                                  block_size=cfg["max_position_embeddings"], vocab_size=cfg["vocab_size"],
                                  ffn_hidden=cfg["intermediate_size"], norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"],
-                                 rope_scaling=cfg["rope_scaling"], untied_head=int(not cfg["tie_word_embeddings"]))
+                                 rope_scaling=cfg["rope_scaling"], untied_head=int(not cfg["tie_word_embeddings"]),
+                                 qkv_bias=int(cfg["model_type"] == "qwen2"))
+                check((cfg["model_type"] == "qwen2") == ("qkv_bias=1" in kv) and
+                      ("model.layers.0.self_attn.q_proj.bias" in tensors) == ("qkv_bias=1" in kv),
+                      f"export {name}: model_type {cfg['model_type']}, architectures {cfg['architectures']}")
                 if "rope_scaling=" in " ".join(kv):
                     check(cfg["rope_scaling"] and cfg["rope_scaling"]["rope_type"] in " ".join(kv),
                           f"export {name}: config.json's rope_scaling {cfg['rope_scaling']}")
@@ -577,6 +629,7 @@ with tempfile.TemporaryDirectory() as tmp:
     llama_case(tmp)
     rope_scaling_cases(tmp)
     untied_cases(tmp)
+    qwen2_case(tmp)
     smollm_case(tmp)
     cli_case(tmp)
     bad_cases(tmp)

@@ -34,6 +34,8 @@ CONFIGS = [
                                  n_skip_head=2, rope_theta=1e4, rope_scaling={"rope_type": "llama3", "factor": 8.0,
                                  "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                  "original_max_position_embeddings": 256}), 2, 63),
+    ("qkv-bias-gqa-sla", dict(n_layer=3, n_head=4, n_kv_head=2, n_embd=32, ffn_hidden=64, qkv_bias=1, n_skip_layer=1,
+                              n_skip_head=2, rope_theta=1e6), 2, 15),
     ("untied-head-gqa", dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, ffn_hidden=64, untied_head=1), 2, 11),
     ("long-T", dict(n_layer=2, n_head=2, n_kv_head=1, n_embd=16, ffn_hidden=32, block_size=150, n_skip_layer=1,
                     n_skip_head=2), 1, 149),

@@ -63,6 +63,8 @@ static const icase CASES[] = {
     {"llama GQA routing long", "family=llama n_layer=3 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=256 routing=2:0-1=@0;2:2-3=-1 bias=0", 131, 6, 0, 3},
     {"llama untied head rope llama3", "family=llama n_layer=2 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=128 "
      "bias=0 untied_head=1 rope_theta=10000 rope_scaling=llama3 rope_factor=8 rope_original_ctx=64", 35, 8, 8, 4},
+    {"llama qkv bias GQA SLA", "family=llama n_layer=3 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=128 bias=0 "
+     "qkv_bias=1 n_skip_layer=1 n_skip_head=2", 29, 8, 10, 3},
 };
 
 static void random_tokens(int32_t *x, int n, int V, uint64_t seed) {
@@ -390,7 +392,7 @@ int main(int argc, char **argv) {
             snprintf(name, sizeof name, "graphs %s", GRAPH_CASES[i][0]);
             if (!only || strstr(name, only)) run_graphs(GRAPH_CASES[i][0], GRAPH_CASES[i][1], bf ? SK_CUDA_BF16 : SK_CUDA_FP32);
         }
-    static const int BF16_CASES[] = {0, 5, 8, 11};  /* gpt2 chunked, gpt2 hs64 SLA long, llama GQA SLA, untied */
+    static const int BF16_CASES[] = {0, 5, 8, 11, 12};   /* gpt2 chunked, gpt2 hs64 SLA long, llama GQA SLA, untied, qkv bias */
     for (size_t i = 0; i < sizeof BF16_CASES / sizeof BF16_CASES[0]; i++) {
         char name[128];
         snprintf(name, sizeof name, "bf16 %s", CASES[BF16_CASES[i]].name);

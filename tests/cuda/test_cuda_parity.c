@@ -65,6 +65,8 @@ static const tcase CASES[] = {
     {"gpt2 untied head SLA", "n_layer=2 n_head=4 n_embd=64 vocab_size=97 block_size=64 untied_head=1 n_skip_layer=1 n_skip_head=2", 2, 33},
     {"llama untied head rope llama3", "family=llama n_layer=2 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=128 bias=0 "
      "untied_head=1 rope_theta=10000 rope_scaling=llama3 rope_factor=8 rope_original_ctx=64", 2, 40},
+    {"llama qkv bias GQA SLA", "family=llama n_layer=3 n_head=4 n_kv_head=2 n_embd=64 vocab_size=97 block_size=128 bias=0 "
+     "qkv_bias=1 n_skip_layer=1 n_skip_head=2", 2, 37},
 };
 
 static void random_batch(int32_t *x, int32_t *y, int n, int V, uint64_t seed) {
@@ -1070,8 +1072,8 @@ int main(int argc, char **argv) {
         if (!only || strstr(name, only)) run_tc_attention(&ACASES[i]);
     }
     /* every tensor-core tile configuration (head sizes 16, 32, 48, 64, 128), dropout, GQA/MQA,
-     * a multi-source routing table, untied heads */
-    static const int BF16_CASES[] = {1, 4, 6, 7, 8, 10, 12, 13, 15, 16};
+     * a multi-source routing table, untied heads, q/k/v biases */
+    static const int BF16_CASES[] = {1, 4, 6, 7, 8, 10, 12, 13, 15, 16, 17};
     for (size_t i = 0; i < sizeof BF16_CASES / sizeof BF16_CASES[0]; i++) {
         const tcase *tc = &CASES[BF16_CASES[i]];
         char name[128];

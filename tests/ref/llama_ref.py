@@ -34,6 +34,7 @@ class LlamaConfig:
     n_skip_head: int = 0
     rope_scaling: dict = None      # Hugging Face's config.json rope_scaling (linear, llama3)
     untied_head: int = 0           # 1: lm_head its own matrix (HF's tie_word_embeddings false)
+    qkv_bias: int = 0              # 1: biases on q, k, v (Qwen2)
 
     def metadata(self):
         md = {"format": "skiplm", "family": "llama", "bias": "0"}
@@ -118,9 +119,10 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg, self.layer_idx, self.halves = cfg, layer_idx, halves
         d = cfg.n_embd // cfg.n_head
-        self.q_proj = nn.Linear(cfg.n_embd, cfg.n_head * d, bias=False)
-        self.k_proj = nn.Linear(cfg.n_embd, cfg.n_kv_head * d, bias=False)
-        self.v_proj = nn.Linear(cfg.n_embd, cfg.n_kv_head * d, bias=False)
+        qb = bool(cfg.qkv_bias)
+        self.q_proj = nn.Linear(cfg.n_embd, cfg.n_head * d, bias=qb)
+        self.k_proj = nn.Linear(cfg.n_embd, cfg.n_kv_head * d, bias=qb)
+        self.v_proj = nn.Linear(cfg.n_embd, cfg.n_kv_head * d, bias=qb)
         self.o_proj = nn.Linear(cfg.n_head * d, cfg.n_embd, bias=False)
 
     def forward(self, x, pos, kv_store):
@@ -215,23 +217,28 @@ class Llama(nn.Module):
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for name, p in self.named_parameters():
-                if p.dim() == 1:
+                if name.endswith(".bias"):
+                    p.copy_(0.1 * torch.randn(p.shape, generator=g))
+                elif p.dim() == 1:
                     p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
                 else:
                     p.copy_(0.1 * torch.randn(p.shape, generator=g))
 
 
 def pairs_to_halves(w, n_heads):
-    """Permute q/k projection rows from the adjacent-pair layout to HF's half layout."""
-    out_dim, C = w.shape
+    """Permute q/k projection rows (weights, or a bias's entries) from the adjacent-pair layout
+    to HF's half layout."""
+    w2 = w if w.dim() == 2 else w[:, None]
+    out_dim, C = w2.shape
     d = out_dim // n_heads
-    return w.view(n_heads, d // 2, 2, C).transpose(1, 2).reshape(out_dim, C)
+    return w2.view(n_heads, d // 2, 2, C).transpose(1, 2).reshape(w.shape)
 
 
 def halves_to_pairs(w, n_heads):
-    out_dim, C = w.shape
+    w2 = w if w.dim() == 2 else w[:, None]
+    out_dim, C = w2.shape
     d = out_dim // n_heads
-    return w.view(n_heads, 2, d // 2, C).transpose(1, 2).reshape(out_dim, C)
+    return w2.view(n_heads, 2, d // 2, C).transpose(1, 2).reshape(w.shape)
 
 
 def to_file(model):
@@ -242,9 +249,9 @@ def to_file(model):
         if k == "lm_head.weight" and not cfg.untied_head:
             continue
         v = v.detach().contiguous()
-        if k.endswith("q_proj.weight"):
+        if k.endswith(("q_proj.weight", "q_proj.bias")):
             v = pairs_to_halves(v, cfg.n_head).contiguous()
-        elif k.endswith("k_proj.weight"):
+        elif k.endswith(("k_proj.weight", "k_proj.bias")):
             v = pairs_to_halves(v, cfg.n_kv_head).contiguous()
         out[k] = v
     return out
@@ -255,9 +262,9 @@ def load_file_into(model, tensors):
     cfg = model.cfg
     sd = {}
     for k, v in tensors.items():
-        if not model.halves and k.endswith("q_proj.weight"):
+        if not model.halves and k.endswith(("q_proj.weight", "q_proj.bias")):
             v = halves_to_pairs(v, cfg.n_head)
-        elif not model.halves and k.endswith("k_proj.weight"):
+        elif not model.halves and k.endswith(("k_proj.weight", "k_proj.bias")):
             v = halves_to_pairs(v, cfg.n_kv_head)
         sd[k] = v
     if not cfg.untied_head:

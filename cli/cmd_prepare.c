@@ -1,8 +1,8 @@
 /* skiplm prepare: text file or folder -> OUT/train.bin, OUT/val.bin (llm.c shards),
  * the tokenizer (OUT/vocab.json for char, OUT/encoder.json + vocab.bpe for GPT-2,
  * OUT/tokenizer.json for a Hugging Face one) and OUT/meta.json with the summary. Each file
- * is a document; with a tokenizer that has <|endoftext|> every document starts with it, as
- * nanoGPT's prepare scripts do. */
+ * is a document; with a tokenizer that has <|endoftext|> (or Llama 3's <|begin_of_text|>:
+ * sk_tok_eot) every document starts with it, as nanoGPT's prepare scripts do. */
 #include "cli.h"
 #include <errno.h>
 #include <math.h>

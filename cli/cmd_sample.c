@@ -86,7 +86,7 @@ int cmd_sample(int argc, char **argv) {
     float temperature = 0.8f, top_p = 1.0f;
     uint64_t seed = 1337;
     cli_opt opts[] = {
-        {"prompt", 's', &prompt, "text to continue (default: a newline, or <|endoftext|> for GPT-2)"},
+        {"prompt", 's', &prompt, "text to continue (default: the tokenizer's end-of-text token, e.g. <|endoftext|>, else a newline)"},
         {"tokens", 'i', &n_new, "new tokens to generate (256)"},
         {"temperature", 'f', &temperature, "softmax temperature; 0 = greedy (0.8)"},
         {"top-k", 'i', &top_k, "sample among the k most likely tokens; 0 = all (0)"},

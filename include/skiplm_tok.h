@@ -30,10 +30,11 @@ int sk_tok_load_gpt2(sk_tokenizer **tok, const char *encoder_json, const char *v
 /* Load GPT-2 files from a directory holding encoder.json and vocab.bpe, or the same
  * files under Hugging Face's names, vocab.json and merges.txt. */
 int sk_tok_load_gpt2_dir(sk_tokenizer **tok, const char *dir);
-/* Hugging Face's tokenizer.json for byte-level BPE (GPT-2's, minimind's, ...): ids equal
- * the `tokenizers` library's encode(text, add_special_tokens=False): added tokens such as
- * "<|endoftext|>" in the text become their ids; eot is "<|endoftext|>" if present.
- * Normalizers, other pre-tokenizers or models and BPE dropout are refused by name. */
+/* Hugging Face's tokenizer.json for byte-level BPE (GPT-2's, minimind's, SmolLM's, Llama 3's,
+ * Qwen2's, ...): ids equal the `tokenizers` library's encode(text, add_special_tokens=False):
+ * added tokens such as "<|endoftext|>" in the text become their ids; eot is "<|endoftext|>"
+ * if present, else "<|begin_of_text|>" (Llama 3's BOS). Normalizers other than NFC, other
+ * pre-tokenizers or models and BPE dropout are refused by name (docs/data.md). */
 int sk_tok_load_hf(sk_tokenizer **tok, const char *tokenizer_json);
 int sk_tok_build_char(sk_tokenizer **tok, const char *text, size_t len);
 int sk_tok_load_char(sk_tokenizer **tok, const char *vocab_json);

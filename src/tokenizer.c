@@ -16,6 +16,7 @@
 #include "skiplm.h"
 #include "fileio.h"
 #include "json.h"
+#include "nfc.h"
 #include "unicode_tables.h"
 
 #include <limits.h>
@@ -150,6 +151,8 @@ struct sk_tokenizer {
     /* tokenizer.json (KIND_HF; BPE as GPT-2 above, in Hugging Face's merge order) */
     int prefix_space, use_regex, ignore_merges;
     int digits;                                /* Digits pre-tokenizer: 0 none, 1 each numeral alone, 2 runs */
+    int split;                                 /* Split (Llama 3's regex): 0 none, else its longest numeral run */
+    int nfc;                                   /* the NFC normalizer (Qwen2's) */
     added_tok *added; int n_added;             /* sorted by first byte; bytes in the pool */
     int added_from[257];                       /* added[added_from[b] .. added_from[b+1]) start with byte b */
 };
@@ -495,6 +498,59 @@ static size_t pretok_next(const uint8_t *s, size_t n, size_t i) {
     return last;                          /* \s+(?!\S) backs off one character */
 }
 
+/* Class of the character at s[i] for the Split regex below, whose \s is Unicode's White_Space
+ * (Oniguruma's, and transformers.js's rewrite of it): JavaScript's \s of cp_class, which
+ * GPT-2's regex uses, with U+0085 and without U+FEFF (the only two differences). */
+static int ws_class_at(const uint8_t *s, size_t n, size_t i, size_t *next) {
+    int c = class_at(s, n, i, next);
+    if (*next - i == 2 && s[i] == 0xC2 && s[i + 1] == 0x85) return CL_S;
+    if (*next - i == 3 && s[i] == 0xEF && s[i + 1] == 0xBB && s[i + 2] == 0xBF) return CL_O;
+    return c;
+}
+
+/* End of the match of Llama 3's pre-tokenizer regex (GPT-4's cl100k) that starts at s[i] (i < n):
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+ *   \s*[\r\n]+|\s+(?!\S)|\s+
+ * Qwen2's has \p{N} for \p{N}{1,3}: max_digits 1. The first alternative that matches wins, as in
+ * a backtracking regex. Every character starts a match, so the matches tile the text. (?i:)
+ * folds as Oniguruma (the Rust library) and tiktoken do: 'S and 'RE match, and U+017F (long
+ * s) matches s; transformers.js folds ASCII only. */
+static size_t split_next(const uint8_t *s, size_t n, size_t i, int max_digits) {
+    if (s[i] == '\'' && i + 1 < n) {
+        uint8_t a = s[i + 1] | 0x20, b = i + 2 < n ? s[i + 2] | 0x20 : 0;    /* ASCII lower case */
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+        if (s[i + 1] == 0xC5 && i + 2 < n && s[i + 2] == 0xBF) return i + 3;   /* U+017F */
+    }
+    size_t j, k, e;
+    int c = ws_class_at(s, n, i, &j);
+    int crlf = s[i] == '\r' || s[i] == '\n';
+    size_t p = c == CL_L ? i : j;                   /* [^\r\n\p{L}\p{N}]?\p{L}+: letters from p */
+    if ((c == CL_L || (c != CL_N && !crlf)) && p < n && class_at(s, n, p, &k) == CL_L) {
+        for (e = k; e < n && class_at(s, n, e, &k) == CL_L;) e = k;
+        return e;
+    }
+    if (c == CL_N) {                                /* \p{N}{1,3} */
+        e = j;
+        for (int d = 1; d < max_digits && e < n && class_at(s, n, e, &k) == CL_N; d++) e = k;
+        return e;
+    }
+    p = s[i] == ' ' && j < n ? j : i;               /* " ?[^\s\p{L}\p{N}]+[\r\n]*": other from p */
+    if (ws_class_at(s, n, p, &e) == CL_O) {
+        while (e < n && ws_class_at(s, n, e, &k) == CL_O) e = k;
+        while (e < n && (s[e] == '\r' || s[e] == '\n')) e++;
+        return e;
+    }
+    /* whitespace run [i, e): \s*[\r\n]+ ends after its last CR or LF; else as in pretok_next */
+    size_t last = i, nl = crlf ? j : 0;
+    for (e = j; e < n && ws_class_at(s, n, e, &k) == CL_S; e = k) {
+        last = e;
+        if (s[e] == '\r' || s[e] == '\n') nl = k;
+    }
+    if (nl) return nl;
+    return e == n || last == i ? e : last;
+}
+
 /* Exposed for src/bpe_train.c (not in the public header), so the trainer splits text
  * exactly as the encoder does: end of the pre-token starting at s[i], and GPT-2's display
  * code point of each byte. */
@@ -699,14 +755,16 @@ static int gpt2_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **id
  * other with a BPE model, a ByteLevel pre-tokenizer and a ByteLevel decoder). Encoding
  * follows the `tokenizers` library with add_special_tokens=False: added tokens are cut out
  * of the raw text first (leftmost-longest match; lstrip/rstrip eat the whitespace beside
- * them), every other stretch gets the optional prefix space, GPT-2's pre-tokenizer regex
- * and BPE in Hugging Face's merge order (bpe_word_hf). What skiplm cannot reproduce exactly
- * (normalizers, other pre-tokenizers or models, BPE dropout, single_word) is refused by name. */
+ * them), every other stretch is cut into pieces by an optional Digits or Split (Llama 3's
+ * regex) pre-tokenizer, and each piece gets the optional prefix space, GPT-2's pre-tokenizer
+ * regex (use_regex) and BPE in Hugging Face's merge order (bpe_word_hf). What skiplm cannot
+ * reproduce exactly (normalizers but NFC, other pre-tokenizers, regexes or models, BPE dropout,
+ * single_word) is refused by name. */
 
 static int hf_refuse(const char *path, const char *what, const sk_json *v) {
     const sk_json *ty = v && v->type == SK_JSON_OBJ ? sk_json_get(v, "type") : NULL;
     return sk_error(SK_EFORMAT, "%s: %s%s%s is not supported (skiplm reads byte-level BPE tokenizers: a BPE model, "
-                    "no normalizer, a ByteLevel pre-tokenizer (or Sequence[Digits, ByteLevel]) and decoder)", path, what,
+                    "no normalizer or NFC, a ByteLevel pre-tokenizer (or Sequence[Digits or Split, ByteLevel]) and decoder)", path, what,
                     ty && ty->type == SK_JSON_STR ? " of type " : "", ty && ty->type == SK_JSON_STR ? ty->str : "");
 }
 
@@ -736,6 +794,33 @@ static int hf_merge_halves(const sk_json *m, const char **a, size_t *la, const c
     return *la == 0 || *lb == 0;
 }
 
+/* A Split pre-tokenizer skiplm reproduces (split_next): Llama 3's regex (GPT-4's cl100k) or
+ * Qwen2's, compared as strings, its matches cut out as pieces (Isolated). Sets *max_digits,
+ * the longest numeral run of a piece: 3 or 1. */
+static int hf_split(const sk_json *p, const char *path, int *max_digits) {
+    static const char *const known[2] = {
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",                                          /* Llama 3 */
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};                                        /* Qwen2 */
+    const sk_json *pat = sk_json_get(p, "pattern"), *beh = sk_json_get(p, "behavior"), *inv = sk_json_get(p, "invert");
+    const sk_json *re = pat && pat->type == SK_JSON_OBJ ? sk_json_get(pat, "Regex") : NULL;
+    char sh[64];
+    *max_digits = 0;
+    for (int k = 0; k < 2 && re && re->type == SK_JSON_STR; k++)
+        if (re->str_len == strlen(known[k]) && memcmp(re->str, known[k], re->str_len) == 0) *max_digits = k == 0 ? 3 : 1;
+    if (!*max_digits)
+        return sk_error(SK_EFORMAT, "%s: pre_tokenizer: Split with the pattern %s is not supported (skiplm knows the Regex "
+                        "of Llama 3 (GPT-4's) and of Qwen2 only)", path,
+                        re && re->type == SK_JSON_STR ? show(re->str, re->str_len, sh, sizeof sh) : "other than a Regex");
+    if (!beh || beh->type != SK_JSON_STR || strcmp(beh->str, "Isolated") != 0)
+        return sk_error(SK_EFORMAT, "%s: pre_tokenizer: Split with the behavior %s is not supported (only Isolated)", path,
+                        beh && beh->type == SK_JSON_STR ? beh->str : "(none)");
+    if (inv && !(inv->type == SK_JSON_BOOL && !inv->boolean))
+        return sk_error(SK_EFORMAT, "%s: pre_tokenizer: Split with invert other than false is not supported", path);
+    return SK_OK;
+}
+
 static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
     const sk_json *model = sk_json_get(j, "model");
     if (!model || model->type != SK_JSON_OBJ) return sk_error(SK_EFORMAT, "%s: no \"model\" object: not a tokenizer.json", path);
@@ -752,10 +837,13 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
     for (int i = 0; i < 2; i++)
         if ((v = sk_json_get(model, affix[i])) && v->type != SK_JSON_NULL && !(v->type == SK_JSON_STR && v->str_len == 0))
             return sk_error(SK_EFORMAT, "%s: model.%s is not supported (byte-level BPE has none)", path, affix[i]);
-    if ((v = sk_json_get(j, "normalizer")) && v->type != SK_JSON_NULL) return hf_refuse(path, "the normalizer", v);
+    /* NFC (Qwen2's) or none */
+    const sk_json *norm = sk_json_get(j, "normalizer");
+    const int nfc = norm && json_is(norm, "NFC");
+    if (norm && norm->type != SK_JSON_NULL && !nfc) return hf_refuse(path, "the normalizer", norm);
     const sk_json *pre = sk_json_get(j, "pre_tokenizer");
-    int digits = 0;
-    if (pre && json_is(pre, "Sequence")) {       /* [Digits,] ByteLevel: SmolLM's and StarCoder's chain */
+    int digits = 0, split = 0;
+    if (pre && json_is(pre, "Sequence")) {       /* [Digits or Split,] ByteLevel: SmolLM's, StarCoder's, Llama 3's */
         const sk_json *seq = sk_json_get(pre, "pretokenizers");
         if (!seq || seq->type != SK_JSON_ARR || seq->n < 1)
             return sk_error(SK_EFORMAT, "%s: pre_tokenizer: a Sequence needs a non-empty \"pretokenizers\" array", path);
@@ -768,9 +856,14 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
                 digits = ind && ind->boolean ? 1 : 2;
                 continue;
             }
+            if (json_is(p, "Split") && i == 0 && seq->n == 2) {
+                int rc = hf_split(p, path, &split);
+                if (rc) return rc;
+                continue;
+            }
             if (json_is(p, "ByteLevel") && i == seq->n - 1) continue;
-            if (json_is(p, "Digits") || json_is(p, "ByteLevel"))
-                return sk_error(SK_EFORMAT, "%s: pre_tokenizer: a Sequence must be [Digits,] ByteLevel (found %s at %d of %d)",
+            if (json_is(p, "Digits") || json_is(p, "Split") || json_is(p, "ByteLevel"))
+                return sk_error(SK_EFORMAT, "%s: pre_tokenizer: a Sequence must be [Digits or Split,] ByteLevel (found %s at %d of %d)",
                                 path, sk_json_get(p, "type")->str, i + 1, seq->n);
             return hf_refuse(path, "the pre-tokenizer in the Sequence", p);
         }
@@ -787,7 +880,7 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
     int n_added = added && added->type == SK_JSON_ARR ? added->n : 0;
 
     /* the id range covers the vocabulary and the added tokens, without holes */
-    int V = 0;
+    int V = 0, bos = -1;
     char sh[64], sh2[64];
     for (int i = 0; i < vocab->n; i++) {
         const sk_json *e = &vocab->items[i];
@@ -818,6 +911,8 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
     t->prefix_space = json_flag(pre, "add_prefix_space", 0);
     t->use_regex = json_flag(pre, "use_regex", 1);
     t->digits = digits;
+    t->split = split;
+    t->nfc = nfc;
     t->ignore_merges = json_flag(model, "ignore_merges", 0);
     t->vocab_mask = pow2_at_least((size_t)V * 2) - 1;
     t->vocab_tab = malloc((t->vocab_mask + 1) * sizeof *t->vocab_tab);
@@ -860,10 +955,14 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
         added_tok *at = &t->added[t->n_added++];
         at->id = id; at->lstrip = (uint8_t)json_flag(a, "lstrip", 0); at->rstrip = (uint8_t)json_flag(a, "rstrip", 0);
         if (c->str_len == 13 && memcmp(c->str, "<|endoftext|>", 13) == 0) t->eot = id;
+        if (c->str_len == 17 && memcmp(c->str, "<|begin_of_text|>", 17) == 0) bos = id;
     }
     for (int id = 0; id < V; id++)
         if (!state[id]) { rc = sk_error(SK_EFORMAT, "%s: no token has id %d (ids must run from 0 to %d without gaps)", path, id, V - 1); goto done; }
-    if (t->eot < 0) { int32_t e = vocab_find(t, (const uint8_t *)"<|endoftext|>", 13); if (e >= 0) t->eot = e; }
+    /* the document delimiter: <|endoftext|>, else Llama 3's <|begin_of_text|> (its BOS, which
+     * Llama 3 puts before every document) */
+    if (t->eot < 0) t->eot = vocab_find(t, (const uint8_t *)"<|endoftext|>", 13);
+    if (t->eot < 0) t->eot = bos >= 0 ? bos : vocab_find(t, (const uint8_t *)"<|begin_of_text|>", 17);
     /* added tokens bucketed by first byte, for matching */
     {
         added_tok *sorted = malloc((size_t)(t->n_added ? t->n_added : 1) * sizeof *sorted);
@@ -955,9 +1054,18 @@ static int hf_piece(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, 
 }
 
 /* A stretch of text between added tokens. With a Digits pre-tokenizer first, numerals (\p{N},
- * Rust's char::is_numeric) are cut out, each alone or in runs, and every piece goes through
- * ByteLevel on its own (its prefix space included), as the `tokenizers` library does. */
+ * Rust's char::is_numeric) are cut out, each alone or in runs; with Llama 3's Split, the text
+ * is cut at its regex's matches (Isolated: each match is a piece; the matches leave no text
+ * between them). Every piece goes through ByteLevel on its own (its prefix space included),
+ * as the `tokenizers` library does. */
 static int hf_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
+    if (t->split) {
+        for (size_t i = 0, e; i < n; i = e) {
+            e = split_next(s, n, i, t->split);
+            if (hf_piece(t, s + i, e - i, ids, cnt, cap)) return 1;
+        }
+        return 0;
+    }
     if (!t->digits) return hf_piece(t, s, n, ids, cnt, cap);
     size_t from = 0, i = 0, next;
     while (i < n) {
@@ -972,6 +1080,19 @@ static int hf_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids
     return hf_piece(t, s + from, n - from, ids, cnt, cap);
 }
 
+/* A stretch between added tokens through the normalizer (NFC, src/nfc.c), then hf_stretch:
+ * the `tokenizers` library normalizes each such stretch on its own, after cutting the added
+ * tokens out of the raw text (those with normalized: false, as all of Qwen2's). */
+static int hf_norm_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
+    if (!t->nfc || !n) return hf_stretch(t, s, n, ids, cnt, cap);
+    uint8_t *o;
+    size_t on;
+    if (sk_nfc(s, n, &o, &on)) return 1;
+    int rc = hf_stretch(t, o, on, ids, cnt, cap);
+    free(o);
+    return rc;
+}
+
 static int hf_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
     size_t from = 0;
     int rstrip = 0;
@@ -981,14 +1102,14 @@ static int hf_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids,
         const added_tok *a = &t->added[k];
         size_t b = rstrip ? skip_space(s, from, i) : from;
         size_t e = a->lstrip ? trim_space(s, b, i) : i;
-        if (hf_stretch(t, s + b, e - b, ids, cnt, cap) || out_push(ids, cnt, cap, &a->id, 1))
+        if (hf_norm_stretch(t, s + b, e - b, ids, cnt, cap) || out_push(ids, cnt, cap, &a->id, 1))
             return sk_error(SK_ENOMEM, "tokenizer: out of memory");
         i += t->len[a->id];
         from = i;
         rstrip = a->rstrip;
     }
     size_t b = rstrip ? skip_space(s, from, n) : from;
-    if (hf_stretch(t, s + b, n - b, ids, cnt, cap)) return sk_error(SK_ENOMEM, "tokenizer: out of memory");
+    if (hf_norm_stretch(t, s + b, n - b, ids, cnt, cap)) return sk_error(SK_ENOMEM, "tokenizer: out of memory");
     return SK_OK;
 }
 

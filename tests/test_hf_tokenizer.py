@@ -8,6 +8,11 @@ reference, npm @huggingface/tokenizers (transformers.js's tokenizer; tests/ref/h
 - Sequence[Digits, ByteLevel] (SmolLM's, StarCoder's), numerals alone or in runs, with and
   without the prefix space: against the library on ASCII numerals, and for every numeral
   against the library's definition composed by hand;
+- Sequence[Split, ByteLevel] with Llama 3's regex (GPT-4's cl100k) and Qwen2's: pieces of hand
+  cases asserted literally, then against the library on hard cases, random strings that stress
+  the regex's alternatives and corpus files; `'\u017f` (long s, which the Rust library's
+  case-insensitive (?i:'s) matches and transformers.js's ASCII folding does not) against the
+  hand-written pieces only; <|begin_of_text|> as the document delimiter;
 - a minimind-like tokenizer trained by `skiplm tokenizer train`, its ids shuffled and special
   tokens first (<|endoftext|> = 0, <|im_start|>, <|im_end|>), with added tokens beyond the
   vocabulary that overlap (leftmost-longest) and strip whitespace (lstrip, rstrip);
@@ -52,12 +57,16 @@ def records(buf):
     return out
 
 
-def hf_json(vocab, merges, added=(), prefix_space=False, ignore_merges=False, seq=False, arrays=False, digits=None):
-    pre = {"type": "ByteLevel", "add_prefix_space": prefix_space, "trim_offsets": True, "use_regex": True}
+def hf_json(vocab, merges, added=(), prefix_space=False, ignore_merges=False, seq=False, arrays=False, digits=None,
+            split=None, use_regex=True, nfc=False):
+    pre = {"type": "ByteLevel", "add_prefix_space": prefix_space, "trim_offsets": True, "use_regex": use_regex}
     if digits is not None:                        # SmolLM's / StarCoder's chain
         seq = [{"type": "Digits", "individual_digits": digits}, pre]
+    if split is not None:                         # Llama 3's / Qwen2's chain
+        seq = [{"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False}, pre]
     return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": list(added), "normalizer": None,
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": list(added),
+        "normalizer": {"type": "NFC"} if nfc else None,
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": seq if isinstance(seq, list) else [pre]} if seq else pre,
         "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
@@ -187,6 +196,200 @@ def digits(s, tmp, enc, merges, eot, corpus):
                   "%d texts" % (tag, n_num, len(texts)))
 
 
+LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+             r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_RE = LLAMA3_RE.replace(r"\p{N}{1,3}", r"\p{N}")
+
+# Llama 3's pieces, written by hand from the regex (the first alternative that matches wins)
+SPLIT_PIECES = [
+    ("Hello world's 12345!!\n\n  x", ["Hello", " world", "'s", " ", "123", "45", "!!\n\n", " ", " x"]),
+    ("DON'T it's I'M we'LL they'Ve 'RE'd", ["DON", "'T", " it", "'s", " I", "'M", " we", "'LL", " they", "'Ve", " '",
+                                            "RE", "'d"]),
+    ("DON'TS it'Sy x'REd", ["DON", "'T", "S", " it", "'S", "y", " x", "'RE", "d"]),
+    ("1234567 a1b2", ["123", "456", "7", " a", "1", "b", "2"]),
+    ("\r\n\r\n  x\t\ty  \n", ["\r\n\r\n", " ", " x", "\t", "\ty", "  \n"]),
+    ("a  \n\n b", ["a", "  \n\n", " b"]),
+    ("a\nb\r\nc\td", ["a", "\n", "b", "\r\n", "c", "\td"]),
+    ("x!!!\n\n\ny ?!\r\n z", ["x", "!!!\n\n\n", "y", " ?!\r\n", " z"]),
+    ("x''s 'x", ["x", "''", "s", " '", "x"]),
+    ("  a", [" ", " a"]),
+    ("trailing  ", ["trailing", "  "]),
+    ("\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440 \u0663\u0664\u0665\u0666 \u00bd",
+     ["\u041f\u0440\u0438\u0432\u0435\u0442", " \u043c\u0438\u0440", " ", "\u0663\u0664\u0665", "\u0666", " ", "\u00bd"]),
+    ("hi \U0001f44d\U0001f3fd!! ok", ["hi", " \U0001f44d\U0001f3fd!!", " ok"]),
+    ("a\u00a0b\u3000\u3000c \n", ["a", "\u00a0b", "\u3000", "\u3000c", " \n"]),
+    ("(x) \"y\".\nz", ["(x", ")", " \"", "y", "\".\n", "z"]),
+    # \s is Unicode's White_Space here (Oniguruma's; transformers.js rewrites \s so), not
+    # JavaScript's \s as in GPT-2's regex: U+0085 is whitespace, U+FEFF is not
+    ("a\u0085b x \u0085\n y", ["a", "\u0085b", " x", " \u0085\n", " y"]),
+    ("a\ufeff\ufeffb \ufeff", ["a", "\ufeff\ufeff", "b", " \ufeff"]),
+]
+# the Rust library's (?i:...) is Oniguruma's Unicode case folding: U+017F (long s) matches s;
+# transformers.js folds ASCII only and reads 'ſt as one [^\r\n\p{L}\p{N}]?\p{L}+ piece
+LONG_S = [("don'\u017ft", ["don", "'\u017f", "t"], ["don", "'\u017ft"]),
+          ("'\u017f'S\u017f", ["'\u017f", "'S", "\u017f"], ["'\u017f", "'S", "\u017f"]),
+          ("\u017f'\u017f\u017f", ["\u017f", "'\u017f", "\u017f"], ["\u017f", "'\u017f\u017f"])]
+
+
+def byte_chars():
+    """GPT-2's display character of each byte (bytes_to_unicode)."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs = bs[:] + [256 + k for k in range(256 - len(bs))]
+    bs += [b for b in range(256) if b not in bs]
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def split_random(n, seed):
+    """Strings drawn from pieces that stress each alternative of the Split regex."""
+    rng = random.Random(seed)
+    pools = [[" ", " ", "  ", "\t", "\r", "\n", "\r\n", "\n\n", "\u00a0", "\u3000", "\u2028", "\u0085", "\x0b"],
+             ["'", "'s", "'S", "'t", "'T", "'re", "'RE", "'rE", "'ve", "'VE", "'m", "'M", "'ll", "'Ll", "'d", "'D", "'x", "'1"],
+             ["a", "Zb", "word", "\u00e9", "\u00df", "\u4e2d\u6587", "\u017f", "\u0391\u03b2", "\u1e9e"],
+             ["0", "7", "12", "123", "4567", "\u0663", "\u00bd", "\u2167", "\U0001d7d8"],
+             [".", "!", "?!", "...", "-", "(", "\"", "_", "\U0001f44d", "\u0301", "\u200d", "<|", "|>"]]
+    out = []
+    for _ in range(n):
+        out.append("".join(rng.choice(rng.choice(pools)) for _ in range(rng.randint(1, 40))))
+    return out
+
+
+def split(s, tmp, enc, merges, corpus):
+    """Sequence[Split, ByteLevel] with Llama 3's regex and Qwen2's (Isolated, ByteLevel with
+    use_regex false, as their files ship; then with use_regex true and the prefix space).
+    The pieces first, literally (pieces_of), then the ids against the library on hard cases,
+    random strings and corpus files, texts with 'ſ left out."""
+    B = byte_chars()
+    show = lambda t: "".join(B[b] for b in t.encode("utf-8"))
+    bytes_vocab = {B[b]: b for b in range(256)}
+    llama_v = dict(enc)
+    del llama_v["<|endoftext|>"]                   # Llama 3: <|end_of_text|> and <|begin_of_text|>
+    l_added = [added(50256, "<|end_of_text|>"), added(50257, "<|begin_of_text|>")]
+    llama = os.path.join(tmp, "llama3.json")
+    json.dump(hf_json(llama_v, merges, l_added, ignore_merges=True, split=LLAMA3_RE, use_regex=False),
+              open(llama, "w", encoding="utf-8"), ensure_ascii=False)
+    diff = run(["node", "-e", "const d = []; for (let c = 0; c < 0x110000; c++) { const s = String.fromCodePoint(c); "
+                "if (/\\s/u.test(s) !== /\\p{White_Space}/u.test(s)) d.push(c); } console.log(d.join(' '))"]).stdout.split()
+    check(diff == [b"133", b"65279"], "\\p{White_Space} (the Split regex's \\s) and JavaScript's \\s (GPT-2's, skiplm's "
+          "class tables) differ on U+0085 and U+FEFF only, the two that split_next adjusts: %s" % diff)
+    info = run([TOOL, "info", llama]).stdout.decode().split()
+    check(info == ["hf", "50258", "50257"], "Llama 3's chain loads; no <|endoftext|>: the document delimiter (eot) is "
+          "<|begin_of_text|> (50257, not <|end_of_text|> 50256): %s" % info)
+
+    pre = lambda p: p if p.startswith(" ") else " " + p
+
+    def pieces_of(regex, cases, tag):
+        """C's and JS's pieces of each text, as tokens of a file whose vocabulary holds the
+        expected pieces, each with the prefix space (add_prefix_space) unless it starts with
+        one, and no merges (ignore_merges): each expected piece is one id; a piece cut wrong
+        falls apart into its bytes, a space first."""
+        want = sorted({pre(p) for case in cases for ps in case[1:] for p in ps} - {" "})
+        v = dict(bytes_vocab, **{show(p): 256 + k for k, p in enumerate(want)})
+        unshow = {c: b for b, c in B.items()}
+        inv = {i: bytes(unshow[c] for c in t).decode("utf-8", "replace") for t, i in v.items()}
+        f = os.path.join(tmp, "pieces.json")
+        json.dump(hf_json(v, [], prefix_space=True, ignore_merges=True, split=regex, use_regex=False),
+                  open(f, "w", encoding="utf-8"), ensure_ascii=False)
+        paths = s.files([case[0] for case in cases], tag)
+        tokens = lambda out: [[inv[i] for i in ids] for ids in parse(out)]
+        return tokens(run([TOOL, "encode", f] + paths).stdout), tokens(run(["node", REF, "encode", f] + paths).stdout)
+
+    def same_pieces(got, cases, k=1):
+        bad = [(case[0], g) for case, g in zip(cases, got) if g != [pre(p) for p in case[k]]]
+        for t, g in bad[:3]:
+            print("   %r: pieces %r (each with a prefix space)" % (t, g))
+        return not bad and len(got) == len(cases)
+
+    c, j = pieces_of(LLAMA3_RE, SPLIT_PIECES, "k")
+    check(same_pieces(c, SPLIT_PIECES), "Llama 3's Split: C's pieces of %d texts equal those written by hand (%r -> %r)"
+          % (len(SPLIT_PIECES), SPLIT_PIECES[0][0], SPLIT_PIECES[0][1]))
+    check(same_pieces(j, SPLIT_PIECES), "... and so do the library's")
+    qcases = [("1234567 a1b2", ["1", "2", "3", "4", "5", "6", "7", " a", "1", "b", "2"]),
+              ("x \u0663\u0664\u00bd99", ["x", " ", "\u0663", "\u0664", "\u00bd", "9", "9"])]
+    c, j = pieces_of(QWEN2_RE, qcases, "k")
+    check(same_pieces(c, qcases) and same_pieces(j, qcases), "Qwen2's Split: numerals one by one, C and JS: %r -> %r"
+          % qcases[0])
+    c, j = pieces_of(LLAMA3_RE, LONG_S, "k")
+    check(same_pieces(c, LONG_S), "long s: C matches (?i:'s) on 'ſ as the Rust library (Oniguruma) does: %r -> %r"
+          % LONG_S[0][:2])
+    check(same_pieces(j, LONG_S, 2), "... where transformers.js folds ASCII only: %r (so texts with 'ſ are left out of "
+          "the comparisons below)" % LONG_S[0][2])
+
+    no_long_s = lambda texts: [t for t in texts if "'\u017f" not in t]
+    bos = ["<|begin_of_text|>Hello", "<|begin_of_text|><|begin_of_text|> x<|end_of_text|>\n", "a<|end_of_text|> 12345"]
+    hand = [t for t, _ in SPLIT_PIECES] + ["DON'T", "it's", "IT'S", "'S'T'RE'VE'M'LL'D", "1234567", "a1b2", "\r\n\r\n  x",
+                                          "x  ", "!!!\n\n", "\t\tx\t", " \r \n \r\n", "\u2028\u2029x", "'\u0301s"]
+    texts = no_long_s(HARD + SPECIAL_TEXTS + hand + bos)
+    rnd = no_long_s(split_random(300, 31) + random_texts(100, 37))
+    qwen = os.path.join(tmp, "qwen2.json")
+    json.dump(hf_json(enc, merges, [added(50256, "<|endoftext|>")], split=QWEN2_RE, use_regex=False),
+              open(qwen, "w", encoding="utf-8"), ensure_ascii=False)
+    for name, f in [("Llama 3's Split + ByteLevel", llama), ("Qwen2's Split + ByteLevel", qwen)]:
+        s.compare("%s: hard cases" % name, f, s.files(texts, "l"), texts)
+        s.compare("%s: %d random strings" % (name, len(rnd)), f, s.files(rnd, "l"), rnd)
+        s.compare("%s: 40 corpus files" % name, f, corpus[2::5][:40], decode=False)
+    opt = os.path.join(tmp, "llama3_opt.json")
+    json.dump(hf_json(llama_v, merges, l_added, prefix_space=True, split=LLAMA3_RE, use_regex=True),
+              open(opt, "w", encoding="utf-8"), ensure_ascii=False)
+    few = texts + rnd[:100]
+    s.compare("Llama 3's Split + ByteLevel(use_regex, add_prefix_space): hard and random", opt, s.files(few, "l"), few,
+              roundtrip=False)
+
+    # prepare puts <|begin_of_text|> before every document (the 10th goes to val.bin)
+    docs = os.path.join(tmp, "llama_docs")
+    os.makedirs(docs)
+    for f in corpus[212:224]:
+        shutil.copy(f, docs)
+    data = os.path.join(tmp, "llama_data")
+    r = run([SKIPLM, "prepare", docs, "--tokenizer", llama, "--out", data], ok=False)
+    tr = open(os.path.join(data, "train.bin"), "rb").read() if r.returncode == 0 else bytes(1024)
+    hdr = struct.unpack_from("<256i", tr, 0)
+    ids = list(struct.unpack_from("<%dH" % hdr[2], tr, 1024))
+    train_docs = [os.path.join(docs, f) for i, f in enumerate(sorted(os.listdir(docs))) if i % 10 != 9]
+    want = [i for ref in parse(run(["node", REF, "encode", llama] + train_docs).stdout) for i in [50257] + ref]
+    check(ids == want, "prepare with Llama 3's chain: train.bin = <|begin_of_text|> (50257) then the reference's ids, "
+          "for each of %d documents (%d tokens): %s" % (len(train_docs), len(want), r.stderr.decode().strip()[-120:]))
+
+
+NFC_TEXTS = ["e\u0301", "\u00e9", "Ame\u0301lie", "\u212b ngstro\u0308m", "\u1100\u1161\u11a8 \uac00\u11a8",
+             "Vie\u0323\u0302t Nam", "\u0958\u0915\u093c", "a\u0301\u0328 a\u0328\u0301", "\ufb01 \u2126 \u1e9b\u0323",
+             "<|im_start|>\u0301e<|im_end|>e\u0301", "x\u0308<|endoftext|>\u0308y", "12\u0301 'S\u0301 DON\u0301'T"]
+
+
+def nfc_random(n, seed):
+    """Strings of letters, combining marks in any order, jamo, composed and excluded characters
+    (all in Unicode 14, the version of skiplm's NFC tables), with the Split regex's hard pieces."""
+    rng = random.Random(seed)
+    marks = [chr(c) for c in (0x300, 0x301, 0x302, 0x303, 0x308, 0x30A, 0x31B, 0x323, 0x327, 0x328, 0x345, 0x93C,
+                              0x94D, 0x3099)]
+    pool = list("aeouAEOUnsSy ") + marks * 3 + ["\u1100", "\u1161", "\u11a8", "\uac00", "\u212b", "\u0958", "\u1e9b",
+                                                 "\u304b", "\u0915", "'", "'s", "1", "\n", "!", "<|im_end|>"]
+    return ["".join(rng.choice(pool) for _ in range(rng.randint(1, 30))) for _ in range(n)]
+
+
+def nfc_chain(s, tmp, enc, merges, corpus):
+    """Qwen2's whole chain: the NFC normalizer, Split with Qwen2's regex, ByteLevel. Each stretch
+    between added tokens is normalized on its own (src/nfc.c, tested alone in test_nfc.py)."""
+    qa = [added(50256, "<|endoftext|>"), added(50257, "<|im_start|>"), added(50258, "<|im_end|>")]
+    qwen = os.path.join(tmp, "qwen2_nfc.json")
+    json.dump(hf_json(enc, merges, qa, split=QWEN2_RE, use_regex=False, nfc=True), open(qwen, "w", encoding="utf-8"),
+              ensure_ascii=False)
+    plain = os.path.join(tmp, "qwen2_plain.json")
+    json.dump(hf_json(enc, merges, qa, split=QWEN2_RE, use_regex=False), open(plain, "w", encoding="utf-8"),
+              ensure_ascii=False)
+    a, b = s.files(["Ame\u0301lie", "Am\u00e9lie"], "n")
+    ids = [run([TOOL, "ids", qwen, f]).stdout.split() for f in (a, b)] + [run([TOOL, "ids", plain, a]).stdout.split()]
+    check(ids[0] == ids[1] != ids[2], "NFC: 'Ame\\u0301lie' gives the ids of 'Am\\u00e9lie' (%s), which the same file "
+          "without the normalizer does not (%s)" % (b" ".join(ids[0]).decode(), b" ".join(ids[2]).decode()))
+    texts = [t for t in NFC_TEXTS + HARD + SPECIAL_TEXTS if "'\u017f" not in t]
+    rnd = nfc_random(300, 41)
+    s.compare("Qwen2's NFC + Split + ByteLevel: hard cases", qwen, s.files(texts, "n"), texts, roundtrip=False)
+    s.compare("Qwen2's NFC + Split + ByteLevel: %d random strings of marks, jamo, composites" % len(rnd), qwen,
+              s.files(rnd, "n"), rnd, roundtrip=False)
+    s.compare("Qwen2's NFC + Split + ByteLevel: 40 corpus files", qwen, corpus[5::5][:40], decode=False)
+    moved = sum(unicodedata.normalize("NFC", t) != t for t in rnd)
+    check(moved > 200, "... where NFC changes %d of the %d random strings" % (moved, len(rnd)))
+
+
 def bad_files(tmp, base):
     """Each mutation of a good tokenizer.json must be refused with a message naming the cause."""
     def mut(f):
@@ -194,22 +397,45 @@ def bad_files(tmp, base):
         f(d)
         return d
 
+    def split_pre(**kw):                               # Llama 3's chain with some fields changed
+        sp = {"type": "Split", "pattern": {"Regex": LLAMA3_RE}, "behavior": "Isolated", "invert": False}
+        sp.update(kw)
+        sp = {k: v for k, v in sp.items() if v is not None}
+        return mut(lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+            sp, {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}))
+
     def drop_byte(d):                                  # byte 0x20 (GPT-2 shows it as U+0120) renamed
         v = d["model"]["vocab"]
         v["zzzz"] = v.pop("\u0120")
     cases = [
         ("WordPiece model", mut(lambda d: d["model"].update(type="WordPiece")), "model of type WordPiece is not supported"),
-        ("NFC normalizer", mut(lambda d: d.update(normalizer={"type": "NFC"})), "normalizer of type NFC is not supported"),
+        ("NFKC normalizer", mut(lambda d: d.update(normalizer={"type": "NFKC"})), "normalizer of type NFKC is not supported"),
+        ("a Sequence of normalizers", mut(lambda d: d.update(normalizer={"type": "Sequence", "normalizers": [{"type": "NFC"}]})),
+         "normalizer of type Sequence is not supported"),
         ("Metaspace pre-tokenizer", mut(lambda d: d.update(pre_tokenizer={"type": "Metaspace", "replacement": "\u2581"})),
          "pre-tokenizer of type Metaspace"),
-        ("Split + ByteLevel (Llama 3 style)", mut(lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}}, {"type": "ByteLevel", "use_regex": False}]})),
-         "pre-tokenizer in the Sequence of type Split"),
+        ("Split with another regex", split_pre(pattern={"Regex": "\\p{N}{1,3}"}),
+         "Split with the pattern \\\\p{N}{1,3} is not supported (skiplm knows the Regex of Llama 3 (GPT-4's) and of Qwen2"),
+        ("Split with Llama 3's regex, one character changed", split_pre(pattern={"Regex": LLAMA3_RE.replace("{1,3}", "{1,4}")}),
+         "Split with the pattern (?i:'s|'t|"),
+        ("Split with a String pattern", split_pre(pattern={"String": " "}), "Split with the pattern other than a Regex"),
+        ("Split with behavior Removed", split_pre(behavior="Removed"), "Split with the behavior Removed is not supported"),
+        ("Split with no behavior", split_pre(behavior=None), "Split with the behavior (none) is not supported"),
+        ("Split with invert true", split_pre(invert=True), "Split with invert other than false is not supported"),
+        ("Split after ByteLevel", mut(lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+            {"type": "ByteLevel", "use_regex": False}, split_pre()["pre_tokenizer"]["pretokenizers"][0]]})),
+         "a Sequence must be [Digits or Split,] ByteLevel (found ByteLevel at 1 of 2)"),
+        ("Digits, Split, ByteLevel", mut(lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True}] + split_pre()["pre_tokenizer"]["pretokenizers"]})),
+         "a Sequence must be [Digits or Split,] ByteLevel (found Digits at 1 of 3)"),
+        ("Split alone", mut(lambda d: d.update(pre_tokenizer=split_pre()["pre_tokenizer"]["pretokenizers"][0])),
+         "pre-tokenizer of type Split is not supported"),
         ("ByteLevel before Digits", mut(lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
-            {"type": "ByteLevel"}, {"type": "Digits", "individual_digits": True}]})), "a Sequence must be [Digits,] ByteLevel"),
+            {"type": "ByteLevel"}, {"type": "Digits", "individual_digits": True}]})),
+         "a Sequence must be [Digits or Split,] ByteLevel"),
         ("Digits alone", mut(lambda d: d.update(pre_tokenizer={"type": "Digits", "individual_digits": True})),
-         "pre-tokenizer of type Digits is not supported (skiplm reads byte-level BPE tokenizers: a BPE model, no normalizer, "
-         "a ByteLevel pre-tokenizer (or Sequence[Digits, ByteLevel])"),
+         "pre-tokenizer of type Digits is not supported (skiplm reads byte-level BPE tokenizers: a BPE model, no normalizer or NFC, "
+         "a ByteLevel pre-tokenizer (or Sequence[Digits or Split, ByteLevel])"),
         ("Digits with a string flag", mut(lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
             {"type": "Digits", "individual_digits": "yes"}, {"type": "ByteLevel"}]})), "individual_digits must be true or false"),
         ("no pre-tokenizer", mut(lambda d: d.update(pre_tokenizer=None)), "no pre_tokenizer"),
@@ -324,6 +550,8 @@ def main():
         s.compare("... on 40 corpus files", opt, corpus[::6][:40], decode=False)
 
         digits(s, tmp, enc, merges, eot, corpus)
+        split(s, tmp, enc, merges, corpus)
+        nfc_chain(s, tmp, enc, merges, corpus)
 
         # minimind-like: own BPE, specials first, shuffled ids, added tokens past the vocabulary
         docs = os.path.join(tmp, "train_docs")

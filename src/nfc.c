@@ -1,0 +1,143 @@
+/* Unicode normalization form C (UAX #15), for tokenizer.json's NFC normalizer (Qwen2's):
+ * full canonical decomposition, canonical ordering of combining marks, then canonical
+ * composition. Tables: src/nfc_tables.h (scripts/gen_nfc.py); Hangul syllables are
+ * computed. Bytes that are not UTF-8 pass through unchanged: each is a starter that composes
+ * with nothing. */
+#include "nfc.h"
+#include "nfc_tables.h"
+#include "skiplm.h"
+#include <stdlib.h>
+#include <string.h>
+
+#define RAW 0x80000000u                   /* a unit that is a raw byte, not a code point */
+enum { S0 = 0xAC00, L0 = 0x1100, V0 = 0x1161, T0 = 0x11A7, NL = 19, NV = 21, NT = 28, NS = NL * NV * NT };
+
+static int ccc(uint32_t cp) {
+    if (cp < 0x300 || (cp & RAW)) return 0;
+    int lo = 0, hi = (int)(sizeof sk_nfc_ccc / sizeof sk_nfc_ccc[0]) - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < sk_nfc_ccc[mid][0]) hi = mid - 1;
+        else if (cp > sk_nfc_ccc[mid][1]) lo = mid + 1;
+        else return (int)sk_nfc_ccc[mid][2];
+    }
+    return 0;
+}
+
+/* the full canonical decomposition of cp into d (at most SK_NFC_MAX_DECOMP); its length */
+static int decompose(uint32_t cp, uint32_t *d) {
+    if (cp >= S0 && cp < S0 + NS) {
+        uint32_t s = cp - S0, t = s % NT;
+        d[0] = L0 + s / (NV * NT); d[1] = V0 + s % (NV * NT) / NT;
+        if (!t) return 2;
+        d[2] = T0 + t;
+        return 3;
+    }
+    if (cp >= 0xC0 && !(cp & RAW)) {
+        int lo = 0, hi = (int)(sizeof sk_nfc_decomp / sizeof sk_nfc_decomp[0]) - 1;
+        while (lo <= hi) {
+            int mid = (lo + hi) / 2;
+            if (cp < sk_nfc_decomp[mid][0]) hi = mid - 1;
+            else if (cp > sk_nfc_decomp[mid][0]) lo = mid + 1;
+            else {
+                memcpy(d, sk_nfc_pool + sk_nfc_decomp[mid][1], sizeof(uint32_t) * sk_nfc_decomp[mid][2]);
+                return (int)sk_nfc_decomp[mid][2];
+            }
+        }
+    }
+    d[0] = cp;
+    return 1;
+}
+
+/* the primary composite of the pair (a, b), or 0 */
+static uint32_t compose(uint32_t a, uint32_t b) {
+    if (a >= L0 && a < L0 + NL && b >= V0 && b < V0 + NV) return S0 + ((a - L0) * NV + (b - V0)) * NT;
+    if (a >= S0 && a < S0 + NS && (a - S0) % NT == 0 && b > T0 && b < T0 + NT) return a + (b - T0);
+    if ((a | b) & RAW) return 0;
+    int lo = 0, hi = (int)(sizeof sk_nfc_comp / sizeof sk_nfc_comp[0]) - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        const uint32_t *c = sk_nfc_comp[mid];
+        if (a < c[0] || (a == c[0] && b < c[1])) hi = mid - 1;
+        else if (a > c[0] || b > c[1]) lo = mid + 1;
+        else return c[2];
+    }
+    return 0;
+}
+
+/* one unit from s[i..n): a code point of a well-formed UTF-8 sequence, or the byte | RAW */
+static uint32_t next_unit(const uint8_t *s, size_t n, size_t *i) {
+    uint8_t b = s[*i];
+    int len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    uint32_t cp = len == 1 ? b : len == 2 ? b & 0x1Fu : len == 3 ? b & 0x0Fu : b & 0x07u;
+    if (len == 0 || *i + (size_t)len > n) { (*i)++; return b | RAW; }
+    for (int k = 1; k < len; k++) {
+        if ((s[*i + k] & 0xC0) != 0x80) { (*i)++; return b | RAW; }
+        cp = cp << 6 | (s[*i + k] & 0x3Fu);
+    }
+    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) { (*i)++; return b | RAW; }
+    *i += (size_t)len;
+    return cp;
+}
+
+static size_t put_unit(uint32_t u, uint8_t *o) {
+    if (u & RAW) { o[0] = (uint8_t)u; return 1; }
+    if (u < 0x80) { o[0] = (uint8_t)u; return 1; }
+    if (u < 0x800) { o[0] = (uint8_t)(0xC0 | u >> 6); o[1] = (uint8_t)(0x80 | (u & 0x3F)); return 2; }
+    if (u < 0x10000) {
+        o[0] = (uint8_t)(0xE0 | u >> 12); o[1] = (uint8_t)(0x80 | (u >> 6 & 0x3F)); o[2] = (uint8_t)(0x80 | (u & 0x3F));
+        return 3;
+    }
+    o[0] = (uint8_t)(0xF0 | u >> 18); o[1] = (uint8_t)(0x80 | (u >> 12 & 0x3F));
+    o[2] = (uint8_t)(0x80 | (u >> 6 & 0x3F)); o[3] = (uint8_t)(0x80 | (u & 0x3F));
+    return 4;
+}
+
+int sk_nfc(const uint8_t *s, size_t n, uint8_t **out, size_t *out_n) {
+    *out = NULL; *out_n = 0;
+    size_t ascii = 0;
+    while (ascii < n && s[ascii] < 0x80) ascii++;
+    if (ascii == n) {                                    /* ASCII is its own NFC */
+        if (!(*out = malloc(n ? n : 1))) return sk_error(SK_ENOMEM, "out of memory for NFC");
+        memcpy(*out, s, n);
+        *out_n = n;
+        return SK_OK;
+    }
+    /* 1. full canonical decomposition (each unit gives at most SK_NFC_MAX_DECOMP) */
+    uint32_t *u = malloc(sizeof(uint32_t) * (n * SK_NFC_MAX_DECOMP + 1));
+    if (!u) return sk_error(SK_ENOMEM, "out of memory for NFC");
+    size_t m = 0;
+    for (size_t i = 0; i < n;) m += (size_t)decompose(next_unit(s, n, &i), u + m);
+    /* 2. canonical ordering: each run of non-starters stably sorted by combining class */
+    for (size_t i = 1; i < m; i++) {
+        int c = ccc(u[i]);
+        if (!c) continue;
+        uint32_t x = u[i];
+        size_t j = i;
+        while (j > 0 && ccc(u[j - 1]) > c) { u[j] = u[j - 1]; j--; }
+        u[j] = x;
+    }
+    /* 3. canonical composition: a character joins the last starter unless blocked (something
+     * between them with class 0 or a class >= its own); sorted marks make the last one the test */
+    size_t w = 0, starter = (size_t)-1;
+    int prev = 0;                                        /* class of the last character kept */
+    for (size_t i = 0; i < m; i++) {
+        const uint32_t x = u[i];
+        const int c = ccc(x);
+        if (starter != (size_t)-1 && (w - 1 == starter || (prev != 0 && prev < c))) {
+            uint32_t y = compose(u[starter], x);
+            if (y) { u[starter] = y; continue; }
+        }
+        if (c == 0) starter = w;
+        prev = c;
+        u[w++] = x;
+    }
+    uint8_t *o = malloc(4 * w + 1);
+    if (!o) { free(u); return sk_error(SK_ENOMEM, "out of memory for NFC"); }
+    size_t k = 0;
+    for (size_t i = 0; i < w; i++) k += put_unit(u[i], o + k);
+    free(u);
+    *out = o; *out_n = k;
+    return SK_OK;
+}

@@ -12,7 +12,8 @@ and the Hub serves them) loaded by skiplm, against references written from HF's 
    Sequence[Digits, ByteLevel]): `sample`'s greedy text vs the reference's; rope_scaling
    "llama3" (a folder with every key of Llama-3.2-1B's config.json) and "linear"; an untied
    lm_head (TinyLlama-1.1B's config keys; HF's defaults; bare files), fine-tuned; Qwen2
-   (Qwen2.5-0.5B's config keys, q/k/v biases).
+   (Qwen2.5-0.5B's config keys, q/k/v biases); folders shaped as Llama-3.2-1B's and
+   Qwen2.5-0.5B's with their tokenizer.json chains (Split; NFC): `sample`'s greedy text.
 5. The CLI on a folder: eval (--dump-logits vs the reference), sample with the tokenizer
    beside the weights under HF's names (vocab.json + merges.txt; greedy text vs the
    reference's), and fine-tuning with --init FOLDER --sla.
@@ -357,6 +358,86 @@ def smollm_case(tmp):
           f"... and with --bf16 (the file's own values): {r.stdout!r} {r.stderr.strip()[:200]}")
 
 
+def chain_cases(tmp):
+    """Folders shaped as Llama-3.2-1B's (every config.json key: llama3 rope_scaling, theta 5e5,
+    tied; a tokenizer.json with Llama 3's Split and <|begin_of_text|>) and Qwen2.5-0.5B's (q/k/v
+    biases, theta 1e6; a tokenizer.json with NFC and Qwen2's Split), GPT-2's vocabulary: `sample`
+    reads config, weights and tokenizer, and its greedy text equals the reference's (prompt ids
+    and text from the JS tokenizers library); the reference's text differs when the prompt is
+    tokenized without the file's pre-tokenizer and normalizer."""
+    if not os.path.isfile(os.path.join(VOCAB, "encoder.json")) or not shutil.which("node"):
+        check(False, f"GPT-2 vocabulary at {VOCAB} and node (bash scripts/setup.sh installs them)")
+        return
+    from test_hf_tokenizer import LLAMA3_RE, QWEN2_RE
+    enc, merges = read_bpe(VOCAB)
+    ref = os.path.join(ROOT, "tests", "ref", "hf_tokenize.mjs")
+    llama_v = {k: v for k, v in enc.items() if k != "<|endoftext|>"}
+    cases = [
+        ("llama3.2", LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, block_size=128, vocab_size=50258, ffn_hidden=96,
+                                 norm_eps=1e-5, rope_theta=5e5, rope_scaling=dict(LLAMA3_SCALING, original_max_position_embeddings=32)),
+         {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 50257,
+          "eos_token_id": 50256, "head_dim": 16, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02,
+          "intermediate_size": 96, "max_position_embeddings": 128, "mlp_bias": False, "model_type": "llama",
+          "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "pretraining_tp": 1,
+          "rms_norm_eps": 1e-05, "rope_scaling": dict(LLAMA3_SCALING, original_max_position_embeddings=32),
+          "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.45.0.dev0",
+          "use_cache": True, "vocab_size": 50258},
+         hf_json(llama_v, merges, [added(50256, "<|end_of_text|>"), added(50257, "<|begin_of_text|>")], ignore_merges=True,
+                 split=LLAMA3_RE, use_regex=False),
+         "<|begin_of_text|>Hello world's 1234567, IT'S"),
+        ("qwen2.5", LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, block_size=128, vocab_size=50259, ffn_hidden=96,
+                                norm_eps=1e-6, rope_theta=1e6, qkv_bias=1),
+         {"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 50256, "eos_token_id": 50256,
+          "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 96,
+          "max_position_embeddings": 128, "max_window_layers": 2, "model_type": "qwen2", "num_attention_heads": 4,
+          "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+          "sliding_window": 128, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.43.1",
+          "use_cache": True, "use_sliding_window": False, "vocab_size": 50259},
+         hf_json(enc, merges, [added(50256, "<|endoftext|>"), added(50257, "<|im_start|>"), added(50258, "<|im_end|>")],
+                 split=QWEN2_RE, use_regex=False, nfc=True),
+         "<|im_start|>Cafe\u0301 cre\u0300me 42<|im_end|>"),
+    ]
+    for name, cfg, hf_cfg, tok, prompt in cases:
+        model = Llama(cfg, halves=True)
+        model.randomize(seed=19)
+        with torch.no_grad():
+            for q in model.parameters():                  # larger weights: the text depends on the prompt
+                if q.dim() == 2:
+                    q.mul_(4.0)
+        folder = os.path.join(tmp, name)
+        write_folder(folder, {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}, hf_cfg)
+        tj = os.path.join(folder, "tokenizer.json")
+        json.dump(tok, open(tj, "w", encoding="utf-8"), ensure_ascii=False)
+        plain_tj = os.path.join(tmp, name + "-plain.json")     # GPT-2's own pre-tokenizer, no normalizer
+        json.dump(dict(tok, normalizer=None, pre_tokenizer={"type": "ByteLevel", "add_prefix_space": False,
+                                                            "trim_offsets": True, "use_regex": True}),
+                  open(plain_tj, "w", encoding="utf-8"), ensure_ascii=False)
+        pf = os.path.join(tmp, name + "_prompt.txt")
+        open(pf, "w", encoding="utf-8").write(prompt)
+
+        def encode(f):
+            raw = subprocess.run(["node", ref, "encode", f, pf], capture_output=True, check=True).stdout
+            return list(np.frombuffer(raw[4:], dtype="<i4"))
+
+        def greedy(ids):
+            ids, n0 = list(ids), len(ids)
+            with torch.no_grad():
+                for _ in range(8):
+                    logits, _ = model(torch.tensor([ids]))
+                    ids.append(int(logits[0, -1].argmax()))
+            idf = os.path.join(tmp, name + "_ids.bin")
+            open(idf, "wb").write(np.array([len(ids) - n0] + ids[n0:], dtype="<i4").tobytes())
+            return subprocess.run(["node", ref, "decode", tj, idf], capture_output=True, check=True).stdout[4:].decode()
+        ids, plain_ids = encode(tj), encode(plain_tj)
+        want, plain = greedy(ids), greedy(plain_ids)
+        check(ids != plain_ids and want != plain, f"{name}: the reference's prompt ids ({len(ids)} vs {len(plain_ids)} "
+              f"without the file's chain) and greedy text differ: {want!r} vs {plain!r}")
+        r = skiplm("sample", folder, "--prompt", prompt, "--tokens", "8", "--greedy", "--quiet")
+        check(r.returncode == 0 and r.stdout.rstrip("\n") == want,
+              f"{name}-shaped folder (every config.json key, its tokenizer.json chain): greedy {r.stdout!r} vs reference "
+              f"{want!r} {r.stderr.strip()[:200]}")
+
+
 def skiplm(*args, cwd=None):
     return subprocess.run([SKIPLM, *args], capture_output=True, text=True, cwd=cwd)
 
@@ -630,6 +711,7 @@ with tempfile.TemporaryDirectory() as tmp:
     rope_scaling_cases(tmp)
     untied_cases(tmp)
     qwen2_case(tmp)
+    chain_cases(tmp)
     smollm_case(tmp)
     cli_case(tmp)
     bad_cases(tmp)

@@ -82,7 +82,7 @@ static void dec_free(decoder *d) {
 int cmd_sample(int argc, char **argv) {
     int n_head = 0;
     const char *prompt = NULL, *tok_path = NULL, *device = "cpu";
-    int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0;
+    int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0, ignore_eos = 0;
     float temperature = 0.8f, top_p = 1.0f;
     uint64_t seed = 1337;
     cli_opt opts[] = {
@@ -98,6 +98,7 @@ int cmd_sample(int argc, char **argv) {
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
         {"bf16", 'b', &bf16, "bf16 copy of the weights for the matrix products, fp32 everything else (CPU or --device cuda)"},
+        {"ignore-eos", 'b', &ignore_eos, "go on past the end-of-sequence token of a Hugging Face folder (eos_token_id)"},
         {"n_head", 'i', &n_head, CLI_N_HEAD_HELP},
         {0},
     };
@@ -126,6 +127,10 @@ int cmd_sample(int argc, char **argv) {
     if (cli_load_model(&m, pos[0], n_head)) return cli_fail("sample");
     if (load_tokenizer(&tok, tok_path, pos[0])) return cli_fail("sample");
     const sk_config *c = sk_model_config(m);
+    /* a Hugging Face folder's end-of-sequence ids: generation stops there, as generate() does */
+    int32_t eos[16];
+    int n_eos = 0;
+    if (!ignore_eos && sk_hf_eos_ids(pos[0], eos, 16, &n_eos)) return cli_fail("sample");
     if (sk_tok_vocab_size(tok) > c->vocab_size) {
         fprintf(stderr, "skiplm sample: the tokenizer has %d tokens but the model only %d\n", sk_tok_vocab_size(tok), c->vocab_size);
         return 1;
@@ -159,6 +164,13 @@ int cmd_sample(int argc, char **argv) {
     for (int i = 0; i < n_new; i++) {
         int32_t next = sk_sample_token(logits, c->vocab_size, temperature, top_k, top_p, &rng);
         if (next >= sk_tok_vocab_size(tok)) next = 0;   /* padded rows of a wider model */
+        int stop = 0;
+        for (int e = 0; e < n_eos; e++) stop |= next == eos[e];
+        if (stop) {                                     /* not printed, as decode(skip_special_tokens) */
+            if (!quiet) fprintf(stderr, "\n[end-of-sequence token %d after %d new tokens; --ignore-eos goes on]", next, i);
+            n_new = i;
+            break;
+        }
         ids[n++] = next;
         size_t len;
         const char *s = sk_tok_decode_one(tok, next, &len);

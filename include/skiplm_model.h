@@ -164,6 +164,12 @@ int sk_model_save_with(const sk_model *m, const char *path, sk_st_writer *extra)
 int sk_model_load_st(sk_model **m, const sk_safetensors *st, const char *path, const sk_config *override);
 /* Read just the config of a weights file or folder, as sk_model_load does. */
 int sk_config_from_file(sk_config *cfg, const char *path);
+/* The end-of-sequence ids of a Hugging Face folder (or of the weights file inside one):
+ * eos_token_id of generation_config.json, else of config.json (a number or a list), at most
+ * max of them into ids; *n = 0 when neither file gives one (skiplm's own files: the caller
+ * decides). A file that exists but is not valid JSON, or an eos_token_id that is not a whole
+ * number >= 0 or a list of them, is an error naming the file. */
+int sk_hf_eos_ids(const char *path, int32_t *ids, int max, int *n);
 
 /* Per-phase timers (seconds, accumulated since the last reset). */
 typedef struct { double matmul, attention, norm, elementwise, classifier; } sk_phase_times;

@@ -254,6 +254,44 @@ done:
     return rc;
 }
 
+/* eos_token_id from generation_config.json (what transformers' generate stops at), else config.json */
+int sk_hf_eos_ids(const char *path, int32_t *ids, int max, int *n) {
+    *n = 0;
+    char *file = sk_weights_file(path);
+    if (!file) return SK_ENOMEM;
+    const char *slash = strrchr(file, '/');
+    size_t dl = slash ? (size_t)(slash - file) + 1 : 0;
+    int rc = SK_OK;
+    static const char *const names[2] = {"generation_config.json", "config.json"};
+    for (int f = 0; f < 2 && !rc && !*n; f++) {
+        char cp[4096];
+        snprintf(cp, sizeof cp, "%.*s%s", (int)dl, file, names[f]);
+        struct stat sb;
+        if (stat(cp, &sb) != 0) continue;
+        uint8_t *text; size_t len;
+        sk_json j = {0};
+        char err[160];
+        if ((rc = sk_read_file(cp, &text, &len))) break;
+        if (sk_json_parse((const char *)text, len, &j, err, sizeof err)) rc = sk_error(SK_EFORMAT, "%s: %s", cp, err);
+        free(text);
+        /* a config.json without model_type is some other tool's (as apply_hf_config reads it) */
+        const int ok = !rc && j.type == SK_JSON_OBJ && (f == 0 || sk_json_get(&j, "model_type"));
+        const sk_json *e = ok ? sk_json_get(&j, "eos_token_id") : NULL;
+        const int list = e && e->type == SK_JSON_ARR;
+        for (int i = 0; e && e->type != SK_JSON_NULL && i < (list ? e->n : 1); i++) {
+            const sk_json *v = list ? &e->items[i] : e;
+            if (v->type != SK_JSON_NUM || v->num != floor(v->num) || v->num < 0 || v->num > 2147483647.0) {
+                rc = sk_error(SK_EFORMAT, "%s: eos_token_id must be a whole number >= 0 or a list of them", cp);
+                break;
+            }
+            if (*n < max) ids[(*n)++] = (int32_t)v->num;
+        }
+        sk_json_free(&j);
+    }
+    free(file);
+    return rc;
+}
+
 /* heads_known (may be NULL): whether n_head came from the metadata or config.json; the shapes
  * cannot tell it */
 /* 1 if the file holds an lm_head.weight that is not, byte for byte, its token embedding */

@@ -419,23 +419,50 @@ def chain_cases(tmp):
             raw = subprocess.run(["node", ref, "encode", f, pf], capture_output=True, check=True).stdout
             return list(np.frombuffer(raw[4:], dtype="<i4"))
 
+        def text(new):
+            idf = os.path.join(tmp, name + "_ids.bin")
+            open(idf, "wb").write(np.array([len(new)] + new, dtype="<i4").tobytes())
+            return subprocess.run(["node", ref, "decode", tj, idf], capture_output=True, check=True).stdout[4:].decode()
+
         def greedy(ids):
             ids, n0 = list(ids), len(ids)
             with torch.no_grad():
                 for _ in range(8):
                     logits, _ = model(torch.tensor([ids]))
                     ids.append(int(logits[0, -1].argmax()))
-            idf = os.path.join(tmp, name + "_ids.bin")
-            open(idf, "wb").write(np.array([len(ids) - n0] + ids[n0:], dtype="<i4").tobytes())
-            return subprocess.run(["node", ref, "decode", tj, idf], capture_output=True, check=True).stdout[4:].decode()
+            return ids[n0:]
         ids, plain_ids = encode(tj), encode(plain_tj)
-        want, plain = greedy(ids), greedy(plain_ids)
+        cont = greedy(ids)
+        want, plain = text(cont), text(greedy(plain_ids))
         check(ids != plain_ids and want != plain, f"{name}: the reference's prompt ids ({len(ids)} vs {len(plain_ids)} "
               f"without the file's chain) and greedy text differ: {want!r} vs {plain!r}")
         r = skiplm("sample", folder, "--prompt", prompt, "--tokens", "8", "--greedy", "--quiet")
         check(r.returncode == 0 and r.stdout.rstrip("\n") == want,
               f"{name}-shaped folder (every config.json key, its tokenizer.json chain): greedy {r.stdout!r} vs reference "
               f"{want!r} {r.stderr.strip()[:200]}")
+        # generation stops at the end-of-sequence ids (generation_config.json's, else config.json's)
+        k = next(i for i in range(1, 8) if cont[i] not in cont[:i])
+        for where, conf in [("config.json", dict(hf_cfg, eos_token_id=[7, cont[k]])),
+                            ("generation_config.json", {"eos_token_id": cont[k], "bos_token_id": 1})]:
+            gc = os.path.join(folder, "generation_config.json")
+            if where == "config.json":
+                json.dump(conf, open(os.path.join(folder, "config.json"), "w"))
+            else:
+                json.dump(hf_cfg, open(os.path.join(folder, "config.json"), "w"))
+                json.dump(conf, open(gc, "w"))
+            r = skiplm("sample", folder, "--prompt", prompt, "--tokens", "8", "--greedy")
+            out = r.stdout[len(prompt):].rstrip("\n")
+            check(r.returncode == 0 and out == text(cont[:k]) and f"end-of-sequence token {cont[k]} after {k} new tokens" in r.stderr,
+                  f"{name}: eos_token_id {cont[k]} in {where}: sample stops after {k} tokens ({out!r}; {r.stderr.strip()[-90:]!r})")
+            r = skiplm("sample", folder, "--prompt", prompt, "--tokens", "8", "--greedy", "--quiet", "--ignore-eos")
+            check(r.returncode == 0 and r.stdout.rstrip("\n") == want, f"{name}: ... and --ignore-eos goes on: {r.stdout!r}")
+            if os.path.exists(gc):
+                os.remove(gc)
+        open(os.path.join(folder, "generation_config.json"), "w").write('{"eos_token_id": [2.5]}')
+        r = skiplm("sample", folder, "--prompt", prompt, "--tokens", "2")
+        check(r.returncode != 0 and "generation_config.json: eos_token_id must be a whole number" in r.stderr,
+              f"{name}: a bad eos_token_id is refused, naming the file: {r.stderr.strip()[-120:]}")
+        os.remove(os.path.join(folder, "generation_config.json"))
 
 
 def skiplm(*args, cwd=None):

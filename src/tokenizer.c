@@ -126,6 +126,7 @@ typedef struct { uint64_t h; uint32_t w_off, w_len, i_off, i_n; } cache_slot;
 /* ------------------------------------------------------- the tokenizer object */
 
 enum { KIND_GPT2 = 1, KIND_CHAR = 2, KIND_HF = 3 };
+enum { SP_ALWAYS = 1, SP_FIRST = 2, SP_NEVER = 3 };   /* Metaspace's prepend_scheme */
 
 /* A tokenizer.json added token: matched in the raw text before pre-tokenization. */
 typedef struct { int32_t id; uint8_t lstrip, rstrip; } added_tok;
@@ -153,6 +154,17 @@ struct sk_tokenizer {
     int digits;                                /* Digits pre-tokenizer: 0 none, 1 each numeral alone, 2 runs */
     int split;                                 /* Split (Llama 3's regex): 0 none, else its longest numeral run */
     int nfc;                                   /* the NFC normalizer (Qwen2's) */
+    /* sentencepiece-style files (Llama 2's, Mistral's): each stretch is one BPE word of
+     * characters, spaces as U+2581; see the section "sentencepiece-style BPE" below */
+    int sp;                                    /* 1 for such a file */
+    int sp_prepend, sp_replace;                /* normalizer: Prepend("\u2581"), Replace(" " -> "\u2581") */
+    int sp_meta;                               /* Metaspace pre-tokenizer: 0 none, SP_ALWAYS, SP_FIRST, SP_NEVER */
+    int byte_fallback, fuse_unk;
+    int32_t unk;                               /* unk_token's id, or -1 */
+    /* decoded text of each token where it differs from the pool (sp: U+2581 as a space,
+     * <0xXX> as its byte); NULL: the pool is the decoded text */
+    char *dpool; size_t dpool_len, dpool_cap;
+    uint32_t *doff, *dlen;
     added_tok *added; int n_added;             /* sorted by first byte; bytes in the pool */
     int added_from[257];                       /* added[added_from[b] .. added_from[b+1]) start with byte b */
 };
@@ -180,7 +192,7 @@ void sk_tok_free(sk_tokenizer *t) {
     if (!t) return;
     free(t->pool); free(t->off); free(t->len); free(t->vocab_tab); free(t->pairs);
     free(t->cache); free(t->cache_bytes); free(t->cache_ids); free(t->cps); free(t->sorted);
-    free(t->added);
+    free(t->added); free(t->dpool); free(t->doff); free(t->dlen);
     free(t);
 }
 
@@ -638,15 +650,16 @@ static int cache_grow(sk_tokenizer *t) {
     return 0;
 }
 
-/* Hugging Face's BPE of one pre-token (tokenizers' Word::merge_all): repeatedly merge the
- * adjacent pair of lowest rank, the leftmost one among equals, one occurrence at a time;
- * a merged symbol keeps its left part's position. A binary heap of (rank, position) with
- * stale entries skipped makes it O(len log len). This differs from bpe_word (which merges
- * every occurrence of the best pair at once) only for merge lists whose ranks are not in
- * training order, e.g. (aa, a) ranked before (a, a): "aaaa" gives aaa|a here, aa|aa there.
- * syms: len ids out; link: 2*len scratch; heap: 3*len scratch. */
-static size_t bpe_word_hf(const sk_tokenizer *t, const uint8_t *w, size_t len, int32_t *syms,
-                          int32_t *link, uint64_t *heap) {
+/* Hugging Face's BPE (tokenizers' Word::merge_all) over the symbols syms[0..len): repeatedly
+ * merge the adjacent pair of lowest rank, the leftmost one among equals, one occurrence at a
+ * time; a merged symbol keeps its left part's position. A binary heap of (rank, position)
+ * with stale entries skipped makes it O(len log len). This differs from bpe_word (which
+ * merges every occurrence of the best pair at once) only for merge lists whose ranks are not
+ * in training order, e.g. (aa, a) ranked before (a, a): "aaaa" gives aaa|a here, aa|aa there.
+ * A symbol < 0 (a character outside the vocabulary) never merges. On return the symbols
+ * left are syms[0], syms[next[0]], ... until -1 (next = link + len; merged-away ones are -1).
+ * link: 2*len scratch; heap: 3*len scratch (len - 1 pairs at first, at most two per merge). */
+static void bpe_merge_hf(const sk_tokenizer *t, int32_t *syms, size_t len, int32_t *link, uint64_t *heap) {
     int32_t *prev = link, *next = link + len;
     size_t nh = 0;
 #define HEAP_PUSH(key) do {                                                              \
@@ -655,11 +668,11 @@ static size_t bpe_word_hf(const sk_tokenizer *t, const uint8_t *w, size_t len, i
         heap[c_] = k_;                                                                   \
     } while (0)
     for (size_t i = 0; i < len; i++) {
-        syms[i] = t->byte_id[w[i]];
         prev[i] = (int32_t)i - 1;
         next[i] = i + 1 < len ? (int32_t)i + 1 : -1;
     }
     for (size_t i = 0; i + 1 < len; i++) {
+        if (syms[i] < 0 || syms[i + 1] < 0) continue;
         const pair_slot *p = pair_find(t, syms[i], syms[i + 1]);
         if (p->rank >= 0) HEAP_PUSH((uint64_t)p->rank << 32 | i);
     }
@@ -683,19 +696,35 @@ static size_t bpe_word_hf(const sk_tokenizer *t, const uint8_t *w, size_t len, i
         syms[nx] = -1;
         next[pos] = next[nx];
         if (next[pos] >= 0) prev[next[pos]] = pos;
-        if (prev[pos] >= 0) {
+        if (prev[pos] >= 0 && syms[prev[pos]] >= 0) {
             const pair_slot *q = pair_find(t, syms[prev[pos]], syms[pos]);
             if (q->rank >= 0) HEAP_PUSH((uint64_t)q->rank << 32 | (uint32_t)prev[pos]);
         }
-        if (next[pos] >= 0) {
+        if (next[pos] >= 0 && syms[next[pos]] >= 0) {
             const pair_slot *q = pair_find(t, syms[pos], syms[next[pos]]);
             if (q->rank >= 0) HEAP_PUSH((uint64_t)q->rank << 32 | (uint32_t)pos);
         }
     }
 #undef HEAP_PUSH
+}
+
+/* bpe_merge_hf on the bytes of one pre-token w[0..len): writes the ids left to syms
+ * (capacity len) and returns how many. link: 2*len scratch; heap: 3*len scratch. */
+static size_t bpe_word_hf(const sk_tokenizer *t, const uint8_t *w, size_t len, int32_t *syms,
+                          int32_t *link, uint64_t *heap) {
+    for (size_t i = 0; i < len; i++) syms[i] = t->byte_id[w[i]];
+    bpe_merge_hf(t, syms, len, link, heap);
+    const int32_t *next = link + len;
     size_t o = 0;
     for (int32_t i = 0; i >= 0; i = next[i]) syms[o++] = syms[i];
     return o;
+}
+
+/* Make room for one more cache entry (grow the table, or clear it when full). */
+static int cache_ready(sk_tokenizer *t) {
+    if (t->cache && (t->cache_count + 1) * 2 <= t->cache_mask + 1) return 0;
+    if (t->cache_count >= CACHE_MAX_ENTRIES) { cache_clear(t); return 0; }
+    return cache_grow(t);
 }
 
 /* The ids of one pre-token w[0..len), appended to ids: a single byte directly, short words
@@ -710,10 +739,7 @@ static int encode_word(sk_tokenizer *t, const uint8_t *w, size_t len, int32_t **
     size_t ins = 0, hit = (size_t)-1;
     uint64_t h = 0;
     if (len <= CACHE_MAX_WORD) {
-        if (!t->cache || (t->cache_count + 1) * 2 > t->cache_mask + 1) {
-            if (t->cache_count >= CACHE_MAX_ENTRIES) cache_clear(t);
-            else if (cache_grow(t)) return 1;
-        }
+        if (cache_ready(t)) return 1;
         h = hash_bytes(w, len) | 1;
         hit = cache_find(t, w, len, h, &ins);
         if (hit != (size_t)-1) {

@@ -168,13 +168,16 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found, i
     /* without a model_type it is some other tool's config.json, not HF's: not read */
     const sk_json *mt = rc ? NULL : sk_json_get(&j, "model_type");
     if (!rc && !mt) goto done;
-    if (!rc && (mt->type != SK_JSON_STR || (strcmp(mt->str, "gpt2") && strcmp(mt->str, "llama") && strcmp(mt->str, "qwen2"))))
-        rc = sk_error(SK_EFORMAT, "%s: model_type %s%s%s: skiplm reads \"gpt2\", \"llama\" and \"qwen2\"", cp,
+    if (!rc && (mt->type != SK_JSON_STR || (strcmp(mt->str, "gpt2") && strcmp(mt->str, "llama") && strcmp(mt->str, "qwen2") &&
+                                            strcmp(mt->str, "mistral"))))
+        rc = sk_error(SK_EFORMAT, "%s: model_type %s%s%s: skiplm reads \"gpt2\", \"llama\", \"mistral\" and \"qwen2\"", cp,
                       mt->type == SK_JSON_STR ? "\"" : "", mt->type == SK_JSON_STR ? mt->str : "not a string",
                       mt->type == SK_JSON_STR ? "\"" : "");
     if (rc) goto done;
-    /* Qwen2 is Llama with biases on the q, k, v projections (and no attention_bias key) */
-    const int qwen2 = !strcmp(mt->str, "qwen2"), llama = qwen2 || !strcmp(mt->str, "llama");
+    /* Qwen2 is Llama with biases on the q, k, v projections (and no attention_bias key);
+     * Mistral is Llama with an optional sliding window */
+    const int qwen2 = !strcmp(mt->str, "qwen2"), mistral = !strcmp(mt->str, "mistral");
+    const int llama = qwen2 || mistral || !strcmp(mt->str, "llama");
     /* HF key, skiplm field, required (what the shapes alone do not pin down, or would be a guess) */
     static const char *const gpt2_keys[][3] = {
         {"n_layer", "n_layer", "1"}, {"n_head", "n_head", "1"}, {"n_embd", "n_embd", "1"},
@@ -236,6 +239,12 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found, i
             rc = sk_error(SK_EFORMAT, "%s: \"%s\" is true: skiplm's attention sees the whole causal context", cp, qwen_off[i]);
             goto done;
         }
+    }
+    const sk_json *sw = mistral ? sk_json_get(&j, "sliding_window") : NULL;
+    if (sw && sw->type != SK_JSON_NULL && !(sw->type == SK_JSON_NUM && sw->num >= c->block_size)) {
+        rc = sk_error(SK_EFORMAT, "%s: \"sliding_window\" is set below max_position_embeddings: skiplm's attention sees the "
+                      "whole causal context", cp);
+        goto done;
     }
     const sk_json *sc = sk_json_get(&j, "scale_attn_weights");     /* GPT-2: scores / sqrt(d) unless false */
     if (sc && sc->type == SK_JSON_BOOL && !sc->boolean) {

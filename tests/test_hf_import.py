@@ -226,7 +226,9 @@ def untied_cases(tmp):
     cases = [("untied", hf_cfg, "config.json's tie_word_embeddings false"),
              ("untied-default", {k: v for k, v in hf_cfg.items() if k != "tie_word_embeddings"},
               "a Llama config.json without tie_word_embeddings (HF's default: untied)"),
-             ("untied-bare", None, "a bare file whose lm_head.weight is not its embedding")]
+             ("untied-bare", None, "a bare file whose lm_head.weight is not its embedding"),
+             ("untied-mistral", dict(hf_cfg, model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=None,
+                                     head_dim=None), "a Mistral config.json (no sliding window), its default untied")]
     for name, conf, what in cases:
         folder = os.path.join(tmp, name)
         write_folder(folder, sd, conf, metadata=None if conf else {"format": "pt", "n_head": "4", "n_kv_head": "1",
@@ -626,7 +628,10 @@ def bad_cases(tmp):
     qcfg = dict(lcfg, model_type="qwen2")
     expect("qwen2-no-bias", lp, qcfg, "'model.layers.0.self_attn.q_proj.bias' is missing")
     expect("qwen2-sliding", lp, dict(qcfg, use_sliding_window=True), '"use_sliding_window" is true')
-    expect("mistral", lp, dict(lcfg, model_type="mistral"), 'model_type "mistral"')
+    r = skiplm("info", os.path.join(tmp, "untied-mistral"))
+    check(r.returncode == 0, f"... a Mistral folder whose sliding_window is null loads: {(r.stdout + r.stderr).strip()[:120]}")
+    expect("mistral-window", lp, dict(lcfg, model_type="mistral", sliding_window=8), '"sliding_window" is set below')
+    expect("phi", lp, dict(lcfg, model_type="phi"), 'model_type "phi"')
     expect("tie-not-bool", lp, dict(lcfg, tie_word_embeddings="no"), '"tie_word_embeddings" must be true or false')
     ghead = dict(p, **{"lm_head.weight": torch.randn(30, 16)})
     expect("gpt2-default-tied", ghead, cfg, "lm_head.weight differs from the token embedding")

@@ -104,19 +104,40 @@ int sk_nfc(const uint8_t *s, size_t n, uint8_t **out, size_t *out_n) {
         *out_n = n;
         return SK_OK;
     }
-    /* 1. full canonical decomposition (each unit gives at most SK_NFC_MAX_DECOMP) */
-    uint32_t *u = malloc(sizeof(uint32_t) * (n * SK_NFC_MAX_DECOMP + 1));
-    if (!u) return sk_error(SK_ENOMEM, "out of memory for NFC");
+    /* 1. full canonical decomposition: no character decomposes into more code points than
+     * 1.5 per byte of its UTF-8 (U+01D5, 2 bytes, into 3), a raw byte is one unit: 2n bounds it */
+    size_t bytes = (2 * n + 1) * (2 * sizeof(uint32_t) + 1);
+    if (sk_mem_check(bytes, "normalizing a text to NFC")) return SK_ENOMEM;
+    uint32_t *u = malloc(sizeof(uint32_t) * (2 * n + 1)), *tmp = malloc(sizeof(uint32_t) * (2 * n + 1));
+    uint8_t *cc = malloc(2 * n + 1);
+    if (!u || !tmp || !cc) { free(u); free(tmp); free(cc); return sk_error(SK_ENOMEM, "out of memory for NFC"); }
     size_t m = 0;
-    for (size_t i = 0; i < n;) m += (size_t)decompose(next_unit(s, n, &i), u + m);
-    /* 2. canonical ordering: each run of non-starters stably sorted by combining class */
-    for (size_t i = 1; i < m; i++) {
-        int c = ccc(u[i]);
-        if (!c) continue;
-        uint32_t x = u[i];
-        size_t j = i;
-        while (j > 0 && ccc(u[j - 1]) > c) { u[j] = u[j - 1]; j--; }
-        u[j] = x;
+    for (size_t i = 0; i < n;) {
+        uint32_t d[SK_NFC_MAX_DECOMP];
+        int k = decompose(next_unit(s, n, &i), d);
+        for (int j = 0; j < k; j++) { u[m] = d[j]; cc[m++] = (uint8_t)ccc(d[j]); }
+    }
+    /* 2. canonical ordering: each run of non-starters stably sorted by combining class (a
+     * counting sort for long runs: linear however many marks a character carries) */
+    for (size_t i = 0; i < m;) {
+        if (!cc[i]) { i++; continue; }
+        size_t e = i;
+        while (e < m && cc[e]) e++;
+        if (e - i <= 16) {
+            for (size_t a = i + 1; a < e; a++)
+                for (size_t b = a; b > i && cc[b - 1] > cc[b]; b--) {
+                    uint32_t x = u[b]; u[b] = u[b - 1]; u[b - 1] = x;
+                    uint8_t y = cc[b]; cc[b] = cc[b - 1]; cc[b - 1] = y;
+                }
+        } else {
+            size_t at[257] = {0};
+            for (size_t a = i; a < e; a++) at[cc[a] + 1]++;
+            for (int k = 1; k < 257; k++) at[k] += at[k - 1];
+            for (size_t a = i; a < e; a++) tmp[at[cc[a]]++] = u[a];
+            memcpy(u + i, tmp, sizeof(uint32_t) * (e - i));
+            for (size_t a = i; a < e; a++) cc[a] = (uint8_t)ccc(u[a]);
+        }
+        i = e;
     }
     /* 3. canonical composition: a character joins the last starter unless blocked (something
      * between them with class 0 or a class >= its own); sorted marks make the last one the test */
@@ -124,7 +145,7 @@ int sk_nfc(const uint8_t *s, size_t n, uint8_t **out, size_t *out_n) {
     int prev = 0;                                        /* class of the last character kept */
     for (size_t i = 0; i < m; i++) {
         const uint32_t x = u[i];
-        const int c = ccc(x);
+        const int c = cc[i];
         if (starter != (size_t)-1 && (w - 1 == starter || (prev != 0 && prev < c))) {
             uint32_t y = compose(u[starter], x);
             if (y) { u[starter] = y; continue; }
@@ -133,6 +154,7 @@ int sk_nfc(const uint8_t *s, size_t n, uint8_t **out, size_t *out_n) {
         prev = c;
         u[w++] = x;
     }
+    free(tmp); free(cc);
     uint8_t *o = malloc(4 * w + 1);
     if (!o) { free(u); return sk_error(SK_ENOMEM, "out of memory for NFC"); }
     size_t k = 0;

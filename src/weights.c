@@ -119,16 +119,16 @@ static int hf_set(sk_config *c, const sk_json *v, const char *key, const char *f
  * "default", "factor", and for llama3 "low_freq_factor", "high_freq_factor",
  * "original_max_position_embeddings"}. The other types (dynamic, yarn, longrope, ...) are
  * refused by name. */
-static int hf_rope_scaling(sk_config *c, const sk_json *rs, int llama, const char *cp) {
-    if (!llama) return sk_error(SK_EFORMAT, "%s: \"rope_scaling\" is set: GPT-2 has no RoPE", cp);
-    if (rs->type != SK_JSON_OBJ) return sk_error(SK_EFORMAT, "%s: \"rope_scaling\" must be an object or null", cp);
+static int hf_rope_scaling(sk_config *c, const sk_json *rs, int llama, const char *cp, const char *key) {
+    if (!llama) return sk_error(SK_EFORMAT, "%s: \"%s\" is set: GPT-2 has no RoPE", cp, key);
+    if (rs->type != SK_JSON_OBJ) return sk_error(SK_EFORMAT, "%s: \"%s\" must be an object or null", cp, key);
     const sk_json *ty = sk_json_get(rs, "rope_type");
     if (!ty) ty = sk_json_get(rs, "type");
     if (!ty || ty->type != SK_JSON_STR)
-        return sk_error(SK_EFORMAT, "%s: rope_scaling: \"rope_type\" must be a string", cp);
+        return sk_error(SK_EFORMAT, "%s: %s: \"rope_type\" must be a string", cp, key);
     if (!strcmp(ty->str, "default")) return SK_OK;
     if (strcmp(ty->str, "linear") && strcmp(ty->str, "llama3"))
-        return sk_error(SK_EFORMAT, "%s: rope_scaling type \"%s\": skiplm has \"linear\" and \"llama3\"", cp, ty->str);
+        return sk_error(SK_EFORMAT, "%s: %s type \"%s\": skiplm has \"linear\" and \"llama3\"", cp, key, ty->str);
     int rc = sk_config_set(c, "rope_scaling", ty->str);
     static const char *const keys[][2] = {
         {"factor", "rope_factor"}, {"low_freq_factor", "rope_low_freq_factor"},
@@ -137,10 +137,10 @@ static int hf_rope_scaling(sk_config *c, const sk_json *rs, int llama, const cha
     const int nk = !strcmp(ty->str, "linear") ? 1 : 4;
     for (int i = 0; !rc && i < nk; i++) {
         const sk_json *v = sk_json_get(rs, keys[i][0]);
-        char key[64];
-        snprintf(key, sizeof key, "rope_scaling.%s", keys[i][0]);
-        if (!v || v->type == SK_JSON_NULL) rc = sk_error(SK_EFORMAT, "%s: \"%s\" is missing", cp, key);
-        else rc = hf_set(c, v, key, keys[i][1], cp);
+        char name[80];
+        snprintf(name, sizeof name, "%s.%s", key, keys[i][0]);
+        if (!v || v->type == SK_JSON_NULL) rc = sk_error(SK_EFORMAT, "%s: \"%s\" is missing", cp, name);
+        else rc = hf_set(c, v, name, keys[i][1], cp);
     }
     return rc;
 }
@@ -231,7 +231,27 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found, i
         goto done;
     } else if (!llama) *tie = 1;
     const sk_json *rs = sk_json_get(&j, "rope_scaling");
-    if (rs && rs->type != SK_JSON_NULL && (rc = hf_rope_scaling(c, rs, llama, cp))) goto done;
+    if (rs && rs->type != SK_JSON_NULL && (rc = hf_rope_scaling(c, rs, llama, cp, "rope_scaling"))) goto done;
+    /* transformers v5 writes RoPE's settings as rope_parameters {rope_type, rope_theta, factor,
+     * ...} instead of rope_theta and rope_scaling: read the same way; both layouts at once are
+     * taken only where they agree */
+    const sk_json *rp = sk_json_get(&j, "rope_parameters");
+    if (rp && rp->type != SK_JSON_NULL) {
+        sk_config v4 = *c;
+        if (rs && rs->type != SK_JSON_NULL) {
+            rc = sk_error(SK_EFORMAT, "%s: both \"rope_parameters\" and \"rope_scaling\" are set", cp);
+            goto done;
+        }
+        if ((rc = hf_rope_scaling(c, rp, llama, cp, "rope_parameters"))) goto done;
+        const sk_json *th = sk_json_get(rp, "rope_theta");
+        if (th && th->type != SK_JSON_NULL && (rc = hf_set(c, th, "rope_parameters.rope_theta", "rope_theta", cp))) goto done;
+        const sk_json *top = sk_json_get(&j, "rope_theta");
+        if (top && top->type != SK_JSON_NULL && th && th->type != SK_JSON_NULL && v4.rope_theta != c->rope_theta) {
+            rc = sk_error(SK_EFORMAT, "%s: \"rope_theta\" (%g) and \"rope_parameters.rope_theta\" (%g) disagree", cp,
+                          (double)v4.rope_theta, (double)c->rope_theta);
+            goto done;
+        }
+    }
     static const char *const qwen_off[] = {"use_sliding_window", "use_mrope"};     /* Qwen2's, off by default */
     for (size_t i = 0; qwen2 && i < sizeof qwen_off / sizeof qwen_off[0]; i++) {
         const sk_json *v = sk_json_get(&j, qwen_off[i]);
@@ -603,7 +623,11 @@ int sk_model_save_hf(const sk_model *m, const char *dir) {
         rc = sk_st_write(w, path);
     }
     if (!rc) {
-        char inner[32], scaling[256] = "null";
+        char inner[32], scaling[256] = "null", qwen[128];
+        /* Qwen2Config's sliding_window defaults to 4096, which some transformers releases apply
+         * even with use_sliding_window false: none, spelled out */
+        snprintf(qwen, sizeof qwen, "\n  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n  \"max_window_layers\": %d,",
+                 c->n_layer);
         if (c->rope_scaling == SK_ROPE_LINEAR)
             snprintf(scaling, sizeof scaling, "{\"rope_type\": \"linear\", \"factor\": %.9g}", (double)c->rope_factor);
         else if (c->rope_scaling == SK_ROPE_LLAMA3)
@@ -632,7 +656,7 @@ int sk_model_save_hf(const sk_model *m, const char *dir) {
                      c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", c->qkv_bias ? "qwen2" : "llama",
                      c->n_layer, c->n_head, m->Hkv, c->n_embd, m->F, c->block_size, c->vocab_size, (double)c->norm_eps,
                      (double)c->rope_theta, (double)c->dropout,
-                     c->qkv_bias ? "\n  \"use_sliding_window\": false," : "\n  \"attention_bias\": false,",
+                     c->qkv_bias ? qwen : "\n  \"attention_bias\": false,",
                      scaling, c->untied_head ? "false" : "true");
         snprintf(path, n, "%s/config.json", dir);
         rc = sk_write_atomic(path, json, (size_t)len);

@@ -153,7 +153,8 @@ def rope_scaling_cases(tmp):
     256 put frequencies in all three of llama3's bands (kept: j <= 2, blended: j = 3, divided
     by factor: j >= 4), at positions where the angles differ. And "linear" under the older key
     "type". Each must differ from the unscaled reference by far more than the tolerance."""
-    for name, scaling, theta in [("llama3", LLAMA3_SCALING, 1e4), ("linear", {"type": "linear", "factor": 4.0}, 5e4)]:
+    for name, scaling, theta in [("llama3", LLAMA3_SCALING, 1e4), ("linear", {"type": "linear", "factor": 4.0}, 5e4),
+                                 ("v5-rope_parameters", LLAMA3_SCALING, 2e4)]:
         cfg = LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, block_size=96, vocab_size=77, ffn_hidden=96,
                           norm_eps=1e-5, rope_theta=theta, rope_scaling=scaling)
         model = Llama(cfg, halves=True)
@@ -165,6 +166,9 @@ def rope_scaling_cases(tmp):
                   "num_key_value_heads": 2, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": scaling,
                   "rope_theta": theta, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
                   "transformers_version": "4.45.0.dev0", "use_cache": True, "vocab_size": 77}
+        if name.startswith("v5"):             # transformers v5: one rope_parameters, no rope_theta / rope_scaling
+            hf_cfg = {k: v for k, v in hf_cfg.items() if k not in ("rope_scaling", "rope_theta")}
+            hf_cfg["rope_parameters"] = dict(scaling, rope_theta=theta)
         folder = os.path.join(tmp, "rope-" + name)
         write_folder(folder, {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}, hf_cfg)
         idx, tgt, bpath = batch(tmp, "rope-" + name, 77, 2, 96)
@@ -297,7 +301,8 @@ def qwen2_case(tmp):
     if check(r.returncode == 0, f"export of the qwen2 folder: {(r.stdout + r.stderr).strip()[:160]}"):
         tensors, _, ecfg = read_folder(again)
         same = set(tensors) == set(sd) and all(torch.equal(tensors[k], sd[k]) for k in sd)
-        check(same and ecfg["model_type"] == "qwen2" and ecfg["use_sliding_window"] is False,
+        check(same and ecfg["model_type"] == "qwen2" and ecfg["use_sliding_window"] is False and
+              ecfg["sliding_window"] is None and ecfg["max_window_layers"] == 2,
               f"exported again: the same {len(sd)} tensors bit for bit (q/k biases in HF's order), model_type qwen2")
 
 
@@ -621,6 +626,12 @@ def bad_cases(tmp):
     expect("rope-bands", lp, dict(lcfg, rope_scaling=dict(LLAMA3_SCALING, low_freq_factor=4.0)), "must satisfy 0 < low < high")
     expect("rope-list", lp, dict(lcfg, rope_scaling=[8.0]), '"rope_scaling" must be an object')
     expect("rope-gpt2", p, dict(cfg, rope_scaling={"rope_type": "linear", "factor": 2.0}), "GPT-2 has no RoPE")
+    expect("rope-both-layouts", lp, dict(lcfg, rope_scaling=LLAMA3_SCALING, rope_parameters=dict(LLAMA3_SCALING, rope_theta=1e4)),
+           'both "rope_parameters" and "rope_scaling" are set')
+    expect("rope-theta-disagrees", lp, dict(lcfg, rope_theta=5e5, rope_parameters={"rope_type": "default", "rope_theta": 1e4}),
+           '"rope_theta" (500000) and "rope_parameters.rope_theta" (10000) disagree')
+    expect("rope-parameters-yarn", lp, dict(lcfg, rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}),
+           'rope_parameters type "yarn"')
     # the head: tied by config.json but different, untied without its matrix, a bad flag
     lhead = dict(lp, **{"lm_head.weight": torch.randn(30, 16)})
     expect("tied-but-differs", lhead, dict(lcfg, tie_word_embeddings=True), "lm_head.weight differs from the token embedding")

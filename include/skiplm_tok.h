@@ -31,10 +31,15 @@ int sk_tok_load_gpt2(sk_tokenizer **tok, const char *encoder_json, const char *v
  * files under Hugging Face's names, vocab.json and merges.txt. */
 int sk_tok_load_gpt2_dir(sk_tokenizer **tok, const char *dir);
 /* Hugging Face's tokenizer.json for byte-level BPE (GPT-2's, minimind's, SmolLM's, Llama 3's,
- * Qwen2's, ...): ids equal the `tokenizers` library's encode(text, add_special_tokens=False):
- * added tokens such as "<|endoftext|>" in the text become their ids; eot is "<|endoftext|>"
- * if present, else "<|begin_of_text|>" (Llama 3's BOS). Normalizers other than NFC, other
- * pre-tokenizers or models and BPE dropout are refused by name (docs/data.md). */
+ * Qwen2's, ...) and sentencepiece-style BPE (Llama 2's, TinyLlama's, Mistral's: a Prepend +
+ * Replace normalizer or a Metaspace pre-tokenizer, byte_fallback): ids equal the `tokenizers`
+ * library's encode(text, add_special_tokens=False): added tokens such as "<|endoftext|>" in
+ * the text become their ids; eot is "<|endoftext|>" if present, else "<|begin_of_text|>"
+ * (Llama 3's BOS), else "<s>" for a sentencepiece-style file (Llama 2's BOS). Decoding of
+ * sentencepiece-style ids: U+2581 is a space, <0xXX> its byte, token by token, with no Strip of
+ * a first space (a continuation reads right after its prompt). What skiplm cannot reproduce
+ * exactly (other normalizers, pre-tokenizers, decoders or models, BPE dropout, ...) is
+ * refused by name (docs/data.md). */
 int sk_tok_load_hf(sk_tokenizer **tok, const char *tokenizer_json);
 int sk_tok_build_char(sk_tokenizer **tok, const char *text, size_t len);
 int sk_tok_load_char(sk_tokenizer **tok, const char *vocab_json);

@@ -783,7 +783,8 @@ static int gpt2_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **id
  * of the raw text first (leftmost-longest match; lstrip/rstrip eat the whitespace beside
  * them), every other stretch is cut into pieces by an optional Digits or Split (Llama 3's
  * regex) pre-tokenizer, and each piece gets the optional prefix space, GPT-2's pre-tokenizer
- * regex (use_regex) and BPE in Hugging Face's merge order (bpe_word_hf). What skiplm cannot
+ * regex (use_regex) and BPE in Hugging Face's merge order (bpe_word_hf). Sentencepiece-style
+ * files (Llama 2's) take another path per stretch (sp_stretch, below). What skiplm cannot
  * reproduce exactly (normalizers but NFC, other pre-tokenizers, regexes or models, BPE dropout,
  * single_word) is refused by name. */
 
@@ -847,6 +848,191 @@ static int hf_split(const sk_json *p, const char *path, int *max_digits) {
     return SK_OK;
 }
 
+/* The chain of a byte-level file: normalizer none or NFC, pre-tokenizer ByteLevel or
+ * Sequence[Digits or Split, ByteLevel], decoder ByteLevel. */
+static int hf_bytelevel_chain(const sk_json *norm, const sk_json **pre_io, const sk_json *dec, const char *path,
+                              int *nfc, int *digits, int *split) {
+    const sk_json *pre = *pre_io;
+    /* NFC (Qwen2's) or none */
+    *nfc = norm && json_is(norm, "NFC");
+    if (norm && norm->type != SK_JSON_NULL && !*nfc) return hf_refuse(path, "the normalizer", norm);
+    if (pre && json_is(pre, "Sequence")) {       /* [Digits or Split,] ByteLevel: SmolLM's, StarCoder's, Llama 3's */
+        const sk_json *seq = sk_json_get(pre, "pretokenizers");
+        if (!seq || seq->type != SK_JSON_ARR || seq->n < 1)
+            return sk_error(SK_EFORMAT, "%s: pre_tokenizer: a Sequence needs a non-empty \"pretokenizers\" array", path);
+        for (int i = 0; i < seq->n; i++) {
+            const sk_json *p = &seq->items[i];
+            if (json_is(p, "Digits") && i == 0 && seq->n == 2) {
+                const sk_json *ind = sk_json_get(p, "individual_digits");
+                if (ind && ind->type != SK_JSON_BOOL)
+                    return sk_error(SK_EFORMAT, "%s: pre_tokenizer: Digits' individual_digits must be true or false", path);
+                *digits = ind && ind->boolean ? 1 : 2;
+                continue;
+            }
+            if (json_is(p, "Split") && i == 0 && seq->n == 2) {
+                int rc = hf_split(p, path, split);
+                if (rc) return rc;
+                continue;
+            }
+            if (json_is(p, "ByteLevel") && i == seq->n - 1) continue;
+            if (json_is(p, "Digits") || json_is(p, "Split") || json_is(p, "ByteLevel"))
+                return sk_error(SK_EFORMAT, "%s: pre_tokenizer: a Sequence must be [Digits or Split,] ByteLevel (found %s at %d of %d)",
+                                path, sk_json_get(p, "type")->str, i + 1, seq->n);
+            return hf_refuse(path, "the pre-tokenizer in the Sequence", p);
+        }
+        pre = &seq->items[seq->n - 1];
+    }
+    if (!json_is(pre, "ByteLevel")) return pre && pre->type != SK_JSON_NULL ? hf_refuse(path, "the pre-tokenizer", pre)
+                                          : sk_error(SK_EFORMAT, "%s: no pre_tokenizer: skiplm reads byte-level BPE tokenizers (ByteLevel)", path);
+    if (!json_is(dec, "ByteLevel")) return dec && dec->type != SK_JSON_NULL ? hf_refuse(path, "the decoder", dec)
+                                          : sk_error(SK_EFORMAT, "%s: no decoder: skiplm reads byte-level BPE tokenizers (ByteLevel)", path);
+    *pre_io = pre;                               /* the ByteLevel, whose options load_hf reads */
+    return SK_OK;
+}
+
+/* ------------------------------------------- sentencepiece-style BPE (Llama 2's)
+ *
+ * Llama 2, TinyLlama, Mistral and llama2.c's files: no byte-level alphabet. A stretch of text
+ * between added tokens has its spaces replaced by U+2581 ("▁") and gets a ▁ in front, either
+ * by the normalizer Sequence[Prepend("▁"), Replace(" ", "▁")] (older conversions, every
+ * non-empty stretch) or by the Metaspace pre-tokenizer (split: false; prepend_scheme "always":
+ * every stretch not starting with ▁; "first": only the stretch at the start of the input;
+ * "never"). The whole stretch is then one BPE word whose first symbols are its Unicode
+ * characters; a character outside the vocabulary becomes the <0xXX> tokens of its UTF-8
+ * bytes (byte_fallback) or the unk token (runs of them one unk with fuse_unk). Decoding: ▁ is
+ * a space and <0xXX> its byte (the ByteFallback decoder). */
+
+#define META "\xe2\x96\x81"                     /* U+2581, sentencepiece's space */
+
+static int json_str_is(const sk_json *obj, const char *key, const char *want) {
+    const sk_json *v = obj && obj->type == SK_JSON_OBJ ? sk_json_get(obj, key) : NULL;
+    return v && v->type == SK_JSON_STR && v->str_len == strlen(want) && memcmp(v->str, want, v->str_len) == 0;
+}
+
+/* Replace whose pattern is the String `from` and whose content is `to` */
+static int sp_replace_is(const sk_json *r, const char *from, const char *to) {
+    const sk_json *pat = sk_json_get(r, "pattern");
+    return json_is(r, "Replace") && pat && pat->type == SK_JSON_OBJ && pat->n == 1 && json_str_is(pat, "String", from) &&
+           json_str_is(r, "content", to);
+}
+
+static int sp_refuse(const char *path, const char *what, const sk_json *v, const char *want) {
+    const sk_json *ty = v && v->type == SK_JSON_OBJ ? sk_json_get(v, "type") : NULL;
+    return sk_error(SK_EFORMAT, "%s: %s%s%s is not supported (skiplm reads sentencepiece-style BPE as Llama 2's: %s)", path,
+                    what, ty && ty->type == SK_JSON_STR ? " of type " : "", ty && ty->type == SK_JSON_STR ? ty->str : "", want);
+}
+
+/* The normalizer of a sentencepiece-style file: null, Prepend("▁"), Replace(" " -> "▁") or a
+ * Sequence of these two (each at most once; either order gives the same text). */
+static int sp_normalizer(const sk_json *norm, const char *path, int *prepend, int *replace) {
+    static const char want[] = "a normalizer Prepend(\"\\u2581\") and/or Replace(\" \" -> \"\\u2581\"), alone or in a Sequence";
+    *prepend = *replace = 0;
+    if (!norm || norm->type == SK_JSON_NULL) return SK_OK;
+    const sk_json *one = norm, *seq = NULL;
+    int n = 1;
+    if (json_is(norm, "Sequence")) {
+        seq = sk_json_get(norm, "normalizers");
+        if (!seq || seq->type != SK_JSON_ARR) return sp_refuse(path, "the normalizer Sequence without \"normalizers\"", NULL, want);
+        n = seq->n;
+    }
+    for (int i = 0; i < n; i++) {
+        const sk_json *x = seq ? &seq->items[i] : one;
+        if (json_is(x, "Prepend") && json_str_is(x, "prepend", META) && !*prepend) *prepend = 1;
+        else if (sp_replace_is(x, " ", META) && !*replace) *replace = 1;
+        else return sp_refuse(path, seq ? "the normalizer in the Sequence" : "the normalizer", x, want);
+    }
+    return SK_OK;
+}
+
+/* Metaspace pre-tokenizer: replacement "▁", split false (transformers.js never splits; the Rust
+ * library splits before every ▁ with true, its default), a prepend_scheme. 0 or an error. */
+static int sp_metaspace(const sk_json *pre, const char *path, int *scheme) {
+    static const char want[] = "Metaspace with replacement \"\\u2581\", split false and prepend_scheme first, always or never";
+    const sk_json *split = sk_json_get(pre, "split"), *str_rep = sk_json_get(pre, "str_rep");
+    if (!json_str_is(pre, "replacement", META) || (str_rep && !json_str_is(pre, "str_rep", META)))
+        return sp_refuse(path, "the pre-tokenizer Metaspace with another replacement", NULL, want);
+    if (!split || split->type != SK_JSON_BOOL || split->boolean)
+        return sp_refuse(path, "the pre-tokenizer Metaspace with split true (or no \"split\")", NULL, want);
+    *scheme = json_str_is(pre, "prepend_scheme", "always") ? SP_ALWAYS : json_str_is(pre, "prepend_scheme", "first") ? SP_FIRST
+            : json_str_is(pre, "prepend_scheme", "never") ? SP_NEVER : 0;
+    if (!*scheme) return sp_refuse(path, "the pre-tokenizer Metaspace without a prepend_scheme of first, always or never", NULL, want);
+    return SK_OK;
+}
+
+/* Decoder: Sequence[Replace("▁" -> " "), ByteFallback, Fuse, optional Strip(" ", start <= 1,
+ * stop 0)] (sets *bytes: <0xXX> decodes to its byte), or Metaspace("▁") (<0xXX> stays text). */
+static int sp_decoder(const sk_json *dec, const char *path, int *bytes) {
+    static const char want[] = "a decoder Sequence[Replace(\"\\u2581\" -> \" \"), ByteFallback, Fuse, Strip(\" \", 1, 0)] or Metaspace";
+    *bytes = 0;
+    if (json_is(dec, "Metaspace")) {
+        if (!json_str_is(dec, "replacement", META)) return sp_refuse(path, "the decoder Metaspace with another replacement", NULL, want);
+        return SK_OK;
+    }
+    const sk_json *seq = json_is(dec, "Sequence") ? sk_json_get(dec, "decoders") : NULL;
+    if (!seq || seq->type != SK_JSON_ARR) return sp_refuse(path, "the decoder", dec, want);
+    for (int i = 0; i < seq->n; i++) {
+        const sk_json *x = &seq->items[i], *start = sk_json_get(x, "start"), *stop = sk_json_get(x, "stop");
+        int ok = i == 0 ? sp_replace_is(x, META, " ") : i == 1 ? json_is(x, "ByteFallback") : i == 2 ? json_is(x, "Fuse")
+               : i == 3 && json_is(x, "Strip") && json_str_is(x, "content", " ") && start && start->type == SK_JSON_NUM &&
+                 (start->num == 0 || start->num == 1) && stop && stop->type == SK_JSON_NUM && stop->num == 0;
+        if (!ok) return sp_refuse(path, "the decoder in the Sequence", x, want);
+    }
+    if (seq->n < 3) return sp_refuse(path, "a decoder Sequence this short", NULL, want);
+    *bytes = 1;
+    return SK_OK;
+}
+
+static int dpool_set(sk_tokenizer *t, int id, const char *s, size_t n) {
+    if (sk_grow((void **)&t->dpool, &t->dpool_cap, t->dpool_len + n + 1, 1)) return 1;
+    char *o = t->dpool + t->dpool_len;
+    memcpy(o, s, n);
+    o[n] = 0;
+    t->doff[id] = (uint32_t)t->dpool_len; t->dlen[id] = (uint32_t)n;
+    t->dpool_len += n + 1;
+    return 0;
+}
+
+static int hex_digit(int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; }
+
+/* A sentencepiece-style file once its vocabulary and added tokens are in: the byte tokens
+ * <0x00>..<0xFF> (byte_fallback), the unk token, and every token's decoded text (▁ as a
+ * space; <0xXX> as its byte when the decoder has ByteFallback, which like the Rust library
+ * reads any "<0x" + two hex digits + ">"). */
+static int sp_tokens(sk_tokenizer *t, const sk_json *model, const char *path, int dec_bytes) {
+    const sk_json *unk = sk_json_get(model, "unk_token");
+    t->byte_fallback = json_flag(model, "byte_fallback", 0);
+    t->fuse_unk = json_flag(model, "fuse_unk", 0);
+    t->unk = unk && unk->type == SK_JSON_STR ? vocab_find(t, (const uint8_t *)unk->str, unk->str_len) : -1;
+    for (int b = 0; b < 256 && t->byte_fallback; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        if ((t->byte_id[b] = vocab_find(t, (const uint8_t *)name, 6)) < 0)
+            return sk_error(SK_EFORMAT, "%s: model.byte_fallback without the token \"%s\" is not supported (it needs all 256, "
+                            "<0x00> to <0xFF>)", path, name);
+    }
+    if (!t->byte_fallback && t->unk < 0)
+        return sk_error(SK_EFORMAT, "%s: model.unk_token %s: without byte_fallback a character outside the vocabulary needs it "
+                        "(not supported)", path, unk && unk->type == SK_JSON_STR ? "is not in model.vocab" : "is missing");
+    t->doff = malloc((size_t)t->vocab_size * sizeof *t->doff);
+    t->dlen = malloc((size_t)t->vocab_size * sizeof *t->dlen);
+    char *tmp = malloc(t->pool_len + 1);
+    int rc = !t->doff || !t->dlen || !tmp;
+    for (int id = 0; id < t->vocab_size && !rc; id++) {
+        const char *s = t->pool + t->off[id];
+        size_t n = t->len[id], o = 0;
+        if (dec_bytes && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && hex_digit(s[3]) >= 0 && hex_digit(s[4]) >= 0)
+            tmp[o++] = (char)(hex_digit(s[3]) * 16 + hex_digit(s[4]));
+        else
+            for (size_t i = 0; i < n;) {
+                if (n - i >= 3 && !memcmp(s + i, META, 3)) { tmp[o++] = ' '; i += 3; }
+                else tmp[o++] = s[i++];
+            }
+        rc = dpool_set(t, id, tmp, o);
+    }
+    free(tmp);
+    return rc ? sk_error(SK_ENOMEM, "%s: out of memory", path) : SK_OK;
+}
+
 static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
     const sk_json *model = sk_json_get(j, "model");
     if (!model || model->type != SK_JSON_OBJ) return sk_error(SK_EFORMAT, "%s: no \"model\" object: not a tokenizer.json", path);
@@ -863,50 +1049,31 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
     for (int i = 0; i < 2; i++)
         if ((v = sk_json_get(model, affix[i])) && v->type != SK_JSON_NULL && !(v->type == SK_JSON_STR && v->str_len == 0))
             return sk_error(SK_EFORMAT, "%s: model.%s is not supported (byte-level BPE has none)", path, affix[i]);
-    /* NFC (Qwen2's) or none */
-    const sk_json *norm = sk_json_get(j, "normalizer");
-    const int nfc = norm && json_is(norm, "NFC");
-    if (norm && norm->type != SK_JSON_NULL && !nfc) return hf_refuse(path, "the normalizer", norm);
-    const sk_json *pre = sk_json_get(j, "pre_tokenizer");
-    int digits = 0, split = 0;
-    if (pre && json_is(pre, "Sequence")) {       /* [Digits or Split,] ByteLevel: SmolLM's, StarCoder's, Llama 3's */
-        const sk_json *seq = sk_json_get(pre, "pretokenizers");
-        if (!seq || seq->type != SK_JSON_ARR || seq->n < 1)
-            return sk_error(SK_EFORMAT, "%s: pre_tokenizer: a Sequence needs a non-empty \"pretokenizers\" array", path);
-        for (int i = 0; i < seq->n; i++) {
-            const sk_json *p = &seq->items[i];
-            if (json_is(p, "Digits") && i == 0 && seq->n == 2) {
-                const sk_json *ind = sk_json_get(p, "individual_digits");
-                if (ind && ind->type != SK_JSON_BOOL)
-                    return sk_error(SK_EFORMAT, "%s: pre_tokenizer: Digits' individual_digits must be true or false", path);
-                digits = ind && ind->boolean ? 1 : 2;
-                continue;
-            }
-            if (json_is(p, "Split") && i == 0 && seq->n == 2) {
-                int rc = hf_split(p, path, &split);
-                if (rc) return rc;
-                continue;
-            }
-            if (json_is(p, "ByteLevel") && i == seq->n - 1) continue;
-            if (json_is(p, "Digits") || json_is(p, "Split") || json_is(p, "ByteLevel"))
-                return sk_error(SK_EFORMAT, "%s: pre_tokenizer: a Sequence must be [Digits or Split,] ByteLevel (found %s at %d of %d)",
-                                path, sk_json_get(p, "type")->str, i + 1, seq->n);
-            return hf_refuse(path, "the pre-tokenizer in the Sequence", p);
-        }
-        pre = &seq->items[seq->n - 1];
+    const sk_json *norm = sk_json_get(j, "normalizer"), *pre = sk_json_get(j, "pre_tokenizer"), *dec = sk_json_get(j, "decoder");
+    int no_pre = !pre || pre->type == SK_JSON_NULL;
+    /* sentencepiece-style (Llama 2's): a Metaspace pre-tokenizer, or none after a Prepend or
+     * Replace normalizer */
+    int sp = json_is(pre, "Metaspace") || (no_pre && (json_is(norm, "Sequence") || json_is(norm, "Prepend") || json_is(norm, "Replace")));
+    int sp_prepend = 0, sp_replace = 0, sp_meta = 0, sp_bytes = 0;
+    int nfc = 0, digits = 0, split = 0;
+    if (sp) {
+        int rc;
+        if ((rc = sp_normalizer(norm, path, &sp_prepend, &sp_replace))) return rc;
+        if (!no_pre && (rc = sp_metaspace(pre, path, &sp_meta))) return rc;
+        if ((rc = sp_decoder(dec, path, &sp_bytes))) return rc;
+        if (json_flag(model, "ignore_merges", 0))
+            return sk_error(SK_EFORMAT, "%s: model.ignore_merges with a sentencepiece-style tokenizer is not supported", path);
+    } else {
+        int rc = hf_bytelevel_chain(norm, &pre, dec, path, &nfc, &digits, &split);
+        if (rc) return rc;
     }
-    if (!json_is(pre, "ByteLevel")) return pre && pre->type != SK_JSON_NULL ? hf_refuse(path, "the pre-tokenizer", pre)
-                                          : sk_error(SK_EFORMAT, "%s: no pre_tokenizer: skiplm reads byte-level BPE tokenizers (ByteLevel)", path);
-    const sk_json *dec = sk_json_get(j, "decoder");
-    if (!json_is(dec, "ByteLevel")) return dec && dec->type != SK_JSON_NULL ? hf_refuse(path, "the decoder", dec)
-                                          : sk_error(SK_EFORMAT, "%s: no decoder: skiplm reads byte-level BPE tokenizers (ByteLevel)", path);
     const sk_json *added = sk_json_get(j, "added_tokens");
     if (added && added->type != SK_JSON_ARR && added->type != SK_JSON_NULL)
         return sk_error(SK_EFORMAT, "%s: added_tokens must be an array", path);
     int n_added = added && added->type == SK_JSON_ARR ? added->n : 0;
 
     /* the id range covers the vocabulary and the added tokens, without holes */
-    int V = 0, bos = -1;
+    int V = 0, bos = -1, bos_s = -1;
     char sh[64], sh2[64];
     for (int i = 0; i < vocab->n; i++) {
         const sk_json *e = &vocab->items[i];
@@ -923,6 +1090,12 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
             return sk_error(SK_EFORMAT, "%s: added_tokens[%d] needs an integer \"id\" in [0, 2^24) and a non-empty \"content\"", path, i);
         if (json_flag(a, "single_word", 0))
             return sk_error(SK_EFORMAT, "%s: added token \"%s\": single_word is not supported", path, show(c->str, c->str_len, sh, sizeof sh));
+        /* the library matches a normalized added token in the normalized text (its own text
+         * normalized too: "▁<s>" after a Prepend; after NFC, "abc" is not in "abc\u0301"), which
+         * skiplm does not reproduce: it matches every added token in the raw text */
+        if ((sp_prepend || sp_replace || nfc) && json_flag(a, "normalized", !json_flag(a, "special", 0)))
+            return sk_error(SK_EFORMAT, "%s: added token \"%s\": normalized (true, or not special) with a %s normalizer "
+                            "is not supported", path, show(c->str, c->str_len, sh, sizeof sh), nfc ? "NFC" : "Prepend/Replace");
         if ((int)id->num + 1 > V) V = (int)id->num + 1;
     }
     uint32_t enc[256]; int16_t dec_tab[324];
@@ -940,6 +1113,7 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
     t->split = split;
     t->nfc = nfc;
     t->ignore_merges = json_flag(model, "ignore_merges", 0);
+    t->sp = sp; t->sp_prepend = sp_prepend; t->sp_replace = sp_replace; t->sp_meta = sp_meta;
     t->vocab_mask = pow2_at_least((size_t)V * 2) - 1;
     t->vocab_tab = malloc((t->vocab_mask + 1) * sizeof *t->vocab_tab);
     if (!t->vocab_tab) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
@@ -952,10 +1126,10 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
         if (klen == 0) { rc = sk_error(SK_EFORMAT, "%s: model.vocab has an empty token (id %d)", path, id); goto done; }
         /* a token outside GPT-2's byte alphabet (a special token's literal text, say) is
          * never produced by BPE; it decodes to its own UTF-8, as Hugging Face's decoder does */
-        size_t bl = undisplay(dec_tab, key, klen, buf);
-        int literal = bl == (size_t)-1;
+        size_t bl = sp ? klen : undisplay(dec_tab, key, klen, buf);        /* sp: raw UTF-8 */
+        int literal = sp || bl == (size_t)-1;
         if (pool_set(t, id, literal ? (const uint8_t *)key : buf, literal ? klen : bl)) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
-        if (!literal && vocab_insert(t, id) >= 0) {
+        if ((sp || !literal) && vocab_insert(t, id) >= 0) {
             rc = sk_error(SK_EFORMAT, "%s: model.vocab \"%s\" appears twice", path, show(key, klen, sh, sizeof sh)); goto done;
         }
     }
@@ -982,6 +1156,7 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
         at->id = id; at->lstrip = (uint8_t)json_flag(a, "lstrip", 0); at->rstrip = (uint8_t)json_flag(a, "rstrip", 0);
         if (c->str_len == 13 && memcmp(c->str, "<|endoftext|>", 13) == 0) t->eot = id;
         if (c->str_len == 17 && memcmp(c->str, "<|begin_of_text|>", 17) == 0) bos = id;
+        if (c->str_len == 3 && memcmp(c->str, "<s>", 3) == 0) bos_s = id;
     }
     for (int id = 0; id < V; id++)
         if (!state[id]) { rc = sk_error(SK_EFORMAT, "%s: no token has id %d (ids must run from 0 to %d without gaps)", path, id, V - 1); goto done; }
@@ -989,6 +1164,8 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
      * Llama 3 puts before every document) */
     if (t->eot < 0) t->eot = vocab_find(t, (const uint8_t *)"<|endoftext|>", 13);
     if (t->eot < 0) t->eot = bos >= 0 ? bos : vocab_find(t, (const uint8_t *)"<|begin_of_text|>", 17);
+    /* sentencepiece-style: <s>, the BOS Llama 2 puts before every document */
+    if (t->eot < 0 && sp) t->eot = bos_s >= 0 ? bos_s : vocab_find(t, (const uint8_t *)"<s>", 3);
     /* added tokens bucketed by first byte, for matching */
     {
         added_tok *sorted = malloc((size_t)(t->n_added ? t->n_added : 1) * sizeof *sorted);
@@ -1002,7 +1179,7 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
         t->added_from[256] = k;
         free(t->added); t->added = sorted;
     }
-    if ((rc = find_byte_ids(t, path, "model.vocab has "))) goto done;
+    if (sp ? (rc = sp_tokens(t, model, path, sp_bytes)) : (rc = find_byte_ids(t, path, "model.vocab has "))) goto done;
     /* merges: rank = index, later duplicates win (as in tokenizers' HashMap) */
     t->pair_mask = pow2_at_least((size_t)merges->n * 3 + 3) - 1;
     t->pairs = malloc((t->pair_mask + 1) * sizeof *t->pairs);
@@ -1018,8 +1195,12 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
             free(buf); buf_cap = la + lb + 4; buf = malloc(2 * buf_cap + 8);
             if (!buf) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
         }
-        size_t ra = undisplay(dec_tab, a, la, buf);
-        size_t rb = ra == (size_t)-1 ? ra : undisplay(dec_tab, b, lb, buf + ra);
+        size_t ra, rb;
+        if (sp) { memcpy(buf, a, la); memcpy(buf + la, b, lb); ra = la; rb = lb; }   /* raw UTF-8 */
+        else {
+            ra = undisplay(dec_tab, a, la, buf);
+            rb = ra == (size_t)-1 ? ra : undisplay(dec_tab, b, lb, buf + ra);
+        }
         int32_t x = ra == (size_t)-1 ? -1 : vocab_find(t, buf, ra);
         int32_t y = rb == (size_t)-1 ? -1 : vocab_find(t, buf + ra, rb);
         int32_t xy = x < 0 || y < 0 ? -1 : vocab_find(t, buf, ra + rb);
@@ -1106,10 +1287,85 @@ static int hf_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids
     return hf_piece(t, s + from, n - from, ids, cnt, cap);
 }
 
+/* The ids of a sentencepiece-style word w[0..len) (a whole normalized stretch), appended:
+ * its characters (an invalid UTF-8 byte is a character of its own) looked up in the
+ * vocabulary, bpe_merge_hf over them, then each character left outside the vocabulary as the
+ * <0xXX> ids of its bytes, or as unk (one unk for a run of them with fuse_unk, as
+ * transformers.js fuses the unks of a word's output). Words up to CACHE_MAX_WORD bytes go
+ * through the cache; longer ones (a document without added tokens is one word) use
+ * 3 ints, 3 int64 and an offset per character. */
+static int sp_word(sk_tokenizer *t, const uint8_t *w, size_t len, int32_t **ids, size_t *cnt, size_t *cap) {
+    size_t ins = 0, hit;
+    uint64_t h = 0;
+    int cached = len <= CACHE_MAX_WORD;
+    if (cached) {
+        if (cache_ready(t)) return 1;
+        h = hash_bytes(w, len) | 1;
+        if ((hit = cache_find(t, w, len, h, &ins)) != (size_t)-1)
+            return out_push(ids, cnt, cap, t->cache_ids + t->cache[hit].i_off, t->cache[hit].i_n);
+    }
+    int32_t s_syms[CACHE_MAX_WORD], s_link[2 * CACHE_MAX_WORD]; uint32_t s_at[CACHE_MAX_WORD + 1];
+    uint64_t s_heap[3 * CACHE_MAX_WORD];
+    int32_t *syms = s_syms, *link = s_link; uint32_t *at = s_at; uint64_t *heap = s_heap;
+    if (!cached) {
+        syms = malloc(3 * len * sizeof *syms); at = malloc((len + 1) * sizeof *at); heap = malloc(3 * len * sizeof *heap);
+        link = syms + len;
+        if (!syms || !at || !heap) { free(syms); free(at); free(heap); return 1; }
+    }
+    size_t nc = 0, start = *cnt;
+    for (size_t i = 0; i < len; nc++) {                /* characters: at[k] = byte offset of the k-th */
+        uint32_t cp;
+        size_t l = utf8_decode(w + i, len - i, &cp);
+        at[nc] = (uint32_t)i;
+        syms[nc] = vocab_find(t, w + i, l);           /* -1: not in the vocabulary */
+        i += l;
+    }
+    at[nc] = (uint32_t)len;
+    bpe_merge_hf(t, syms, nc, link, heap);
+    const int32_t *next = link + nc;
+    int rc = 0;
+    for (int32_t k = 0; k >= 0 && !rc; k = next[k]) {
+        if (syms[k] >= 0) { rc = out_push(ids, cnt, cap, &syms[k], 1); continue; }
+        if (t->byte_fallback) {
+            for (uint32_t b = at[k]; b < at[k + 1] && !rc; b++) rc = out_push(ids, cnt, cap, &t->byte_id[w[b]], 1);
+            continue;
+        }
+        if (!(t->fuse_unk && *cnt > start && (*ids)[*cnt - 1] == t->unk)) rc = out_push(ids, cnt, cap, &t->unk, 1);
+    }
+    if (!rc && cached) rc = cache_add(t, ins, w, len, h, *ids + start, *cnt - start);
+    if (!cached) { free(syms); free(at); free(heap); }
+    return rc;
+}
+
+/* A sentencepiece-style stretch (non-empty): the normalizer (spaces to ▁, a ▁ in front), the
+ * Metaspace pre-tokenizer (spaces to ▁, a ▁ in front unless there is one: always, or, for
+ * "first", only on the stretch at the start of the input), then one word. */
+static int sp_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int first, int32_t **ids, size_t *cnt, size_t *cap) {
+    uint8_t *o = malloc(3 * n + 6);
+    if (!o) return 1;
+    size_t on = 0;
+    if (t->sp_prepend) { memcpy(o, META, 3); on = 3; }
+    int spaces = t->sp_replace || t->sp_meta;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ' && spaces) { memcpy(o + on, META, 3); on += 3; }
+        else o[on++] = s[i];
+    }
+    if ((t->sp_meta == SP_ALWAYS || (t->sp_meta == SP_FIRST && first)) && !(on >= 3 && !memcmp(o, META, 3))) {
+        memmove(o + 3, o, on);
+        memcpy(o, META, 3);
+        on += 3;
+    }
+    int rc = sp_word(t, o, on, ids, cnt, cap);
+    free(o);
+    return rc;
+}
+
 /* A stretch between added tokens through the normalizer (NFC, src/nfc.c), then hf_stretch:
  * the `tokenizers` library normalizes each such stretch on its own, after cutting the added
- * tokens out of the raw text (those with normalized: false, as all of Qwen2's). */
-static int hf_norm_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids, size_t *cnt, size_t *cap) {
+ * tokens out of the raw text (those with normalized: false, as all of Qwen2's). Or, for a
+ * sentencepiece-style file, sp_stretch; first: the stretch starts the input. */
+static int hf_norm_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int first, int32_t **ids, size_t *cnt, size_t *cap) {
+    if (t->sp) return n ? sp_stretch(t, s, n, first, ids, cnt, cap) : 0;
     if (!t->nfc || !n) return hf_stretch(t, s, n, ids, cnt, cap);
     uint8_t *o;
     size_t on;
@@ -1128,14 +1384,14 @@ static int hf_encode(sk_tokenizer *t, const uint8_t *s, size_t n, int32_t **ids,
         const added_tok *a = &t->added[k];
         size_t b = rstrip ? skip_space(s, from, i) : from;
         size_t e = a->lstrip ? trim_space(s, b, i) : i;
-        if (hf_norm_stretch(t, s + b, e - b, ids, cnt, cap) || out_push(ids, cnt, cap, &a->id, 1))
+        if (hf_norm_stretch(t, s + b, e - b, from == 0, ids, cnt, cap) || out_push(ids, cnt, cap, &a->id, 1))
             return sk_error(SK_ENOMEM, "tokenizer: out of memory");
         i += t->len[a->id];
         from = i;
         rstrip = a->rstrip;
     }
     size_t b = rstrip ? skip_space(s, from, n) : from;
-    if (hf_norm_stretch(t, s + b, n - b, ids, cnt, cap)) return sk_error(SK_ENOMEM, "tokenizer: out of memory");
+    if (hf_norm_stretch(t, s + b, n - b, from == 0, ids, cnt, cap)) return sk_error(SK_ENOMEM, "tokenizer: out of memory");
     return SK_OK;
 }
 
@@ -1345,6 +1601,7 @@ const char *sk_tok_decode_one(const sk_tokenizer *t, int32_t id, size_t *len) {
         if (len) *len = 0;
         return NULL;
     }
+    if (t->dpool) { if (len) *len = t->dlen[id]; return t->dpool + t->doff[id]; }
     if (len) *len = t->len[id];
     return t->pool + t->off[id];
 }
@@ -1354,12 +1611,16 @@ int sk_tok_decode(const sk_tokenizer *t, const int32_t *ids, size_t n, char **ou
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->vocab_size)
             return sk_error(SK_EINVAL, "token id %d at position %zu out of range [0, %d)", (int)ids[i], i, t->vocab_size);
-        total += t->len[ids[i]];
+        total += t->dpool ? t->dlen[ids[i]] : t->len[ids[i]];
     }
     char *o = malloc(total + 1);
     if (!o) return sk_error(SK_ENOMEM, "decode: out of memory");
     size_t p = 0;
-    for (size_t i = 0; i < n; i++) { memcpy(o + p, t->pool + t->off[ids[i]], t->len[ids[i]]); p += t->len[ids[i]]; }
+    for (size_t i = 0; i < n; i++) {
+        size_t l;
+        const char *s = sk_tok_decode_one(t, ids[i], &l);
+        memcpy(o + p, s, l); p += l;
+    }
     o[p] = 0;
     *out = o;
     if (len) *len = p;

@@ -18,10 +18,15 @@ reference, npm @huggingface/tokenizers (transformers.js's tokenizer; tests/ref/h
   vocabulary that overlap (leftmost-longest) and strip whitespace (lstrip, rstrip);
 - a merge list out of training order, where Hugging Face's merge order (lowest rank, leftmost,
   one at a time) differs from merging every occurrence of the best pair;
+- sentencepiece-style BPE (Llama 2's Prepend + Replace normalizer; newer conversions' Metaspace
+  with prepend_scheme first/always/never; byte_fallback, or unk with and without fuse_unk) on a
+  vocabulary learned here over characters: ids of a hand-made vocabulary asserted literally,
+  then ids and decoded text against the library on hard cases, random strings and corpus
+  files, long stretches as one word, <s> as the document delimiter (prepare), refusals;
 - decoding (C bytes == the reference's text), bad files refused by name, and the CLI:
   prepare --tokenizer FILE, train, sample, export, and sample from a folder.
 Needs `bash scripts/setup.sh` first."""
-import json, os, random, shutil, struct, subprocess, sys, tempfile, unicodedata
+import json, os, random, re, shutil, struct, subprocess, sys, tempfile, unicodedata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sktest import ROOT, BUILD, SKIPLM, check, finish
@@ -101,7 +106,7 @@ class Suite:
             paths.append(p)
         return paths
 
-    def compare(self, name, tok, paths, texts=None, decode=True, roundtrip=True):
+    def compare(self, name, tok, paths, texts=None, decode=True, roundtrip=True, strip=False):
         c = parse(run([TOOL, "encode", tok] + paths).stdout)
         j = parse(run(["node", REF, "encode", tok] + paths).stdout)
         check(same_ids(c, j, paths, texts),
@@ -118,11 +123,15 @@ class Suite:
         cd = records(run([TOOL, "decode", tok] + idf).stdout)
         jd = records(run(["node", REF, "decode", tok] + idf).stdout)
         orig = [open(p, "rb").read() for p in paths]
+        if strip:                   # the decoder's Strip of the first space, which skiplm leaves to the caller
+            cd = [c[1:] if c.startswith(b" ") else c for c in cd]
         bad = [i for i in range(len(paths)) if cd[i] != jd[i] or (roundtrip and cd[i] != orig[i])]
         for i in bad[:3]:
             print("   decode mismatch on %r: C %r, JS %r" % (orig[i][:60], cd[i][:60], jd[i][:60]))
         check(not bad and len(cd) == len(jd) == len(paths),
               "%s: C decode equals the reference's%s, %d inputs" % (name, " and gives back the text" if roundtrip else
+                                                                   " (its first space dropped, as the decoder's Strip does)"
+                                                                   if strip else
                                                                    " (a prefix space added, stripped whitespace gone)", len(paths)))
         return j
 
@@ -390,6 +399,235 @@ def nfc_chain(s, tmp, enc, merges, corpus):
     check(moved > 200, "... where NFC changes %d of the %d random strings" % (moved, len(rnd)))
 
 
+# ------------------------------------------------- sentencepiece-style BPE (Llama 2's)
+
+META = "\u2581"
+SP_SPECIAL = ["<unk>", "<s>", "</s>"]
+SP_BYTES = ["<0x%02X>" % b for b in range(256)]
+
+
+def sp_learn(texts, n_merges, leave_out):
+    """A sentencepiece-like BPE learned over characters: spaces as U+2581, a U+2581 in front,
+    words cut before each U+2581; each step merges the most frequent adjacent pair (ties: the
+    smallest pair). Characters in leave_out stay outside the vocabulary. Returns the
+    characters (sorted) and the merges (rank order)."""
+    words = {}
+    for t in texts:
+        for w in re.split("(?=" + META + ")", META + t.replace(" ", META)):
+            if w:
+                words[tuple(w)] = words.get(tuple(w), 0) + 1
+    chars = sorted({c for w in words for c in w} - set(leave_out))
+    merges = []
+    for _ in range(n_merges):
+        pairs = {}
+        for w, n in words.items():
+            for a, b in zip(w, w[1:]):
+                if a not in leave_out and b not in leave_out:
+                    pairs[(a, b)] = pairs.get((a, b), 0) + n
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        new = {}
+        for w, n in words.items():
+            o, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    o.append(w[i] + w[i + 1]); i += 2
+                else:
+                    o.append(w[i]); i += 1
+            new[tuple(o)] = new.get(tuple(o), 0) + n
+        words = new
+    return chars, merges
+
+
+def sp_vocab(chars, merges):
+    vocab = {t: i for i, t in enumerate(SP_SPECIAL + SP_BYTES)}
+    for t in list(chars) + [a + b for a, b in merges]:
+        vocab.setdefault(t, len(vocab))
+    return vocab
+
+
+SP_DECODER = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": META}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
+    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+
+
+def sp_json(vocab, merges, shape="A", scheme="first", byte_fallback=True, fuse_unk=True, decoder=None, unk="<unk>",
+            added_tokens=None):
+    """Llama 2's tokenizer.json (shape A: Prepend + Replace normalizer, no pre-tokenizer) or a
+    newer conversion's (shape B: Metaspace pre-tokenizer with prepend_scheme)."""
+    norm = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": META},
+                                                {"type": "Replace", "pattern": {"String": " "}, "content": META}]}
+    pre = {"type": "Metaspace", "replacement": META, "prepend_scheme": scheme, "split": False}
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [added(i, t) for i, t in enumerate(SP_SPECIAL)] if added_tokens is None else added_tokens,
+        "normalizer": norm if shape == "A" else None,
+        "pre_tokenizer": None if shape == "A" else pre,
+        "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                                                    {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                                    {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                           "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": json.loads(json.dumps(decoder or SP_DECODER)),
+        "model": {"type": "BPE", "dropout": None, "unk_token": unk, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": fuse_unk, "byte_fallback": byte_fallback,
+                  "vocab": vocab, "merges": ["%s %s" % m for m in merges]},
+    }
+
+
+SP_HARD = [
+    "Hello world", "", " ", "  ", "   ", " leading", "  two leading", "trailing ", "trailing  ", "a  b", "a   b  c",
+    "\n", "\n\n", "line\nbreak", " \n ", "\ttab\t", "a\tb \t c", "\r\n", "x\u00a0y", "<s>", "<s>Hello", "<s> Hello",
+    "<s>  Hello", "Hello</s>", "Hello </s>", "a<s>b</s>c", "<s><s>", "</s> </s>", "<s>\n", " <s> ", "<unk>", "x<unk>y",
+    "<s", "s>", "<<s>>", "</s", "emoji \U0001f600 and \u4e2d\u6587", "\U0001f600", "\U0001f600\U0001f601 \u4e2d",
+    "\u00e9 \u00e0 \u00df", "\u00fcn\u00efc\u00f6d\u00e9", META, META + META + " x", "a" + META + "b", " " + META,
+    "QZ qz Q Z", "QQQ ZZZ", "the the the", "The United States of America", "<0x41>", "<0x41> <0xZZ>",
+    "\u0301\u200d\ufe0f", "a\u0000b", "tab\tand\nnewline at end\n",
+]
+
+
+def sp_section(s, tmp, corpus):
+    # a hand-made vocabulary whose ids are worked out from its merges
+    hv = {t: i for i, t in enumerate(SP_SPECIAL + SP_BYTES + [META, "H", "e", "l", "o", "w", "r", "d"])}
+    hm = [("l", "l"), (META, "H"), ("e", "ll"), (META + "H", "ell"), (META + "Hell", "o"), (META, "w"), ("o", "r")]
+    for a, b in hm:
+        hv[a + b] = len(hv)
+    hand = {}
+    for tag, kw in [("A", {}), ("first", {"shape": "B"}), ("always", {"shape": "B", "scheme": "always"})]:
+        hand[tag] = os.path.join(tmp, "sp_hand_%s.json" % tag)
+        json.dump(sp_json(hv, hm, **kw), open(hand[tag], "w", encoding="utf-8"), ensure_ascii=False)
+    info = run([TOOL, "info", hand["A"]]).stdout.decode().split()
+    check(info == ["hf", str(len(hv)), "1"], "Llama 2's tokenizer.json shape loads; the document delimiter is <s> (1): %s" % info)
+    texts = ["Hello world", "Hello<s>world", "\U0001f600", "Hello world</s>Hello"]
+    # ▁Hello = 271, ▁w = 272, or = 273, l = 262, d = 266; U+1F600 = F0 9F 98 80 -> <0xF0>.. = 3 + byte
+    want = {"A": [[271, 272, 273, 262, 266], [271, 1, 272, 273, 262, 266], [259, 243, 162, 155, 131],
+                  [271, 272, 273, 262, 266, 2, 271]],
+            "first": [[271, 272, 273, 262, 266], [271, 1, 264, 273, 262, 266], [259, 243, 162, 155, 131],
+                      [271, 272, 273, 262, 266, 2, 260, 269, 263]],
+            "always": [[271, 272, 273, 262, 266], [271, 1, 272, 273, 262, 266], [259, 243, 162, 155, 131],
+                       [271, 272, 273, 262, 266, 2, 271]]}
+    for tag in hand:
+        paths = s.files(texts, "k")
+        c = parse(run([TOOL, "encode", hand[tag]] + paths).stdout)
+        j = parse(run(["node", REF, "encode", hand[tag]] + paths).stdout)
+        check(c == j == want[tag], "known ids (%s): 'Hello world' = \u2581Hello \u2581w or l d, after <s> %s, an emoji "
+              "as its 4 bytes: C %s, JS %s" % (tag, "no \u2581 (first only)" if tag == "first" else "a \u2581 again", c, j))
+    ids = os.path.join(tmp, "sp_ids.bin")
+    with open(ids, "wb") as f:
+        f.write(struct.pack("<I6i", 6, 271, 1, 272, 243, 162, 155))
+    got = records(run([TOOL, "decode", hand["A"], ids]).stdout)
+    check(got == [b" Hello<s> w\xf0\x9f\x98"], "decoding is token by token: \u2581 a space (the first kept), <0xXX> "
+          "its byte (a partial UTF-8 sequence as it is): %r" % got)
+
+    # a learned vocabulary: 400 merges over 4 corpus files, rare characters and Q, Z left out
+    texts = [open(f, encoding="utf-8").read() for f in corpus[:4]]
+    counts = {}
+    for t in texts:
+        for ch in t:
+            counts[ch] = counts.get(ch, 0) + 1
+    leave = {c for c, n in counts.items() if n < 3} | {"Q", "Z"}
+    chars, merges = sp_learn(texts, 400, leave)
+    vocab = sp_vocab(chars, merges)
+    check(len(merges) == 400 and len(vocab) == 259 + len(chars) + 400,
+          "a sentencepiece-like vocabulary learned: %d characters, %d merges, %d tokens" % (len(chars), len(merges), len(vocab)))
+    rnd = random_texts(300, 23) + [t.replace("e", "\u2581") for t in random_texts(20, 24)]
+    # JavaScript's TextDecoder drops a byte order mark that starts a run of <0xXX> tokens (the
+    # Rust library and skiplm keep it): texts with U+FEFF are compared on ids only
+    cases = SP_HARD + SPECIAL_TEXTS + HARD
+    bom = [t for t in cases if "\ufeff" in t]
+    cases = [t for t in cases if t not in bom]
+    files = {}
+    for tag, kw in [("legacy (Prepend + Replace)", {}), ("Metaspace first", {"shape": "B"}),
+                    ("Metaspace always", {"shape": "B", "scheme": "always"}),
+                    ("Metaspace never", {"shape": "B", "scheme": "never"}),
+                    ("Metaspace first, Metaspace decoder", {"shape": "B", "decoder": {"type": "Metaspace", "replacement": META,
+                                                                                        "prepend_scheme": "first", "split": False}}),
+                    ("legacy without byte_fallback (unk, fuse_unk)", {"byte_fallback": False}),
+                    ("Metaspace first without byte_fallback or fuse_unk", {"shape": "B", "byte_fallback": False, "fuse_unk": False})]:
+        p = os.path.join(tmp, "sp_%d.json" % len(files))
+        json.dump(sp_json(vocab, merges, **kw), open(p, "w", encoding="utf-8"), ensure_ascii=False)
+        main = not files
+        files[tag] = p
+        s.compare("sentencepiece-style, %s, hard cases" % tag, p, s.files(cases, "sh"), cases, roundtrip=False, strip=True)
+        s.compare("... with U+FEFF", p, s.files(bom, "sf"), bom, decode=False)
+        r = rnd if main else rnd[::3]
+        s.compare("... %d random strings" % len(r), p, s.files(r, "sr"), r, roundtrip=False, strip=True)
+        some = corpus[10::7][:20 if main else 4]
+        s.compare("... %d corpus files" % len(some), p, some, roundtrip=False, strip=True)
+    # a document is one word: long stretches without added tokens (heap BPE over characters)
+    big = [texts[0] * 3, " " * 20000 + "x", "\U0001f600" * 5000]
+    s.compare("sentencepiece-style, long stretches", files["legacy (Prepend + Replace)"], s.files(big, "sb"), decode=False)
+    # decoding gives the text back, a space in front, where every character is known or falls back to bytes
+    plain = [t for t in rnd + SP_HARD if "<s>" not in t and "</s>" not in t and "<unk>" not in t and META not in t and t]
+    dec = parse(run([TOOL, "encode", files["legacy (Prepend + Replace)"]] + s.files(plain, "sd")).stdout)
+    idf = []
+    for i, d in enumerate(dec):
+        idf.append(os.path.join(tmp, "spd%05d.bin" % i))
+        with open(idf[-1], "wb") as f:
+            f.write(struct.pack("<I%di" % len(d), len(d), *d))
+    back = records(run([TOOL, "decode", files["legacy (Prepend + Replace)"]] + idf).stdout)
+    check(back == [(" " + t).encode() for t in plain], "sentencepiece-style: decode(encode(x)) == ' ' + x on %d texts "
+          "(the continuation of a prompt keeps its leading space)" % len(plain))
+    # prepare puts <s> before every document (the 10th goes to val.bin)
+    docs = os.path.join(tmp, "sp_docs")
+    os.makedirs(docs)
+    for f in corpus[-12:]:
+        shutil.copy(f, docs)
+    data = os.path.join(tmp, "sp_data")
+    legacy = files["legacy (Prepend + Replace)"]
+    r = run([SKIPLM, "prepare", docs, "--tokenizer", legacy, "--out", data], ok=False)
+    tr = open(os.path.join(data, "train.bin"), "rb").read() if r.returncode == 0 else bytes(1024)
+    hdr = struct.unpack_from("<256i", tr, 0)
+    ids = list(struct.unpack_from("<%dH" % hdr[2], tr, 1024))
+    train_docs = [os.path.join(docs, f) for i, f in enumerate(sorted(os.listdir(docs))) if i % 10 != 9]
+    want = [i for ref in parse(run(["node", REF, "encode", legacy] + train_docs).stdout) for i in [1] + ref]
+    check(r.returncode == 0 and len(train_docs) == 11 and ids == want,
+          "prepare with Llama 2's shape: train.bin = <s> (1) then the reference's ids, %d documents, "
+          "%d tokens" % (len(train_docs), len(want)))
+    unk = parse(run([TOOL, "encode", files["legacy without byte_fallback (unk, fuse_unk)"]] + s.files(["QZQ a QQ"], "su")).stdout)
+    check(unk[0].count(0) == 2, "without byte_fallback: runs of unknown characters are one <unk> each with fuse_unk: %s" % unk)
+
+    # refused by name
+    def bad(name, want, **kw):
+        d = sp_json(vocab, merges, **{k: v for k, v in kw.items() if k != "edit"})
+        if "edit" in kw:
+            kw["edit"](d)
+        p = os.path.join(tmp, "sp_bad.json")
+        json.dump(d, open(p, "w", encoding="utf-8"), ensure_ascii=False)
+        r = run([TOOL, "info", p], ok=False)
+        err = r.stderr.decode(errors="replace")
+        check(r.returncode != 0 and want in err and p in err, "sentencepiece-style file refused (%s): %s" % (name, err.strip()[:200]))
+
+    def drop_byte(d):
+        d["model"]["vocab"]["zz"] = d["model"]["vocab"].pop("<0x41>")
+    bad("a Lowercase normalizer too", "the normalizer in the Sequence of type Lowercase is not supported",
+        edit=lambda d: d["normalizer"]["normalizers"].append({"type": "Lowercase"}))
+    bad("Replace of another pattern", "the normalizer in the Sequence of type Replace is not supported",
+        edit=lambda d: d["normalizer"]["normalizers"][1]["pattern"].update(String="\t"))
+    bad("Prepend twice", "the normalizer in the Sequence of type Prepend is not supported",
+        edit=lambda d: d["normalizer"]["normalizers"].append({"type": "Prepend", "prepend": META}))
+    bad("Metaspace split true", "the pre-tokenizer Metaspace with split true", shape="B",
+        edit=lambda d: d["pre_tokenizer"].update(split=True))
+    bad("Metaspace with another replacement", "the pre-tokenizer Metaspace with another replacement", shape="B",
+        edit=lambda d: d["pre_tokenizer"].update(replacement="_"))
+    bad("Metaspace with add_prefix_space (the old format)", "without a prepend_scheme", shape="B",
+        edit=lambda d: d["pre_tokenizer"].pop("prepend_scheme") and d["pre_tokenizer"].update(add_prefix_space=True))
+    bad("Strip of two spaces", "the decoder in the Sequence of type Strip is not supported",
+        edit=lambda d: d["decoder"]["decoders"][3].update(start=2))
+    bad("decoder without ByteFallback", "the decoder in the Sequence of type Fuse is not supported",
+        edit=lambda d: d["decoder"]["decoders"].pop(1))
+    bad("a ByteLevel decoder", "the decoder of type ByteLevel is not supported", decoder={"type": "ByteLevel"})
+    bad("byte_fallback without <0x41>", "model.byte_fallback without the token \"<0x41>\" is not supported", edit=drop_byte)
+    bad("no byte_fallback, no unk_token", "model.unk_token is missing", byte_fallback=False, unk=None)
+    bad("no byte_fallback, unk_token not in the vocabulary", "model.unk_token is not in model.vocab", byte_fallback=False,
+        unk="<unknown>")
+    bad("a normalized added token", "added token \"<s>\": normalized", edit=lambda d: d["added_tokens"][1].update(normalized=True))
+    bad("ignore_merges", "model.ignore_merges with a sentencepiece-style tokenizer", edit=lambda d: d["model"].update(ignore_merges=True))
+    return files
+
+
 def bad_files(tmp, base):
     """Each mutation of a good tokenizer.json must be refused with a message naming the cause."""
     def mut(f):
@@ -410,10 +648,13 @@ def bad_files(tmp, base):
     cases = [
         ("WordPiece model", mut(lambda d: d["model"].update(type="WordPiece")), "model of type WordPiece is not supported"),
         ("NFKC normalizer", mut(lambda d: d.update(normalizer={"type": "NFKC"})), "normalizer of type NFKC is not supported"),
+        ("NFC with a normalized added token", mut(lambda d: d.update(normalizer={"type": "NFC"}, added_tokens=[
+            added(50256, "<|endoftext|>", special=False)])), 'added token "<|endoftext|>": normalized (true, or not special) '
+         "with a NFC normalizer is not supported"),
         ("a Sequence of normalizers", mut(lambda d: d.update(normalizer={"type": "Sequence", "normalizers": [{"type": "NFC"}]})),
          "normalizer of type Sequence is not supported"),
-        ("Metaspace pre-tokenizer", mut(lambda d: d.update(pre_tokenizer={"type": "Metaspace", "replacement": "\u2581"})),
-         "pre-tokenizer of type Metaspace"),
+        ("Metaspace pre-tokenizer without split", mut(lambda d: d.update(pre_tokenizer={"type": "Metaspace", "replacement": "\u2581"})),
+         "pre-tokenizer Metaspace with split true (or no \"split\") is not supported"),
         ("Split with another regex", split_pre(pattern={"Regex": "\\p{N}{1,3}"}),
          "Split with the pattern \\\\p{N}{1,3} is not supported (skiplm knows the Regex of Llama 3 (GPT-4's) and of Qwen2"),
         ("Split with Llama 3's regex, one character changed", split_pre(pattern={"Regex": LLAMA3_RE.replace("{1,3}", "{1,4}")}),
@@ -552,6 +793,7 @@ def main():
         digits(s, tmp, enc, merges, eot, corpus)
         split(s, tmp, enc, merges, corpus)
         nfc_chain(s, tmp, enc, merges, corpus)
+        sp_section(s, tmp, corpus)
 
         # minimind-like: own BPE, specials first, shuffled ids, added tokens past the vocabulary
         docs = os.path.join(tmp, "train_docs")

@@ -262,6 +262,24 @@ def split_random(n, seed):
     return out
 
 
+def prepare_check(tmp, name, sources, tok, delim, what):
+    """prepare --tokenizer TOK on 12 documents: train.bin holds, for each of the 11 that go to
+    train (every 10th goes to val.bin), the delimiter id then the reference's ids."""
+    docs, data = os.path.join(tmp, name + "_docs"), os.path.join(tmp, name + "_data")
+    os.makedirs(docs)
+    for f in sources:
+        shutil.copy(f, docs)
+    r = run([SKIPLM, "prepare", docs, "--tokenizer", tok, "--out", data], ok=False)
+    tr = open(os.path.join(data, "train.bin"), "rb").read() if r.returncode == 0 else bytes(1024)
+    hdr = struct.unpack_from("<256i", tr, 0)
+    ids = list(struct.unpack_from("<%dH" % hdr[2], tr, 1024))
+    train_docs = [os.path.join(docs, f) for i, f in enumerate(sorted(os.listdir(docs))) if i % 10 != 9]
+    want = [i for ref in parse(run(["node", REF, "encode", tok] + train_docs).stdout) for i in [delim] + ref]
+    check(r.returncode == 0 and len(train_docs) == 11 and ids == want,
+          "prepare with %s then the reference's ids, for each of %d documents (%d tokens): %s"
+          % (what, len(train_docs), len(want), r.stderr.decode().strip()[-120:]))
+
+
 def split(s, tmp, enc, merges, corpus):
     """Sequence[Split, ByteLevel] with Llama 3's regex and Qwen2's (Isolated, ByteLevel with
     use_regex false, as their files ship; then with use_regex true and the prefix space).
@@ -343,20 +361,8 @@ def split(s, tmp, enc, merges, corpus):
     s.compare("Llama 3's Split + ByteLevel(use_regex, add_prefix_space): hard and random", opt, s.files(few, "l"), few,
               roundtrip=False)
 
-    # prepare puts <|begin_of_text|> before every document (the 10th goes to val.bin)
-    docs = os.path.join(tmp, "llama_docs")
-    os.makedirs(docs)
-    for f in corpus[212:224]:
-        shutil.copy(f, docs)
-    data = os.path.join(tmp, "llama_data")
-    r = run([SKIPLM, "prepare", docs, "--tokenizer", llama, "--out", data], ok=False)
-    tr = open(os.path.join(data, "train.bin"), "rb").read() if r.returncode == 0 else bytes(1024)
-    hdr = struct.unpack_from("<256i", tr, 0)
-    ids = list(struct.unpack_from("<%dH" % hdr[2], tr, 1024))
-    train_docs = [os.path.join(docs, f) for i, f in enumerate(sorted(os.listdir(docs))) if i % 10 != 9]
-    want = [i for ref in parse(run(["node", REF, "encode", llama] + train_docs).stdout) for i in [50257] + ref]
-    check(ids == want, "prepare with Llama 3's chain: train.bin = <|begin_of_text|> (50257) then the reference's ids, "
-          "for each of %d documents (%d tokens): %s" % (len(train_docs), len(want), r.stderr.decode().strip()[-120:]))
+    # prepare puts <|begin_of_text|> before every document
+    prepare_check(tmp, "llama", corpus[212:224], llama, 50257, "Llama 3's chain: train.bin = <|begin_of_text|> (50257)")
 
 
 NFC_TEXTS = ["e\u0301", "\u00e9", "Ame\u0301lie", "\u212b ngstro\u0308m", "\u1100\u1161\u11a8 \uac00\u11a8",
@@ -571,21 +577,7 @@ def sp_section(s, tmp, corpus):
     check(back == [(" " + t).encode() for t in plain], "sentencepiece-style: decode(encode(x)) == ' ' + x on %d texts "
           "(the continuation of a prompt keeps its leading space)" % len(plain))
     # prepare puts <s> before every document (the 10th goes to val.bin)
-    docs = os.path.join(tmp, "sp_docs")
-    os.makedirs(docs)
-    for f in corpus[-12:]:
-        shutil.copy(f, docs)
-    data = os.path.join(tmp, "sp_data")
-    legacy = files["legacy (Prepend + Replace)"]
-    r = run([SKIPLM, "prepare", docs, "--tokenizer", legacy, "--out", data], ok=False)
-    tr = open(os.path.join(data, "train.bin"), "rb").read() if r.returncode == 0 else bytes(1024)
-    hdr = struct.unpack_from("<256i", tr, 0)
-    ids = list(struct.unpack_from("<%dH" % hdr[2], tr, 1024))
-    train_docs = [os.path.join(docs, f) for i, f in enumerate(sorted(os.listdir(docs))) if i % 10 != 9]
-    want = [i for ref in parse(run(["node", REF, "encode", legacy] + train_docs).stdout) for i in [1] + ref]
-    check(r.returncode == 0 and len(train_docs) == 11 and ids == want,
-          "prepare with Llama 2's shape: train.bin = <s> (1) then the reference's ids, %d documents, "
-          "%d tokens" % (len(train_docs), len(want)))
+    prepare_check(tmp, "sp", corpus[-12:], files["legacy (Prepend + Replace)"], 1, "Llama 2's shape: train.bin = <s> (1)")
     unk = parse(run([TOOL, "encode", files["legacy without byte_fallback (unk, fuse_unk)"]] + s.files(["QZQ a QQ"], "su")).stdout)
     check(unk[0].count(0) == 2, "without byte_fallback: runs of unknown characters are one <unk> each with fuse_unk: %s" % unk)
 

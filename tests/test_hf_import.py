@@ -143,6 +143,32 @@ def llama_case(tmp):
         compare("llama from config.json (GQA 4/2, rope_theta 1e4, rms_norm_eps 1e-3)", out, logits, loss, None)
 
 
+JS_TOK = os.path.join(ROOT, "tests", "ref", "hf_tokenize.mjs")
+
+
+def js_encode(tj, text_file):
+    """the ids of a text file by the JS tokenizers library with tokenizer.json tj"""
+    raw = subprocess.run(["node", JS_TOK, "encode", tj, text_file], capture_output=True, check=True).stdout
+    return list(np.frombuffer(raw[4:], dtype="<i4"))
+
+
+def js_decode(tj, ids, tmp):
+    """the text of ids by the JS tokenizers library"""
+    idf = os.path.join(tmp, "js_ids.bin")
+    open(idf, "wb").write(np.array([len(ids)] + list(ids), dtype="<i4").tobytes())
+    return subprocess.run(["node", JS_TOK, "decode", tj, idf], capture_output=True, check=True).stdout[4:].decode()
+
+
+def greedy_ids(model, ids, n=8):
+    """n tokens continuing ids, greedily, by the reference model"""
+    ids, n0 = list(ids), len(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            logits, _ = model(torch.tensor([ids]))
+            ids.append(int(logits[0, -1].argmax()))
+    return ids[n0:]
+
+
 LLAMA3_SCALING = {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                   "original_max_position_embeddings": 256, "rope_type": "llama3"}
 
@@ -338,22 +364,10 @@ def smollm_case(tmp):
     prompt = "In 2024, 365 cats"
     pf = os.path.join(tmp, "smollm_prompt.txt")
     open(pf, "w").write(prompt)
-    ref = os.path.join(ROOT, "tests", "ref", "hf_tokenize.mjs")
-    raw = subprocess.run(["node", ref, "encode", tj, pf], capture_output=True, check=True).stdout
-    ids = list(np.frombuffer(raw[4:], dtype="<i4"))
+    ids = js_encode(tj, pf)
     check(ids[1:6] == [220, 17, 15, 17, 19], f"the reference cuts the numerals out one by one: {ids}")
-
-    def greedy(ids):
-        ids, n0 = list(ids), len(ids)
-        with torch.no_grad():
-            for _ in range(8):
-                logits, _ = model(torch.tensor([ids]))
-                ids.append(int(logits[0, -1].argmax()))
-        idf = os.path.join(tmp, "smollm_ids.bin")
-        open(idf, "wb").write(np.array([len(ids) - n0] + ids[n0:], dtype="<i4").tobytes())
-        return subprocess.run(["node", ref, "decode", tj, idf], capture_output=True, check=True).stdout[4:].decode()
-    want = greedy(ids)
-    plain = greedy([818, 48609, 11, 21268, 11875])       # GPT-2's ids of the prompt: ' 2024', ' 365' whole
+    want = js_decode(tj, greedy_ids(model, ids), tmp)
+    plain = js_decode(tj, greedy_ids(model, [818, 48609, 11, 21268, 11875]), tmp)   # GPT-2's ids: ' 2024', ' 365' whole
     check(want != plain, f"the reference's text depends on the numerals' split: {want!r} vs {plain!r}")
     r = skiplm("sample", folder, "--prompt", prompt, "--tokens", "8", "--greedy", "--quiet")
     check(r.returncode == 0 and r.stdout.rstrip("\n") == want,
@@ -377,7 +391,6 @@ def chain_cases(tmp):
         return
     from test_hf_tokenizer import LLAMA3_RE, QWEN2_RE
     enc, merges = read_bpe(VOCAB)
-    ref = os.path.join(ROOT, "tests", "ref", "hf_tokenize.mjs")
     llama_v = {k: v for k, v in enc.items() if k != "<|endoftext|>"}
     cases = [
         ("llama3.2", LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, block_size=128, vocab_size=50258, ffn_hidden=96,
@@ -422,25 +435,11 @@ def chain_cases(tmp):
         pf = os.path.join(tmp, name + "_prompt.txt")
         open(pf, "w", encoding="utf-8").write(prompt)
 
-        def encode(f):
-            raw = subprocess.run(["node", ref, "encode", f, pf], capture_output=True, check=True).stdout
-            return list(np.frombuffer(raw[4:], dtype="<i4"))
-
         def text(new):
-            idf = os.path.join(tmp, name + "_ids.bin")
-            open(idf, "wb").write(np.array([len(new)] + new, dtype="<i4").tobytes())
-            return subprocess.run(["node", ref, "decode", tj, idf], capture_output=True, check=True).stdout[4:].decode()
-
-        def greedy(ids):
-            ids, n0 = list(ids), len(ids)
-            with torch.no_grad():
-                for _ in range(8):
-                    logits, _ = model(torch.tensor([ids]))
-                    ids.append(int(logits[0, -1].argmax()))
-            return ids[n0:]
-        ids, plain_ids = encode(tj), encode(plain_tj)
-        cont = greedy(ids)
-        want, plain = text(cont), text(greedy(plain_ids))
+            return js_decode(tj, new, tmp)
+        ids, plain_ids = js_encode(tj, pf), js_encode(plain_tj, pf)
+        cont = greedy_ids(model, ids)
+        want, plain = text(cont), text(greedy_ids(model, plain_ids))
         check(ids != plain_ids and want != plain, f"{name}: the reference's prompt ids ({len(ids)} vs {len(plain_ids)} "
               f"without the file's chain) and greedy text differ: {want!r} vs {plain!r}")
         r = skiplm("sample", folder, "--prompt", prompt, "--tokens", "8", "--greedy", "--quiet")

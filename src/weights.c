@@ -145,26 +145,36 @@ static int hf_rope_scaling(sk_config *c, const sk_json *rs, int llama, const cha
     return rc;
 }
 
+/* The JSON object in the file `name` beside a weights file, into *j and its path into cp
+ * (cap bytes). 0 with j->type SK_JSON_NULL when there is no such file; an error naming the
+ * file when it cannot be read or is not a JSON object. The caller frees j. */
+static int read_json_beside(const char *weights_path, const char *name, sk_json *j, char *cp, size_t cap) {
+    memset(j, 0, sizeof *j);
+    const char *slash = strrchr(weights_path, '/');
+    const size_t dl = slash ? (size_t)(slash - weights_path) + 1 : 0;
+    if (dl + strlen(name) >= cap) return sk_error(SK_EINVAL, "%s: path too long", weights_path);
+    snprintf(cp, cap, "%.*s%s", (int)dl, weights_path, name);
+    struct stat sb;
+    if (stat(cp, &sb) != 0) return SK_OK;
+    uint8_t *text; size_t len;
+    char err[160];
+    int rc = sk_read_file(cp, &text, &len);
+    if (rc) return rc;
+    if (sk_json_parse((const char *)text, len, j, err, sizeof err)) rc = sk_error(SK_EFORMAT, "%s: %s", cp, err);
+    else if (j->type != SK_JSON_OBJ) rc = sk_error(SK_EFORMAT, "%s: not a JSON object", cp);
+    free(text);
+    return rc;
+}
+
 /* The config of a file without skiplm metadata from the config.json beside it (HF's keys
  * for model_type "gpt2" and "llama"), where there is one. Settings skiplm's models do not
  * have are refused by name rather than silently giving other numbers. */
 static int apply_hf_config(sk_config *c, const char *weights_path, int *found, int *tie) {
     *found = 0; *tie = -1;
-    const char *slash = strrchr(weights_path, '/');
-    size_t dl = slash ? (size_t)(slash - weights_path) + 1 : 0, n = dl + 16;
-    char *cp = malloc(n);
-    if (!cp) return sk_error(SK_ENOMEM, "out of memory");
-    snprintf(cp, n, "%.*sconfig.json", (int)dl, weights_path);
-    struct stat sb;
-    if (stat(cp, &sb) != 0) { free(cp); return SK_OK; }
-    uint8_t *text; size_t len;
-    sk_json j = {0};
-    char err[160];
-    int rc = sk_read_file(cp, &text, &len);
-    if (rc) { free(cp); return rc; }
-    if (sk_json_parse((const char *)text, len, &j, err, sizeof err)) rc = sk_error(SK_EFORMAT, "%s: %s", cp, err);
-    else if (j.type != SK_JSON_OBJ) rc = sk_error(SK_EFORMAT, "%s: not a JSON object", cp);
-    free(text);
+    char cp[4096];
+    sk_json j;
+    int rc = read_json_beside(weights_path, "config.json", &j, cp, sizeof cp);
+    if (!rc && j.type == SK_JSON_NULL) return SK_OK;          /* no config.json */
     /* without a model_type it is some other tool's config.json, not HF's: not read */
     const sk_json *mt = rc ? NULL : sk_json_get(&j, "model_type");
     if (!rc && !mt) goto done;
@@ -237,7 +247,7 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found, i
      * taken only where they agree */
     const sk_json *rp = sk_json_get(&j, "rope_parameters");
     if (rp && rp->type != SK_JSON_NULL) {
-        sk_config v4 = *c;
+        const float theta0 = c->rope_theta;                   /* the top-level rope_theta, or the default */
         if (rs && rs->type != SK_JSON_NULL) {
             rc = sk_error(SK_EFORMAT, "%s: both \"rope_parameters\" and \"rope_scaling\" are set", cp);
             goto done;
@@ -246,9 +256,9 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found, i
         const sk_json *th = sk_json_get(rp, "rope_theta");
         if (th && th->type != SK_JSON_NULL && (rc = hf_set(c, th, "rope_parameters.rope_theta", "rope_theta", cp))) goto done;
         const sk_json *top = sk_json_get(&j, "rope_theta");
-        if (top && top->type != SK_JSON_NULL && th && th->type != SK_JSON_NULL && v4.rope_theta != c->rope_theta) {
+        if (top && top->type != SK_JSON_NULL && th && th->type != SK_JSON_NULL && theta0 != c->rope_theta) {
             rc = sk_error(SK_EFORMAT, "%s: \"rope_theta\" (%g) and \"rope_parameters.rope_theta\" (%g) disagree", cp,
-                          (double)v4.rope_theta, (double)c->rope_theta);
+                          (double)theta0, (double)c->rope_theta);
             goto done;
         }
     }
@@ -279,7 +289,6 @@ static int apply_hf_config(sk_config *c, const char *weights_path, int *found, i
     *found = 1;
 done:
     sk_json_free(&j);
-    free(cp);
     return rc;
 }
 
@@ -288,21 +297,12 @@ int sk_hf_eos_ids(const char *path, int32_t *ids, int max, int *n) {
     *n = 0;
     char *file = sk_weights_file(path);
     if (!file) return SK_ENOMEM;
-    const char *slash = strrchr(file, '/');
-    size_t dl = slash ? (size_t)(slash - file) + 1 : 0;
     int rc = SK_OK;
     static const char *const names[2] = {"generation_config.json", "config.json"};
     for (int f = 0; f < 2 && !rc && !*n; f++) {
         char cp[4096];
-        snprintf(cp, sizeof cp, "%.*s%s", (int)dl, file, names[f]);
-        struct stat sb;
-        if (stat(cp, &sb) != 0) continue;
-        uint8_t *text; size_t len;
-        sk_json j = {0};
-        char err[160];
-        if ((rc = sk_read_file(cp, &text, &len))) break;
-        if (sk_json_parse((const char *)text, len, &j, err, sizeof err)) rc = sk_error(SK_EFORMAT, "%s: %s", cp, err);
-        free(text);
+        sk_json j;
+        rc = read_json_beside(file, names[f], &j, cp, sizeof cp);
         /* a config.json without model_type is some other tool's (as apply_hf_config reads it) */
         const int ok = !rc && j.type == SK_JSON_OBJ && (f == 0 || sk_json_get(&j, "model_type"));
         const sk_json *e = ok ? sk_json_get(&j, "eos_token_id") : NULL;
@@ -321,8 +321,6 @@ int sk_hf_eos_ids(const char *path, int32_t *ids, int max, int *n) {
     return rc;
 }
 
-/* heads_known (may be NULL): whether n_head came from the metadata or config.json; the shapes
- * cannot tell it */
 /* 1 if the file holds an lm_head.weight that is not, byte for byte, its token embedding */
 static int head_differs(const sk_safetensors *st, const char *emb_name) {
     const sk_st_tensor *h = sk_st_find(st, "lm_head.weight"), *e = find_named(st, emb_name);
@@ -330,6 +328,9 @@ static int head_differs(const sk_safetensors *st, const char *emb_name) {
     if (!e || h->dtype != e->dtype || h->nbytes != e->nbytes) return 1;
     return memcmp(st->data + h->offset, st->data + e->offset, h->nbytes) != 0;
 }
+
+/* heads_known (may be NULL): whether n_head came from the metadata or config.json; the shapes
+ * cannot tell it */
 
 static int config_from_st(sk_config *c, const sk_safetensors *st, const char *path, int *heads_known) {
     sk_config_default(c);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,15 @@ int sk_config_set(sk_config *c, const char *k, const char *v) {
     return sk_error(SK_EINVAL, "config: unknown field '%s'", k);
 }
 
+/* printf onto the end of the string in buf (n bytes) */
+static void append(char *buf, size_t n, const char *fmt, ...) {
+    size_t l = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + l, n > l ? n - l : 0, fmt, ap);
+    va_end(ap);
+}
+
 void sk_config_describe(const sk_config *c, char *buf, size_t n) {
     snprintf(buf, n, "%s L=%d H=%d KV=%d C=%d F=%d T=%d V=%d bias=%d mlp=%s pos=%s dropout=%g skip=%d/%d",
              c->family == SK_GPT2 ? "gpt2" : "llama", c->n_layer, c->n_head, c->n_kv_head,
@@ -197,24 +207,13 @@ void sk_config_describe(const sk_config *c, char *buf, size_t n) {
              c->relu ? "relu" : c->family == SK_LLAMA ? "swiglu" : c->gelu == SK_GELU_TANH ? "gelu-tanh" : "gelu",
              c->sinusoidal ? "sinusoidal" : c->family == SK_LLAMA ? "rope" : "learned",
              c->dropout, c->n_skip_layer, c->n_skip_head);
-    if (c->untied_head) {
-        size_t l = strlen(buf);
-        snprintf(buf + l, n > l ? n - l : 0, " head=untied");
-    }
-    if (c->qkv_bias && c->family == SK_LLAMA) {
-        size_t l = strlen(buf);
-        snprintf(buf + l, n > l ? n - l : 0, " qkv_bias=1");
-    }
-    if (c->rope_scaling != SK_ROPE_NONE && c->family == SK_LLAMA) {
-        size_t l = strlen(buf);
-        if (c->rope_scaling == SK_ROPE_LINEAR) snprintf(buf + l, n > l ? n - l : 0, " rope=linear/%g", c->rope_factor);
-        else snprintf(buf + l, n > l ? n - l : 0, " rope=llama3/%g(%g,%g,%d)", c->rope_factor,
-                      c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_original_ctx);
-    }
-    if (c->routing[0]) {
-        size_t l = strlen(buf);
-        snprintf(buf + l, n > l ? n - l : 0, " routing=%s", c->routing);
-    }
+    if (c->untied_head) append(buf, n, " head=untied");
+    if (c->qkv_bias && c->family == SK_LLAMA) append(buf, n, " qkv_bias=1");
+    if (c->rope_scaling == SK_ROPE_LINEAR && c->family == SK_LLAMA) append(buf, n, " rope=linear/%g", c->rope_factor);
+    if (c->rope_scaling == SK_ROPE_LLAMA3 && c->family == SK_LLAMA)
+        append(buf, n, " rope=llama3/%g(%g,%g,%d)", c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
+               c->rope_original_ctx);
+    if (c->routing[0]) append(buf, n, " routing=%s", c->routing);
 }
 
 /* RoPE's frequencies, with Hugging Face's rope_scaling (transformers' modeling_rope_utils):

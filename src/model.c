@@ -594,9 +594,10 @@ static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int 
     return SK_OK;
 }
 
-/* Classifier over row chunks: logits = lnf @ lm_head^T (wte when tied), softmax cross-entropy over the real
- * vocabulary. With dlnf != NULL it also writes the gradient of (scale * mean loss) into
- * dlnf (N, C) and adds the lm_head gradient, so the (N, Vp) logits are never held whole. */
+/* Classifier over row chunks: logits = lnf @ lm_head^T (wte when tied), softmax cross-entropy
+ * over the real vocabulary. With dlnf != NULL it also writes the gradient of (scale * mean
+ * loss) into dlnf (N, C) and adds the lm_head gradient, so the (N, Vp) logits are never held
+ * whole. */
 static int classifier(sk_model *m, const int32_t *targets, int N, float *loss, float *logits_out,
                       float *dlnf, float scale) {
     int V = m->cfg.vocab_size, Vp = m->Vp, C = m->C;

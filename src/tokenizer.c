@@ -800,10 +800,12 @@ static int json_flag(const sk_json *obj, const char *key, int def) {
     return v && v->type == SK_JSON_BOOL ? v->boolean : def;
 }
 
-static int json_is(const sk_json *v, const char *type) {
-    const sk_json *ty = v && v->type == SK_JSON_OBJ ? sk_json_get(v, "type") : NULL;
-    return ty && ty->type == SK_JSON_STR && strcmp(ty->str, type) == 0;
+/* obj[key] is the string want */
+static int json_str_is(const sk_json *obj, const char *key, const char *want) {
+    const sk_json *v = obj && obj->type == SK_JSON_OBJ ? sk_json_get(obj, key) : NULL;
+    return v && v->type == SK_JSON_STR && v->str_len == strlen(want) && memcmp(v->str, want, v->str_len) == 0;
 }
+static int json_is(const sk_json *v, const char *type) { return json_str_is(v, "type", type); }
 
 /* A merge entry: "a b" (one space) or ["a", "b"]; the halves point into the JSON. */
 static int hf_merge_halves(const sk_json *m, const char **a, size_t *la, const char **b, size_t *lb) {
@@ -903,11 +905,6 @@ static int hf_bytelevel_chain(const sk_json *norm, const sk_json **pre_io, const
  * a space and <0xXX> its byte (the ByteFallback decoder). */
 
 #define META "\xe2\x96\x81"                     /* U+2581, sentencepiece's space */
-
-static int json_str_is(const sk_json *obj, const char *key, const char *want) {
-    const sk_json *v = obj && obj->type == SK_JSON_OBJ ? sk_json_get(obj, key) : NULL;
-    return v && v->type == SK_JSON_STR && v->str_len == strlen(want) && memcmp(v->str, want, v->str_len) == 0;
-}
 
 /* Replace whose pattern is the String `from` and whose content is `to` */
 static int sp_replace_is(const sk_json *r, const char *from, const char *to) {

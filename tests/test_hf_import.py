@@ -464,6 +464,10 @@ def chain_cases(tmp):
             check(r.returncode == 0 and r.stdout.rstrip("\n") == want, f"{name}: ... and --ignore-eos goes on: {r.stdout!r}")
             if os.path.exists(gc):
                 os.remove(gc)
+        open(os.path.join(folder, "generation_config.json"), "w").write('{"eos_token_id": ')
+        r = skiplm("sample", folder, "--prompt", prompt, "--tokens", "2")
+        check(r.returncode != 0 and "generation_config.json: " in r.stderr,
+              f"{name}: a torn generation_config.json is refused, naming the file: {r.stderr.strip()[-120:]}")
         open(os.path.join(folder, "generation_config.json"), "w").write('{"eos_token_id": [2.5]}')
         r = skiplm("sample", folder, "--prompt", prompt, "--tokens", "2")
         check(r.returncode != 0 and "generation_config.json: eos_token_id must be a whole number" in r.stderr,

@@ -122,15 +122,16 @@ int cmd_sample(int argc, char **argv) {
         return 2;
     }
 #endif
+    /* a Hugging Face folder's end-of-sequence ids: generation stops there, as generate() does
+     * (read first: a bad file is refused before anything is loaded) */
+    int32_t eos[16];
+    int n_eos = 0;
+    if (!ignore_eos && sk_hf_eos_ids(pos[0], eos, 16, &n_eos)) return cli_fail("sample");
     sk_model *m;
     sk_tokenizer *tok;
     if (cli_load_model(&m, pos[0], n_head)) return cli_fail("sample");
     if (load_tokenizer(&tok, tok_path, pos[0])) return cli_fail("sample");
     const sk_config *c = sk_model_config(m);
-    /* a Hugging Face folder's end-of-sequence ids: generation stops there, as generate() does */
-    int32_t eos[16];
-    int n_eos = 0;
-    if (!ignore_eos && sk_hf_eos_ids(pos[0], eos, 16, &n_eos)) return cli_fail("sample");
     if (sk_tok_vocab_size(tok) > c->vocab_size) {
         fprintf(stderr, "skiplm sample: the tokenizer has %d tokens but the model only %d\n", sk_tok_vocab_size(tok), c->vocab_size);
         return 1;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #ifdef SKIPLM_CUDA
 #include "skiplm_cuda.h"
 #endif
@@ -54,6 +55,12 @@ static int dec_pos(const decoder *d) {
 #endif
     return sk_kvcache_pos(d->kv);
 }
+static void dec_truncate(decoder *d, int n) {
+#ifdef SKIPLM_CUDA
+    if (d->cm) { sk_cuda_kvcache_truncate(d->gkv, n); return; }
+#endif
+    sk_kvcache_truncate(d->kv, n);
+}
 static void dec_reset(decoder *d) {
 #ifdef SKIPLM_CUDA
     if (d->cm) { sk_cuda_kvcache_reset(d->gkv); return; }
@@ -79,10 +86,23 @@ static void dec_free(decoder *d) {
     sk_kvcache_free(d->kv);
 }
 
+/* A chat model's turn ends at its template's eos_token (tokenizer_config.json) as well as at
+ * generation_config.json's ids: SmolLM2-Instruct's <|im_end|>, Qwen2.5's, Llama 3's <|eot_id|>. */
+static void chat_eos(sk_tokenizer *tok, const sk_chat *ct, int32_t *eos, int *n_eos, int max) {
+    const char *e = sk_chat_eos_token(ct);
+    int32_t *ids = NULL; size_t n = 0, cap = 0;
+    if (e && *e && !sk_tok_encode(tok, e, strlen(e), &ids, &n, &cap) && n == 1) {
+        int have = 0;
+        for (int i = 0; i < *n_eos; i++) have |= eos[i] == ids[0];
+        if (!have && *n_eos < max) eos[(*n_eos)++] = ids[0];
+    }
+    free(ids);
+}
+
 int cmd_sample(int argc, char **argv) {
     int n_head = 0;
-    const char *prompt = NULL, *tok_path = NULL, *device = "cpu";
-    int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0, ignore_eos = 0;
+    const char *prompt = NULL, *tok_path = NULL, *device = "cpu", *system = NULL, *chat_tpl = NULL;
+    int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0, ignore_eos = 0, chat = 0;
     float temperature = 0.8f, top_p = 1.0f;
     uint64_t seed = 1337;
     cli_opt opts[] = {
@@ -99,6 +119,9 @@ int cmd_sample(int argc, char **argv) {
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
         {"bf16", 'b', &bf16, "bf16 copy of the weights for the matrix products, fp32 everything else (CPU or --device cuda)"},
         {"ignore-eos", 'b', &ignore_eos, "go on past the end-of-sequence token of a Hugging Face folder (eos_token_id)"},
+        {"chat", 'b', &chat, "--prompt is a user's message: the model's chat template makes the prompt (the reply is printed; skiplm chat converses)"},
+        {"system", 's', &system, "with --chat: a system message first"},
+        {"chat-template", 's', &chat_tpl, "with --chat: a .jinja file or a tokenizer_config.json (default: the model folder's)"},
         {"n_head", 'i', &n_head, CLI_N_HEAD_HELP},
         {0},
     };
@@ -115,6 +138,8 @@ int cmd_sample(int argc, char **argv) {
     if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm sample: --device must be cpu or cuda (got '%s')\n", device); return 2; }
     if (tf32 && bf16) { fprintf(stderr, "skiplm sample: --tf32 and --bf16 exclude each other\n"); return 2; }
     if (tf32 && !use_cuda) { fprintf(stderr, "skiplm sample: --tf32 needs --device cuda\n"); return 2; }
+    if ((system || chat_tpl) && !chat) { fprintf(stderr, "skiplm sample: --system and --chat-template go with --chat\n"); return 2; }
+    if (chat && !prompt) { fprintf(stderr, "skiplm sample: --chat needs the user's message in --prompt\n"); return 2; }
 #ifndef SKIPLM_CUDA
     if (use_cuda) {
         fprintf(stderr, "skiplm sample: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "
@@ -127,10 +152,26 @@ int cmd_sample(int argc, char **argv) {
     int32_t eos[16];
     int n_eos = 0;
     if (!ignore_eos && sk_hf_eos_ids(pos[0], eos, 16, &n_eos)) return cli_fail("sample");
+    /* --chat: the template's text is the prompt (made before anything is loaded, as above) */
+    sk_chat *chat_t = NULL;
+    char *chat_text = NULL;
+    if (chat) {
+        sk_chat_msg msgs[2];
+        int nm = 0;
+        if (system) msgs[nm++] = (sk_chat_msg){"system", system};
+        msgs[nm++] = (sk_chat_msg){"user", prompt};
+        size_t len;
+        if (sk_chat_load(&chat_t, pos[0], chat_tpl) || sk_chat_render(chat_t, msgs, nm, 1, &chat_text, &len)) {
+            sk_chat_free(chat_t);
+            return cli_fail("sample");
+        }
+        prompt = chat_text;
+    }
     sk_model *m;
     sk_tokenizer *tok;
     if (cli_load_model(&m, pos[0], n_head)) return cli_fail("sample");
     if (load_tokenizer(&tok, tok_path, pos[0])) return cli_fail("sample");
+    if (chat_t && !ignore_eos) chat_eos(tok, chat_t, eos, &n_eos, 16);
     const sk_config *c = sk_model_config(m);
     if (sk_tok_vocab_size(tok) > c->vocab_size) {
         fprintf(stderr, "skiplm sample: the tokenizer has %d tokens but the model only %d\n", sk_tok_vocab_size(tok), c->vocab_size);
@@ -192,9 +233,267 @@ int cmd_sample(int argc, char **argv) {
         fprintf(stderr, "[prompt %zu tokens in %.3f s; %d new tokens at %.1f tok/s; KV cache (%s) %.2f MiB, %.2f MiB without SLA's saving]\n",
                 n - n_new - start, t1 - t0, n_new, n_new / (t2 - t1 > 0 ? t2 - t1 : 1e-9), kv_type,
                 kv_bytes / 1048576.0, kv_full / 1048576.0);
-    free(ids); free(logits);
+    free(ids); free(logits); free(chat_text);
+    sk_chat_free(chat_t);
     dec_free(&dec);
     sk_tok_free(tok);
     sk_model_free(m);
     return 0;
+}
+
+/* ------------------------------------------------------------------ skiplm chat
+ *
+ * A conversation on stdin: each line is the user's message (a line ending in a backslash
+ * goes on to the next), the reply streams to stdout. Every turn renders the whole
+ * conversation with the chat template, and the KV cache keeps what it holds up to the first
+ * token where the new prompt differs, so a turn costs its own tokens, not the history's. When
+ * the conversation outgrows the context the oldest turns are dropped (the system message
+ * stays). /reset starts over, /quit (or end of input) ends. */
+
+typedef struct {
+    sk_chat_msg *v;
+    char **own;                     /* the strings, owned */
+    int n, cap;
+} chat_log;
+
+static int log_push(chat_log *h, const char *role, const char *content, size_t len) {
+    if (h->n == h->cap) {
+        int nc = h->cap ? 2 * h->cap : 16;
+        sk_chat_msg *v = realloc(h->v, sizeof *v * nc);
+        if (v) h->v = v;
+        char **o = realloc(h->own, sizeof *o * nc);
+        if (o) h->own = o;
+        if (!v || !o) return sk_error(SK_ENOMEM, "out of memory for the conversation");
+        h->cap = nc;
+    }
+    char *s = malloc(len + 1);
+    if (!s) return sk_error(SK_ENOMEM, "out of memory for the conversation");
+    memcpy(s, content, len);
+    s[len] = 0;
+    h->own[h->n] = s;
+    h->v[h->n++] = (sk_chat_msg){role, s};
+    return SK_OK;
+}
+/* drop messages [from, to) */
+static void log_drop(chat_log *h, int from, int to) {
+    if (from >= to) return;
+    for (int i = from; i < to; i++) free(h->own[i]);
+    memmove(h->v + from, h->v + to, sizeof *h->v * (size_t)(h->n - to));
+    memmove(h->own + from, h->own + to, sizeof *h->own * (size_t)(h->n - to));
+    h->n -= to - from;
+}
+static void log_free(chat_log *h) {
+    log_drop(h, 0, h->n);
+    free(h->v); free(h->own);
+}
+
+/* one line of input (without its newline), joined with the next while it ends in '\' */
+static int read_message(char **buf, size_t *cap, size_t *len, int tty) {
+    *len = 0;
+    char *line = NULL; size_t lcap = 0;
+    ssize_t r;
+    int got = 0;
+    if (tty) { fputs("> ", stderr); fflush(stderr); }
+    while ((r = getline(&line, &lcap, stdin)) >= 0) {
+        got = 1;
+        while (r > 0 && (line[r - 1] == '\n' || line[r - 1] == '\r')) r--;
+        int more = r > 0 && line[r - 1] == '\\';
+        if (more) line[--r] = '\n';        /* the backslash becomes the line break */
+        if (*len + (size_t)r + 2 > *cap) {
+            size_t nc = (*len + (size_t)r + 2) * 2;
+            char *b = realloc(*buf, nc);
+            if (!b) { free(line); return -1; }
+            *buf = b; *cap = nc;
+        }
+        memcpy(*buf + *len, line, (size_t)r + more);
+        *len += (size_t)r + more;
+        if (!more) break;
+        if (tty) { fputs(". ", stderr); fflush(stderr); }
+    }
+    free(line);
+    if (*buf) (*buf)[*len] = 0;
+    return got ? 1 : 0;
+}
+
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i;
+}
+
+int cmd_chat(int argc, char **argv) {
+    int n_head = 0, n_new = 1024, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0, max_ctx = 4096;
+    const char *tok_path = NULL, *device = "cpu", *system = NULL, *chat_tpl = NULL;
+    float temperature = 0.7f, top_p = 1.0f;
+    uint64_t seed = 1337;
+    cli_opt opts[] = {
+        {"system", 's', &system, "a system message that opens the conversation"},
+        {"chat-template", 's', &chat_tpl, "a .jinja file or a tokenizer_config.json (default: the model folder's chat_template.jinja, else its tokenizer_config.json)"},
+        {"tokens", 'i', &n_new, "most new tokens in one reply (1024)"},
+        {"ctx", 'i', &max_ctx, "positions of the KV cache, at most the model's block_size (4096); older turns are dropped beyond it"},
+        {"temperature", 'f', &temperature, "softmax temperature; 0 = greedy (0.7)"},
+        {"top-k", 'i', &top_k, "sample among the k most likely tokens; 0 = all (0)"},
+        {"top-p", 'f', &top_p, "nucleus: smallest set with this probability (1.0 = off)"},
+        {"seed", 'u', &seed, "sampling seed (1337)"},
+        {"greedy", 'b', &greedy, "same as --temperature 0"},
+        {"tokenizer", 's', &tok_path, "the tokenizer (default: beside the weights)"},
+        {"quiet", 'b', &quiet, "no statistics after each reply"},
+        {"device", 's', &device, "cpu, or cuda in a CUDA build (cpu)"},
+        {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
+        {"bf16", 'b', &bf16, "bf16 copy of the weights for the matrix products (CPU or --device cuda)"},
+        {"n_head", 'i', &n_head, CLI_N_HEAD_HELP},
+        {0},
+    };
+    char *pos[1]; int np;
+    int rc = cli_parse(argc, argv, "chat", "MODEL [options]   (one message per line on stdin; /reset, /quit)", opts, pos, 1, &np, NULL, NULL);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (np != 1) { fprintf(stderr, "skiplm chat: give a model (a Hugging Face folder with a chat template, or weights and --chat-template)\n"); return 2; }
+    if (greedy) temperature = 0.0f;
+    if (n_new < 1 || max_ctx < 2 || temperature < 0.0f || !(top_p > 0.0f && top_p <= 1.0f) || top_k < 0) {
+        fprintf(stderr, "skiplm chat: need --tokens >= 1, --ctx >= 2, --temperature >= 0, --top-k >= 0, 0 < --top-p <= 1\n");
+        return 2;
+    }
+    int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
+    if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm chat: --device must be cpu or cuda (got '%s')\n", device); return 2; }
+    if (tf32 && (bf16 || !use_cuda)) { fprintf(stderr, "skiplm chat: --tf32 needs --device cuda, without --bf16\n"); return 2; }
+#ifndef SKIPLM_CUDA
+    if (use_cuda) { fprintf(stderr, "skiplm chat: --device cuda: this skiplm was built without CUDA (make cuda)\n"); return 2; }
+#endif
+    int32_t eos[16];
+    int n_eos = 0;
+    sk_chat *ct = NULL;
+    if (sk_hf_eos_ids(pos[0], eos, 16, &n_eos) || sk_chat_load(&ct, pos[0], chat_tpl)) return cli_fail("chat");
+    /* the template must take a system message and a first user turn before any weights load */
+    chat_log h = {0};
+    char *text = NULL; size_t tlen;
+    if (system && log_push(&h, "system", system, strlen(system))) goto fail_early;
+    if (log_push(&h, "user", "", 0) || sk_chat_render(ct, h.v, h.n, 1, &text, &tlen)) goto fail_early;
+    log_drop(&h, h.n - 1, h.n);
+    free(text); text = NULL;
+    sk_model *m = NULL;
+    sk_tokenizer *tok = NULL;
+    if (cli_load_model(&m, pos[0], n_head) || load_tokenizer(&tok, tok_path, pos[0])) {
+        rc = cli_fail("chat");
+        sk_model_free(m); log_free(&h); sk_chat_free(ct);
+        return rc;
+    }
+    chat_eos(tok, ct, eos, &n_eos, 16);
+    const sk_config *c = sk_model_config(m);
+    const int V = c->vocab_size, ctx = max_ctx < c->block_size ? max_ctx : c->block_size;
+    if (!quiet && n_eos == 0)
+        fprintf(stderr, "[no end-of-sequence token known (generation_config.json, tokenizer_config.json's eos_token): "
+                "each reply runs --tokens %d]\n", n_new);
+    decoder dec;
+    float *logits = malloc(sizeof(float) * V);
+    int32_t *cached = malloc(sizeof(int32_t) * ((size_t)ctx + 1)), *ids = NULL;
+    size_t n_cached = 0, n = 0, cap = 0;
+    char *line = NULL, *reply = NULL; size_t line_cap = 0, line_len;
+    uint64_t rng = seed;
+    int tty = isatty(0);
+    /* err: 0, 1 (the library's message is still to print), 2 (printed) */
+    int err = 0, dec_ok = 0;
+    sk_chat_msg *view = malloc(sizeof *view * 2);
+    if (!logits || !cached || !view) err = (sk_error(SK_ENOMEM, "out of memory"), 1);
+    else if (dec_new(&dec, m, use_cuda, bf16 ? 2 : tf32 ? 1 : 0, ctx, quiet)) err = 1;
+    else dec_ok = 1;
+    if (!err && tty && !quiet)
+        fprintf(stderr, "[%d positions of context; /reset starts over, /quit ends; end a line with \\ to go on]\n", ctx);
+    const int first = system ? 1 : 0;
+    int r = 0;
+    while (!err && (r = read_message(&line, &line_cap, &line_len, tty)) > 0) {
+        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
+        if (!strcmp(line, "/reset")) {
+            log_drop(&h, first, h.n);
+            n_cached = 0;
+            if (!quiet) fprintf(stderr, "[conversation reset]\n");
+            continue;
+        }
+        if (log_push(&h, "user", line, line_len)) { err = 1; break; }
+        sk_chat_msg *nv = realloc(view, sizeof *view * (size_t)h.n);
+        if (!nv) { err = (sk_error(SK_ENOMEM, "out of memory"), 1); break; }
+        view = nv;
+        /* the prompt: the whole conversation, less its oldest turns while it leaves no room
+         * (the system message stays); rendered from a view so that nothing is dropped for a
+         * message that does not fit even alone */
+        int from = first, ok = 0;
+        for (;;) {
+            int nv_n = 0;
+            if (system) view[nv_n++] = h.v[0];
+            for (int k = from; k < h.n; k++) view[nv_n++] = h.v[k];
+            free(text); text = NULL; n = 0;
+            if (sk_chat_render(ct, view, nv_n, 1, &text, &tlen) || sk_tok_encode(tok, text, tlen, &ids, &n, &cap)) break;
+            if (n == 0) { sk_error(SK_EINVAL, "the chat template made an empty prompt"); break; }
+            if (n < (size_t)ctx) { ok = 1; break; }
+            if (from == h.n - 1) {
+                sk_error(SK_EINVAL, "this message makes a prompt of %zu tokens, and the context holds %d (--ctx)", n, ctx);
+                break;
+            }
+            from++;                                   /* the oldest turn: up to the next user message */
+            while (from < h.n - 1 && strcmp(h.v[from].role, "user")) from++;
+        }
+        if (!ok) {
+            fprintf(stderr, "skiplm chat: %s\n", sk_last_error());
+            log_drop(&h, h.n - 1, h.n);               /* the turn is refused; the conversation goes on */
+            if (!tty) err = 2;
+            continue;
+        }
+        if (from > first) {
+            if (!quiet) fprintf(stderr, "[%d oldest messages dropped to fit the context]\n", from - first);
+            log_drop(&h, first, from);
+        }
+        /* keep the cached prefix; at least the last prompt token runs, for its logits */
+        size_t keep = common_prefix(cached, n_cached, ids, n);
+        if (keep == n) keep--;
+        if (keep < (size_t)dec_pos(&dec)) dec_truncate(&dec, (int)keep);
+        double t0 = sk_now();
+        if (dec_run(&dec, ids + keep, (int)(n - keep), logits)) { err = 1; break; }
+        memcpy(cached, ids, sizeof(int32_t) * n);
+        n_cached = n;
+        double t1 = sk_now();
+        /* the reply, streamed; its text (not the stop token) joins the conversation */
+        const size_t r0 = n_cached;
+        int stop = 0, full = 0, made = 0;
+        while (made < n_new) {
+            int32_t next = sk_sample_token(logits, V, temperature, top_k, top_p, &rng);
+            if (next >= sk_tok_vocab_size(tok)) next = 0;
+            for (int e = 0; e < n_eos; e++) stop |= next == eos[e];
+            if (stop) break;
+            made++;
+            size_t len;
+            const char *s = sk_tok_decode_one(tok, next, &len);
+            if (s) { fwrite(s, 1, len, stdout); fflush(stdout); }
+            cached[n_cached++] = next;
+            if (made == n_new) break;
+            if (dec_pos(&dec) == ctx) { full = 1; break; }
+            if (dec_run(&dec, &next, 1, logits)) { err = 1; break; }
+        }
+        double t2 = sk_now();
+        fputs("\n", stdout);
+        fflush(stdout);
+        if (err) break;
+        size_t rlen;
+        free(reply); reply = NULL;
+        if (sk_tok_decode(tok, cached + r0, n_cached - r0, &reply, &rlen) || log_push(&h, "assistant", reply, rlen)) { err = 1; break; }
+        /* the last sampled token is not in the cache */
+        if (n_cached > (size_t)dec_pos(&dec)) n_cached = (size_t)dec_pos(&dec);
+        if (!quiet)
+            fprintf(stderr, "[%zu prompt tokens, %zu new in %.2f s; %d tokens at %.1f tok/s%s]\n", n, n - keep, t1 - t0,
+                    made, made / (t2 - t1 > 0 ? t2 - t1 : 1e-9),
+                    full ? "; the context is full: the reply stops here" : stop ? "" : "; --tokens reached");
+    }
+    if (!err && r < 0) err = (sk_error(SK_ENOMEM, "out of memory for the message"), 1);
+    if (!err && ferror(stdin)) err = (sk_error(SK_EIO, "reading stdin failed"), 1);
+    if (err == 1) cli_fail("chat");
+    free(line); free(reply); free(text); free(ids); free(logits); free(cached); free(view);
+    if (dec_ok) dec_free(&dec);
+    sk_tok_free(tok);
+    sk_model_free(m);
+    log_free(&h);
+    sk_chat_free(ct);
+    return err ? 1 : 0;
+fail_early:
+    free(text);
+    log_free(&h);
+    sk_chat_free(ct);
+    return cli_fail("chat");
 }

@@ -11,6 +11,7 @@ typedef struct { const char *name; int (*fn)(int, char **); const char *help; } 
 WEAK int cmd_prepare(int argc, char **argv);
 WEAK int cmd_train(int argc, char **argv);
 WEAK int cmd_sample(int argc, char **argv);
+WEAK int cmd_chat(int argc, char **argv);
 WEAK int cmd_bench(int argc, char **argv);
 WEAK int cmd_plot(int argc, char **argv);
 WEAK int cmd_tokenizer(int argc, char **argv);
@@ -20,6 +21,7 @@ static const command COMMANDS[] = {
     {"train", cmd_train, "train a model (from scratch or from a checkpoint), with resume"},
     {"eval", cmd_eval, "loss and perplexity of a weights file on a token shard"},
     {"sample", cmd_sample, "generate text from a model (KV cache)"},
+    {"chat", cmd_chat, "converse with a chat model (its chat template; one message per line)"},
     {"init", cmd_init, "write a randomly initialised model"},
     {"export", cmd_export, "write a model as a Hugging Face folder (transformers' from_pretrained)"},
     {"info", cmd_info, "describe a preset, a config or a weights file"},

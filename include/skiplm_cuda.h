@@ -117,6 +117,7 @@ typedef struct sk_cuda_kvcache sk_cuda_kvcache;
 int sk_cuda_kvcache_new(sk_cuda_kvcache **kv, sk_cuda_model *cm, int max_T, int chunk);
 void sk_cuda_kvcache_free(sk_cuda_kvcache *kv);
 void sk_cuda_kvcache_reset(sk_cuda_kvcache *kv);
+void sk_cuda_kvcache_truncate(sk_cuda_kvcache *kv, int n);         /* as sk_kvcache_truncate */
 int sk_cuda_kvcache_pos(const sk_cuda_kvcache *kv);                 /* tokens in the cache */
 size_t sk_cuda_kvcache_bytes(const sk_cuda_kvcache *kv);            /* bytes of cached K/V */
 size_t sk_cuda_kvcache_bytes_full(const sk_cuda_kvcache *kv);       /* same model without SLA's savings */

@@ -194,6 +194,9 @@ size_t sk_kvcache_bytes(const sk_kvcache *kv);            /* bytes of cached K/V
 size_t sk_kvcache_bytes_full(const sk_kvcache *kv);       /* same model without SLA's savings */
 int sk_kvcache_pos(const sk_kvcache *kv);                 /* tokens in the cache */
 void sk_kvcache_reset(sk_kvcache *kv);
+/* Keep the first n positions (0 <= n <= pos; other values change nothing): the next tokens
+ * go at position n (a chat re-uses the cache up to where the new prompt differs). */
+void sk_kvcache_truncate(sk_kvcache *kv, int n);
 /* Append n tokens at positions pos..pos+n-1 (pos = tokens already cached) and write the
  * logits (vocab_size) of the last one. */
 int sk_model_decode(sk_model *m, sk_kvcache *kv, const int32_t *tokens, int n, float *logits);

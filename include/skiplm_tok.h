@@ -64,6 +64,30 @@ int sk_tok_decode(const sk_tokenizer *tok, const int32_t *ids, size_t n, char **
  * Returns NULL (with an error message) for an id out of range. */
 const char *sk_tok_decode_one(const sk_tokenizer *tok, int32_t id, size_t *len);
 
+/* ------------------------------------------------------------ chat templates
+ *
+ * A Hugging Face folder's chat template (Jinja, rendered by src/jinja.c as transformers'
+ * apply_chat_template renders it: messages, add_generation_prompt, tools = documents = none,
+ * and the special tokens of tokenizer_config.json). Encode the text with sk_tok_encode: the
+ * template writes the special tokens itself (apply_chat_template tokenizes without adding
+ * any). strftime_now (Llama 3's date line) reads SOURCE_DATE_EPOCH when it is set. */
+typedef struct sk_chat sk_chat;
+typedef struct { const char *role, *content; } sk_chat_msg;   /* UTF-8, NUL-terminated */
+/* The template of model (a weights file or folder): template_path if given (a .jinja file,
+ * or a tokenizer_config.json), else chat_template.jinja beside the weights, else the
+ * "chat_template" of tokenizer_config.json there (a string, or the list entry named
+ * "default"). Special tokens come from that tokenizer_config.json. No template: SK_EINVAL
+ * saying so; a template that does not parse: SK_EFORMAT naming the file and the line. */
+int sk_chat_load(sk_chat **c, const char *model, const char *template_path);
+void sk_chat_free(sk_chat *c);
+/* tokenizer_config.json's eos_token (the end of an assistant's turn for most chat models), or NULL */
+const char *sk_chat_eos_token(const sk_chat *c);
+/* Render n messages (with the assistant's header after them when add_generation_prompt):
+ * *text is malloc'd and NUL-terminated. A template's raise_exception is an error with its
+ * message (e.g. roles that do not alternate). Invalid UTF-8 in a message (a reply cut inside a
+ * character) becomes U+FFFD, one per maximal invalid subpart, as tokenizers' decode does. */
+int sk_chat_render(const sk_chat *c, const sk_chat_msg *msgs, int n, int add_generation_prompt, char **text, size_t *len);
+
 /* ------------------------------------------------------------- BPE training
  *
  * Byte-level BPE trainer (src/bpe_train.c, docs/tokenizer.md). Each text is split with the

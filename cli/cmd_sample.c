@@ -86,6 +86,42 @@ static void dec_free(decoder *d) {
     sk_kvcache_free(d->kv);
 }
 
+/* 1 if folder (or the folder of file) holds a chat_template.jinja or a tokenizer_config.json */
+static int has_chat_files(const char *path, int is_file) {
+    const char *slash = is_file ? strrchr(path, '/') : NULL;
+    const int dl = is_file ? (slash ? (int)(slash - path) : 1) : (int)strlen(path);
+    const char *dir = is_file && !slash ? "." : path;
+    static const char *const names[] = {"chat_template.jinja", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        char p[4200];
+        struct stat sb;
+        snprintf(p, sizeof p, "%.*s/%s", dl, dir, names[i]);
+        if (stat(p, &sb) == 0) return 1;
+    }
+    return 0;
+}
+
+/* The chat template: --chat-template, else the model folder's, else the one beside the model's
+ * tokenizer when that lies elsewhere (a checkpoint fine-tuned from an instruct model's folder:
+ * prepare copied its tokenizer_config.json beside the tokenizer.json the checkpoint records). */
+static int load_chat(sk_chat **ct, const char *model, const char *given, const char *tok_given) {
+    char *file = given ? NULL : sk_weights_file(model);
+    int here = given || !file || has_chat_files(file, 1);
+    free(file);
+    char tp[4096];
+    struct stat sb;
+    if (!here && tok_given) snprintf(tp, sizeof tp, "%s", tok_given);
+    else if (!here && cli_tokenizer_of(model, tp, sizeof tp)) here = 1;
+    if (!here) {
+        const int dir = stat(tp, &sb) == 0 && S_ISDIR(sb.st_mode);
+        if (has_chat_files(tp, !dir)) {
+            if (!dir) { char *s = strrchr(tp, '/'); if (s) *s = 0; else snprintf(tp, sizeof tp, "."); }
+            return sk_chat_load(ct, tp, NULL);
+        }
+    }
+    return sk_chat_load(ct, model, given);
+}
+
 /* A chat model's turn ends at its template's eos_token (tokenizer_config.json) as well as at
  * generation_config.json's ids: SmolLM2-Instruct's <|im_end|>, Qwen2.5's, Llama 3's <|eot_id|>. */
 static void chat_eos(sk_tokenizer *tok, const sk_chat *ct, int32_t *eos, int *n_eos, int max) {
@@ -161,7 +197,7 @@ int cmd_sample(int argc, char **argv) {
         if (system) msgs[nm++] = (sk_chat_msg){"system", system};
         msgs[nm++] = (sk_chat_msg){"user", prompt};
         size_t len;
-        if (sk_chat_load(&chat_t, pos[0], chat_tpl) || sk_chat_render(chat_t, msgs, nm, 1, &chat_text, &len)) {
+        if (load_chat(&chat_t, pos[0], chat_tpl, tok_path) || sk_chat_render(chat_t, msgs, nm, 1, &chat_text, &len)) {
             sk_chat_free(chat_t);
             return cli_fail("sample");
         }
@@ -362,7 +398,7 @@ int cmd_chat(int argc, char **argv) {
     int32_t eos[16];
     int n_eos = 0;
     sk_chat *ct = NULL;
-    if (sk_hf_eos_ids(pos[0], eos, 16, &n_eos) || sk_chat_load(&ct, pos[0], chat_tpl)) return cli_fail("chat");
+    if (sk_hf_eos_ids(pos[0], eos, 16, &n_eos) || load_chat(&ct, pos[0], chat_tpl, tok_path)) return cli_fail("chat");
     /* the template must take a system message and a first user turn before any weights load */
     chat_log h = {0};
     char *text = NULL; size_t tlen;

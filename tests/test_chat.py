@@ -13,7 +13,9 @@ with the JS tokenizers library and decodes greedily with the PyTorch model (test
    tokenizer_config.json's eos_token and at generation_config.json's ids;
 3. a conversation longer than --ctx drops its oldest turns (the system message stays), as the
    reference does it; a message too long alone is refused and the conversation goes on;
-4. errors: no template, a torn tokenizer_config.json, a template that does not parse, a
+4. the template follows the tokenizer: prepare copies it with the tokenizer.json, a checkpoint
+   fine-tuned on that data finds it, export writes it beside the tokenizer;
+5. errors: no template, a torn tokenizer_config.json, a template that does not parse, a
    template's raise_exception, --chat-template given as a .jinja file or a tokenizer_config.json
    (a list of named templates), invalid options; each clear, nothing leaked (sanitizer builds).
 """
@@ -272,6 +274,40 @@ def chat_cases(folder, ref):
           f"chat: a message longer than the context is refused: {r.stderr.strip()[-200:]}")
 
 
+def finetune_case(tmp, folder):
+    """the template follows the tokenizer: prepare copies tokenizer_config.json beside the
+    tokenizer.json it takes, a checkpoint fine-tuned on that data finds it there, export writes it"""
+    smol = open(os.path.join(TEMPLATES, "SmolLM2-135M-Instruct.jinja"), encoding="utf-8").read()
+    write_tc(folder, smol)
+    docs = os.path.join(tmp, "docs")
+    os.makedirs(docs)
+    for i in range(10):
+        open(os.path.join(docs, f"{i}.txt"), "w").write(f"<|im_start|>user\nQuestion {i}?<|im_end|>\n" * 20)
+    data, run, out = os.path.join(tmp, "ft-data"), os.path.join(tmp, "ft-run"), os.path.join(tmp, "ft-hf")
+    r = skiplm("prepare", docs, "--out", data, "--tokenizer", os.path.join(folder, "tokenizer.json"))
+    check(r.returncode == 0 and os.path.isfile(os.path.join(data, "tokenizer_config.json")),
+          f"prepare --tokenizer FOLDER/tokenizer.json copies the tokenizer_config.json beside it {r.stderr.strip()[-200:]}")
+    r = skiplm("train", "--init", folder, "--data", data, "--out", run, "--steps", "2", "--batch", "1", "--seq", "16",
+               "--eval-every", "0", "--lr", "1e-4")
+    check(r.returncode == 0, "train --init on the chat folder's data" + ("" if r.returncode == 0 else ": " + r.stderr[-300:]))
+    want = chatml([("user", "Hi")])
+    r = skiplm("sample", os.path.join(run, "ckpt.safetensors"), "--chat", "--prompt", "Hi", "--tokens", "3", "--greedy")
+    check(r.returncode == 0 and r.stdout.startswith(want) and clean(r),
+          f"sample --chat on the fine-tuned checkpoint finds the template beside its tokenizer: {r.stdout[:120]!r} "
+          f"{r.stderr.strip()[-200:]}")
+    r = skiplm("export", os.path.join(run, "ckpt.safetensors"), "--out", out)
+    r2 = skiplm("chat", out, "--greedy", "--tokens", "3", "--quiet", stdin="Hi\n")
+    check(r.returncode == 0 and os.path.isfile(os.path.join(out, "tokenizer_config.json")) and r2.returncode == 0
+          and len(r2.stdout.split("\n")) == 2, f"export writes tokenizer_config.json; chat on the exported folder: "
+          f"{r2.stdout!r} {r.stderr.strip()[-150:]} {r2.stderr.strip()[-150:]}")
+    # a tokenizer without a tokenizer_config.json: an old one in the destination is not left behind
+    os.remove(os.path.join(folder, "tokenizer_config.json"))
+    r = skiplm("export", os.path.join(run, "ckpt.safetensors"), "--out", out, "--tokenizer", os.path.join(folder, "tokenizer.json"))
+    check(r.returncode == 0 and not os.path.exists(os.path.join(out, "tokenizer_config.json")),
+          f"export with a tokenizer that has no tokenizer_config.json removes the stale one {r.stderr.strip()[-150:]}")
+    write_tc(folder, smol)
+
+
 def error_cases(tmp, folder):
     smol = open(os.path.join(TEMPLATES, "SmolLM2-135M-Instruct.jinja"), encoding="utf-8").read()
 
@@ -318,5 +354,6 @@ else:
         folder, ref = setup(tmp)
         sample_cases(folder, ref)
         chat_cases(folder, ref)
+        finetune_case(tmp, folder)
         error_cases(tmp, folder)
 finish()

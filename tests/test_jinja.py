@@ -29,6 +29,14 @@ Provenance of the templates (raw chat_template text; none was edited):
                           tokenizer_config was not found verbatim)
   Mixtral-8x7B-Instruct-v0.1  huggingface.js e2e.test.js (raise_exception on alternation;
                           Mistral-7B-Instruct-v0.3's template was not found verbatim)
+  The files named as in llama.cpp's models/templates/ are that directory's files, byte for byte:
+  from ggml-org/llama.cpp: deepseek-ai-DeepSeek-V3.1, llama-cpp-microsoft-Phi-4-mini-instruct,
+  moonshotai-Kimi-K2 (CRLF line ends, as there), CohereForAI-c4ai-command-r7b-12-2024-tool_use;
+  from ggerganov/llama.cpp: mistralai-Mistral-Nemo-Instruct-2407, meetkai-functionary-medium-v3.1,
+  fireworks-ai-llama-3-firefunction-v2; from the ye-NX/llama.cpp mirror (its checkout has CRLF line
+  ends; stored with llama.cpp's LF, as its other files there show): NousResearch-Hermes-3-Llama-3.1-8B-tool_use,
+  meta-llama-Llama-3.3-70B-Instruct (Llama 3.1's format: tools, date_string), Qwen-QwQ-32B,
+  ibm-granite-granite-3.3-2B-Instruct (strftime_now), meetkai-functionary-medium-v3.2.
 """
 import json
 import os
@@ -65,11 +73,12 @@ def render_c(cases, tmp):
     return out
 
 
-def render_js(cases, tmp):
+def render_js(cases, tmp, fix_clock=False):
+    """fix_clock: the JS port's strftime_now reads the case's `now` instead of the clock"""
     src, dst = os.path.join(tmp, "js_in.json"), os.path.join(tmp, "js_out.json")
     with open(src, "w") as f:
-        json.dump([{"template": t, "context": c} for t, c, _ in cases], f)
-    subprocess.run(["node", os.path.join(HERE, "ref", "jinja_render.mjs"), src, dst], check=True, cwd=ROOT)
+        json.dump([dict({"template": t, "context": c}, **({"now": n} if fix_clock else {})) for t, c, n in cases], f)
+    subprocess.run(["node", os.path.join(HERE, "ref", "jinja_render.mjs"), src, dst], check=True, cwd=ROOT, env=ENV)
     return [("ok" in r, r.get("ok", r.get("error"))) for r in json.load(open(dst))]
 
 
@@ -87,13 +96,14 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
           "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}},
                          "required": ["city"]}}}]
 CALL = {"role": "assistant", "content": None, "tool_calls": [
-    {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
+    {"id": "call12345", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
 CALL_STR = {"role": "assistant", "content": None, "tool_calls": [
-    {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}
-TOOL_RES = {"role": "tool", "content": "22 C, sunny"}
+    {"id": "call12345", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}
+TOOL_RES = {"role": "tool", "content": "22 C, sunny", "tool_call_id": "call12345"}
 A2 = {"role": "assistant", "content": "It is 22 C in Paris."}
 THINK = {"role": "assistant", "content": "<think>\nLet me add.\n</think>\n\n4"}
-BASE = {"bos_token": "<s>", "eos_token": "</s>", "date_string": "26 Jul 2024"}
+BASE = {"bos_token": "<s>", "eos_token": "</s>", "date_string": "26 Jul 2024",
+        "functions": '[{"name": "get_weather"}]', "datetime": "2024-07-26"}   # (firefunction-v2's variables)
 
 CONVS = {
     "one user": [U1],
@@ -106,10 +116,26 @@ CONVS = {
 TOOL_CONVS = {
     "tools": ([U1], TOOLS, False),
     "tool call + result": ([U2, CALL, TOOL_RES, A2], TOOLS, False),
-    "tool call (string args)": ([U2, CALL_STR, TOOL_RES, A2], None, True),
+    "tool call, content ''": ([U2, dict(CALL, content=""), TOOL_RES, A2], TOOLS, False),
+    "tool call (string args)": ([U2, CALL_STR, TOOL_RES, A2], TOOLS, True),
 }
-SUPPORTS_TOOLS = {"Qwen2.5-0.5B-Instruct", "Qwen3-0.6B", "Llama-3.2-3B-Instruct", "DeepSeek-R1-Distill-Qwen-32B"}
-STRING_ARGS = {"DeepSeek-R1-Distill-Qwen-32B"}   # concatenates arguments as a string
+SUPPORTS_TOOLS = {"Qwen2.5-0.5B-Instruct", "Qwen3-0.6B", "Llama-3.2-3B-Instruct", "DeepSeek-R1-Distill-Qwen-32B",
+                  "mistralai-Mistral-Nemo-Instruct-2407", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use",
+                  "meetkai-functionary-medium-v3.1", "meetkai-functionary-medium-v3.2", "meta-llama-Llama-3.3-70B-Instruct",
+                  "Qwen-QwQ-32B", "ibm-granite-granite-3.3-2B-Instruct", "fireworks-ai-llama-3-firefunction-v2",
+                  "deepseek-ai-DeepSeek-V3.1", "llama-cpp-microsoft-Phi-4-mini-instruct", "moonshotai-Kimi-K2",
+                  "CohereForAI-c4ai-command-r7b-12-2024-tool_use"}
+# These concatenate the arguments as a string (a dict there is a TypeError in jinja2, as in ours).
+STRING_ARGS = {"DeepSeek-R1-Distill-Qwen-32B", "meetkai-functionary-medium-v3.1", "meetkai-functionary-medium-v3.2",
+               "fireworks-ai-llama-3-firefunction-v2", "deepseek-ai-DeepSeek-V3.1"}
+# Templates that loop over an undefined `tools` or `message.tool_calls`: jinja2's Undefined iterates as
+# empty, the JS port raises "Expected iterable ... got UndefinedValue". The JS port renders them from a
+# context where the missing value is an empty list, which is the same rendering in Python.
+JS_UNDEF_ITER = {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use": "tools",
+                 "llama-cpp-microsoft-Phi-4-mini-instruct": "tool_calls"}
+# The JS port cannot unpack a tuple in a for loop (`for a, b in [(1, 2)]`), which functionary-v3.2 does
+# for every tool parameter: its tool conversations are compared with hand-written prompts (HAND).
+JS_NO_TUPLE_FOR = {"meetkai-functionary-medium-v3.2"}
 BAD_ALT = {"gemma-2-2b-it": [U1, U1], "Mixtral-8x7B-Instruct-v0.1": [U1, U1],
            "Llama-3.2-3B-Instruct (two tool calls)": None}
 RAISES = {  # (template, conversation, extra context) -> the exception's message
@@ -119,9 +145,17 @@ RAISES = {  # (template, conversation, extra context) -> the exception's message
     ("Mixtral-8x7B-Instruct-v0.1", "system"): ([SYS, U1], {}, "Conversation roles must alternate user/assistant/user/assistant/..."),
     ("Llama-3.2-3B-Instruct", "two tool calls"): ([U2, dict(CALL, tool_calls=CALL["tool_calls"] * 2)], {"tools": TOOLS},
                                                   "This model only supports single tool-calls at once!"),
+    ("mistralai-Mistral-Nemo-Instruct-2407", "tool call id"): (
+        [U2, dict(CALL, tool_calls=[dict(CALL["tool_calls"][0], id="c1")])], {"tools": TOOLS},
+        "Tool call IDs should be alphanumeric strings with length 9!"),
+    ("mistralai-Mistral-Nemo-Instruct-2407", "user user"): (
+        [U1, U1], {}, "After the optional system message, conversation roles must alternate user/assistant/user/assistant/..."),
     ("Llama-3.2-3B-Instruct", "tools, no user"): ([SYS], {"tools": TOOLS},
                                                   "Cannot put tools in the first user message when there's no first user message!"),
 }
+# A None content is an error in jinja2 for the templates that test it with `in`, split it or add it.
+EXPECTED_FAILS = [f"{n}: tool call + result, add_generation_prompt={agp}" for n in
+                  ("Qwen-QwQ-32B", "Qwen3-0.6B", "ibm-granite-granite-3.3-2B-Instruct", "moonshotai-Kimi-K2") for agp in (True, False)]
 NAMES = sorted(f[:-6] for f in os.listdir(TEMPLATES) if f.endswith(".jinja"))
 
 # Hand-written prompts: what each model's documented format gives (Python jinja2 / transformers).
@@ -177,6 +211,26 @@ HAND = [  # (template, messages, extra context, add_generation_prompt, expected)
     ("gemma-2-2b-it", [U1, A1, U2], {"bos_token": "<bos>"}, True,
      "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello! How can I help?<end_of_turn>\n"
      "<start_of_turn>user\nWhat's 2+2? Ünïcödé ✓<end_of_turn>\n<start_of_turn>model\n"),
+    # the JS port cannot render this one (JS_NO_TUPLE_FOR); checked by hand against functionary's code
+    ("meetkai-functionary-medium-v3.2", [U2, CALL_STR, TOOL_RES, A2], {"tools": TOOLS}, True,
+     "<s><|start_header_id|>system<|end_header_id|>\n\nYou are capable of executing available function(s) if required.\n"
+     "Only execute function(s) when absolutely necessary.\nAsk for the required input to:recipient==all\n"
+     "Use JSON for function arguments.\nRespond in this format:\n>>>${recipient}\n${content}\nAvailable functions:\n"
+     "// Supported function definitions that should be called when necessary.\nnamespace functions {\n\n"
+     "// Get the weather\ntype get_weather = (_: {\n// City name.\ncity: string,\n}) => any;\n\n} // namespace functions"
+     "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat's 2+2? Ünïcödé ✓<|eot_id|>"
+     "<|start_header_id|>assistant<|end_header_id|>\n\n>>>get_weather\n{\"city\": \"Paris\"}<|eot_id|>"
+     "<|start_header_id|>tool<|end_header_id|>\n\n22 C, sunny<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+     ">>>all\nIt is 22 C in Paris.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n>>>"),
+    # loops over the undefined message.tool_calls of plain messages (JS_UNDEF_ITER)
+    ("llama-cpp-microsoft-Phi-4-mini-instruct", [U2], {}, True, "<|user|>What's 2+2? Ünïcödé ✓<|end|><|assistant|>"),
+    ("llama-cpp-microsoft-Phi-4-mini-instruct", [U2, CALL, TOOL_RES, A2], {"tools": TOOLS}, False,
+     '<|system|><|tool|>{"name": "get_weather", "description": "Get the weather", "parameters": {"type": "object", '
+     '"properties": {"city": {"type": "string", "description": "City name"}}, "required": ["city"]}}<|/tool|>'
+     'You are a helpful assistant with some tools.\nTo use a tool, respond in this format: <|tool_call|>{"name": "foo", '
+     '"arguments": {"a": 1}}<|/tool_call|><|end|><|user|>What\'s 2+2? Ünïcödé ✓<|end|><|assistant|><|tool_call|>'
+     '{"name": "get_weather", "arguments": {"city": "Paris"}}<|/tool_call|><|end|><|tool_response|>"22 C, sunny"<|end|>'
+     '<|assistant|>It is 22 C in Paris.<|end|></s>'),
     ("Qwen3-0.6B", [U1, THINK], {}, False,
      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nLet me add.\n</think>\n\n4<|im_end|>\n"),
     ("Qwen3-0.6B", [U1, THINK, U2], {"enable_thinking": False}, True,
@@ -185,32 +239,53 @@ HAND = [  # (template, messages, extra context, add_generation_prompt, expected)
 ]
 
 
+def js_context(name, ctx):
+    """the context the JS port gets: Python renders it as it renders ctx (see JS_UNDEF_ITER)"""
+    what = JS_UNDEF_ITER.get(name)
+    if what == "tools":
+        return dict(ctx, tools=ctx.get("tools", []))
+    if what == "tool_calls":
+        return dict(ctx, messages=[dict(m, tool_calls=m.get("tool_calls", [])) for m in ctx["messages"]])
+    return ctx
+
+
 def real_templates(tmp):
-    cases, names = [], []
+    cases, names, js_cases = [], [], []
     for name in NAMES:
         t = tpl(name)
         for cname, msgs in CONVS.items():
             if name in ("gemma-2-2b-it", "Mixtral-8x7B-Instruct-v0.1") and (msgs[0]["role"] == "system"):
                 continue   # these raise on a system message (tested below)
             for agp in (True, False):
-                cases.append((t, dict(BASE, messages=msgs, add_generation_prompt=agp), NOW))
+                ctx = dict(BASE, messages=msgs, add_generation_prompt=agp)
+                if name == "meetkai-functionary-medium-v3.1":
+                    ctx["tools"] = TOOLS   # `none | selectattr(...)` raises without tools, in jinja2 too
+                cases.append((t, ctx, NOW))
                 names.append(f"{name}: {cname}, add_generation_prompt={agp}")
         if name in SUPPORTS_TOOLS:
             for cname, (msgs, tools, string_args) in TOOL_CONVS.items():
                 if string_args != (name in STRING_ARGS):
                     continue
-                ctx = dict(BASE, messages=msgs, add_generation_prompt=True)
-                if tools:
-                    ctx["tools"] = tools
-                cases.append((t, ctx, NOW))
-                names.append(f"{name}: {cname}")
+                for agp in (True, False):
+                    ctx = dict(BASE, messages=msgs, add_generation_prompt=agp)
+                    if tools:
+                        ctx["tools"] = tools
+                    cases.append((t, ctx, NOW))
+                    names.append(f"{name}: {cname}, add_generation_prompt={agp}")
     for (name, cname), (msgs, extra, msg) in RAISES.items():
         cases.append((tpl(name), dict(BASE, messages=msgs, add_generation_prompt=True, **extra), NOW))
         names.append(f"{name}: {cname} raises")
-    c, js = render_c(cases, tmp), render_js(cases, tmp)
-    bad = [(n, a, b) for n, a, b in zip(names, c, js) if not (a == b or (not a[0] and not b[0]))]
+    for (t, ctx, now), n in zip(cases, names):
+        js_cases.append((t, js_context(n.split(":")[0], ctx), now))
+    c, js = render_c(cases, tmp), render_js(js_cases, tmp, fix_clock=True)
+    skip = lambda n: n.split(":")[0] in JS_NO_TUPLE_FOR and "tool" in n.split(":")[1]  # noqa: E731
+    bad = [(n, a, b) for n, a, b in zip(names, c, js) if not (a == b or (not a[0] and not b[0]) or skip(n))]
     check(not bad, f"{len(cases)} renderings of {len(NAMES)} real templates equal the JS port's"
-          + (f"; first mismatch {bad[0][0]}:\n C: {bad[0][1]!r}\nJS: {bad[0][2]!r}" if bad else ""))
+          f" ({sum(map(skip, names))} skipped: JS_NO_TUPLE_FOR)"
+          + (f"; {len(bad)} differ, first {bad[0][0]}:\n C: {bad[0][1]!r}\nJS: {bad[0][2]!r}" if bad else ""))
+    fails = [n for n, (ok, _) in zip(names, c) if not ok and not n.endswith("raises")]
+    check(fails == EXPECTED_FAILS, f"{len(EXPECTED_FAILS)} renderings fail as in jinja2 (e.g. a None content that"
+          " a template iterates or splits), the rest render" + ("" if fails == EXPECTED_FAILS else f": {fails}"))
     raised = [(n, r) for n, r in zip(names, c) if n.endswith("raises")]
     want = [m for _, _, m in RAISES.values()]
     check(all(not ok for _, (ok, _) in raised) and [m for _, (_, m) in raised] == want,
@@ -276,6 +351,10 @@ FEATURES = [
     ("{% for m in msgs[::-1] %}{{ m }}{% endfor %}", {"msgs": [1, 2, 3]}, "321", None),
     ("{% for i in [1,2,3] %}{{ loop.cycle('a','b') }}{% endfor %}", {}, "aba", "no loop.cycle in the JS port"),
     ("{% for c in 'hé' %}[{{ c }}]{% endfor %}", {}, "[h][é]", JS_STRLOOP),
+    ("{% for x in nope %}a{% endfor %}{% for t in m.tool_calls %}b{% endfor %}c", {"m": {}}, "c",
+     "the JS port cannot loop over undefined (jinja2: empty)"),
+    ("{% for a, b in [(1, 2), ('x', 'y')] %}{{ a }}{{ b }};{% endfor %}", {}, "12;xy;", "the JS port cannot unpack tuples in a for loop"),
+    ("{{ 0.5|round }} {{ -0.5|round }} {{ 10|round(-1) }}", {}, "0.0 -0.0 10", "no round filter in the JS port"),
     ("{% set ns = namespace(l=[]) %}{% for i in range(3) %}{% set ns.l = ns.l + [i] %}{% endfor %}{{ ns.l }}", {}, "[0, 1, 2]", None),
     ("{% for x in [1,2,3] %}{% if x == 1 %}a{% elif x == 2 %}b{% else %}c{% endif %}{% endfor %}", {}, "abc", None),
     ("{% for x in [1] %}{% if true %}{% set y = 5 %}{% endif %}{{ y }}{% endfor %}[{{ y }}]", {}, "5[]", None),
@@ -437,6 +516,10 @@ ERRORS = [  # (template, context, substring of the message)
     ("{{ 'a' + 1 }}", {}, "unsupported operand type(s) for +: 'str' and 'int'"),
     ("{{ 1 / 0 }}", {}, "division by zero"),
     ("{{ [].append(1) }}", {}, "unsafe"),
+    # deliberately unsupported: transformers enables no `do` extension; call blocks and recursive loops
+    ("{% do x %}", {}, "'do' tags are not supported"),
+    ("{% macro m() %}{{ caller() }}{% endmacro %}{% call m() %}x{% endcall %}", {}, "'call' tags are not supported"),
+    ("{% for x in [1] recursive %}{% endfor %}", {}, "recursive loops are not supported"),
     ("{% set d = {} %}{% set d.a = 1 %}", {}, "non-namespace"),
     ("{{ range(1000000)|length }}", {}, "Range too big"),
     ("{% set a, b = [1, 2, 3] %}", {}, "too many values to unpack"),

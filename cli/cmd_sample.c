@@ -137,7 +137,8 @@ static void chat_eos(sk_tokenizer *tok, const sk_chat *ct, int32_t *eos, int *n_
 
 int cmd_sample(int argc, char **argv) {
     int n_head = 0;
-    const char *prompt = NULL, *tok_path = NULL, *device = "cpu", *system = NULL, *chat_tpl = NULL;
+    const char *prompt = NULL, *tok_path = NULL, *device = "cpu", *system = NULL, *chat_tpl = NULL, *msgs_file = NULL,
+               *tools_file = NULL;
     int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0, ignore_eos = 0, chat = 0;
     float temperature = 0.8f, top_p = 1.0f;
     uint64_t seed = 1337;
@@ -158,6 +159,8 @@ int cmd_sample(int argc, char **argv) {
         {"chat", 'b', &chat, "--prompt is a user's message: the model's chat template makes the prompt (the reply is printed; skiplm chat converses)"},
         {"system", 's', &system, "with --chat: a system message first"},
         {"chat-template", 's', &chat_tpl, "with --chat: a .jinja file or a tokenizer_config.json (default: the model folder's)"},
+        {"messages", 's', &msgs_file, "a JSON file with the whole conversation, a list of messages (role, content, tool_calls, ...) as transformers takes them (implies --chat; not with --prompt)"},
+        {"tools", 's', &tools_file, "with --chat: a JSON file with a list of tool (function) schemas, for templates that show them"},
         {"n_head", 'i', &n_head, CLI_N_HEAD_HELP},
         {0},
     };
@@ -174,8 +177,13 @@ int cmd_sample(int argc, char **argv) {
     if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm sample: --device must be cpu or cuda (got '%s')\n", device); return 2; }
     if (tf32 && bf16) { fprintf(stderr, "skiplm sample: --tf32 and --bf16 exclude each other\n"); return 2; }
     if (tf32 && !use_cuda) { fprintf(stderr, "skiplm sample: --tf32 needs --device cuda\n"); return 2; }
-    if ((system || chat_tpl) && !chat) { fprintf(stderr, "skiplm sample: --system and --chat-template go with --chat\n"); return 2; }
-    if (chat && !prompt) { fprintf(stderr, "skiplm sample: --chat needs the user's message in --prompt\n"); return 2; }
+    if (msgs_file) chat = 1;
+    if ((system || chat_tpl || tools_file) && !chat) {
+        fprintf(stderr, "skiplm sample: --system, --chat-template and --tools go with --chat\n");
+        return 2;
+    }
+    if (msgs_file && (prompt || system)) { fprintf(stderr, "skiplm sample: --messages holds the whole conversation: no --prompt or --system\n"); return 2; }
+    if (chat && !prompt && !msgs_file) { fprintf(stderr, "skiplm sample: --chat needs the user's message in --prompt (or a conversation in --messages)\n"); return 2; }
 #ifndef SKIPLM_CUDA
     if (use_cuda) {
         fprintf(stderr, "skiplm sample: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "
@@ -195,12 +203,15 @@ int cmd_sample(int argc, char **argv) {
         sk_chat_msg msgs[2];
         int nm = 0;
         if (system) msgs[nm++] = (sk_chat_msg){"system", system};
-        msgs[nm++] = (sk_chat_msg){"user", prompt};
+        if (prompt) msgs[nm++] = (sk_chat_msg){"user", prompt};
+        char *mtext = NULL, *ttext = NULL;
         size_t len;
-        if (load_chat(&chat_t, pos[0], chat_tpl, tok_path) || sk_chat_render(chat_t, msgs, nm, 1, &chat_text, &len)) {
-            sk_chat_free(chat_t);
-            return cli_fail("sample");
-        }
+        int bad = (msgs_file && cli_read_file(msgs_file, &mtext, &len)) || (tools_file && cli_read_file(tools_file, &ttext, &len)) ||
+                  load_chat(&chat_t, pos[0], chat_tpl, tok_path) ||
+                  (mtext ? sk_chat_render_json(chat_t, mtext, ttext, 1, &chat_text, &len)
+                         : sk_chat_render(chat_t, msgs, nm, ttext, 1, &chat_text, &len));
+        free(mtext); free(ttext);
+        if (bad) { sk_chat_free(chat_t); return cli_fail("sample"); }
         prompt = chat_text;
     }
     sk_model *m;
@@ -359,12 +370,13 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
 
 int cmd_chat(int argc, char **argv) {
     int n_head = 0, n_new = 1024, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0, max_ctx = 4096;
-    const char *tok_path = NULL, *device = "cpu", *system = NULL, *chat_tpl = NULL;
+    const char *tok_path = NULL, *device = "cpu", *system = NULL, *chat_tpl = NULL, *tools_file = NULL;
     float temperature = 0.7f, top_p = 1.0f;
     uint64_t seed = 1337;
     cli_opt opts[] = {
         {"system", 's', &system, "a system message that opens the conversation"},
         {"chat-template", 's', &chat_tpl, "a .jinja file or a tokenizer_config.json (default: the model folder's chat_template.jinja, else its tokenizer_config.json)"},
+        {"tools", 's', &tools_file, "a JSON file with a list of tool (function) schemas, for templates that show them"},
         {"tokens", 'i', &n_new, "most new tokens in one reply (1024)"},
         {"ctx", 'i', &max_ctx, "positions of the KV cache, at most the model's block_size (4096); older turns are dropped beyond it"},
         {"temperature", 'f', &temperature, "softmax temperature; 0 = greedy (0.7)"},
@@ -398,19 +410,24 @@ int cmd_chat(int argc, char **argv) {
     int32_t eos[16];
     int n_eos = 0;
     sk_chat *ct = NULL;
-    if (sk_hf_eos_ids(pos[0], eos, 16, &n_eos) || load_chat(&ct, pos[0], chat_tpl, tok_path)) return cli_fail("chat");
+    char *tools = NULL; size_t tlen;                 /* tools: the --tools file's JSON text */
+    if (sk_hf_eos_ids(pos[0], eos, 16, &n_eos) || (tools_file && cli_read_file(tools_file, &tools, &tlen)) ||
+        load_chat(&ct, pos[0], chat_tpl, tok_path)) {
+        free(tools);
+        return cli_fail("chat");
+    }
     /* the template must take a system message and a first user turn before any weights load */
     chat_log h = {0};
-    char *text = NULL; size_t tlen;
+    char *text = NULL;
     if (system && log_push(&h, "system", system, strlen(system))) goto fail_early;
-    if (log_push(&h, "user", "", 0) || sk_chat_render(ct, h.v, h.n, 1, &text, &tlen)) goto fail_early;
+    if (log_push(&h, "user", "", 0) || sk_chat_render(ct, h.v, h.n, tools, 1, &text, &tlen)) goto fail_early;
     log_drop(&h, h.n - 1, h.n);
     free(text); text = NULL;
     sk_model *m = NULL;
     sk_tokenizer *tok = NULL;
     if (cli_load_model(&m, pos[0], n_head) || load_tokenizer(&tok, tok_path, pos[0])) {
         rc = cli_fail("chat");
-        sk_model_free(m); log_free(&h); sk_chat_free(ct);
+        sk_model_free(m); log_free(&h); sk_chat_free(ct); free(tools);
         return rc;
     }
     chat_eos(tok, ct, eos, &n_eos, 16);
@@ -457,7 +474,7 @@ int cmd_chat(int argc, char **argv) {
             if (system) view[nv_n++] = h.v[0];
             for (int k = from; k < h.n; k++) view[nv_n++] = h.v[k];
             free(text); text = NULL; n = 0;
-            if (sk_chat_render(ct, view, nv_n, 1, &text, &tlen) || sk_tok_encode(tok, text, tlen, &ids, &n, &cap)) break;
+            if (sk_chat_render(ct, view, nv_n, tools, 1, &text, &tlen) || sk_tok_encode(tok, text, tlen, &ids, &n, &cap)) break;
             if (n == 0) { sk_error(SK_EINVAL, "the chat template made an empty prompt"); break; }
             if (n < (size_t)ctx) { ok = 1; break; }
             if (from == h.n - 1) {
@@ -520,7 +537,7 @@ int cmd_chat(int argc, char **argv) {
     if (!err && r < 0) err = (sk_error(SK_ENOMEM, "out of memory for the message"), 1);
     if (!err && ferror(stdin)) err = (sk_error(SK_EIO, "reading stdin failed"), 1);
     if (err == 1) cli_fail("chat");
-    free(line); free(reply); free(text); free(ids); free(logits); free(cached); free(view);
+    free(line); free(reply); free(text); free(ids); free(logits); free(cached); free(view); free(tools);
     if (dec_ok) dec_free(&dec);
     sk_tok_free(tok);
     sk_model_free(m);
@@ -528,7 +545,7 @@ int cmd_chat(int argc, char **argv) {
     sk_chat_free(ct);
     return err ? 1 : 0;
 fail_early:
-    free(text);
+    free(text); free(tools);
     log_free(&h);
     sk_chat_free(ct);
     return cli_fail("chat");

@@ -82,11 +82,18 @@ int sk_chat_load(sk_chat **c, const char *model, const char *template_path);
 void sk_chat_free(sk_chat *c);
 /* tokenizer_config.json's eos_token (the end of an assistant's turn for most chat models), or NULL */
 const char *sk_chat_eos_token(const sk_chat *c);
-/* Render n messages (with the assistant's header after them when add_generation_prompt):
+/* Render n messages (with the assistant's header after them when add_generation_prompt), and
+ * tools_json (a JSON array of function schemas as transformers takes them, or NULL: none):
  * *text is malloc'd and NUL-terminated. A template's raise_exception is an error with its
  * message (e.g. roles that do not alternate). Invalid UTF-8 in a message (a reply cut inside a
  * character) becomes U+FFFD, one per maximal invalid subpart, as tokenizers' decode does. */
-int sk_chat_render(const sk_chat *c, const sk_chat_msg *msgs, int n, int add_generation_prompt, char **text, size_t *len);
+int sk_chat_render(const sk_chat *c, const sk_chat_msg *msgs, int n, const char *tools_json, int add_generation_prompt,
+                   char **text, size_t *len);
+/* The same with the messages as JSON text: an array of objects with a "role", passed to the
+ * template as they are (content, tool_calls, tool_call_id, name, ...), as transformers takes
+ * them. Text that is not such an array is refused (SK_EFORMAT), naming the message. */
+int sk_chat_render_json(const sk_chat *c, const char *messages_json, const char *tools_json, int add_generation_prompt,
+                        char **text, size_t *len);
 
 /* ------------------------------------------------------------- BPE training
  *

@@ -223,19 +223,30 @@ static int put_raw(char **b, size_t *l, size_t *cap, const char *s) {
     return sk_json_write_raw(b, l, cap, s, strlen(s)) ? sk_error(SK_ENOMEM, "out of memory for the chat") : SK_OK;
 }
 
-int sk_chat_render(const sk_chat *c, const sk_chat_msg *msgs, int n, int add_generation_prompt, char **text, size_t *len) {
-    *text = NULL; *len = 0;
-    char *ctx = NULL; size_t cl = 0, cap = 0;
-    int rc = put_raw(&ctx, &cl, &cap, "{\"messages\":[");
-    for (int i = 0; i < n && !rc; i++) {
-        rc = put_raw(&ctx, &cl, &cap, i ? ",{\"role\":" : "{\"role\":");
-        if (!rc) rc = put_str(&ctx, &cl, &cap, msgs[i].role);
-        if (!rc) rc = put_raw(&ctx, &cl, &cap, ",\"content\":");
-        if (!rc) rc = put_str(&ctx, &cl, &cap, msgs[i].content);
-        if (!rc) rc = put_raw(&ctx, &cl, &cap, "}");
+/* text parses as JSON; need_array 1: an array, 2: an array of objects with a "role" string */
+static int check_json(const char *text, const char *what, int need_array) {
+    sk_json j;
+    char err[256];
+    if (sk_json_parse(text, strlen(text), &j, err, sizeof err)) return sk_error(SK_EFORMAT, "%s: %s", what, err);
+    int rc = SK_OK;
+    if (need_array && j.type != SK_JSON_ARR) rc = sk_error(SK_EFORMAT, "%s: not a JSON array", what);
+    for (int i = 0; !rc && need_array == 2 && i < j.n; i++) {
+        const sk_json *role = j.items[i].type == SK_JSON_OBJ ? sk_json_get(&j.items[i], "role") : NULL;
+        if (!role || role->type != SK_JSON_STR)
+            rc = sk_error(SK_EFORMAT, "%s: message %d is not an object with a \"role\" string", what, i + 1);
     }
-    if (!rc) rc = put_raw(&ctx, &cl, &cap, add_generation_prompt ? "],\"add_generation_prompt\":true" : "],\"add_generation_prompt\":false");
-    if (!rc) rc = put_raw(&ctx, &cl, &cap, ",\"tools\":null,\"documents\":null");
+    sk_json_free(&j);
+    return rc;
+}
+
+/* the template's variables around messages (a JSON array's text), rendered */
+static int render(const sk_chat *c, const char *msgs, size_t ml, const char *tools, int gen, char **text, size_t *len) {
+    char *ctx = NULL; size_t cl = 0, cap = 0;
+    int rc = put_raw(&ctx, &cl, &cap, "{\"messages\":");
+    if (!rc && sk_json_write_raw(&ctx, &cl, &cap, msgs, ml)) rc = sk_error(SK_ENOMEM, "out of memory for the chat");
+    if (!rc) rc = put_raw(&ctx, &cl, &cap, gen ? ",\"add_generation_prompt\":true,\"tools\":" : ",\"add_generation_prompt\":false,\"tools\":");
+    if (!rc) rc = put_raw(&ctx, &cl, &cap, tools ? tools : "null");
+    if (!rc) rc = put_raw(&ctx, &cl, &cap, ",\"documents\":null");
     if (!rc && c->specials_len && sk_json_write_raw(&ctx, &cl, &cap, c->specials, c->specials_len)) rc = sk_error(SK_ENOMEM, "out of memory for the chat");
     if (!rc) rc = put_raw(&ctx, &cl, &cap, "}");
     if (rc) { free(ctx); return rc; }
@@ -256,4 +267,30 @@ int sk_chat_render(const sk_chat *c, const sk_chat_msg *msgs, int n, int add_gen
     sk_json_free(&j);
     if (rc) return sk_error(SK_EINVAL, "%s: chat template: %s", c->src, err);
     return SK_OK;
+}
+
+int sk_chat_render(const sk_chat *c, const sk_chat_msg *msgs, int n, const char *tools_json, int add_generation_prompt,
+                   char **text, size_t *len) {
+    *text = NULL; *len = 0;
+    if (tools_json && check_json(tools_json, "tools", 1)) return SK_EFORMAT;
+    char *arr = NULL; size_t al = 0, cap = 0;
+    int rc = put_raw(&arr, &al, &cap, "[");
+    for (int i = 0; i < n && !rc; i++) {
+        rc = put_raw(&arr, &al, &cap, i ? ",{\"role\":" : "{\"role\":");
+        if (!rc) rc = put_str(&arr, &al, &cap, msgs[i].role);
+        if (!rc) rc = put_raw(&arr, &al, &cap, ",\"content\":");
+        if (!rc) rc = put_str(&arr, &al, &cap, msgs[i].content);
+        if (!rc) rc = put_raw(&arr, &al, &cap, "}");
+    }
+    if (!rc) rc = put_raw(&arr, &al, &cap, "]");
+    if (!rc) rc = render(c, arr, al, tools_json, add_generation_prompt, text, len);
+    free(arr);
+    return rc;
+}
+
+int sk_chat_render_json(const sk_chat *c, const char *messages_json, const char *tools_json, int add_generation_prompt,
+                        char **text, size_t *len) {
+    *text = NULL; *len = 0;
+    if (check_json(messages_json, "messages", 2) || (tools_json && check_json(tools_json, "tools", 1))) return SK_EFORMAT;
+    return render(c, messages_json, strlen(messages_json), tools_json, add_generation_prompt, text, len);
 }

@@ -13,9 +13,11 @@ with the JS tokenizers library and decodes greedily with the PyTorch model (test
    tokenizer_config.json's eos_token and at generation_config.json's ids;
 3. a conversation longer than --ctx drops its oldest turns (the system message stays), as the
    reference does it; a message too long alone is refused and the conversation goes on;
-4. the template follows the tokenizer: prepare copies it with the tokenizer.json, a checkpoint
+4. --messages (a conversation with a tool call, passed to the template as it is) and --tools:
+   the prompt as @huggingface/jinja renders it, the reference's reply;
+5. the template follows the tokenizer: prepare copies it with the tokenizer.json, a checkpoint
    fine-tuned on that data finds it, export writes it beside the tokenizer;
-5. errors: no template, a torn tokenizer_config.json, a template that does not parse, a
+6. errors: no template, a torn tokenizer_config.json, a template that does not parse, a
    template's raise_exception, --chat-template given as a .jinja file or a tokenizer_config.json
    (a list of named templates), invalid options; each clear, nothing leaked (sanitizer builds).
 """
@@ -176,6 +178,45 @@ def sample_cases(folder, ref):
     os.remove(os.path.join(folder, "chat_template.jinja"))
 
 
+def js_render(tmp, template, context, now=EPOCH):
+    """the rendering by @huggingface/jinja (tests/ref/jinja_render.mjs)"""
+    cases, out = os.path.join(tmp, "js_cases.json"), os.path.join(tmp, "js_out.json")
+    json.dump([{"template": template, "context": context, "now": now}], open(cases, "w"))
+    subprocess.run(["node", os.path.join(ROOT, "tests", "ref", "jinja_render.mjs"), cases, out], check=True,
+                   env=dict(os.environ, TZ="UTC"))
+    return json.load(open(out))[0].get("ok")
+
+
+def tools_case(tmp, folder, ref):
+    """--messages (a whole conversation with a tool call and its result, passed to the template as
+    it is) and --tools (function schemas): Qwen2.5's template renders them as the JS port does,
+    and the reply is the reference's from that prompt; chat --tools shows the tools each turn"""
+    qwen = open(os.path.join(TEMPLATES, "Qwen2.5-0.5B-Instruct.jinja"), encoding="utf-8").read()
+    write_tc(folder, qwen)
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                              "required": ["city"]}}}]
+    msgs = [{"role": "system", "content": "You help."}, {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+                "name": "get_weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "content": "22 C, sunny"}]
+    mf, tf = os.path.join(tmp, "messages.json"), os.path.join(tmp, "tools.json")
+    json.dump(msgs, open(mf, "w")); json.dump(tools, open(tf, "w"))
+    ctx = {"messages": msgs, "tools": tools, "add_generation_prompt": True, "eos_token": "<|im_end|>", "pad_token": "<|im_end|>",
+           "unk_token": "<|endoftext|>", "additional_special_tokens": ["<|im_start|>", "<|im_end|>"]}
+    want_prompt = js_render(tmp, qwen, ctx)
+    want = ref.decode(ref.reply(ref.encode(want_prompt), 8, eos={IM_END}))
+    r = skiplm("sample", folder, "--messages", mf, "--tools", tf, "--tokens", "8", "--greedy")
+    check(want_prompt and "<tools>" in want_prompt and "<tool_call>" in want_prompt and "<tool_response>" in want_prompt
+          and r.returncode == 0 and r.stdout == want_prompt + want + "\n",
+          f"sample --messages (a tool call and its result) --tools: Qwen2.5's prompt as the JS port renders it, the "
+          f"reference's reply: {r.stdout[-200:]!r} vs {(want_prompt or '')[-150:] + want!r} {r.stderr.strip()[-200:]}")
+    want_prompt = js_render(tmp, qwen, dict(ctx, messages=[{"role": "user", "content": "Hi"}]))
+    r = skiplm("chat", folder, "--tools", tf, "--greedy", "--tokens", "4", stdin="Hi\n")
+    check(r.returncode == 0 and f"[{len(ref.encode(want_prompt))} prompt tokens" in r.stderr,
+          f"chat --tools: the first prompt has the tools ({len(ref.encode(want_prompt))} tokens): {r.stderr.strip()[-200:]}")
+
+
 def chat_cases(folder, ref):
     smol = open(os.path.join(TEMPLATES, "SmolLM2-135M-Instruct.jinja"), encoding="utf-8").read()
     write_tc(folder, smol)
@@ -328,8 +369,20 @@ def error_cases(tmp, folder):
     expect("chat_template not a string", ["chat", folder], "\"chat_template\" must be a string or a list")
     write_tc(folder, [{"name": "tool_use", "template": "x"}])
     expect("a list of templates without \"default\"", ["chat", folder], "without one named \"default\"")
-    expect("--system without --chat", ["sample", folder, "--system", "S", "--prompt", "x"], "--system and --chat-template go with --chat")
+    expect("--system without --chat", ["sample", folder, "--system", "S", "--prompt", "x"], "--system, --chat-template and --tools go with --chat")
     expect("--chat without --prompt", ["sample", folder, "--chat"], "--chat needs the user's message in --prompt")
+    write_tc(folder, smol)
+    bad = os.path.join(tmp, "bad_messages.json")
+    for text, needle in [('{"role": "user"}', "messages: not a JSON array"), ('[{"role": "user", "content": "a"}, {"content": "b"}]',
+                         "messages: message 2 is not an object with a \"role\" string"), ('[{"role": "user", "content": ', "messages: ")]:
+        open(bad, "w").write(text)
+        expect(f"--messages {text[:30]!r}", ["sample", folder, "--messages", bad], needle)
+    open(bad, "w").write('[{"role": "user", "content": "a"}]')
+    expect("--messages with --prompt", ["sample", folder, "--messages", bad, "--prompt", "x"], "--messages holds the whole conversation")
+    expect("a missing --tools file", ["sample", folder, "--messages", bad, "--tools", bad.replace("bad_messages", "nope")], "nope.json")
+    open(bad.replace("bad_messages", "bad_tools"), "w").write('{"type": "function"}')
+    expect("--tools not a list", ["sample", folder, "--messages", bad, "--tools", bad.replace("bad_messages", "bad_tools")],
+           "tools: not a JSON array")
     expect("chat --ctx 1", ["chat", folder, "--ctx", "1"], "--ctx >= 2")
     expect("a missing --chat-template", ["chat", folder, "--chat-template", os.path.join(tmp, "nope.jinja")], "nope.jinja")
     # --chat-template: a .jinja file, or a tokenizer_config.json with a list of named templates
@@ -355,5 +408,6 @@ else:
         sample_cases(folder, ref)
         chat_cases(folder, ref)
         finetune_case(tmp, folder)
+        tools_case(tmp, folder, ref)
         error_cases(tmp, folder)
 finish()

@@ -101,12 +101,14 @@ static int has_chat_files(const char *path, int is_file) {
     return 0;
 }
 
-/* The chat template: --chat-template, else the model folder's, else the one beside the model's
- * tokenizer when that lies elsewhere (a checkpoint fine-tuned from an instruct model's folder:
- * prepare copied its tokenizer_config.json beside the tokenizer.json the checkpoint records). */
+/* The chat template and its special tokens: those of the model's folder, else those beside the
+ * model's tokenizer when that lies elsewhere (a checkpoint fine-tuned from an instruct model's
+ * folder: prepare copied its tokenizer_config.json beside the tokenizer.json the checkpoint
+ * records); --chat-template replaces the template, not the special tokens. */
 static int load_chat(sk_chat **ct, const char *model, const char *given, const char *tok_given) {
-    char *file = given ? NULL : sk_weights_file(model);
-    int here = given || !file || has_chat_files(file, 1);
+    char *file = sk_weights_file(model);
+    if (!file) return sk_error(SK_ENOMEM, "out of memory");
+    int here = has_chat_files(file, 1);
     free(file);
     char tp[4096];
     struct stat sb;
@@ -116,21 +118,25 @@ static int load_chat(sk_chat **ct, const char *model, const char *given, const c
         const int dir = stat(tp, &sb) == 0 && S_ISDIR(sb.st_mode);
         if (has_chat_files(tp, !dir)) {
             if (!dir) { char *s = strrchr(tp, '/'); if (s) *s = 0; else snprintf(tp, sizeof tp, "."); }
-            return sk_chat_load(ct, tp, NULL);
+            return sk_chat_load(ct, tp, given);
         }
     }
     return sk_chat_load(ct, model, given);
 }
 
 /* A chat model's turn ends at its template's eos_token (tokenizer_config.json) as well as at
- * generation_config.json's ids: SmolLM2-Instruct's <|im_end|>, Qwen2.5's, Llama 3's <|eot_id|>. */
-static void chat_eos(sk_tokenizer *tok, const sk_chat *ct, int32_t *eos, int *n_eos, int max) {
+ * generation_config.json's ids: SmolLM2-Instruct's <|im_end|>, Qwen2.5's, Llama 3's <|eot_id|>.
+ * The text must be one token (an added token is matched whole); otherwise it is said and left. */
+static void chat_eos(sk_tokenizer *tok, const sk_chat *ct, int32_t *eos, int *n_eos, int max, int quiet) {
     const char *e = sk_chat_eos_token(ct);
     int32_t *ids = NULL; size_t n = 0, cap = 0;
     if (e && *e && !sk_tok_encode(tok, e, strlen(e), &ids, &n, &cap) && n == 1) {
         int have = 0;
         for (int i = 0; i < *n_eos; i++) have |= eos[i] == ids[0];
         if (!have && *n_eos < max) eos[(*n_eos)++] = ids[0];
+    } else if (e && *e && !quiet) {
+        fprintf(stderr, "[the eos_token \"%s\" of tokenizer_config.json is not one token of this tokenizer: replies stop "
+                "only at generation_config.json's ids or --tokens]\n", e);
     }
     free(ids);
 }
@@ -156,7 +162,7 @@ int cmd_sample(int argc, char **argv) {
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
         {"bf16", 'b', &bf16, "bf16 copy of the weights for the matrix products, fp32 everything else (CPU or --device cuda)"},
         {"ignore-eos", 'b', &ignore_eos, "go on past the end-of-sequence token of a Hugging Face folder (eos_token_id)"},
-        {"chat", 'b', &chat, "--prompt is a user's message: the model's chat template makes the prompt (the reply is printed; skiplm chat converses)"},
+        {"chat", 'b', &chat, "--prompt is a user's message: the model's chat template makes the prompt (printed before the reply unless --quiet; skiplm chat converses)"},
         {"system", 's', &system, "with --chat: a system message first"},
         {"chat-template", 's', &chat_tpl, "with --chat: a .jinja file or a tokenizer_config.json (default: the model folder's)"},
         {"messages", 's', &msgs_file, "a JSON file with the whole conversation, a list of messages (role, content, tool_calls, ...) as transformers takes them (implies --chat; not with --prompt)"},
@@ -214,40 +220,47 @@ int cmd_sample(int argc, char **argv) {
         if (bad) { sk_chat_free(chat_t); return cli_fail("sample"); }
         prompt = chat_text;
     }
-    sk_model *m;
-    sk_tokenizer *tok;
-    if (cli_load_model(&m, pos[0], n_head)) return cli_fail("sample");
-    if (load_tokenizer(&tok, tok_path, pos[0])) return cli_fail("sample");
-    if (chat_t && !ignore_eos) chat_eos(tok, chat_t, eos, &n_eos, 16);
+    /* from here every way out goes through done: (nothing left for LeakSanitizer) */
+    sk_model *m = NULL;
+    sk_tokenizer *tok = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    decoder dec;
+    memset(&dec, 0, sizeof dec);
+    rc = 1;
+    if (cli_load_model(&m, pos[0], n_head) || load_tokenizer(&tok, tok_path, pos[0])) goto fail;
+    if (chat_t && !ignore_eos) chat_eos(tok, chat_t, eos, &n_eos, 16, quiet);
     const sk_config *c = sk_model_config(m);
     if (sk_tok_vocab_size(tok) > c->vocab_size) {
-        fprintf(stderr, "skiplm sample: the tokenizer has %d tokens but the model only %d\n", sk_tok_vocab_size(tok), c->vocab_size);
-        return 1;
+        sk_error(SK_EINVAL, "the tokenizer has %d tokens but the model only %d", sk_tok_vocab_size(tok), c->vocab_size);
+        goto fail;
     }
-    int32_t *ids = NULL; size_t n = 0, cap = 0;
+    size_t n = 0, cap = 0;
     if (prompt && *prompt) {
-        if (sk_tok_encode(tok, prompt, strlen(prompt), &ids, &n, &cap)) return cli_fail("sample");
+        if (sk_tok_encode(tok, prompt, strlen(prompt), &ids, &n, &cap)) goto fail;
     } else {
         int32_t start = sk_tok_eot(tok);
-        if (start < 0) { if (sk_tok_encode(tok, "\n", 1, &ids, &n, &cap)) return cli_fail("sample"); }
-        else { ids = malloc(sizeof(int32_t) * 4); cap = 4; ids[n++] = start; }
+        if (start < 0) { if (sk_tok_encode(tok, "\n", 1, &ids, &n, &cap)) goto fail; }
+        else if ((ids = malloc(sizeof(int32_t) * 4))) ids[n++] = start;
+        else { sk_error(SK_ENOMEM, "out of memory"); goto fail; }
     }
     size_t total = n + (size_t)n_new;
-    if (sk_mem_check(sizeof(int32_t) * (total + 1), "the token ids of the prompt and --tokens")) return cli_fail("sample");
+    if (sk_mem_check(sizeof(int32_t) * (total + 1), "the token ids of the prompt and --tokens")) goto fail;
     int32_t *grown = realloc(ids, sizeof(int32_t) * (total + 1));
-    if (!grown) { free(ids); return sk_error(SK_ENOMEM, "out of memory for %zu token ids", total + 1), cli_fail("sample"); }
+    if (!grown) { sk_error(SK_ENOMEM, "out of memory for %zu token ids", total + 1); goto fail; }
     ids = grown;
     /* a prompt longer than the context keeps its last block_size tokens; the cache holds what
      * this run can reach (a model with a 128k context sampled for 100 tokens does not reserve
      * 128k positions) */
     size_t start = n > (size_t)c->block_size ? n - c->block_size : 0;
     int ctx = total - start < (size_t)c->block_size ? (int)(total - start) : c->block_size;
-    decoder dec;
-    if (dec_new(&dec, m, use_cuda, bf16 ? 2 : tf32 ? 1 : 0, ctx, quiet)) return cli_fail("sample");
-    float *logits = malloc(sizeof(float) * c->vocab_size);
+    if (chat_t && start && !quiet)
+        fprintf(stderr, "[the chat's prompt has %zu tokens: only its last %d (block_size) are read]\n", n, c->block_size);
+    if (dec_new(&dec, m, use_cuda, bf16 ? 2 : tf32 ? 1 : 0, ctx, quiet)) goto fail;
+    if (!(logits = malloc(sizeof(float) * c->vocab_size))) { sk_error(SK_ENOMEM, "out of memory"); goto fail; }
     if (!quiet && prompt) fwrite(prompt, 1, strlen(prompt), stdout);
     double t0 = sk_now();
-    if (dec_run(&dec, ids + start, (int)(n - start), logits)) return cli_fail("sample");
+    if (dec_run(&dec, ids + start, (int)(n - start), logits)) goto fail;
     double t1 = sk_now();
     uint64_t rng = seed;
     for (int i = 0; i < n_new; i++) {
@@ -269,8 +282,8 @@ int cmd_sample(int argc, char **argv) {
             /* context full (ctx is block_size here): keep the newest half and rebuild the cache from it */
             int keep = c->block_size / 2;
             dec_reset(&dec);
-            if (dec_run(&dec, ids + n - keep, keep, logits)) return cli_fail("sample");
-        } else if (dec_run(&dec, &next, 1, logits)) return cli_fail("sample");
+            if (dec_run(&dec, ids + n - keep, keep, logits)) goto fail;
+        } else if (dec_run(&dec, &next, 1, logits)) goto fail;
     }
     double t2 = sk_now();
     printf("\n");
@@ -280,12 +293,17 @@ int cmd_sample(int argc, char **argv) {
         fprintf(stderr, "[prompt %zu tokens in %.3f s; %d new tokens at %.1f tok/s; KV cache (%s) %.2f MiB, %.2f MiB without SLA's saving]\n",
                 n - n_new - start, t1 - t0, n_new, n_new / (t2 - t1 > 0 ? t2 - t1 : 1e-9), kv_type,
                 kv_bytes / 1048576.0, kv_full / 1048576.0);
+    rc = 0;
+    goto done;
+fail:
+    cli_fail("sample");
+done:
     free(ids); free(logits); free(chat_text);
     sk_chat_free(chat_t);
     dec_free(&dec);
     sk_tok_free(tok);
     sk_model_free(m);
-    return 0;
+    return rc;
 }
 
 /* ------------------------------------------------------------------ skiplm chat
@@ -358,8 +376,19 @@ static int read_message(char **buf, size_t *cap, size_t *len, int tty) {
         if (tty) { fputs(". ", stderr); fflush(stderr); }
     }
     free(line);
+    if (r < 0 && *len && (*buf)[*len - 1] == '\n') (*len)--;   /* the input ended after a backslash */
     if (*buf) (*buf)[*len] = 0;
     return got ? 1 : 0;
+}
+
+/* s without its leading and trailing white space, as [*b, *e) */
+static void trimmed(const char *s, size_t len, const char **b, const char **e) {
+    *b = s; *e = s + len;
+    while (*b < *e && (**b == ' ' || **b == '\t' || **b == '\n' || **b == '\r')) (*b)++;
+    while (*e > *b && ((*e)[-1] == ' ' || (*e)[-1] == '\t' || (*e)[-1] == '\n' || (*e)[-1] == '\r')) (*e)--;
+}
+static int is_command(const char *b, const char *e, const char *cmd) {
+    return (size_t)(e - b) == strlen(cmd) && !memcmp(b, cmd, strlen(cmd));
 }
 
 static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
@@ -430,13 +459,14 @@ int cmd_chat(int argc, char **argv) {
         sk_model_free(m); log_free(&h); sk_chat_free(ct); free(tools);
         return rc;
     }
-    chat_eos(tok, ct, eos, &n_eos, 16);
+    chat_eos(tok, ct, eos, &n_eos, 16, quiet);
     const sk_config *c = sk_model_config(m);
     const int V = c->vocab_size, ctx = max_ctx < c->block_size ? max_ctx : c->block_size;
     if (!quiet && n_eos == 0)
         fprintf(stderr, "[no end-of-sequence token known (generation_config.json, tokenizer_config.json's eos_token): "
                 "each reply runs --tokens %d]\n", n_new);
     decoder dec;
+    memset(&dec, 0, sizeof dec);
     float *logits = malloc(sizeof(float) * V);
     int32_t *cached = malloc(sizeof(int32_t) * ((size_t)ctx + 1)), *ids = NULL;
     size_t n_cached = 0, n = 0, cap = 0;
@@ -444,18 +474,22 @@ int cmd_chat(int argc, char **argv) {
     uint64_t rng = seed;
     int tty = isatty(0);
     /* err: 0, 1 (the library's message is still to print), 2 (printed) */
-    int err = 0, dec_ok = 0;
+    int err = 0;
     sk_chat_msg *view = malloc(sizeof *view * 2);
-    if (!logits || !cached || !view) err = (sk_error(SK_ENOMEM, "out of memory"), 1);
+    if (sk_tok_vocab_size(tok) > V) err = (sk_error(SK_EINVAL, "the tokenizer has %d tokens but the model only %d", sk_tok_vocab_size(tok), V), 1);
+    else if (!logits || !cached || !view) err = (sk_error(SK_ENOMEM, "out of memory"), 1);
     else if (dec_new(&dec, m, use_cuda, bf16 ? 2 : tf32 ? 1 : 0, ctx, quiet)) err = 1;
-    else dec_ok = 1;
     if (!err && tty && !quiet)
         fprintf(stderr, "[%d positions of context; /reset starts over, /quit ends; end a line with \\ to go on]\n", ctx);
-    const int first = system ? 1 : 0;
+    /* older turns are dropped to leave a reply this much room */
+    const int first = system ? 1 : 0, room = n_new < ctx / 4 ? n_new : ctx / 4 > 1 ? ctx / 4 : 1;
     int r = 0;
     while (!err && (r = read_message(&line, &line_cap, &line_len, tty)) > 0) {
-        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
-        if (!strcmp(line, "/reset")) {
+        const char *lb, *le;
+        trimmed(line, line_len, &lb, &le);
+        if (lb == le) continue;                       /* an empty line is no message */
+        if (is_command(lb, le, "/quit") || is_command(lb, le, "/exit")) break;
+        if (is_command(lb, le, "/reset")) {
             log_drop(&h, first, h.n);
             n_cached = 0;
             if (!quiet) fprintf(stderr, "[conversation reset]\n");
@@ -465,9 +499,9 @@ int cmd_chat(int argc, char **argv) {
         sk_chat_msg *nv = realloc(view, sizeof *view * (size_t)h.n);
         if (!nv) { err = (sk_error(SK_ENOMEM, "out of memory"), 1); break; }
         view = nv;
-        /* the prompt: the whole conversation, less its oldest turns while it leaves no room
-         * (the system message stays); rendered from a view so that nothing is dropped for a
-         * message that does not fit even alone */
+        /* the prompt: the whole conversation, less its oldest turns while it leaves the reply
+         * less than `room` positions (the system message stays); rendered from a view so that
+         * nothing is dropped for a message that does not fit even alone */
         int from = first, ok = 0;
         for (;;) {
             int nv_n = 0;
@@ -476,9 +510,10 @@ int cmd_chat(int argc, char **argv) {
             free(text); text = NULL; n = 0;
             if (sk_chat_render(ct, view, nv_n, tools, 1, &text, &tlen) || sk_tok_encode(tok, text, tlen, &ids, &n, &cap)) break;
             if (n == 0) { sk_error(SK_EINVAL, "the chat template made an empty prompt"); break; }
-            if (n < (size_t)ctx) { ok = 1; break; }
-            if (from == h.n - 1) {
-                sk_error(SK_EINVAL, "this message makes a prompt of %zu tokens, and the context holds %d (--ctx)", n, ctx);
+            if (n + (size_t)room <= (size_t)ctx) { ok = 1; break; }
+            if (from == h.n - 1) {                    /* nothing older to drop: any room will do */
+                ok = n < (size_t)ctx;
+                if (!ok) sk_error(SK_EINVAL, "this message makes a prompt of %zu tokens, and the context holds %d (--ctx)", n, ctx);
                 break;
             }
             from++;                                   /* the oldest turn: up to the next user message */
@@ -538,7 +573,7 @@ int cmd_chat(int argc, char **argv) {
     if (!err && ferror(stdin)) err = (sk_error(SK_EIO, "reading stdin failed"), 1);
     if (err == 1) cli_fail("chat");
     free(line); free(reply); free(text); free(ids); free(logits); free(cached); free(view); free(tools);
-    if (dec_ok) dec_free(&dec);
+    dec_free(&dec);
     sk_tok_free(tok);
     sk_model_free(m);
     log_free(&h);

@@ -245,6 +245,11 @@ def chat_cases(folder, ref):
     got, stats = chat_turns(r)
     check(r.returncode == 0 and got == [want[0], want[0]] and "[conversation reset]" in r.stderr,
           f"chat: /reset starts over, /quit ends: {got!r}")
+    r = skiplm("chat", folder, "--system", "You are terse.", "--greedy", "--tokens", "10",
+               stdin=f"\n  \n{users[0]}\r\n\n /reset \t\n{users[0]}\n /quit\n{users[1]}\n")
+    got, stats = chat_turns(r)
+    check(r.returncode == 0 and got == [want[0], want[0]] and len(stats) == 2,
+          f"chat: empty lines are no messages, commands may have spaces around them, CRLF is a line end: {got!r}")
     # a line ending in a backslash goes on: one message of two lines
     two = "Line one\nline two"
     ids = ref.encode(chatml([("user", two)]))
@@ -279,18 +284,19 @@ def chat_cases(folder, ref):
         if where == "generation_config.json":
             os.remove(os.path.join(folder, "generation_config.json"))
     write_tc(folder, smol)
-    # a conversation beyond --ctx drops its oldest turns (the system message stays), as the reference
-    # does; the context is chosen so that the second turn's prompt fits with no position to spare
-    # (nothing dropped; its reply is cut when the cache is full) and later turns must drop
+    # a conversation beyond --ctx drops its oldest turns (the system message stays) until the reply
+    # has min(--tokens, ctx / 4) positions, as the reference does; the context is chosen so that the
+    # second turn's prompt leaves exactly that room (nothing dropped) and later turns must drop
     msgs = ["Hello, who are you?", "What can you do for me today?", "Tell me a story.", "Why?"]
     first = [("system", "Be kind."), ("user", msgs[0])]
     a1 = ref.decode(ref.reply(ref.encode(chatml(first)), 10, eos={IM_END}))
-    ctx = len(ref.encode(chatml(first + [("assistant", a1), ("user", msgs[1])]))) + 1
+    ctx = len(ref.encode(chatml(first + [("assistant", a1), ("user", msgs[1])]))) + 10
+    room = min(10, ctx // 4)
     hist, want, dropped = [("system", "Be kind.")], [], 0
     for u in msgs:
         hist.append(("user", u))
         frm = 1
-        while len(ref.encode(chatml([hist[0]] + hist[frm:]))) >= ctx:
+        while len(ref.encode(chatml([hist[0]] + hist[frm:]))) + room > ctx and frm < len(hist) - 1:
             frm += 1
             while frm < len(hist) - 1 and hist[frm][0] != "user":
                 frm += 1
@@ -302,10 +308,17 @@ def chat_cases(folder, ref):
         hist.append(("assistant", reply))
     r = skiplm("chat", folder, "--system", "Be kind.", "--greedy", "--tokens", "10", "--ctx", str(ctx), stdin="\n".join(msgs) + "\n")
     got, _ = chat_turns(r)
-    check(dropped > 0 and r.returncode == 0 and got == want and "oldest messages dropped to fit the context" in r.stderr
-          and "the context is full: the reply stops here" in r.stderr,
+    check(ctx // 4 >= 10 and dropped > 0 and r.returncode == 0 and got == want and "oldest messages dropped to fit the context" in r.stderr,
           f"chat --ctx {ctx}: the oldest turns ({dropped} messages) are dropped as the reference drops them: {got!r} vs {want!r} "
           f"{r.stderr.strip()[-300:]}")
+    # a reply that reaches the end of the cache stops there (the cache holds ctx positions; the last
+    # sampled token is not fed back)
+    ids = ref.encode(chatml([("user", users[1])]))
+    w = ref.decode(ref.reply(ids, 4, eos={IM_END}))
+    r = skiplm("chat", folder, "--greedy", "--tokens", "10", "--ctx", str(len(ids) + 3), stdin=users[1] + "\n")
+    got, _ = chat_turns(r)
+    check(r.returncode == 0 and got == [w] and "the context is full: the reply stops here" in r.stderr,
+          f"chat: a reply stops when the context is full (4 tokens after a {len(ids)}-token prompt in {len(ids) + 3}): {got!r} vs {[w]!r}")
     # a message that does not fit alone: refused with the sizes, the conversation kept (on a terminal it
     # would go on; from a pipe the run stops with status 1 after the message)
     long_msg = "word " * (ctx + 10)
@@ -319,7 +332,7 @@ def finetune_case(tmp, folder):
     """the template follows the tokenizer: prepare copies tokenizer_config.json beside the
     tokenizer.json it takes, a checkpoint fine-tuned on that data finds it there, export writes it"""
     smol = open(os.path.join(TEMPLATES, "SmolLM2-135M-Instruct.jinja"), encoding="utf-8").read()
-    write_tc(folder, smol)
+    write_tc(folder, smol, bos_token="<|begin_of_text|>")
     docs = os.path.join(tmp, "docs")
     os.makedirs(docs)
     for i in range(10):
@@ -336,6 +349,11 @@ def finetune_case(tmp, folder):
     check(r.returncode == 0 and r.stdout.startswith(want) and clean(r),
           f"sample --chat on the fine-tuned checkpoint finds the template beside its tokenizer: {r.stdout[:120]!r} "
           f"{r.stderr.strip()[-200:]}")
+    # the special tokens come from there too when --chat-template replaces the template
+    r = skiplm("sample", os.path.join(run, "ckpt.safetensors"), "--chat", "--prompt", "Hi", "--tokens", "2", "--greedy",
+               "--chat-template", os.path.join(TEMPLATES, "Llama-3.2-3B-Instruct.jinja"))
+    check(r.returncode == 0 and r.stdout.startswith("<|begin_of_text|><|start_header_id|>system"),
+          f"... and its special tokens (bos_token) with --chat-template given: {r.stdout[:60]!r} {r.stderr.strip()[-150:]}")
     r = skiplm("export", os.path.join(run, "ckpt.safetensors"), "--out", out)
     r2 = skiplm("chat", out, "--greedy", "--tokens", "3", "--quiet", stdin="Hi\n")
     check(r.returncode == 0 and os.path.isfile(os.path.join(out, "tokenizer_config.json")) and r2.returncode == 0
@@ -356,6 +374,14 @@ def error_cases(tmp, folder):
         r = skiplm(*args, stdin=stdin)
         check(r.returncode != 0 and needle in r.stderr and clean(r) and r.stdout == "",
               f"{name}: refused ({r.stderr.strip()[-200:]!r})")
+    noweights = os.path.join(tmp, "noweights")
+    os.makedirs(noweights)
+    for f in ("tokenizer.json", "tokenizer_config.json", "config.json"):
+        shutil.copy(os.path.join(folder, f), noweights)
+    for cmd in (["sample", noweights, "--chat", "--prompt", "Hi"], ["chat", noweights]):
+        expect(f"{cmd[0]}: a folder without weights, after the template is rendered", cmd, "model.safetensors")
+    expect("sample --chat: a tokenizer that cannot load", ["sample", folder, "--chat", "--prompt", "Hi", "--tokenizer",
+                                                          os.path.join(tmp, "none.json")], "none.json")
     os.remove(os.path.join(folder, "tokenizer_config.json"))
     for cmd in (["sample", folder, "--chat", "--prompt", "Hi"], ["chat", folder]):
         expect(f"{cmd[0]}: no chat template", cmd, "has no chat template (neither chat_template.jinja nor a tokenizer_config.json")

@@ -490,8 +490,7 @@ int cmd_chat(int argc, char **argv) {
         if (lb == le) continue;                       /* an empty line is no message */
         if (is_command(lb, le, "/quit") || is_command(lb, le, "/exit")) break;
         if (is_command(lb, le, "/reset")) {
-            log_drop(&h, first, h.n);
-            n_cached = 0;
+            log_drop(&h, first, h.n);          /* the cache stays: the next prompt reuses its common prefix (the system message) */
             if (!quiet) fprintf(stderr, "[conversation reset]\n");
             continue;
         }

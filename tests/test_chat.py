@@ -245,6 +245,18 @@ def chat_cases(folder, ref):
     got, stats = chat_turns(r)
     check(r.returncode == 0 and got == [want[0], want[0]] and "[conversation reset]" in r.stderr,
           f"chat: /reset starts over, /quit ends: {got!r}")
+    # after /reset the cache still serves what the new prompt shares with it (the system message)
+    sys_len = len(ref.encode(chatml([("system", "You are terse.")], gen=False)))
+    ids = ref.encode(chatml([("system", "You are terse."), ("user", users[1])]))
+    w = ref.decode(ref.reply(ids, 10, eos={IM_END}))
+    r = skiplm("chat", folder, "--system", "You are terse.", "--greedy", "--tokens", "10",
+               stdin=f"{users[0]}\n/reset\n{users[1]}\n")
+    got, stats = chat_turns(r)
+    news = [int(s.split(", ")[1].split(" new")[0]) for s in stats] if len(stats) == 2 else []
+    check(r.returncode == 0 and got == [want[0], w] and news and news[0] == lens[0]
+          and f"[{len(ids)} prompt tokens" in stats[1] and 0 < news[1] <= len(ids) - sys_len,
+          f"chat: after /reset the reply is the reference's to the new conversation, and the cache still serves the "
+          f"system message ({sys_len} tokens): {got!r} vs {[want[0], w]!r} {stats}")
     r = skiplm("chat", folder, "--system", "You are terse.", "--greedy", "--tokens", "10",
                stdin=f"\n  \n{users[0]}\r\n\n /reset \t\n{users[0]}\n /quit\n{users[1]}\n")
     got, stats = chat_turns(r)

@@ -105,7 +105,11 @@ static void norm(const sk_model *m, float *out, const float *x, const float *w, 
  * tokens read it directly; a prefill chunk widens it back to fp32 (exactly: bf16 -> fp32 is
  * lossless) for the GEMM, which is compute-bound there. */
 static void linear(const sk_kvcache *kv, float *out, const float *inp, const float *w, const float *b, int n, int IC, int OC) {
-    if (!kv->w16) { sk_linear_forward(out, inp, w, b, n, IC, OC); return; }
+    if (!kv->w16) {
+        if (n < 4) sk_linear_forward_rows(out, inp, w, b, n, IC, OC);
+        else sk_linear_forward(out, inp, w, b, n, IC, OC);
+        return;
+    }
     const uint16_t *w16 = kv->w16 + (w - kv->w16_base);
     if (n < 4) { sk_linear_forward_bf16(out, inp, w16, b, n, IC, OC); return; }
     sk_bf16_to_f32_n(kv->w32, w16, (size_t)OC * IC);

@@ -11,6 +11,7 @@
 void sk_linear_forward(float *out, const float *inp, const float *w, const float *b,
                        int N, int IC, int OC);
 /* The same with w (OC, IC) in bf16 (decoding with sk_kvcache_new_bf16). */
+void sk_linear_forward_rows(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC);
 void sk_linear_forward_bf16(float *out, const float *inp, const uint16_t *w, const float *b,
                             int N, int IC, int OC);
 uint16_t sk_bf16_from_f32(float f);                      /* round to nearest even */

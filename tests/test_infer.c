@@ -5,6 +5,7 @@
 #include "test.h"
 #include "skiplm.h"
 #include "ops.h"
+#include <omp.h>
 
 /* Decode seq[0..T): the prompt in one call, then one token per call; logits of every call
  * into lg (rows of V). Returns the number of rows, or -1. */
@@ -140,6 +141,32 @@ static void bf16_kernels(void) {
         free(x); free(w); free(w16);
     }
     CHECK(worst < 1e-5, "bf16 linear kernel equals a double sum on bf16 weights, IC 1..76, N 1..3 (max diff %.2e)", worst);
+    /* the fp32 kernel of decoding: the same sums, and the same bits on 1 and 3 threads (a
+     * matrix big enough to be split) */
+    worst = 0;
+    int same = 1, threads = omp_get_max_threads();
+    for (int IC = 1; IC <= 300; IC += IC < 80 ? 3 : 110) {
+        int N = 1 + IC % 3, OC = IC > 80 ? 700 : 5;
+        float *x = malloc(sizeof(float) * N * IC), *w = malloc(sizeof(float) * OC * IC), *b = malloc(sizeof(float) * OC);
+        float *out = malloc(sizeof(float) * N * OC), *out3 = malloc(sizeof(float) * N * OC);
+        fill_uniform(x, (size_t)N * IC, &s); fill_uniform(w, (size_t)OC * IC, &s); fill_uniform(b, OC, &s);
+        omp_set_num_threads(1);
+        sk_linear_forward_rows(out, x, w, IC % 2 ? b : NULL, N, IC, OC);
+        omp_set_num_threads(3);
+        sk_linear_forward_rows(out3, x, w, IC % 2 ? b : NULL, N, IC, OC);
+        same &= !memcmp(out, out3, sizeof(float) * N * OC);
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                double r = IC % 2 ? b[o] : 0;
+                for (int k = 0; k < IC; k++) r += (double)x[n * IC + k] * w[o * IC + k];
+                double d = fabs(out[n * OC + o] - r);
+                if (d > worst) worst = d;
+            }
+        free(x); free(w); free(b); free(out); free(out3);
+    }
+    omp_set_num_threads(threads);
+    CHECK(worst < 1e-5 && same, "fp32 decoding linear kernel equals a double sum, IC 1..300, N 1..3 (max diff %.2e), "
+          "bit-identical on 1 and 3 threads", worst);
 }
 
 int main(void) {

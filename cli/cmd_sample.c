@@ -275,7 +275,8 @@ int cmd_sample(int argc, char **argv) {
         }
         ids[n++] = next;
         size_t len;
-        const char *s = sk_tok_decode_one(tok, next, &len);
+        /* a chat reply leaves special tokens out, as decode(skip_special_tokens=True) */
+        const char *s = chat_t && sk_tok_is_special(tok, next) ? NULL : sk_tok_decode_one(tok, next, &len);
         if (s) { fwrite(s, 1, len, stdout); fflush(stdout); }
         if (i + 1 == n_new) break;
         if (dec_pos(&dec) == ctx) {
@@ -547,7 +548,7 @@ int cmd_chat(int argc, char **argv) {
             if (stop) break;
             made++;
             size_t len;
-            const char *s = sk_tok_decode_one(tok, next, &len);
+            const char *s = sk_tok_is_special(tok, next) ? NULL : sk_tok_decode_one(tok, next, &len);
             if (s) { fwrite(s, 1, len, stdout); fflush(stdout); }
             cached[n_cached++] = next;
             if (made == n_new) break;
@@ -558,9 +559,18 @@ int cmd_chat(int argc, char **argv) {
         fputs("\n", stdout);
         fflush(stdout);
         if (err) break;
-        size_t rlen;
+        /* the reply's text without its special tokens joins the conversation (ids: the prompt's
+         * buffer, free again) */
+        size_t rlen, nr = 0;
         free(reply); reply = NULL;
-        if (sk_tok_decode(tok, cached + r0, n_cached - r0, &reply, &rlen) || log_push(&h, "assistant", reply, rlen)) { err = 1; break; }
+        if (cap < n_cached - r0 + 1) {
+            int32_t *g = realloc(ids, sizeof(int32_t) * (n_cached - r0 + 1));
+            if (!g) { err = (sk_error(SK_ENOMEM, "out of memory"), 1); break; }
+            ids = g; cap = n_cached - r0 + 1;
+        }
+        for (size_t k = r0; k < n_cached; k++)
+            if (!sk_tok_is_special(tok, cached[k])) ids[nr++] = cached[k];
+        if (sk_tok_decode(tok, ids, nr, &reply, &rlen) || log_push(&h, "assistant", reply, rlen)) { err = 1; break; }
         /* the last sampled token is not in the cache */
         if (n_cached > (size_t)dec_pos(&dec)) n_cached = (size_t)dec_pos(&dec);
         if (!quiet)

@@ -51,6 +51,9 @@ void sk_tok_free(sk_tokenizer *tok);
 
 int sk_tok_vocab_size(const sk_tokenizer *tok);
 int sk_tok_eot(const sk_tokenizer *tok);            /* end-of-text id, or -1 if none */
+/* 1 for a special token: a tokenizer.json added token with "special": true, GPT-2's
+ * <|endoftext|>; what decode(skip_special_tokens=True) leaves out (chat replies do) */
+int sk_tok_is_special(const sk_tokenizer *tok, int32_t id);
 const char *sk_tok_kind(const sk_tokenizer *tok);   /* "gpt2", "hf" (tokenizer.json) or "char" */
 
 /* Append the ids of text[0..len) to the growing array *ids (*n used, *cap allocated; start

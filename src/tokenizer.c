@@ -166,6 +166,7 @@ struct sk_tokenizer {
     char *dpool; size_t dpool_len, dpool_cap;
     uint32_t *doff, *dlen;
     added_tok *added; int n_added;             /* sorted by first byte; bytes in the pool */
+    uint8_t *special;                          /* tokenizer.json: 1 for an added token with "special": true (NULL: none) */
     int added_from[257];                       /* added[added_from[b] .. added_from[b+1]) start with byte b */
 };
 
@@ -192,7 +193,7 @@ void sk_tok_free(sk_tokenizer *t) {
     if (!t) return;
     free(t->pool); free(t->off); free(t->len); free(t->vocab_tab); free(t->pairs);
     free(t->cache); free(t->cache_bytes); free(t->cache_ids); free(t->cps); free(t->sorted);
-    free(t->added); free(t->dpool); free(t->doff); free(t->dlen);
+    free(t->added); free(t->dpool); free(t->doff); free(t->dlen); free(t->special);
     free(t);
 }
 
@@ -1151,6 +1152,10 @@ static int load_hf(sk_tokenizer **out, const sk_json *j, const char *path) {
         state[id] = 2;
         added_tok *at = &t->added[t->n_added++];
         at->id = id; at->lstrip = (uint8_t)json_flag(a, "lstrip", 0); at->rstrip = (uint8_t)json_flag(a, "rstrip", 0);
+        if (json_flag(a, "special", 0)) {
+            if (!t->special && !(t->special = calloc((size_t)V, 1))) { rc = sk_error(SK_ENOMEM, "%s: out of memory", path); goto done; }
+            t->special[id] = 1;
+        }
         if (c->str_len == 13 && memcmp(c->str, "<|endoftext|>", 13) == 0) t->eot = id;
         if (c->str_len == 17 && memcmp(c->str, "<|begin_of_text|>", 17) == 0) bos = id;
         if (c->str_len == 3 && memcmp(c->str, "<s>", 3) == 0) bos_s = id;
@@ -1583,6 +1588,11 @@ int sk_tok_load(sk_tokenizer **tok, const char *path) {
 
 int sk_tok_vocab_size(const sk_tokenizer *t) { return t->vocab_size; }
 int sk_tok_eot(const sk_tokenizer *t) { return t->eot; }
+int sk_tok_is_special(const sk_tokenizer *t, int32_t id) {
+    if (id < 0 || id >= t->vocab_size) return 0;
+    if (t->kind == KIND_GPT2) return id == t->eot;     /* GPT-2's one special token, <|endoftext|> */
+    return t->special && t->special[id];
+}
 const char *sk_tok_kind(const sk_tokenizer *t) { return t->kind == KIND_GPT2 ? "gpt2" : t->kind == KIND_HF ? "hf" : "char"; }
 
 int sk_tok_encode(sk_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n, size_t *cap) {

@@ -340,6 +340,41 @@ def chat_cases(folder, ref):
           f"chat: a message longer than the context is refused: {r.stderr.strip()[-200:]}")
 
 
+def special_case(tmp, folder, ref):
+    """special tokens in a reply are not printed and do not join the conversation, as
+    decode(skip_special_tokens=True): a copy of the model whose logits put <|im_start|> or
+    <|begin_of_text|> (special, not end-of-sequence) on top whatever the context (the final
+    norm keeps one coordinate, and only those two tokens' embeddings have it, +50 and -50)"""
+    import copy
+    sp = os.path.join(tmp, "smol_special")
+    shutil.copytree(folder, sp)
+    write_tc(sp, open(os.path.join(TEMPLATES, "SmolLM2-135M-Instruct.jinja"), encoding="utf-8").read())
+    m2 = copy.deepcopy(ref.model)
+    with torch.no_grad():
+        nw, emb = m2.model.norm.weight, m2.model.embed_tokens.weight
+        nw.zero_(); nw[5] = 1.0
+        emb[:, 5] = 0.0; emb[50257, 5] = 50.0; emb[50259, 5] = -50.0
+    st.save_file({k: v.detach().contiguous() for k, v in m2.state_dict().items() if k != "lm_head.weight"},
+                 os.path.join(sp, "model.safetensors"), metadata={"format": "pt"})
+    r2 = Ref(tmp, os.path.join(sp, "tokenizer.json"), m2)
+    hist = [("user", "Hi there!")]
+    first = r2.reply(r2.encode(chatml(hist)), 4, eos={IM_END})
+    hist += [("assistant", ""), ("user", "Again?")]
+    second_len = len(r2.encode(chatml(hist)))
+    r = skiplm("chat", sp, "--greedy", "--tokens", "4", stdin="Hi there!\nAgain?\n")
+    got, stats = chat_turns(r)
+    check(len(first) == 4 and set(first) <= {50257, 50259} and r.returncode == 0 and got == ["", ""]
+          and len(stats) == 2 and f"[{second_len} prompt tokens" in stats[1],
+          f"chat: a reply of special tokens ({first}) prints nothing and joins the conversation as an empty "
+          f"message (second prompt {second_len} tokens): {got!r} {stats} {r.stderr.strip()[-200:]}")
+    r = skiplm("sample", sp, "--chat", "--prompt", "Hi there!", "--greedy", "--tokens", "4")
+    check(r.returncode == 0 and r.stdout == chatml([("user", "Hi there!")]) + "\n",
+          f"sample --chat: special tokens of the reply are not printed: {r.stdout[-80:]!r}")
+    r = skiplm("sample", sp, "--prompt", "Hi there!", "--greedy", "--tokens", "2")
+    check(r.returncode == 0 and r.stdout.startswith("Hi there!<|") and r.stdout.count("<|") == 2,
+          f"plain sample prints special tokens as before: {r.stdout!r}")
+
+
 def finetune_case(tmp, folder):
     """the template follows the tokenizer: prepare copies tokenizer_config.json beside the
     tokenizer.json it takes, a checkpoint fine-tuned on that data finds it there, export writes it"""
@@ -445,6 +480,7 @@ else:
         folder, ref = setup(tmp)
         sample_cases(folder, ref)
         chat_cases(folder, ref)
+        special_case(tmp, folder, ref)
         finetune_case(tmp, folder)
         tools_case(tmp, folder, ref)
         error_cases(tmp, folder)

@@ -101,79 +101,66 @@ static inline float hsum8(__m256 v) {
 }
 #endif
 
-/* x . w over n, w in bf16; one fixed summation order for any thread count. */
-static float dot_bf16(const float *x, const uint16_t *w, int n) {
+/* Decoding's matrix-vector products, with fp32 or bf16 weights (bf16: a constant, so each
+ * caller gets its own specialised copy). */
+#define SK_INLINE static inline __attribute__((always_inline))
+SK_INLINE float w_at(const void *w, int k, int bf16) {
+    return bf16 ? sk_bf16_to_f32(((const uint16_t *)w)[k]) : ((const float *)w)[k];
+}
+#if defined(__AVX2__) && defined(__FMA__)
+SK_INLINE __m256 w_x8(const void *w, int k, int bf16) {
+    return bf16 ? bf16x8((const uint16_t *)w + k) : _mm256_loadu_ps((const float *)w + k);
+}
+#endif
+
+/* x . w over n: four 8-wide accumulators, then the tail; one fixed summation order for any
+ * thread count. */
+SK_INLINE float dot_w(const float *x, const void *w, int n, int bf16) {
     int k = 0;
     float s = 0.0f;
 #if defined(__AVX2__) && defined(__FMA__)
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (; k + 32 <= n; k += 32) {
-        a0 = _mm256_fmadd_ps(bf16x8(w + k), _mm256_loadu_ps(x + k), a0);
-        a1 = _mm256_fmadd_ps(bf16x8(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
-        a2 = _mm256_fmadd_ps(bf16x8(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
-        a3 = _mm256_fmadd_ps(bf16x8(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
+        a0 = _mm256_fmadd_ps(w_x8(w, k, bf16), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(w_x8(w, k + 8, bf16), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(w_x8(w, k + 16, bf16), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(w_x8(w, k + 24, bf16), _mm256_loadu_ps(x + k + 24), a3);
     }
-    for (; k + 8 <= n; k += 8) a0 = _mm256_fmadd_ps(bf16x8(w + k), _mm256_loadu_ps(x + k), a0);
+    for (; k + 8 <= n; k += 8) a0 = _mm256_fmadd_ps(w_x8(w, k, bf16), _mm256_loadu_ps(x + k), a0);
     s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 #else
     float a[8] = {0};
     for (; k + 8 <= n; k += 8)
-        for (int j = 0; j < 8; j++) a[j] += x[k + j] * sk_bf16_to_f32(w[k + j]);
+        for (int j = 0; j < 8; j++) a[j] += x[k + j] * w_at(w, k + j, bf16);
     s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 #endif
-    for (; k < n; k++) s += x[k] * sk_bf16_to_f32(w[k]);
+    for (; k < n; k++) s += x[k] * w_at(w, k, bf16);
     return s;
 }
 
-/* x . w over n in fp32, the same order as dot_bf16 (four 8-wide accumulators, then the tail) */
-static float dot_f32(const float *x, const float *w, int n) {
-    int k = 0;
-    float s = 0.0f;
-#if defined(__AVX2__) && defined(__FMA__)
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; k + 32 <= n; k += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
-    }
-    for (; k + 8 <= n; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
-    s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-#else
-    float a[8] = {0};
-    for (; k + 8 <= n; k += 8)
-        for (int j = 0; j < 8; j++) a[j] += x[k + j] * w[k + j];
-    s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-#endif
-    for (; k < n; k++) s += x[k] * w[k];
-    return s;
-}
-
-/* out (N, OC) = inp (N, IC) @ w^T + b for a few rows (decoding): each thread streams a block of
- * w's rows once for all N inputs, in a fixed summation order for any thread count. On the
- * project's 2-core AVX2 machine this reads the weights 1.15-1.45x faster than OpenBLAS
- * 0.3.21's sgemv at llama2.c's stories shapes (1.0x at 110M), and sgemm with one row packs
- * the whole matrix first. */
-void sk_linear_forward_rows(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC) {
+/* out (N, OC) = inp (N, IC) @ w^T + b for a few rows (decoding): each thread takes a block of
+ * w's rows and streams them once for all N inputs. (Four rows per pass, sharing the loads of
+ * x, measured slower.) */
+SK_INLINE void linear_rows(float *out, const float *inp, const void *w, const float *b, int N, int IC, int OC, int bf16) {
     #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)OC * IC))
     for (int o = 0; o < OC; o++) {
-        const float *row = w + (size_t)o * IC;
+        const void *row = bf16 ? (const void *)((const uint16_t *)w + (size_t)o * IC) : (const void *)((const float *)w + (size_t)o * IC);
         float bias = b ? b[o] : 0.0f;
-        for (int n = 0; n < N; n++) out[(size_t)n * OC + o] = bias + dot_f32(inp + (size_t)n * IC, row, IC);
+        for (int n = 0; n < N; n++) out[(size_t)n * OC + o] = bias + dot_w(inp + (size_t)n * IC, row, IC, bf16);
     }
 }
 
-/* out (N, OC) = inp (N, IC) @ w^T + b with w (OC, IC) in bf16: each thread takes a block of
- * output rows and streams them once for all N inputs, so a decoding step reads half the
- * bytes of the fp32 weights. (Four rows per pass, sharing the loads of x, measured slower.) */
+/* fp32 weights: on the project's 2-core AVX2 machine this reads them 1.15-1.45x faster than
+ * OpenBLAS 0.3.21's sgemv at llama2.c's stories shapes (1.0x at 110M), and sgemm with one row
+ * packs the whole matrix first. */
+void sk_linear_forward_rows(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC) {
+    linear_rows(out, inp, w, b, N, IC, OC, 0);
+}
+
+/* w in bf16: a decoding step reads half the bytes of the fp32 weights. */
 void sk_linear_forward_bf16(float *out, const float *inp, const uint16_t *w, const float *b,
                             int N, int IC, int OC) {
-    #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)OC * IC))
-    for (int o = 0; o < OC; o++) {
-        const uint16_t *row = w + (size_t)o * IC;
-        float bias = b ? b[o] : 0.0f;
-        for (int n = 0; n < N; n++) out[(size_t)n * OC + o] = bias + dot_bf16(inp + (size_t)n * IC, row, IC);
-    }
+    linear_rows(out, inp, w, b, N, IC, OC, 1);
 }
 
 void sk_linear_backward(float *dinp, float *dw, float *db, const float *dout,

@@ -219,6 +219,30 @@ static int by_prob_desc(const void *a, const void *b) {
     return x->p < y->p ? 1 : x->p > y->p ? -1 : x->id - y->id;
 }
 
+/* Moves the k first entries of the by_prob_desc order to a[0..k) (in any order): quickselect
+ * with a median-of-three pivot. by_prob_desc is a strict total order (ties go by id), so the
+ * set is the one a full sort would put first. */
+static void select_top(prob_id *a, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (by_prob_desc(&a[mid], &a[lo]) < 0) { prob_id t = a[mid]; a[mid] = a[lo]; a[lo] = t; }
+        if (by_prob_desc(&a[hi], &a[lo]) < 0) { prob_id t = a[hi]; a[hi] = a[lo]; a[lo] = t; }
+        if (by_prob_desc(&a[hi], &a[mid]) < 0) { prob_id t = a[hi]; a[hi] = a[mid]; a[mid] = t; }
+        prob_id piv = a[mid];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (by_prob_desc(&a[i], &piv) < 0) i++;
+            while (by_prob_desc(&a[j], &piv) > 0) j--;
+            if (i <= j) { prob_id t = a[i]; a[i] = a[j]; a[j] = t; i++; j--; }
+        }
+        /* now a[lo..j] precede a[i..hi], and anything between equals the pivot */
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else return;
+    }
+}
+
 int sk_sample_token(const float *logits, int V, float temperature, int top_k, float top_p, uint64_t *rng) {
     int best = 0;
     for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
@@ -233,16 +257,27 @@ int sk_sample_token(const float *logits, int V, float temperature, int top_k, fl
     }
     int n = V;
     if ((top_k > 0 && top_k < V) || top_p < 1.0f) {
-        qsort(pi, V, sizeof *pi, by_prob_desc);
+        /* only the head of the descending order is needed: the top_k, or (top_p alone) a
+         * head that reaches top_p of the mass, found by selecting 256, 1024, ... entries and
+         * sorting those (a full sort of a 50k vocabulary took milliseconds per token) */
         if (top_k > 0 && top_k < n) n = top_k;
-        double kept = 0;
-        for (int i = 0; i < n; i++) kept += pi[i].p;
-        if (top_p < 1.0f) {
+        int k = top_k > 0 && top_k < V ? n : 256 < V ? 256 : V;
+        double kept = top_k > 0 && top_k < V ? 0 : sum;
+        for (;;) {
+            if (k < V) select_top(pi, V, k);
+            qsort(pi, k, sizeof *pi, by_prob_desc);
+            if (kept == 0)
+                for (int i = 0; i < n; i++) kept += pi[i].p;
+            if (top_p >= 1.0f) break;
             double acc = 0;
-            for (int i = 0; i < n; i++) {
+            int cut = 0;
+            for (int i = 0; i < (k < n ? k : n); i++) {
                 acc += pi[i].p;
-                if (acc >= top_p * kept) { n = i + 1; break; }
+                if (acc >= top_p * kept) { cut = i + 1; break; }
             }
+            if (cut) { n = cut; break; }
+            if (k >= n) break;                     /* rounding: the whole head is kept */
+            k = k > V / 4 ? V : 4 * k;
         }
         sum = 0;
         for (int i = 0; i < n; i++) sum += pi[i].p;

@@ -105,6 +105,67 @@ static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new)
     sk_model_free(m);
 }
 
+/* The sampler against a full sort of the vocabulary (what it did before it selected only the
+ * head): the same draws, token for token, for top-k, top-p and both, on peaked, flat and tied
+ * logits, vocabularies below and above the 256-entry first head. */
+typedef struct { float p; int id; } ref_pi;
+static int ref_desc(const void *a, const void *b) {
+    const ref_pi *x = a, *y = b;
+    return x->p < y->p ? 1 : x->p > y->p ? -1 : x->id - y->id;
+}
+static int ref_sample(const float *lg, int V, float temp, int top_k, float top_p, uint64_t *rng) {
+    int best = 0;
+    for (int i = 1; i < V; i++) if (lg[i] > lg[best]) best = i;
+    ref_pi *pi = malloc(sizeof *pi * V);
+    double sum = 0;
+    for (int i = 0; i < V; i++) { pi[i].id = i; pi[i].p = expf((lg[i] - lg[best]) / temp); sum += pi[i].p; }
+    int n = V;
+    if ((top_k > 0 && top_k < V) || top_p < 1.0f) {
+        qsort(pi, V, sizeof *pi, ref_desc);
+        if (top_k > 0 && top_k < n) n = top_k;
+        double kept = 0, acc = 0;
+        for (int i = 0; i < n; i++) kept += pi[i].p;
+        if (top_p < 1.0f)
+            for (int i = 0; i < n; i++) { acc += pi[i].p; if (acc >= top_p * kept) { n = i + 1; break; } }
+        sum = 0;
+        for (int i = 0; i < n; i++) sum += pi[i].p;
+    }
+    sk_rng r = {*rng};
+    uint64_t z = sk_rng_u64(&r);
+    *rng = r.s;
+    double u = (z >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+    int pick = pi[n - 1].id;
+    for (int i = 0; i < n; i++) { acc += pi[i].p; if (u < acc) { pick = pi[i].id; break; } }
+    free(pi);
+    return pick;
+}
+static void sampler_vs_sort(void) {
+    static const int Vs[] = {5, 200, 256, 257, 1000, 50257};
+    static const struct { int k; float p; } kp[] = {{0, 1.0f}, {1, 1.0f}, {40, 1.0f}, {300, 1.0f}, {0, 0.9f},
+                                                    {0, 0.5f}, {0, 0.999f}, {0, 1e-6f}, {50, 0.95f}, {400, 0.8f}};
+    unsigned long long s = 17;
+    int draws = 0, diff = 0;
+    for (size_t vi = 0; vi < sizeof Vs / sizeof Vs[0]; vi++) {
+        int V = Vs[vi];
+        float *lg = malloc(sizeof(float) * V);
+        for (int kind = 0; kind < 3; kind++) {
+            fill_uniform(lg, V, &s);
+            /* 0: peaked (a few large logits), 1: flat, 2: ties (8 distinct values) */
+            for (int i = 0; i < V; i++)
+                lg[i] = kind == 0 ? lg[i] * 4 + (i % 97 == 3 ? 6.0f : 0.0f) : kind == 1 ? lg[i] * 0.1f : (float)((int)((lg[i] + 1) * 4));
+            for (size_t c = 0; c < sizeof kp / sizeof kp[0]; c++)
+                for (int t = 0; t < 2; t++) {
+                    float temp = t ? 1.3f : 0.7f;
+                    uint64_t r1 = 99 + c, r2 = 99 + c;
+                    for (int d = 0; d < 6; d++, draws++)
+                        diff += sk_sample_token(lg, V, temp, kp[c].k, kp[c].p, &r1) != ref_sample(lg, V, temp, kp[c].k, kp[c].p, &r2);
+                }
+        }
+        free(lg);
+    }
+    CHECK(diff == 0 && draws > 1000, "sampler: the head's selection draws what a full sort of the vocabulary draws (%d of %d differ)", diff, draws);
+}
+
 /* Rounding to bf16 on known bit patterns, and the bf16 linear kernel on every length class
  * (32-wide blocks, 8-wide blocks, scalar tail) against a double-precision sum. */
 static void bf16_kernels(void) {
@@ -171,6 +232,7 @@ static void bf16_kernels(void) {
 
 int main(void) {
     bf16_kernels();
+    sampler_vs_sort();
     sk_config c;
     sk_config_default(&c);
     c.n_layer = 4; c.n_head = 4; c.n_embd = 32; c.vocab_size = 50; c.block_size = 160;

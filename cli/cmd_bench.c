@@ -183,6 +183,7 @@ static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precisio
 #endif
 
 int cmd_bench(int argc, char **argv) {
+    int gen_seqs = 1;
     int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1, tf32 = 0, bf16 = 0,
         profile = 0;
     const char *device = "cpu";
@@ -196,6 +197,7 @@ int cmd_bench(int argc, char **argv) {
         {"gen", 'i', &gen, "tokens to generate for the generation benchmark (256)"},
         {"no-train", 'b', &no_train, "skip the training benchmark"},
         {"no-gen", 'b', &no_gen, "skip the generation benchmark"},
+        {"gen-seqs", 'i', &gen_seqs, "sequences generated side by side in the generation benchmark (CPU; as sample --samples) (1)"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &bf16, "with --device cuda: bf16 mixed precision (bf16 GEMMs, fp32 master weights); on the CPU: generation with bf16 weights"},
@@ -217,6 +219,8 @@ int cmd_bench(int argc, char **argv) {
     int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
     if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm bench: --device must be cpu or cuda (got '%s')\n", device); return 2; }
     if (tf32 && bf16) { fprintf(stderr, "skiplm bench: --tf32 and --bf16 exclude each other\n"); return 2; }
+    if (gen_seqs < 1 || gen_seqs > SK_KV_MAX_SEQS) { fprintf(stderr, "skiplm bench: --gen-seqs must be in [1, %d]\n", SK_KV_MAX_SEQS); return 2; }
+    if (gen_seqs > 1 && use_cuda) { fprintf(stderr, "skiplm bench: --gen-seqs is for the CPU (the CUDA decoder runs one sequence)\n"); return 2; }
     if (profile && !use_cuda) { fprintf(stderr, "skiplm bench: --profile needs --device cuda\n"); return 2; }
     if (tf32 && !use_cuda) { fprintf(stderr, "skiplm bench: --tf32 needs --device cuda\n"); return 2; }
     if (bf16 && !use_cuda && (no_gen || gen == 0)) { fprintf(stderr, "skiplm bench: on the CPU, --bf16 applies to the generation benchmark only\n"); return 2; }
@@ -295,23 +299,30 @@ int cmd_bench(int argc, char **argv) {
         free(x); free(y); free(spans); free(mom); free(vel); free(times);
     }
     if (!no_gen && gen > 0) {
-        int n = gen < cfg.block_size ? gen : cfg.block_size - 1;
+        /* gen_seqs sequences side by side from one start token (as sample --samples) */
+        int n = gen < cfg.block_size ? gen : cfg.block_size - 1, S = gen_seqs, V = cfg.vocab_size;
         sk_kvcache *kv;
-        if ((bf16 ? sk_kvcache_new_bf16 : sk_kvcache_new)(&kv, m, n + 1)) return cli_fail("bench");
-        float *logits = malloc(sizeof(float) * cfg.vocab_size);
-        int32_t tok = 0;
-        sk_model_decode(m, kv, &tok, 1, logits);
+        if (sk_kvcache_new_seqs(&kv, m, n + 1, S, bf16)) return cli_fail("bench");
+        float *logits = malloc(sizeof(float) * (size_t)S * V);
+        int32_t *tok = calloc(S, sizeof(int32_t));
+        int *seqs = malloc(sizeof(int) * S);
+        if (!logits || !tok || !seqs) { sk_error(SK_ENOMEM, "out of memory"); return cli_fail("bench"); }
+        for (int s = 0; s < S; s++) seqs[s] = s;
+        if (sk_model_decode(m, kv, tok, 1, logits)) return cli_fail("bench");
+        for (int s = 1; s < S; s++) { sk_kvcache_seq_copy(kv, s, 0); memcpy(logits + (size_t)s * V, logits, sizeof(float) * V); }
+        uint64_t rng = 7;
         double t0 = sk_now();
         for (int i = 0; i < n; i++) {
-            tok = sk_sample_token(logits, cfg.vocab_size, 0, 0, 1, NULL);
-            if (sk_model_decode(m, kv, &tok, 1, logits)) return cli_fail("bench");
+            /* greedy for one sequence; sampled for several, or they would stay equal */
+            for (int s = 0; s < S; s++) tok[s] = sk_sample_token(logits + (size_t)s * V, V, S > 1 ? 1.0f : 0.0f, 0, 1, &rng);
+            if (sk_model_decode_batch(m, kv, seqs, tok, S, logits)) return cli_fail("bench");
         }
         double dt = sk_now() - t0;
         double bytes = (bf16 ? 2.0 : 4.0) * sk_model_num_params(m);
-        printf("generate: %d tokens, %.1f tok/s (%s weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
-               n, n / dt, bf16 ? "bf16" : "fp32", bytes * n / dt / 1e9, sk_kvcache_bytes(kv) / 1048576.0,
-               sk_kvcache_bytes_full(kv) / 1048576.0);
-        free(logits);
+        printf("generate: %d tokens x %d sequence%s, %.1f tok/s (%s weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
+               n, S, S > 1 ? "s" : "", (double)n * S / dt, bf16 ? "bf16" : "fp32", bytes * n / dt / 1e9,
+               sk_kvcache_bytes(kv) / 1048576.0, sk_kvcache_bytes_full(kv) / 1048576.0);
+        free(logits); free(tok); free(seqs);
         sk_kvcache_free(kv);
     }
     printf("peak RSS %.1f MiB\n", peak_rss_mib());

@@ -26,13 +26,15 @@ typedef struct {
 #endif
 } decoder;
 
-/* prec: 0 fp32, 1 TF32, 2 bf16 (sk_cuda_precision) */
-static int dec_new(decoder *d, sk_model *m, int use_cuda, int prec, int max_T, int quiet) {
+/* prec: 0 fp32, 1 TF32, 2 bf16 (sk_cuda_precision); n_seq sequences side by side (the CPU's;
+ * the GPU decodes one) */
+static int dec_new(decoder *d, sk_model *m, int use_cuda, int prec, int max_T, int quiet, int n_seq) {
     memset(d, 0, sizeof *d);
     d->m = m;
 #ifdef SKIPLM_CUDA
     if (use_cuda) {
         char dev[256];
+        if (n_seq != 1) return sk_error(SK_EINVAL, "the CUDA decoder runs one sequence at a time");
         if (sk_cuda_device_info(dev, sizeof dev) || sk_cuda_model_new_inference(&d->cm, m, (sk_cuda_precision)prec))
             return 1;
         if (!quiet) fprintf(stderr, "[device: cuda: %s, %s]\n", dev, sk_cuda_precision_name((sk_cuda_precision)prec));
@@ -40,14 +42,38 @@ static int dec_new(decoder *d, sk_model *m, int use_cuda, int prec, int max_T, i
     }
 #endif
     (void)use_cuda; (void)quiet;
-    if (prec == 2) return sk_kvcache_new_bf16(&d->kv, m, max_T);   /* CPU --bf16: bf16 weights */
-    return sk_kvcache_new(&d->kv, m, max_T);
+    return sk_kvcache_new_seqs(&d->kv, m, max_T, n_seq, prec == 2);   /* CPU --bf16: bf16 weights */
 }
 static int dec_run(decoder *d, const int32_t *tokens, int n, float *logits) {
 #ifdef SKIPLM_CUDA
     if (d->cm) return sk_cuda_prefill(d->cm, d->gkv, tokens, n, logits);
 #endif
     return sk_model_decode(d->m, d->kv, tokens, n, logits);
+}
+/* sequence s of several (s = 0 on the GPU) */
+static int dec_run_seq(decoder *d, int s, const int32_t *tokens, int n, float *logits) {
+#ifdef SKIPLM_CUDA
+    if (d->cm) return sk_cuda_prefill(d->cm, d->gkv, tokens, n, logits);
+#endif
+    return sk_model_decode_seq(d->m, d->kv, s, tokens, n, logits);
+}
+static int dec_batch(decoder *d, const int *seqs, const int32_t *tokens, int n, float *logits) {
+#ifdef SKIPLM_CUDA
+    if (d->cm) return sk_cuda_prefill(d->cm, d->gkv, tokens, 1, logits);   /* n = 1, seqs[0] = 0 */
+#endif
+    return sk_model_decode_batch(d->m, d->kv, seqs, tokens, n, logits);
+}
+static int dec_seq_pos(const decoder *d, int s) {
+#ifdef SKIPLM_CUDA
+    if (d->cm) return sk_cuda_kvcache_pos(d->gkv);
+#endif
+    return sk_kvcache_seq_pos(d->kv, s);
+}
+static void dec_seq_truncate(decoder *d, int s, int n) {
+#ifdef SKIPLM_CUDA
+    if (d->cm) { sk_cuda_kvcache_truncate(d->gkv, n); return; }
+#endif
+    sk_kvcache_seq_truncate(d->kv, s, n);
 }
 static int dec_pos(const decoder *d) {
 #ifdef SKIPLM_CUDA
@@ -60,12 +86,6 @@ static void dec_truncate(decoder *d, int n) {
     if (d->cm) { sk_cuda_kvcache_truncate(d->gkv, n); return; }
 #endif
     sk_kvcache_truncate(d->kv, n);
-}
-static void dec_reset(decoder *d) {
-#ifdef SKIPLM_CUDA
-    if (d->cm) { sk_cuda_kvcache_reset(d->gkv); return; }
-#endif
-    sk_kvcache_reset(d->kv);
 }
 /* the cache's K/V bytes (and without SLA's saving), and their type */
 static const char *dec_bytes(const decoder *d, size_t *bytes, size_t *full) {
@@ -141,11 +161,20 @@ static void chat_eos(sk_tokenizer *tok, const sk_chat *ct, int32_t *eos, int *n_
     free(ids);
 }
 
+/* one of --samples: its token ids (prompt, then the new ones), random stream and state */
+typedef struct {
+    int32_t *ids;
+    size_t n;
+    uint64_t rng;
+    int made, done;
+    int32_t eos;                     /* the end-of-sequence token it stopped at, or -1 */
+} sample_seq;
+
 int cmd_sample(int argc, char **argv) {
     int n_head = 0;
     const char *prompt = NULL, *tok_path = NULL, *device = "cpu", *system = NULL, *chat_tpl = NULL, *msgs_file = NULL,
                *tools_file = NULL;
-    int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0, ignore_eos = 0, chat = 0;
+    int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0, ignore_eos = 0, chat = 0, n_samples = 1;
     float temperature = 0.8f, top_p = 1.0f;
     uint64_t seed = 1337;
     cli_opt opts[] = {
@@ -155,6 +184,7 @@ int cmd_sample(int argc, char **argv) {
         {"top-k", 'i', &top_k, "sample among the k most likely tokens; 0 = all (0)"},
         {"top-p", 'f', &top_p, "nucleus: smallest set with this probability (1.0 = off)"},
         {"seed", 'u', &seed, "sampling seed (1337)"},
+        {"samples", 'i', &n_samples, "continuations of the prompt, decoded side by side on the CPU (one pass over the weights per step for all); sample k draws with seed + k; printed when done, separated by lines of dashes (1)"},
         {"greedy", 'b', &greedy, "same as --temperature 0"},
         {"tokenizer", 's', &tok_path, "vocab.json (char), tokenizer.json, or a folder with encoder.json + vocab.bpe, tokenizer.json or vocab.json + merges.txt (default: from the checkpoint, or beside it)"},
         {"quiet", 'b', &quiet, "print only the generated text (no prompt, no statistics)"},
@@ -175,6 +205,10 @@ int cmd_sample(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     if (np != 1) { fprintf(stderr, "skiplm sample: give a weights file or checkpoint\n"); return 2; }
     if (greedy) temperature = 0.0f;
+    if (n_samples < 1 || n_samples > SK_KV_MAX_SEQS) {
+        fprintf(stderr, "skiplm sample: --samples must be in [1, %d]\n", SK_KV_MAX_SEQS);
+        return 2;
+    }
     if (n_new < 0 || temperature < 0.0f || !(top_p > 0.0f && top_p <= 1.0f) || top_k < 0) {
         fprintf(stderr, "skiplm sample: need --tokens >= 0, --temperature >= 0, --top-k >= 0, 0 < --top-p <= 1\n");
         return 2;
@@ -224,7 +258,11 @@ int cmd_sample(int argc, char **argv) {
     sk_model *m = NULL;
     sk_tokenizer *tok = NULL;
     int32_t *ids = NULL;
-    float *logits = NULL;
+    float *logits = NULL, *lgb = NULL;
+    sample_seq *seqs = NULL;
+    int *act = NULL;
+    int32_t *nexts = NULL;
+    char *text = NULL;
     decoder dec;
     memset(&dec, 0, sizeof dec);
     rc = 1;
@@ -245,10 +283,6 @@ int cmd_sample(int argc, char **argv) {
         else { sk_error(SK_ENOMEM, "out of memory"); goto fail; }
     }
     size_t total = n + (size_t)n_new;
-    if (sk_mem_check(sizeof(int32_t) * (total + 1), "the token ids of the prompt and --tokens")) goto fail;
-    int32_t *grown = realloc(ids, sizeof(int32_t) * (total + 1));
-    if (!grown) { sk_error(SK_ENOMEM, "out of memory for %zu token ids", total + 1); goto fail; }
-    ids = grown;
     /* a prompt longer than the context keeps its last block_size tokens; the cache holds what
      * this run can reach (a model with a 128k context sampled for 100 tokens does not reserve
      * 128k positions) */
@@ -256,49 +290,120 @@ int cmd_sample(int argc, char **argv) {
     int ctx = total - start < (size_t)c->block_size ? (int)(total - start) : c->block_size;
     if (chat_t && start && !quiet)
         fprintf(stderr, "[the chat's prompt has %zu tokens: only its last %d (block_size) are read]\n", n, c->block_size);
-    if (dec_new(&dec, m, use_cuda, bf16 ? 2 : tf32 ? 1 : 0, ctx, quiet)) goto fail;
-    if (!(logits = malloc(sizeof(float) * c->vocab_size))) { sk_error(SK_ENOMEM, "out of memory"); goto fail; }
-    if (!quiet && prompt) fwrite(prompt, 1, strlen(prompt), stdout);
-    double t0 = sk_now();
-    if (dec_run(&dec, ids + start, (int)(n - start), logits)) goto fail;
-    double t1 = sk_now();
-    uint64_t rng = seed;
-    for (int i = 0; i < n_new; i++) {
-        int32_t next = sk_sample_token(logits, c->vocab_size, temperature, top_k, top_p, &rng);
-        if (next >= sk_tok_vocab_size(tok)) next = 0;   /* padded rows of a wider model */
-        int stop = 0;
-        for (int e = 0; e < n_eos; e++) stop |= next == eos[e];
-        if (stop) {                                     /* not printed, as decode(skip_special_tokens) */
-            if (!quiet) fprintf(stderr, "\n[end-of-sequence token %d after %d new tokens; --ignore-eos goes on]", next, i);
-            n_new = i;
-            break;
+    /* --samples: G sequences side by side in one cache (the CPU's; the GPU runs them one after
+     * another), each its own token ids (prompt + new) and its own random stream, seed + k */
+    const int V = c->vocab_size, G = use_cuda ? 1 : n_samples;
+    if (sk_mem_check(sizeof(int32_t) * (total + 1) * G + sizeof(float) * 2 * (size_t)G * V, "the token ids and logits of --samples"))
+        goto fail;
+    seqs = calloc(G, sizeof *seqs);
+    act = malloc(sizeof(int) * G);
+    nexts = malloc(sizeof(int32_t) * G);
+    logits = malloc(sizeof(float) * (size_t)G * V);
+    lgb = malloc(sizeof(float) * (size_t)G * V);
+    if (!seqs || !act || !nexts || !logits || !lgb) { sk_error(SK_ENOMEM, "out of memory"); goto fail; }
+    for (int g = 0; g < G; g++)
+        if (!(seqs[g].ids = malloc(sizeof(int32_t) * (total + 1)))) { sk_error(SK_ENOMEM, "out of memory for %zu token ids", total + 1); goto fail; }
+    if (dec_new(&dec, m, use_cuda, bf16 ? 2 : tf32 ? 1 : 0, ctx, quiet, G)) goto fail;
+    const int stream = n_samples == 1;                 /* one sample streams; several print when done */
+    double t_prompt = 0, t_gen = 0;
+    long made_all = 0;
+    for (int k0 = 0; k0 < n_samples; k0 += G) {
+        const int g_n = n_samples - k0 < G ? n_samples - k0 : G;
+        for (int g = 0; g < g_n; g++) {
+            memcpy(seqs[g].ids, ids, sizeof(int32_t) * n);
+            seqs[g].n = n; seqs[g].made = 0; seqs[g].done = 0; seqs[g].eos = -1;
+            seqs[g].rng = seed + (uint64_t)(k0 + g);
+            dec_seq_truncate(&dec, g, 0);
         }
-        ids[n++] = next;
-        size_t len;
-        /* a chat reply leaves special tokens out, as decode(skip_special_tokens=True) */
-        const char *s = chat_t && sk_tok_is_special(tok, next) ? NULL : sk_tok_decode_one(tok, next, &len);
-        if (s) { fwrite(s, 1, len, stdout); fflush(stdout); }
-        if (i + 1 == n_new) break;
-        if (dec_pos(&dec) == ctx) {
-            /* context full (ctx is block_size here): keep the newest half and rebuild the cache from it */
-            int keep = c->block_size / 2;
-            dec_reset(&dec);
-            if (dec_run(&dec, ids + n - keep, keep, logits)) goto fail;
-        } else if (dec_run(&dec, &next, 1, logits)) goto fail;
+        if (stream && !quiet && prompt) fwrite(prompt, 1, strlen(prompt), stdout);
+        /* the prompt once, copied to the group's other sequences */
+        double t0 = sk_now();
+        if (dec_run_seq(&dec, 0, ids + start, (int)(n - start), logits)) goto fail;
+        for (int g = 1; g < g_n; g++) {
+            if (sk_kvcache_seq_copy(dec.kv, g, 0)) goto fail;   /* g_n > 1: the CPU's cache */
+            memcpy(logits + (size_t)g * V, logits, sizeof(float) * V);
+        }
+        double t1 = sk_now();
+        for (int i = 0; i < n_new; i++) {
+            int na = 0;
+            for (int g = 0; g < g_n; g++) {
+                sample_seq *q = &seqs[g];
+                if (q->done) continue;
+                int32_t next = sk_sample_token(logits + (size_t)g * V, V, temperature, top_k, top_p, &q->rng);
+                if (next >= sk_tok_vocab_size(tok)) next = 0;   /* padded rows of a wider model */
+                for (int e = 0; e < n_eos; e++)
+                    if (next == eos[e]) q->eos = next;
+                if (q->eos >= 0) { q->done = 1; continue; }    /* not printed, as decode(skip_special_tokens) */
+                q->ids[q->n++] = next;
+                q->made++;
+                if (stream) {
+                    size_t len;
+                    /* a chat reply leaves special tokens out, as decode(skip_special_tokens=True) */
+                    const char *t = chat_t && sk_tok_is_special(tok, next) ? NULL : sk_tok_decode_one(tok, next, &len);
+                    if (t) { fwrite(t, 1, len, stdout); fflush(stdout); }
+                }
+                act[na] = g; nexts[na++] = next;
+            }
+            if (i + 1 == n_new || na == 0) break;
+            if (dec_seq_pos(&dec, act[0]) == ctx) {
+                /* context full (ctx is block_size here; the group's sequences advance together):
+                 * keep the newest half and rebuild each cache from it */
+                int keep = c->block_size / 2;
+                for (int j = 0; j < na; j++) {
+                    sample_seq *q = &seqs[act[j]];
+                    dec_seq_truncate(&dec, act[j], 0);
+                    if (dec_run_seq(&dec, act[j], q->ids + q->n - keep, keep, logits + (size_t)act[j] * V)) goto fail;
+                }
+            } else {
+                if (dec_batch(&dec, act, nexts, na, lgb)) goto fail;
+                for (int j = 0; j < na; j++) memcpy(logits + (size_t)act[j] * V, lgb + (size_t)j * V, sizeof(float) * V);
+            }
+        }
+        double t2 = sk_now();
+        t_prompt += t1 - t0; t_gen += t2 - t1;
+        for (int g = 0; g < g_n; g++) {
+            sample_seq *q = &seqs[g];
+            made_all += q->made;
+            if (!stream) {
+                /* the sample's text: decoded whole (special tokens left out of a chat reply) */
+                size_t len = 0, w = 0;
+                for (size_t j = n; j < q->n; j++)
+                    if (!(chat_t && sk_tok_is_special(tok, q->ids[j]))) q->ids[n + w++] = q->ids[j];
+                if (sk_tok_decode(tok, q->ids + n, w, &text, &len)) goto fail;
+                if (k0 + g) fputs("---------------\n", stdout);
+                if (!quiet && prompt) fwrite(prompt, 1, strlen(prompt), stdout);
+                fwrite(text, 1, len, stdout);
+                free(text); text = NULL;
+            }
+            if (!stream || q->done) fputs("\n", stdout);
+            else printf("\n");
+            if (q->eos >= 0 && !quiet) {
+                if (stream) fprintf(stderr, "[end-of-sequence token %d after %d new tokens; --ignore-eos goes on]\n", q->eos, q->made);
+                else fprintf(stderr, "[sample %d: end-of-sequence token %d after %d new tokens]\n", k0 + g + 1, q->eos, q->made);
+            }
+        }
+        fflush(stdout);
     }
-    double t2 = sk_now();
-    printf("\n");
     size_t kv_bytes, kv_full;
     const char *kv_type = dec_bytes(&dec, &kv_bytes, &kv_full);
-    if (!quiet)
-        fprintf(stderr, "[prompt %zu tokens in %.3f s; %d new tokens at %.1f tok/s; KV cache (%s) %.2f MiB, %.2f MiB without SLA's saving]\n",
-                n - n_new - start, t1 - t0, n_new, n_new / (t2 - t1 > 0 ? t2 - t1 : 1e-9), kv_type,
-                kv_bytes / 1048576.0, kv_full / 1048576.0);
+    if (!quiet) {
+        if (stream)
+            fprintf(stderr, "[prompt %zu tokens in %.3f s; %ld new tokens at %.1f tok/s; KV cache (%s) %.2f MiB, %.2f MiB without SLA's saving]\n",
+                    n - start, t_prompt, made_all, made_all / (t_gen > 0 ? t_gen : 1e-9), kv_type,
+                    kv_bytes / 1048576.0, kv_full / 1048576.0);
+        else
+            fprintf(stderr, "[prompt %zu tokens in %.3f s; %d samples, %ld new tokens at %.1f tok/s (%d side by side); "
+                    "KV cache (%s) %.2f MiB, %.2f MiB without SLA's saving]\n",
+                    n - start, t_prompt, n_samples, made_all, made_all / (t_gen > 0 ? t_gen : 1e-9), G, kv_type,
+                    kv_bytes / 1048576.0, kv_full / 1048576.0);
+    }
     rc = 0;
     goto done;
 fail:
     cli_fail("sample");
 done:
+    for (int g = 0; seqs && g < (use_cuda ? 1 : n_samples); g++) free(seqs[g].ids);
+    free(seqs); free(act); free(nexts); free(lgb); free(text);
     free(ids); free(logits); free(chat_text);
     sk_chat_free(chat_t);
     dec_free(&dec);
@@ -479,7 +584,7 @@ int cmd_chat(int argc, char **argv) {
     sk_chat_msg *view = malloc(sizeof *view * 2);
     if (sk_tok_vocab_size(tok) > V) err = (sk_error(SK_EINVAL, "the tokenizer has %d tokens but the model only %d", sk_tok_vocab_size(tok), V), 1);
     else if (!logits || !cached || !view) err = (sk_error(SK_ENOMEM, "out of memory"), 1);
-    else if (dec_new(&dec, m, use_cuda, bf16 ? 2 : tf32 ? 1 : 0, ctx, quiet)) err = 1;
+    else if (dec_new(&dec, m, use_cuda, bf16 ? 2 : tf32 ? 1 : 0, ctx, quiet, 1)) err = 1;
     if (!err && tty && !quiet)
         fprintf(stderr, "[%d positions of context; /reset starts over, /quit ends; end a line with \\ to go on]\n", ctx);
     /* older turns are dropped to leave a reply this much room */

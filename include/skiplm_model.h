@@ -201,6 +201,25 @@ void sk_kvcache_truncate(sk_kvcache *kv, int n);
  * logits (vocab_size) of the last one. */
 int sk_model_decode(sk_model *m, sk_kvcache *kv, const int32_t *tokens, int n, float *logits);
 
+/* Several sequences decoded side by side (skiplm sample --samples N): a cache for n_seq
+ * sequences (1 to SK_KV_MAX_SEQS), each with its own positions (the bf16 weights, with bf16,
+ * and the scratch are shared). Sequence 0 is the one the functions above work on. A batch
+ * step reads every weight matrix once for all its sequences, so it costs about what one
+ * sequence's step costs while the weights' traffic dominates. */
+#define SK_KV_MAX_SEQS 1024
+int sk_kvcache_new_seqs(sk_kvcache **kv, const sk_model *m, int max_T, int n_seq, int bf16);
+int sk_kvcache_n_seq(const sk_kvcache *kv);
+int sk_kvcache_seq_pos(const sk_kvcache *kv, int s);      /* tokens in sequence s (-1: no such s) */
+void sk_kvcache_seq_truncate(sk_kvcache *kv, int s, int n); /* as sk_kvcache_truncate; 0 resets */
+/* Sequence dst becomes a copy of sequence src (a prompt decoded once, then sampled n ways). */
+int sk_kvcache_seq_copy(sk_kvcache *kv, int dst, int src);
+/* As sk_model_decode, for sequence s. */
+int sk_model_decode_seq(sk_model *m, sk_kvcache *kv, int s, const int32_t *tokens, int n, float *logits);
+/* One token for each of n distinct sequences seqs[i] (tokens[i] at position
+ * sk_kvcache_seq_pos(seqs[i])): logits (n, vocab_size), row i for seqs[i]. Equal to decoding
+ * each sequence alone up to summation order (the matrix products take n rows at once). */
+int sk_model_decode_batch(sk_model *m, sk_kvcache *kv, const int *seqs, const int32_t *tokens, int n, float *logits);
+
 /* Sampling from logits (vocab_size): temperature 0 = greedy (argmax, lowest id on ties);
  * else softmax(logits / temperature) restricted to the top_k most likely (0 = all) and to
  * the smallest set whose probability reaches top_p (1 = all). rng_state advances. */

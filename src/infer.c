@@ -11,52 +11,61 @@
 #define SK_DECODE_CHUNK 64   /* tokens per decode pass (longer prompts go in chunks) */
 
 struct sk_kvcache {
-    int L, max_T, pos, hs;
+    int L, max_T, hs, n_seq;
+    int *pos;                /* (n_seq): tokens cached of each sequence */
     int *n_store;            /* KV heads stored per layer */
     int *slot;               /* (L, Hkv): cache slot of each KV head, or -1 if no layer reads it */
-    float **k, **v;          /* per layer (max_T, n_store, hs) */
+    float **k, **v;          /* per layer (n_seq, max_T, n_store, hs) */
     float *mem; size_t floats, floats_full;
-    /* scratch for one chunk */
+    /* scratch for one chunk: SK_DECODE_CHUNK rows (a prompt's tokens, or one token of each of
+     * that many sequences) */
     float *x, *ln, *q, *att, *tmp, *fch, *act, *logits_all;
     /* sk_kvcache_new_bf16: a bf16 copy of the model's parameters (same offsets), taken when
      * the cache is made, which the matrix products read instead of the fp32 weights */
     uint16_t *w16; const float *w16_base;
-    float *w32;              /* one weight matrix widened back to fp32, for prefill chunks */
+    float *w32; size_t w32_floats; /* weight rows widened back to fp32, for prefill chunks */
 };
 
 
-static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int bf16) {
+static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, int bf16) {
     *out = NULL;
     if (max_T < 1 || max_T > m->cfg.block_size)
         return sk_error(SK_EINVAL, "KV cache length %d must be in [1, block_size=%d]", max_T, m->cfg.block_size);
+    if (n_seq < 1 || n_seq > SK_KV_MAX_SEQS)
+        return sk_error(SK_EINVAL, "a KV cache holds 1 to %d sequences (asked for %d)", SK_KV_MAX_SEQS, n_seq);
     sk_kvcache *kv = calloc(1, sizeof *kv);
     if (!kv) return sk_error(SK_ENOMEM, "out of memory");
-    kv->L = m->L; kv->max_T = max_T; kv->hs = m->hs;
+    kv->L = m->L; kv->max_T = max_T; kv->hs = m->hs; kv->n_seq = n_seq;
+    kv->pos = calloc(n_seq, sizeof(int));
     kv->n_store = calloc(m->L, sizeof(int));
     kv->slot = malloc(sizeof(int) * m->L * m->Hkv);
     kv->k = calloc(m->L, sizeof(float *));
     kv->v = calloc(m->L, sizeof(float *));
-    if (!kv->n_store || !kv->slot || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
+    if (!kv->pos || !kv->n_store || !kv->slot || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
     for (int l = 0; l < m->L; l++) {
         /* only the KV heads some layer reads (with SLA, a borrowing layer's own skip heads
          * are read by nobody unless it lends them) */
         for (int j = 0; j < m->Hkv; j++)
             kv->slot[l * m->Hkv + j] = sk_kv_read(&m->cfg, l, j, 0) ? kv->n_store[l]++ : -1;
-        kv->floats += 2 * (size_t)max_T * kv->n_store[l] * m->hs;
-        kv->floats_full += 2 * (size_t)max_T * m->Hkv * m->hs;
+        kv->floats += 2 * (size_t)n_seq * max_T * kv->n_store[l] * m->hs;
+        kv->floats_full += 2 * (size_t)n_seq * max_T * m->Hkv * m->hs;
     }
     int ch = SK_DECODE_CHUNK, Ffc = m->gated ? 2 * m->F : m->F;
-    size_t scratch = (size_t)ch * (5 * m->C + (size_t)m->H * m->hs + Ffc + m->F) + m->Vp;
+    int lrows = n_seq < ch ? n_seq : ch;          /* logits rows: one per sequence of a batch pass */
+    size_t scratch = (size_t)ch * (5 * m->C + (size_t)m->H * m->hs + Ffc + m->F) + (size_t)lrows * m->Vp;
     char what[240];
-    snprintf(what, sizeof what, "the KV cache for %d positions (%zu bytes of K/V, %zu of scratch%s) with the model (%zu bytes)",
-             max_T, kv->floats * sizeof(float), scratch * sizeof(float), bf16 ? ", a bf16 copy of the weights" : "",
+    snprintf(what, sizeof what, "the KV cache for %d x %d positions (%zu bytes of K/V, %zu of scratch%s) with the model (%zu bytes)",
+             n_seq, max_T, kv->floats * sizeof(float), scratch * sizeof(float), bf16 ? ", a bf16 copy of the weights" : "",
              m->n_params * sizeof(float));
-    size_t big = (size_t)m->C * (m->QKV > Ffc ? m->QKV : Ffc);   /* the largest matrix a prefill widens (F <= Ffc) */
+    /* the largest matrix a prefill widens (F <= Ffc); the classifier (a batch's logits) goes
+     * in blocks of as many rows */
+    size_t big = (size_t)m->C * (m->QKV > Ffc ? m->QKV : Ffc);
     int rc = sk_mem_check((kv->floats + scratch + m->n_params) * sizeof(float) + (bf16 ? m->n_params * 2 + big * 4 : 0), what);
     if (rc) { sk_kvcache_free(kv); return rc; }
     if (bf16) {
         kv->w16 = malloc(m->n_params * sizeof *kv->w16);
         kv->w32 = malloc(big * sizeof *kv->w32);
+        kv->w32_floats = big;
         if (!kv->w16 || !kv->w32) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the bf16 weights"); }
         sk_bf16_from_f32_n(kv->w16, m->params, m->n_params);
         kv->w16_base = m->params;
@@ -65,7 +74,7 @@ static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int bf16) {
     if (!kv->mem || !kv->slot || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
     float *p = kv->mem;
     for (int l = 0; l < m->L; l++) {
-        size_t n = (size_t)max_T * kv->n_store[l] * m->hs;
+        size_t n = (size_t)n_seq * max_T * kv->n_store[l] * m->hs;
         kv->k[l] = p; p += n;
         kv->v[l] = p; p += n;
     }
@@ -81,50 +90,98 @@ static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int bf16) {
     return SK_OK;
 }
 
-int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 0); }
-int sk_kvcache_new_bf16(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 1); }
+int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 1, 0); }
+int sk_kvcache_new_bf16(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 1, 1); }
+int sk_kvcache_new_seqs(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, int bf16) {
+    return kv_new(out, m, max_T, n_seq, bf16 != 0);
+}
 int sk_kvcache_bf16(const sk_kvcache *kv) { return kv->w16 != NULL; }
+int sk_kvcache_n_seq(const sk_kvcache *kv) { return kv->n_seq; }
 
 void sk_kvcache_free(sk_kvcache *kv) {
     if (!kv) return;
-    free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v); free(kv->mem); free(kv->w16); free(kv->w32);
+    free(kv->pos); free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v); free(kv->mem); free(kv->w16); free(kv->w32);
     free(kv);
 }
 size_t sk_kvcache_bytes(const sk_kvcache *kv) { return kv->floats * sizeof(float); }
 size_t sk_kvcache_bytes_full(const sk_kvcache *kv) { return kv->floats_full * sizeof(float); }
-int sk_kvcache_pos(const sk_kvcache *kv) { return kv->pos; }
-void sk_kvcache_reset(sk_kvcache *kv) { kv->pos = 0; }
-void sk_kvcache_truncate(sk_kvcache *kv, int n) { if (n >= 0 && n <= kv->pos) kv->pos = n; }
+int sk_kvcache_pos(const sk_kvcache *kv) { return kv->pos[0]; }
+void sk_kvcache_reset(sk_kvcache *kv) { kv->pos[0] = 0; }
+void sk_kvcache_truncate(sk_kvcache *kv, int n) { sk_kvcache_seq_truncate(kv, 0, n); }
+int sk_kvcache_seq_pos(const sk_kvcache *kv, int s) { return s >= 0 && s < kv->n_seq ? kv->pos[s] : -1; }
+void sk_kvcache_seq_truncate(sk_kvcache *kv, int s, int n) {
+    if (s >= 0 && s < kv->n_seq && n >= 0 && n <= kv->pos[s]) kv->pos[s] = n;
+}
+
+/* K (or V) of layer l, sequence s, position t */
+static float *kv_at(const sk_kvcache *kv, float *const *base, int l, int s, int t) {
+    return base[l] + ((size_t)s * kv->max_T + t) * kv->n_store[l] * kv->hs;
+}
+
+int sk_kvcache_seq_copy(sk_kvcache *kv, int dst, int src) {
+    if (dst < 0 || dst >= kv->n_seq || src < 0 || src >= kv->n_seq)
+        return sk_error(SK_EINVAL, "sequence %d or %d is not in the cache's [0, %d)", dst, src, kv->n_seq);
+    if (dst == src) return SK_OK;
+    for (int l = 0; l < kv->L; l++) {
+        size_t bytes = sizeof(float) * kv->pos[src] * kv->n_store[l] * kv->hs;
+        memcpy(kv_at(kv, kv->k, l, dst, 0), kv_at(kv, kv->k, l, src, 0), bytes);
+        memcpy(kv_at(kv, kv->v, l, dst, 0), kv_at(kv, kv->v, l, src, 0), bytes);
+    }
+    kv->pos[dst] = kv->pos[src];
+    return SK_OK;
+}
 
 static void norm(const sk_model *m, float *out, const float *x, const float *w, const float *b, int n, float *stat) {
     if (m->cfg.family == SK_GPT2) sk_layernorm_forward(out, stat, stat + n, x, w, b, n, m->C, m->cfg.norm_eps);
     else sk_rmsnorm_forward(out, stat, x, w, n, m->C, m->cfg.norm_eps);
 }
 
+/* Up to this many rows the matrix products stream each weight row once for all of them
+ * (sk_linear_forward_rows, bf16 or fp32); more go to the GEMM. Measured on the 2-core AVX2
+ * machine at stories15M's shapes, fp32: 2.2x the GEMM's speed at 4 rows, 1.5x at 12, 0.7x at
+ * 16 (bench --gen-seqs N). */
+#define SK_ROWS_MAX 12
+
 /* out (n, OC) = inp (n, IC) @ w^T + b, from the cache's bf16 copy of w if it has one: a few
- * tokens read it directly; a prefill chunk widens it back to fp32 (exactly: bf16 -> fp32 is
- * lossless) for the GEMM, which is compute-bound there. */
+ * rows read it directly; more widen it back to fp32 (exactly: bf16 -> fp32 is lossless), a
+ * block of w32's rows at a time, for the GEMM, which is compute-bound there. */
 static void linear(const sk_kvcache *kv, float *out, const float *inp, const float *w, const float *b, int n, int IC, int OC) {
     if (!kv->w16) {
-        if (n < 4) sk_linear_forward_rows(out, inp, w, b, n, IC, OC);
+        if (n <= SK_ROWS_MAX) sk_linear_forward_rows(out, inp, w, b, n, IC, OC);
         else sk_linear_forward(out, inp, w, b, n, IC, OC);
         return;
     }
     const uint16_t *w16 = kv->w16 + (w - kv->w16_base);
-    if (n < 4) { sk_linear_forward_bf16(out, inp, w16, b, n, IC, OC); return; }
-    sk_bf16_to_f32_n(kv->w32, w16, (size_t)OC * IC);
-    sk_linear_forward(out, inp, kv->w32, b, n, IC, OC);
+    if (n <= SK_ROWS_MAX) { sk_linear_forward_bf16(out, inp, w16, b, n, IC, OC); return; }
+    int blk = (int)(kv->w32_floats / IC);
+    for (int o = 0; o < OC; o += blk) {
+        int nb = OC - o < blk ? OC - o : blk;
+        sk_bf16_to_f32_n(kv->w32, w16 + (size_t)o * IC, (size_t)nb * IC);
+        for (int i = 0; i < n; i++)
+            if (b) memcpy(out + (size_t)i * OC + o, b + o, sizeof(float) * nb);
+        sk_gemm(0, 1, n, nb, IC, 1.0f, inp, IC, kv->w32, IC, b ? 1.0f : 0.0f, out + o, OC);
+    }
 }
 
-static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, float *logits) {
+/* One pass of n <= SK_DECODE_CHUNK rows: a prompt chunk of sequence s (seqs NULL: row i at
+ * position pos[s] + i), or one token of each of n distinct sequences seqs[i] (row i at
+ * pos[seqs[i]]). logits: the last row's (prompt chunk) or every row's (n, vocab_size). */
+static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, int s, const int *seqs, float *logits) {
     const sk_config *c = &m->cfg;
     const sk_params *p = &m->p;
     int C = m->C, F = m->F, H = m->H, Hkv = m->Hkv, hs = m->hs;
-    int Ffc = m->gated ? 2 * F : F, pos0 = kv->pos, group = H / Hkv;
+    int Ffc = m->gated ? 2 * F : F, group = H / Hkv;
+    int rs[SK_DECODE_CHUNK], rp[SK_DECODE_CHUNK];     /* each row's sequence and position */
+    for (int i = 0; i < n; i++) {
+        rs[i] = seqs ? seqs[i] : s;
+        rp[i] = seqs ? kv->pos[rs[i]] : kv->pos[s] + i;
+    }
+    /* contiguous: the rows are consecutive positions of one sequence (a prompt chunk) */
+    const int contig = !seqs || n == 1;
     const float *wpe = p->wpe ? p->wpe : m->sinus;
     float stat[2 * SK_DECODE_CHUNK];
     for (int i = 0; i < n; i++) {
-        const float *e = p->wte + (size_t)tok[i] * C, *q = wpe ? wpe + (size_t)(pos0 + i) * C : NULL;
+        const float *e = p->wte + (size_t)tok[i] * C, *q = wpe ? wpe + (size_t)rp[i] * C : NULL;
         float *x = kv->x + (size_t)i * C;
         if (kv->w16) {                        /* the bf16 copy's rows (learned positions too) */
             const uint16_t *e16 = kv->w16 + (e - kv->w16_base), *q16 = p->wpe ? kv->w16 + (q - kv->w16_base) : NULL;
@@ -137,44 +194,66 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
         const float *qkvw = p->qkvw + (size_t)l * m->QKV * C, *qkvb = p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL;
         int ns = kv->n_store[l];
         norm(m, kv->ln, kv->x, p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, n, stat);
-        /* q for all heads; k and v only for the stored heads, written straight into the cache */
+        /* q for all heads; k and v only for the stored heads, written straight into the cache
+         * when the rows are its consecutive positions and the heads all of its slots */
         linear(kv, kv->q, kv->ln, qkvw, qkvb, n, C, H * hs);
-        float *kc = kv->k[l] + (size_t)pos0 * ns * hs, *vc = kv->v[l] + (size_t)pos0 * ns * hs;
+        float *kc = kv_at(kv, kv->k, l, rs[0], rp[0]), *vc = kv_at(kv, kv->v, l, rs[0], rp[0]);
         const int *slot = kv->slot + l * Hkv;
         for (int j = 0; j < Hkv;) {
             /* a run of stored KV heads [j, e) maps to consecutive slots */
             if (slot[j] < 0) { j++; continue; }
             int e = j + 1;
             while (e < Hkv && slot[e] >= 0) e++;
-            int w = (e - j) * hs;
-            float *kt = ns == e - j ? kc : kv->tmp, *vt = ns == e - j ? vc : kv->tmp + (size_t)n * w;
+            int w = (e - j) * hs, direct = contig && ns == e - j;
+            float *kt = direct ? kc : kv->tmp, *vt = direct ? vc : kv->tmp + (size_t)n * w;
             linear(kv, kt, kv->ln, qkvw + (size_t)(H + j) * hs * C, qkvb ? qkvb + (H + j) * hs : NULL, n, C, w);
             linear(kv, vt, kv->ln, qkvw + (size_t)(H + Hkv + j) * hs * C, qkvb ? qkvb + (H + Hkv + j) * hs : NULL, n, C, w);
-            if (kt != kc)
+            if (!direct)
                 for (int i = 0; i < n; i++) {
-                    memcpy(kc + (size_t)i * ns * hs + (size_t)slot[j] * hs, kt + (size_t)i * w, sizeof(float) * w);
-                    memcpy(vc + (size_t)i * ns * hs + (size_t)slot[j] * hs, vt + (size_t)i * w, sizeof(float) * w);
+                    memcpy(kv_at(kv, kv->k, l, rs[i], rp[i]) + (size_t)slot[j] * hs, kt + (size_t)i * w, sizeof(float) * w);
+                    memcpy(kv_at(kv, kv->v, l, rs[i], rp[i]) + (size_t)slot[j] * hs, vt + (size_t)i * w, sizeof(float) * w);
                 }
             j = e;
         }
         if (m->rope) {
-            sk_rope(kv->q, m->rope, 1, n, H * hs, 0, H, hs, pos0, 0);
-            sk_rope(kc, m->rope, 1, n, ns * hs, 0, ns, hs, pos0, 0);
+            if (contig) {
+                sk_rope(kv->q, m->rope, 1, n, H * hs, 0, H, hs, rp[0], 0);
+                sk_rope(kc, m->rope, 1, n, ns * hs, 0, ns, hs, rp[0], 0);
+            } else {
+                for (int i = 0; i < n; i++) {
+                    sk_rope(kv->q + (size_t)i * H * hs, m->rope, 1, 1, H * hs, 0, H, hs, rp[i], 0);
+                    sk_rope(kv_at(kv, kv->k, l, rs[i], rp[i]), m->rope, 1, 1, ns * hs, 0, ns, hs, rp[i], 0);
+                }
+            }
         }
-        for (int part = 0; part < m->n_runs[l]; part++) {
-            const sk_route *r = &m->runs[(size_t)l * H + part];
-            int h0 = r->h0, nh = r->nh, src = r->src, sn = kv->n_store[src];
-            int kslot = kv->slot[src * Hkv + h0 / group];
-            sk_attn a;
-            memset(&a, 0, sizeof a);
-            a.B = 1; a.H = nh; a.Hkv = nh / group; a.Lq = n; a.Lk = pos0 + n; a.D = hs;
-            a.q = kv->q + (size_t)h0 * hs;  a.q_sb = 0; a.q_sh = hs; a.q_st = H * hs;
-            a.k = kv->k[src] + (size_t)kslot * hs; a.k_sb = 0; a.k_sh = hs; a.k_st = (long)sn * hs;
-            a.v = kv->v[src] + (size_t)kslot * hs; a.v_sb = 0; a.v_sh = hs; a.v_st = (long)sn * hs;
-            a.out = kv->att + (size_t)h0 * hs; a.o_sb = 0; a.o_sh = hs; a.o_st = C;
-            a.is_causal = 1; a.causal_offset = pos0;
-            int rc = sk_attn_forward(&a);
-            if (rc) return rc;
+        /* attention: a prompt chunk in one call per route; a batch's rows in runs of equal
+         * position and evenly spaced sequences (one call for sequences 0..n-1 in step) */
+        for (int i = 0; i < n;) {
+            int e = i + 1, ds = 0;
+            if (!contig) {
+                if (e < n && rp[e] == rp[i] && rs[e] > rs[i]) ds = rs[e] - rs[i];
+                while (ds && e < n && rp[e] == rp[i] && rs[e] - rs[e - 1] == ds) e++;
+            } else {
+                e = n;
+            }
+            int Lq = contig ? n : 1, nb = contig ? 1 : e - i;
+            for (int part = 0; part < m->n_runs[l]; part++) {
+                const sk_route *r = &m->runs[(size_t)l * H + part];
+                int h0 = r->h0, nh = r->nh, src = r->src, sn = kv->n_store[src];
+                int kslot = kv->slot[src * Hkv + h0 / group];
+                long seq_st = (long)kv->max_T * sn * hs;
+                sk_attn a;
+                memset(&a, 0, sizeof a);
+                a.B = nb; a.H = nh; a.Hkv = nh / group; a.Lq = Lq; a.Lk = rp[i] + Lq; a.D = hs;
+                a.q = kv->q + (size_t)i * H * hs + (size_t)h0 * hs; a.q_sb = (long)H * hs; a.q_sh = hs; a.q_st = (long)H * hs;
+                a.k = kv_at(kv, kv->k, src, rs[i], 0) + (size_t)kslot * hs; a.k_sb = ds * seq_st; a.k_sh = hs; a.k_st = (long)sn * hs;
+                a.v = kv_at(kv, kv->v, src, rs[i], 0) + (size_t)kslot * hs; a.v_sb = ds * seq_st; a.v_sh = hs; a.v_st = (long)sn * hs;
+                a.out = kv->att + (size_t)i * C + (size_t)h0 * hs; a.o_sb = C; a.o_sh = hs; a.o_st = C;
+                a.is_causal = 1; a.causal_offset = rp[i];
+                int rc = sk_attn_forward(&a);
+                if (rc) return rc;
+            }
+            i = e;
         }
         linear(kv, kv->tmp, kv->att, p->attprojw + (size_t)l * C * C, p->attprojb ? p->attprojb + (size_t)l * C : NULL, n, C, C);
         sk_add_inplace(kv->x, kv->tmp, (size_t)n * C);
@@ -184,31 +263,68 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
         linear(kv, kv->tmp, kv->act, p->fcprojw + (size_t)l * C * F, p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F, C);
         sk_add_inplace(kv->x, kv->tmp, (size_t)n * C);
     }
-    kv->pos += n;
+    for (int i = 0; i < n; i++) kv->pos[rs[i]] = rp[i] + 1;
     if (logits) {
-        /* only the last token's logits are needed */
-        norm(m, kv->ln, kv->x + (size_t)(n - 1) * C, p->lnfw, p->lnfb, 1, stat);
-        linear(kv, kv->logits_all, kv->ln, p->lmhead, NULL, 1, C, kv->w16 ? c->vocab_size : m->Vp);
-        memcpy(logits, kv->logits_all, sizeof(float) * c->vocab_size);
+        /* a prompt chunk needs only its last token's logits, a batch every row's */
+        int r0 = seqs ? 0 : n - 1, nr = n - r0, OC = kv->w16 ? c->vocab_size : m->Vp;
+        norm(m, kv->ln, kv->x + (size_t)r0 * C, p->lnfw, p->lnfb, nr, stat);
+        linear(kv, kv->logits_all, kv->ln, p->lmhead, NULL, nr, C, OC);
+        for (int i = 0; i < nr; i++)
+            memcpy(logits + (size_t)i * c->vocab_size, kv->logits_all + (size_t)i * OC, sizeof(float) * c->vocab_size);
+    }
+    return SK_OK;
+}
+
+static int check_tokens(const sk_model *m, const int32_t *tokens, int n) {
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+            return sk_error(SK_EINVAL, "token %d at position %d is outside the vocabulary [0, %d)", tokens[i], i, m->cfg.vocab_size);
+    return SK_OK;
+}
+static int check_cache(const sk_model *m, const sk_kvcache *kv) {
+    if (kv->L != m->L || kv->hs != m->hs || (kv->w16 && kv->w16_base != m->params))
+        return sk_error(SK_EINVAL, "KV cache was made for another model");
+    return SK_OK;
+}
+
+int sk_model_decode_seq(sk_model *m, sk_kvcache *kv, int s, const int32_t *tokens, int n, float *logits) {
+    if (n < 1) return sk_error(SK_EINVAL, "decode needs at least one token");
+    int rc = check_cache(m, kv);
+    if (rc) return rc;
+    if (s < 0 || s >= kv->n_seq) return sk_error(SK_EINVAL, "sequence %d is not in the cache's [0, %d)", s, kv->n_seq);
+    if (kv->pos[s] + n > kv->max_T)
+        return sk_error(SK_EINVAL, "KV cache holds %d positions; %d + %d tokens do not fit", kv->max_T, kv->pos[s], n);
+    if ((rc = check_tokens(m, tokens, n))) return rc;
+    for (int i = 0; i < n; i += SK_DECODE_CHUNK) {
+        int k = n - i < SK_DECODE_CHUNK ? n - i : SK_DECODE_CHUNK;
+        if ((rc = decode_chunk(m, kv, tokens + i, k, s, NULL, i + k == n ? logits : NULL))) return rc;
     }
     return SK_OK;
 }
 
 int sk_model_decode(sk_model *m, sk_kvcache *kv, const int32_t *tokens, int n, float *logits) {
-    if (n < 1) return sk_error(SK_EINVAL, "decode needs at least one token");
-    if (kv->L != m->L || kv->hs != m->hs || (kv->w16 && kv->w16_base != m->params))
-        return sk_error(SK_EINVAL, "KV cache was made for another model");
-    if (kv->pos + n > kv->max_T)
-        return sk_error(SK_EINVAL, "KV cache holds %d positions; %d + %d tokens do not fit", kv->max_T, kv->pos, n);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
-            return sk_error(SK_EINVAL, "token %d at position %d is outside the vocabulary [0, %d)", tokens[i], i, m->cfg.vocab_size);
-    for (int i = 0; i < n; i += SK_DECODE_CHUNK) {
-        int k = n - i < SK_DECODE_CHUNK ? n - i : SK_DECODE_CHUNK;
-        int rc = decode_chunk(m, kv, tokens + i, k, i + k == n ? logits : NULL);
-        if (rc) return rc;
+    return sk_model_decode_seq(m, kv, 0, tokens, n, logits);
+}
+
+int sk_model_decode_batch(sk_model *m, sk_kvcache *kv, const int *seqs, const int32_t *tokens, int n, float *logits) {
+    if (n < 1) return sk_error(SK_EINVAL, "decode needs at least one sequence");
+    int rc = check_cache(m, kv);
+    if (rc || (rc = check_tokens(m, tokens, n))) return rc;
+    char *seen = calloc(kv->n_seq, 1);
+    if (!seen) return sk_error(SK_ENOMEM, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        int s = seqs[i];
+        if (s < 0 || s >= kv->n_seq) rc = sk_error(SK_EINVAL, "sequence %d is not in the cache's [0, %d)", s, kv->n_seq);
+        else if (seen[s]++) rc = sk_error(SK_EINVAL, "sequence %d appears twice in one batch", s);
+        else if (kv->pos[s] + 1 > kv->max_T)
+            rc = sk_error(SK_EINVAL, "KV cache holds %d positions; sequence %d is full", kv->max_T, s);
     }
-    return SK_OK;
+    free(seen);
+    for (int i = 0; i < n && !rc; i += SK_DECODE_CHUNK) {
+        int k = n - i < SK_DECODE_CHUNK ? n - i : SK_DECODE_CHUNK;
+        rc = decode_chunk(m, kv, tokens + i, k, 0, seqs + i, logits ? logits + (size_t)i * m->cfg.vocab_size : NULL);
+    }
+    return rc;
 }
 
 /* ---------------------------------------------------------------- sampling */

@@ -47,15 +47,20 @@ out:
     free(keep); free(lb); free(lr); free(l32);
 }
 
-static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new) {
+/* A model with larger random weights than the init, so that the greedy path is not trivial. */
+static sk_model *test_model(const char *name, const sk_config *cfg, unsigned long long s) {
     sk_model *m;
-    if (sk_model_new(&m, &cfg, 42)) { CHECK(0, "%s: model: %s", name, sk_last_error()); return; }
-    /* larger random weights than the init so the greedy path is not trivial */
+    if (sk_model_new(&m, cfg, 42)) { CHECK(0, "%s: model: %s", name, sk_last_error()); return NULL; }
     float *p = sk_model_params(m);
-    unsigned long long s = 7;
     int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
     for (int i = 0; i < nt; i++) if (ts[i].ndim == 2) { fill_uniform(p + ts[i].offset, ts[i].numel, &s);
         for (size_t k = 0; k < ts[i].numel; k++) p[ts[i].offset + k] *= 0.3f; }
+    return m;
+}
+
+static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new) {
+    sk_model *m = test_model(name, &cfg, 7);
+    if (!m) return;
     int V = cfg.vocab_size, T = prompt_len + n_new;
     int32_t *seq = calloc(T, sizeof(int32_t));
     for (int i = 0; i < prompt_len; i++) seq[i] = (i * 7 + 3) % V;
@@ -102,6 +107,91 @@ static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new)
     }
     sk_kvcache_free(kv);
     free(seq); free(lg); free(full);
+    sk_model_free(m);
+}
+
+/* Batched decoding (sk_model_decode_batch): NS sequences side by side in one cache equal each
+ * decoded alone. A: prompts of different lengths (each row at its own position); B: one
+ * prompt decoded once and copied (equal positions: one attention call per pass); C: a subset
+ * in descending order. NS > SK_DECODE_CHUNK, so a batch takes two passes. */
+static void batch_case(const char *name, sk_config cfg, int bf16) {
+    enum { NS = 70, STEPS = 4, PB = 6 };
+    sk_model *m = test_model(name, &cfg, 11);
+    if (!m) return;
+    const int V = cfg.vocab_size, maxT = PB + STEPS + 1;   /* = 7 + STEPS: C fills sequences 9, 5, 2 */
+    sk_kvcache *kb = NULL, *k1 = NULL;
+    int ok = sk_kvcache_new_seqs(&kb, m, maxT, NS, bf16) == 0 && sk_kvcache_new_seqs(&k1, m, maxT, 1, bf16) == 0;
+    CHECK(ok, "%s: caches for %d sequences and for one", name, NS);
+    if (!ok) { sk_kvcache_free(kb); sk_kvcache_free(k1); sk_model_free(m); return; }
+    CHECK(sk_kvcache_n_seq(kb) == NS && sk_kvcache_bytes(kb) == (size_t)NS * sk_kvcache_bytes(k1) && sk_kvcache_bf16(kb) == bf16,
+          "%s: the cache holds %d sequences' K/V (%zu bytes)", name, NS, sk_kvcache_bytes(kb));
+    float *ref = malloc(sizeof(float) * (size_t)NS * (STEPS + 2) * V), *lg = malloc(sizeof(float) * (size_t)NS * V);
+    int32_t arr[NS][8 + STEPS + 1], tok[NS];
+    int seqs[NS], plen[NS];
+    double worst = 0, scale = 1;
+    /* A: sequence s has a prompt of 1 + s % 7 tokens */
+    for (int s = 0; s < NS; s++) {
+        plen[s] = 1 + s % 7;
+        for (int i = 0; i < plen[s] + STEPS; i++) arr[s][i] = (s * 5 + i * 3 + 1) % V;
+        decode_all(m, k1, arr[s], plen[s] + STEPS, plen[s], ref + (size_t)s * (STEPS + 2) * V, V);
+        double a = max_abs(ref + (size_t)s * (STEPS + 2) * V, (size_t)(STEPS + 1) * V);
+        if (a > scale) scale = a;
+        if (sk_model_decode_seq(m, kb, s, arr[s], plen[s], lg)) { CHECK(0, "%s: prefill: %s", name, sk_last_error()); goto out; }
+        double d = max_abs_diff(lg, ref + (size_t)s * (STEPS + 2) * V, V);
+        if (d > worst) worst = d;
+    }
+    for (int j = 0; j < STEPS; j++) {
+        for (int s = 0; s < NS; s++) { seqs[s] = s; tok[s] = arr[s][plen[s] + j]; }
+        if (sk_model_decode_batch(m, kb, seqs, tok, NS, lg)) { CHECK(0, "%s: batch: %s", name, sk_last_error()); goto out; }
+        for (int s = 0; s < NS; s++) {
+            double d = max_abs_diff(lg + (size_t)s * V, ref + ((size_t)s * (STEPS + 2) + j + 1) * V, V);
+            if (d > worst) worst = d;
+        }
+    }
+    int pos_ok = 1;
+    for (int s = 0; s < NS; s++) pos_ok &= sk_kvcache_seq_pos(kb, s) == plen[s] + STEPS;
+    CHECK(pos_ok && worst <= 1e-5 * scale, "%s: A, %d prompts of 1-7 tokens, then %d batch steps: logits equal one "
+          "sequence at a time (max diff %.2e, |logits| %.1f)", name, NS, STEPS, worst, scale);
+    /* B and C: one prompt, copied; sequence s then reads its own tokens */
+    worst = 0;
+    for (int s = 0; s < NS; s++) {
+        for (int i = 0; i < PB + STEPS + 1; i++) arr[s][i] = i < PB ? (i * 7 + 2) % V : (s * 3 + i) % V;
+        decode_all(m, k1, arr[s], PB + STEPS + 1, PB, ref + (size_t)s * (STEPS + 2) * V, V);
+        sk_kvcache_seq_truncate(kb, s, 0);
+    }
+    if (sk_model_decode_seq(m, kb, 0, arr[0], PB, lg)) { CHECK(0, "%s: prefill: %s", name, sk_last_error()); goto out; }
+    for (int s = 1; s < NS; s++) sk_kvcache_seq_copy(kb, s, 0);
+    for (int j = 0; j < STEPS; j++) {
+        for (int s = 0; s < NS; s++) { seqs[s] = s; tok[s] = arr[s][PB + j]; }
+        if (sk_model_decode_batch(m, kb, seqs, tok, NS, lg)) { CHECK(0, "%s: batch: %s", name, sk_last_error()); goto out; }
+        for (int s = 0; s < NS; s++) {
+            double d = max_abs_diff(lg + (size_t)s * V, ref + ((size_t)s * (STEPS + 2) + j + 1) * V, V);
+            if (d > worst) worst = d;
+        }
+    }
+    CHECK(worst <= 1e-5 * scale, "%s: B, a prompt decoded once and copied to %d sequences, %d batch steps (max diff %.2e)",
+          name, NS, STEPS, worst);
+    worst = 0;
+    int sub[3] = {9, 5, 2};
+    for (int i = 0; i < 3; i++) tok[i] = arr[sub[i]][PB + STEPS];
+    ok = sk_model_decode_batch(m, kb, sub, tok, 3, lg) == 0;
+    for (int i = 0; i < 3; i++) {
+        double d = max_abs_diff(lg + (size_t)i * V, ref + ((size_t)sub[i] * (STEPS + 2) + STEPS + 1) * V, V);
+        if (d > worst) worst = d;
+    }
+    CHECK(ok && worst <= 1e-5 * scale && sk_kvcache_seq_pos(kb, 9) == PB + STEPS + 1 && sk_kvcache_seq_pos(kb, 8) == PB + STEPS,
+          "%s: C, sequences 9, 5, 2 step on, the others stay (max diff %.2e)", name, worst);
+    /* refusals, the cache unchanged */
+    int two[2] = {3, 3}, bad[1] = {NS}, t2[2] = {1, 1}, oov[1] = {V};
+    CHECK(sk_model_decode_batch(m, kb, two, t2, 2, lg) != 0 && strstr(sk_last_error(), "twice"), "%s: a sequence twice refused: %s", name, sk_last_error());
+    CHECK(sk_model_decode_batch(m, kb, bad, t2, 1, lg) != 0 && strstr(sk_last_error(), "not in the cache"), "%s: sequence %d refused: %s", name, NS, sk_last_error());
+    CHECK(sk_model_decode_batch(m, kb, sub, oov, 1, lg) != 0 && strstr(sk_last_error(), "outside the vocabulary"), "%s: out-of-vocab token refused", name);
+    CHECK(sk_model_decode_batch(m, kb, sub, tok, 1, lg) != 0 && strstr(sk_last_error(), "is full"), "%s: a full sequence refused: %s", name, sk_last_error());
+    CHECK(sk_kvcache_seq_copy(kb, NS, 0) != 0 && sk_kvcache_seq_pos(kb, NS) == -1 && sk_kvcache_seq_pos(kb, 9) == PB + STEPS + 1,
+          "%s: copying to a sequence not in the cache refused; positions unchanged", name);
+out:
+    free(ref); free(lg);
+    sk_kvcache_free(kb); sk_kvcache_free(k1);
     sk_model_free(m);
 }
 
@@ -244,6 +334,7 @@ int main(void) {
     c.n_skip_layer = 0; c.n_skip_head = 0; c.n_layer = 6;
     sk_config_set(&c, "routing", "3-5:1=-3;4-5:3=-1;5:0=@1");   /* stored heads not contiguous */
     run_case("gpt2 multi-source routing", c, 7, 15);
+    batch_case("batch: gpt2 multi-source routing", c, 0);
     c.routing[0] = 0; c.n_layer = 4;
     sk_config_default(&c);
     c.family = SK_LLAMA; c.n_layer = 4; c.n_head = 4; c.n_kv_head = 2; c.n_embd = 32; c.vocab_size = 50;
@@ -253,6 +344,9 @@ int main(void) {
     run_case("llama gqa sla 3/2", c, 9, 20);
     c.sinusoidal = 1; c.relu = 1;
     run_case("llama sinusoidal relu sla", c, 6, 10);
+    c.sinusoidal = 0; c.relu = 0; c.n_skip_layer = 2; c.vocab_size = 1000;  /* bf16: the classifier widens in blocks */
+    batch_case("batch: llama gqa sla 2/2", c, 0);
+    batch_case("batch: llama gqa sla 2/2, bf16", c, 1);
     sk_config_default(&c);
     c.n_layer = 3; c.n_head = 2; c.n_embd = 16; c.vocab_size = 40; c.block_size = 40;
     c.sinusoidal = 1; c.relu = 1; c.n_skip_layer = 1; c.n_skip_head = 1;

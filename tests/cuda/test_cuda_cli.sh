@@ -112,6 +112,11 @@ check "sample --device cuda writes the CPU's text (seed 7, T 0.9, top-k 5): '$(h
     cmp -s "$tmp/s_cpu.txt" "$tmp/s_gpu.txt"
 check "sample --device cuda --bf16 writes as many characters ($(wc -c <"$tmp/s_bf16.txt") vs $(wc -c <"$tmp/s_cpu.txt"))" \
     test "$(wc -c <"$tmp/s_bf16.txt")" = "$(wc -c <"$tmp/s_cpu.txt")" -a -s "$tmp/s_cpu.txt"
+# --samples 3: the GPU runs the samples one after another, the CPU side by side; the same texts
+$SK sample $S --samples 3 >"$tmp/m_cpu.txt" 2>/dev/null || fail "CPU --samples"
+$SK sample $S --samples 3 --device cuda >"$tmp/m_gpu.txt" 2>/dev/null || fail "GPU --samples"
+check "sample --samples 3 --device cuda writes the CPU's three samples, the first as the single sample's" \
+    eval '[ "$(grep -cx -- --------------- "$tmp/m_gpu.txt")" = 2 ] && cmp -s "$tmp/m_cpu.txt" "$tmp/m_gpu.txt" && [ "$(head -1 "$tmp/m_gpu.txt")" = "$(head -1 "$tmp/s_cpu.txt")" ]'
 # chat: three turns, each prompt the whole conversation, the cache kept up to where it differs
 # (the template marks the last message, so each turn cuts the cache back inside the previous prompt)
 printf '{%% for m in messages %%}{{ m.content }}{%% if loop.last %%}h{%% endif %%}{%% endfor %%}' >"$tmp/plain.jinja"

@@ -1,0 +1,78 @@
+"""`skiplm sample --samples N`: N continuations of one prompt decoded side by side in one KV
+cache (sk_model_decode_batch). Sample k must be exactly what `--samples 1 --seed SEED+k`
+prints: both families, with SLA, fp32 and --bf16, top-k and top-p, past block_size (each
+sequence's cache rebuilt from its newest half), and end-of-sequence ids stopping some samples
+while the others go on. (That the batched logits equal one sequence's at a time, and that
+those equal PyTorch's, is tests/test_infer.c's and the torch tests'.)"""
+import json, os, subprocess, tempfile
+from sktest import SKIPLM, check, finish
+
+SEP = "---------------\n"
+VOCAB = list("abcdefghijk ")
+
+
+def skiplm(*args):
+    return subprocess.run([SKIPLM, *args], capture_output=True, text=True)
+
+
+def sample(model, vocab, *args):
+    return skiplm("sample", model, "--tokenizer", vocab, "--prompt", "abc", *args)
+
+
+def main():
+    tmp = tempfile.mkdtemp()
+    vocab = os.path.join(tmp, "vocab.json")
+    json.dump({"type": "char", "vocab": VOCAB}, open(vocab, "w"))
+    models = {
+        "gpt2 sla": ["--n_layer", "3", "--n_head", "4", "--n_embd", "32", "--n_skip_layer", "1", "--n_skip_head", "2"],
+        "llama gqa sla": ["--family", "llama", "--n_layer", "3", "--n_head", "4", "--n_kv_head", "2", "--n_embd", "32",
+                          "--bias", "0", "--n_skip_layer", "2", "--n_skip_head", "2"],
+    }
+    for name, opts in models.items():
+        path = os.path.join(tmp, name.replace(" ", "_") + ".st")
+        r = skiplm("init", path, "--block_size", "24", "--vocab_size", str(len(VOCAB)), "--seed", "5", *opts)
+        if not check(r.returncode == 0, f"{name}: init {r.stderr.strip()[-200:]}"):
+            continue
+        # 40 new tokens after a 3-token prompt: past block_size 24, so each cache is rebuilt
+        for extra in [[], ["--bf16"], ["--top-k", "4"], ["--top-p", "0.7", "--temperature", "1.3"]]:
+            r = sample(path, vocab, "--tokens", "40", "--samples", "4", "--seed", "100", "--quiet", *extra)
+            got = r.stdout.split(SEP)
+            want = [sample(path, vocab, "--tokens", "40", "--seed", str(100 + k), "--quiet", *extra).stdout for k in range(4)]
+            check(r.returncode == 0 and got == want and len(set(want)) == 4 and all(len(w) == 41 for w in want),
+                  f"{name} {' '.join(extra) or 'fp32'}: --samples 4 prints what --samples 1 --seed 100+k does, k = 0..3, "
+                  f"past block_size ({[g[:12] for g in got]} vs {[w[:12] for w in want]}) {r.stderr.strip()[-200:]}")
+        r = sample(path, vocab, "--tokens", "10", "--samples", "3")
+        parts = r.stdout.split(SEP)
+        check(r.returncode == 0 and len(parts) == 3 and all(p.startswith("abc") and len(p) == 14 for p in parts) and
+              "3 samples, 30 new tokens" in r.stderr,
+              f"{name}: without --quiet each sample starts with the prompt; the statistics count all: {r.stderr.strip()[-160:]}")
+        # end-of-sequence: the first new character of sample 2 from its 4th on stops it there;
+        # each sample stops at its own first, the others go on
+        free = [sample(path, vocab, "--tokens", "30", "--seed", str(7 + k), "--quiet").stdout.rstrip("\n") for k in range(4)]
+        i = next(i for i in range(3, 30) if free[2][i] not in free[2][:i])
+        stop = free[2][i]
+        json.dump({"eos_token_id": VOCAB.index(stop)}, open(os.path.join(tmp, "generation_config.json"), "w"))
+        r = sample(path, vocab, "--tokens", "30", "--samples", "4", "--seed", "7")     # not --quiet: the notes
+        want = ["abc" + f.split(stop)[0] + "\n" for f in free]
+        notes = [f"[sample {k + 1}: end-of-sequence token {VOCAB.index(stop)} after {len(w) - 4} new tokens]" in r.stderr
+                 for k, w in enumerate(want) if stop in free[k]]
+        check(r.returncode == 0 and r.stdout.split(SEP) == want and all(notes) and len(notes) >= 2 and len(want[2]) == i + 4 and
+              any(stop not in f or f.index(stop) > i for f in free),
+              f"{name}: eos id {VOCAB.index(stop)} ({stop!r}) stops each sample at its first, the others go on: "
+              f"{[len(w) - 4 for w in want]} new tokens {r.stderr.strip()[-200:]}")
+        r = sample(path, vocab, "--tokens", "30", "--samples", "4", "--seed", "7", "--quiet", "--ignore-eos")
+        check(r.returncode == 0 and r.stdout.split(SEP) == [f + "\n" for f in free], f"{name}: ... and --ignore-eos goes on")
+        os.remove(os.path.join(tmp, "generation_config.json"))
+    path = os.path.join(tmp, "gpt2_sla.st")
+    for bad in ["0", "1025", "-2"]:
+        r = sample(path, vocab, "--samples", bad)
+        check(r.returncode == 2 and "--samples must be in [1, 1024]" in r.stderr, f"--samples {bad} refused: {r.stderr.strip()}")
+    r = skiplm("bench", "--preset", "nano", "--no-train", "--gen", "4", "--gen-seqs", "0")
+    check(r.returncode == 2 and "--gen-seqs must be in" in r.stderr, f"bench --gen-seqs 0 refused: {r.stderr.strip()}")
+    r = skiplm("bench", "--preset", "nano", "--no-train", "--gen", "8", "--gen-seqs", "3")
+    check(r.returncode == 0 and "8 tokens x 3 sequences" in r.stdout, f"bench --gen-seqs 3 runs: {r.stdout.strip()[-160:]}")
+    finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -301,23 +301,30 @@ int cmd_bench(int argc, char **argv) {
     if (!no_gen && gen > 0) {
         /* gen_seqs sequences side by side from one start token (as sample --samples) */
         int n = gen < cfg.block_size ? gen : cfg.block_size - 1, S = gen_seqs, V = cfg.vocab_size;
-        sk_kvcache *kv;
-        if (sk_kvcache_new_seqs(&kv, m, n + 1, S, bf16)) return cli_fail("bench");
+        sk_kvcache *kv = NULL;
         float *logits = malloc(sizeof(float) * (size_t)S * V);
         int32_t *tok = calloc(S, sizeof(int32_t));
         int *seqs = malloc(sizeof(int) * S);
-        if (!logits || !tok || !seqs) { sk_error(SK_ENOMEM, "out of memory"); return cli_fail("bench"); }
-        for (int s = 0; s < S; s++) seqs[s] = s;
-        if (sk_model_decode(m, kv, tok, 1, logits)) return cli_fail("bench");
-        for (int s = 1; s < S; s++) { sk_kvcache_seq_copy(kv, s, 0); memcpy(logits + (size_t)s * V, logits, sizeof(float) * V); }
+        int bad = !logits || !tok || !seqs ? sk_error(SK_ENOMEM, "out of memory") : sk_kvcache_new_seqs(&kv, m, n + 1, S, bf16);
+        bad = bad || sk_model_decode(m, kv, tok, 1, logits);
+        for (int s = 0; s < S && !bad; s++) {
+            seqs[s] = s;
+            if (s) { sk_kvcache_seq_copy(kv, s, 0); memcpy(logits + (size_t)s * V, logits, sizeof(float) * V); }
+        }
         uint64_t rng = 7;
         double t0 = sk_now();
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && !bad; i++) {
             /* greedy for one sequence; sampled for several, or they would stay equal */
             for (int s = 0; s < S; s++) tok[s] = sk_sample_token(logits + (size_t)s * V, V, S > 1 ? 1.0f : 0.0f, 0, 1, &rng);
-            if (sk_model_decode_batch(m, kv, seqs, tok, S, logits)) return cli_fail("bench");
+            bad = sk_model_decode_batch(m, kv, seqs, tok, S, logits);
         }
         double dt = sk_now() - t0;
+        if (bad) {
+            free(logits); free(tok); free(seqs);
+            sk_kvcache_free(kv);
+            sk_model_free(m);
+            return cli_fail("bench");
+        }
         double bytes = (bf16 ? 2.0 : 4.0) * sk_model_num_params(m);
         printf("generate: %d tokens x %d sequence%s, %.1f tok/s (%s weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
                n, S, S > 1 ? "s" : "", (double)n * S / dt, bf16 ? "bf16" : "fp32", bytes * n / dt / 1e9,

@@ -360,7 +360,8 @@ int cmd_sample(int argc, char **argv) {
             }
         }
         double t2 = sk_now();
-        t_prompt += t1 - t0; t_gen += t2 - t1;
+        if (k0 == 0) t_prompt = t1 - t0;               /* the GPU decodes the prompt once per sample */
+        t_gen += t2 - t1;
         for (int g = 0; g < g_n; g++) {
             sample_seq *q = &seqs[g];
             made_all += q->made;
@@ -375,8 +376,7 @@ int cmd_sample(int argc, char **argv) {
                 fwrite(text, 1, len, stdout);
                 free(text); text = NULL;
             }
-            if (!stream || q->done) fputs("\n", stdout);
-            else printf("\n");
+            fputs("\n", stdout);
             if (q->eos >= 0 && !quiet) {
                 if (stream) fprintf(stderr, "[end-of-sequence token %d after %d new tokens; --ignore-eos goes on]\n", q->eos, q->made);
                 else fprintf(stderr, "[sample %d: end-of-sequence token %d after %d new tokens]\n", k0 + g + 1, q->eos, q->made);

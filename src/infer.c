@@ -378,6 +378,8 @@ int sk_sample_token(const float *logits, int V, float temperature, int top_k, fl
          * sorting those (a full sort of a 50k vocabulary took milliseconds per token) */
         if (top_k > 0 && top_k < n) n = top_k;
         int k = top_k > 0 && top_k < V ? n : 256 < V ? 256 : V;
+        /* top-p's share is of the whole mass, summed in id order (a sum in descending order,
+         * as a full sort gives, lets a long tail of tiny terms vanish against the head) */
         double kept = top_k > 0 && top_k < V ? 0 : sum;
         for (;;) {
             if (k < V) select_top(pi, V, k);

@@ -110,6 +110,33 @@ static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new)
     sk_model_free(m);
 }
 
+/* Decoding gives the same bits on 1 and 3 threads (its GEMV and its attention split work,
+ * never a sum), with positions long enough that the attention runs in parallel. */
+static void threads_case(void) {
+    sk_config c;
+    sk_config_default(&c);
+    c.n_layer = 2; c.n_head = 8; c.n_embd = 512; c.vocab_size = 64; c.block_size = 300;
+    c.n_skip_layer = 1; c.n_skip_head = 4;
+    sk_model *m = test_model("threads", &c, 3);
+    if (!m) return;
+    const int T = 280, P = 8, V = c.vocab_size, threads = omp_get_max_threads();
+    int32_t *seq = malloc(sizeof(int32_t) * T);
+    for (int i = 0; i < T; i++) seq[i] = (i * 13 + 5) % V;
+    float *l1 = malloc(sizeof(float) * (size_t)(T - P + 1) * V), *l3 = malloc(sizeof(float) * (size_t)(T - P + 1) * V);
+    sk_kvcache *kv = NULL;
+    int ok = sk_kvcache_new(&kv, m, T) == 0;
+    omp_set_num_threads(1);
+    ok = ok && decode_all(m, kv, seq, T, P, l1, V) > 0;
+    omp_set_num_threads(3);
+    ok = ok && decode_all(m, kv, seq, T, P, l3, V) > 0;
+    omp_set_num_threads(threads);
+    CHECK(ok && !memcmp(l1, l3, sizeof(float) * (size_t)(T - P + 1) * V),
+          "decoding 280 positions (8 heads of 64, SLA) gives the same logits' bits on 1 and 3 threads");
+    sk_kvcache_free(kv);
+    free(seq); free(l1); free(l3);
+    sk_model_free(m);
+}
+
 /* Batched decoding (sk_model_decode_batch): NS sequences side by side in one cache equal each
  * decoded alone. A: prompts of different lengths (each row at its own position); B: one
  * prompt decoded once and copied (equal positions: one attention call per pass); C: a subset
@@ -215,6 +242,7 @@ static int ref_sample(const float *lg, int V, float temp, int top_k, float top_p
         if (top_k > 0 && top_k < n) n = top_k;
         double kept = 0, acc = 0;
         for (int i = 0; i < n; i++) kept += pi[i].p;
+        if (n == V) kept = sum;                      /* the whole mass: summed in id order */
         if (top_p < 1.0f)
             for (int i = 0; i < n; i++) { acc += pi[i].p; if (acc >= top_p * kept) { n = i + 1; break; } }
         sum = 0;
@@ -254,6 +282,21 @@ static void sampler_vs_sort(void) {
         free(lg);
     }
     CHECK(diff == 0 && draws > 1000, "sampler: the head's selection draws what a full sort of the vocabulary draws (%d of %d differ)", diff, draws);
+    /* top-p's share is of the whole mass: two logits of 10 among 50255 in [-10, -9.5] at
+     * temperature 0.5 each hold 0.5 - 2e-13, so the nucleus of 0.5 is both of them (a sum in
+     * descending order rounds the tail away and keeps one) */
+    int V = 50257, cnt[2] = {0, 0};
+    float *lg = malloc(sizeof(float) * V);
+    fill_uniform(lg, V, &s);
+    for (int i = 0; i < V; i++) lg[i] = i == 50000 || i == 50100 ? 10.0f : -9.75f + 0.25f * lg[i];
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        uint64_t r = seed;
+        int t = sk_sample_token(lg, V, 0.5f, 0, 0.5f, &r);
+        cnt[0] += t == 50000; cnt[1] += t == 50100;
+    }
+    free(lg);
+    CHECK(cnt[0] + cnt[1] == 200 && cnt[0] > 50 && cnt[1] > 50,
+          "sampler: top-p 0.5 over two tokens of 0.5 - 2e-13 each keeps both (%d and %d of 200 draws)", cnt[0], cnt[1]);
 }
 
 /* Rounding to bf16 on known bit patterns, and the bf16 linear kernel on every length class
@@ -323,6 +366,7 @@ static void bf16_kernels(void) {
 int main(void) {
     bf16_kernels();
     sampler_vs_sort();
+    threads_case();
     sk_config c;
     sk_config_default(&c);
     c.n_layer = 4; c.n_head = 4; c.n_embd = 32; c.vocab_size = 50; c.block_size = 160;

@@ -54,8 +54,10 @@ static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, int
     int lrows = n_seq < ch ? n_seq : ch;          /* logits rows: one per sequence of a batch pass */
     size_t scratch = (size_t)ch * (5 * m->C + (size_t)m->H * m->hs + Ffc + m->F) + (size_t)lrows * m->Vp;
     char what[240];
-    snprintf(what, sizeof what, "the KV cache for %d x %d positions (%zu bytes of K/V, %zu of scratch%s) with the model (%zu bytes)",
-             n_seq, max_T, kv->floats * sizeof(float), scratch * sizeof(float), bf16 ? ", a bf16 copy of the weights" : "",
+    char seqs[48] = "";
+    if (n_seq > 1) snprintf(seqs, sizeof seqs, "%d sequences of ", n_seq);
+    snprintf(what, sizeof what, "the KV cache for %s%d positions (%zu bytes of K/V, %zu of scratch%s) with the model (%zu bytes)",
+             seqs, max_T, kv->floats * sizeof(float), scratch * sizeof(float), bf16 ? ", a bf16 copy of the weights" : "",
              m->n_params * sizeof(float));
     /* the largest matrix a prefill widens (F <= Ffc); the classifier (a batch's logits) goes
      * in blocks of as many rows */

@@ -69,6 +69,10 @@ def main():
         check(r.returncode == 2 and "--samples must be in [1, 1024]" in r.stderr, f"--samples {bad} refused: {r.stderr.strip()}")
     r = skiplm("bench", "--preset", "nano", "--no-train", "--gen", "4", "--gen-seqs", "0")
     check(r.returncode == 2 and "--gen-seqs must be in" in r.stderr, f"bench --gen-seqs 0 refused: {r.stderr.strip()}")
+    r = subprocess.run([SKIPLM, "sample", path, "--tokenizer", vocab, "--prompt", "abc", "--samples", "300"],
+                       capture_output=True, text=True, env=dict(os.environ, SKIPLM_MEM_LIMIT="1M"))
+    check(r.returncode == 1 and "the KV cache for 300 sequences of" in r.stderr and "memory limit" in r.stderr and r.stdout == "",
+          f"--samples 300 over a memory limit refused before anything is printed: {r.stderr.strip()[-160:]}")
     r = skiplm("bench", "--preset", "nano", "--no-train", "--gen", "8", "--gen-seqs", "3")
     check(r.returncode == 0 and "8 tokens x 3 sequences" in r.stdout, f"bench --gen-seqs 3 runs: {r.stdout.strip()[-160:]}")
     finish()

@@ -175,7 +175,7 @@ int cmd_sample(int argc, char **argv) {
     const char *prompt = NULL, *tok_path = NULL, *device = "cpu", *system = NULL, *chat_tpl = NULL, *msgs_file = NULL,
                *tools_file = NULL;
     int n_new = 256, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0, ignore_eos = 0, chat = 0, n_samples = 1;
-    float temperature = 0.8f, top_p = 1.0f;
+    float temperature = 0.8f, top_p = 1.0f, min_p = 0.0f, rep_pen = 1.0f;
     uint64_t seed = 1337;
     cli_opt opts[] = {
         {"prompt", 's', &prompt, "text to continue (default: the tokenizer's end-of-text token, e.g. <|endoftext|>, else a newline)"},
@@ -183,6 +183,8 @@ int cmd_sample(int argc, char **argv) {
         {"temperature", 'f', &temperature, "softmax temperature; 0 = greedy (0.8)"},
         {"top-k", 'i', &top_k, "sample among the k most likely tokens; 0 = all (0)"},
         {"top-p", 'f', &top_p, "nucleus: smallest set with this probability (1.0 = off)"},
+        {"min-p", 'f', &min_p, "keep only tokens at least this fraction as likely as the most likely one, after top-k and top-p (0 = off)"},
+        {"repetition-penalty", 'f', &rep_pen, "divide the logit of every token already in the context by this if positive, multiply if negative, as transformers (1 = off; 1.1-1.3 discourages loops)"},
         {"seed", 'u', &seed, "sampling seed (1337)"},
         {"samples", 'i', &n_samples, "continuations of the prompt, decoded side by side on the CPU (one pass over the weights per step for all); sample k draws with seed + k; printed when done, separated by lines of dashes (1)"},
         {"greedy", 'b', &greedy, "same as --temperature 0"},
@@ -209,10 +211,13 @@ int cmd_sample(int argc, char **argv) {
         fprintf(stderr, "skiplm sample: --samples must be in [1, %d]\n", SK_KV_MAX_SEQS);
         return 2;
     }
-    if (n_new < 0 || temperature < 0.0f || !(top_p > 0.0f && top_p <= 1.0f) || top_k < 0) {
-        fprintf(stderr, "skiplm sample: need --tokens >= 0, --temperature >= 0, --top-k >= 0, 0 < --top-p <= 1\n");
+    if (n_new < 0 || temperature < 0.0f || !(top_p > 0.0f && top_p <= 1.0f) || top_k < 0 || !(min_p >= 0.0f && min_p <= 1.0f) ||
+        !(rep_pen > 0.0f)) {
+        fprintf(stderr, "skiplm sample: need --tokens >= 0, --temperature >= 0, --top-k >= 0, 0 < --top-p <= 1, 0 <= --min-p <= 1, "
+                "--repetition-penalty > 0\n");
         return 2;
     }
+    const sk_sampling sp = {temperature, top_k, top_p, min_p, rep_pen};
     int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
     if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm sample: --device must be cpu or cuda (got '%s')\n", device); return 2; }
     if (tf32 && bf16) { fprintf(stderr, "skiplm sample: --tf32 and --bf16 exclude each other\n"); return 2; }
@@ -329,7 +334,7 @@ int cmd_sample(int argc, char **argv) {
             for (int g = 0; g < g_n; g++) {
                 sample_seq *q = &seqs[g];
                 if (q->done) continue;
-                int32_t next = sk_sample_token(logits + (size_t)g * V, V, temperature, top_k, top_p, &q->rng);
+                int32_t next = sk_sample(logits + (size_t)g * V, V, &sp, q->ids, q->n, &q->rng);
                 if (next >= sk_tok_vocab_size(tok)) next = 0;   /* padded rows of a wider model */
                 for (int e = 0; e < n_eos; e++)
                     if (next == eos[e]) q->eos = next;
@@ -506,7 +511,7 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
 int cmd_chat(int argc, char **argv) {
     int n_head = 0, n_new = 1024, top_k = 0, greedy = 0, quiet = 0, tf32 = 0, bf16 = 0, max_ctx = 4096;
     const char *tok_path = NULL, *device = "cpu", *system = NULL, *chat_tpl = NULL, *tools_file = NULL;
-    float temperature = 0.7f, top_p = 1.0f;
+    float temperature = 0.7f, top_p = 1.0f, min_p = 0.0f, rep_pen = 1.0f;
     uint64_t seed = 1337;
     cli_opt opts[] = {
         {"system", 's', &system, "a system message that opens the conversation"},
@@ -517,6 +522,8 @@ int cmd_chat(int argc, char **argv) {
         {"temperature", 'f', &temperature, "softmax temperature; 0 = greedy (0.7)"},
         {"top-k", 'i', &top_k, "sample among the k most likely tokens; 0 = all (0)"},
         {"top-p", 'f', &top_p, "nucleus: smallest set with this probability (1.0 = off)"},
+        {"min-p", 'f', &min_p, "keep only tokens at least this fraction as likely as the most likely one, after top-k and top-p (0 = off)"},
+        {"repetition-penalty", 'f', &rep_pen, "divide the logit of every token already in the context by this if positive, multiply if negative, as transformers (1 = off; 1.1-1.3 discourages loops)"},
         {"seed", 'u', &seed, "sampling seed (1337)"},
         {"greedy", 'b', &greedy, "same as --temperature 0"},
         {"tokenizer", 's', &tok_path, "the tokenizer (default: beside the weights)"},
@@ -532,10 +539,13 @@ int cmd_chat(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     if (np != 1) { fprintf(stderr, "skiplm chat: give a model (a Hugging Face folder with a chat template, or weights and --chat-template)\n"); return 2; }
     if (greedy) temperature = 0.0f;
-    if (n_new < 1 || max_ctx < 2 || temperature < 0.0f || !(top_p > 0.0f && top_p <= 1.0f) || top_k < 0) {
-        fprintf(stderr, "skiplm chat: need --tokens >= 1, --ctx >= 2, --temperature >= 0, --top-k >= 0, 0 < --top-p <= 1\n");
+    if (n_new < 1 || max_ctx < 2 || temperature < 0.0f || !(top_p > 0.0f && top_p <= 1.0f) || top_k < 0 ||
+        !(min_p >= 0.0f && min_p <= 1.0f) || !(rep_pen > 0.0f)) {
+        fprintf(stderr, "skiplm chat: need --tokens >= 1, --ctx >= 2, --temperature >= 0, --top-k >= 0, 0 < --top-p <= 1, "
+                "0 <= --min-p <= 1, --repetition-penalty > 0\n");
         return 2;
     }
+    const sk_sampling sp = {temperature, top_k, top_p, min_p, rep_pen};
     int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
     if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm chat: --device must be cpu or cuda (got '%s')\n", device); return 2; }
     if (tf32 && (bf16 || !use_cuda)) { fprintf(stderr, "skiplm chat: --tf32 needs --device cuda, without --bf16\n"); return 2; }
@@ -647,7 +657,7 @@ int cmd_chat(int argc, char **argv) {
         const size_t r0 = n_cached;
         int stop = 0, full = 0, made = 0;
         while (made < n_new) {
-            int32_t next = sk_sample_token(logits, V, temperature, top_k, top_p, &rng);
+            int32_t next = sk_sample(logits, V, &sp, cached, n_cached, &rng);
             if (next >= sk_tok_vocab_size(tok)) next = 0;
             for (int e = 0; e < n_eos; e++) stop |= next == eos[e];
             if (stop) break;

@@ -226,6 +226,21 @@ int sk_model_decode_batch(sk_model *m, sk_kvcache *kv, const int *seqs, const in
 int sk_sample_token(const float *logits, int V, float temperature, int top_k, float top_p,
                     uint64_t *rng_state);
 
+/* A sampling step as transformers' generate() makes it: the repetition penalty on the logits
+ * of every distinct id in ctx (divided by it if positive, multiplied if negative; 1 = off),
+ * then temperature (0 = greedy, after the penalty), top-k, top-p and min-p (keep tokens at
+ * least min_p times as likely as the most likely one; 0 = off), in that order. */
+typedef struct {
+    float temperature;
+    int top_k;                  /* 0 = all */
+    float top_p;                /* 1 = all */
+    float min_p;                /* 0 = off */
+    float repetition_penalty;   /* 1 = off */
+} sk_sampling;
+int sk_sample(const float *logits, int V, const sk_sampling *s, const int32_t *ctx, size_t n_ctx, uint64_t *rng_state);
+/* The distribution sk_sample draws from (probs: V, 0 where cut; one-hot when greedy). */
+int sk_sample_dist(const float *logits, int V, const sk_sampling *s, const int32_t *ctx, size_t n_ctx, float *probs);
+
 #ifdef __cplusplus
 }
 #endif

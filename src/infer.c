@@ -361,28 +361,36 @@ static void select_top(prob_id *a, int n, int k) {
     }
 }
 
-int sk_sample_token(const float *logits, int V, float temperature, int top_k, float top_p, uint64_t *rng) {
+/* The kept tokens of a sampling step: pi[0..n) (probabilities relative to the most likely
+ * token, which is 1), in descending order when anything was cut, and their sum. lg: the
+ * logits after the repetition penalty. Returns n, or 0 when out of memory. */
+static int sample_head(const float *lg, int V, const sk_sampling *sp, prob_id **out, double *mass) {
     int best = 0;
-    for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
-    if (temperature <= 0.0f) return best;
+    for (int i = 1; i < V; i++) if (lg[i] > lg[best]) best = i;
     prob_id *pi = malloc(sizeof(prob_id) * V);
-    if (!pi) return best;
+    if (!pi) return 0;
     double sum = 0;
+    int nmin = 0;
     for (int i = 0; i < V; i++) {
         pi[i].id = i;
-        pi[i].p = expf((logits[i] - logits[best]) / temperature);
+        pi[i].p = expf((lg[i] - lg[best]) / sp->temperature);
         sum += pi[i].p;
+        nmin += pi[i].p >= sp->min_p;               /* min-p: at least min_p of the top's */
     }
+    if (nmin < 1) nmin = 1;
+    const int top_k = sp->top_k > 0 && sp->top_k < V ? sp->top_k : 0;
+    const float top_p = sp->top_p;
     int n = V;
-    if ((top_k > 0 && top_k < V) || top_p < 1.0f) {
-        /* only the head of the descending order is needed: the top_k, or (top_p alone) a
-         * head that reaches top_p of the mass, found by selecting 256, 1024, ... entries and
-         * sorting those (a full sort of a 50k vocabulary took milliseconds per token) */
-        if (top_k > 0 && top_k < n) n = top_k;
-        int k = top_k > 0 && top_k < V ? n : 256 < V ? 256 : V;
+    if (top_k || top_p < 1.0f || nmin < V) {
+        /* only the head of the descending order is needed: the top_k, the min-p set, or (top_p
+         * alone) a head that reaches top_p of the mass, found by selecting 256, 1024, ...
+         * entries and sorting those (a full sort of a 50k vocabulary took milliseconds) */
+        if (top_k) n = top_k;
+        int k = top_k ? n : top_p < 1.0f ? (256 < V ? 256 : V) : nmin;
         /* top-p's share is of the whole mass, summed in id order (a sum in descending order,
-         * as a full sort gives, lets a long tail of tiny terms vanish against the head) */
-        double kept = top_k > 0 && top_k < V ? 0 : sum;
+         * as a full sort gives, lets a long tail of tiny terms vanish against the head), or
+         * of the top_k's */
+        double kept = top_k ? 0 : sum;
         for (;;) {
             if (k < V) select_top(pi, V, k);
             qsort(pi, k, sizeof *pi, by_prob_desc);
@@ -399,17 +407,82 @@ int sk_sample_token(const float *logits, int V, float temperature, int top_k, fl
             if (k >= n) break;                     /* rounding: the whole head is kept */
             k = k > V / 4 ? V : 4 * k;
         }
+        if (nmin < n) n = nmin;                    /* min-p after top-k and top-p, as transformers */
         sum = 0;
         for (int i = 0; i < n; i++) sum += pi[i].p;
     }
-    sk_rng r = {*rng};
-    double u = (sk_rng_u64(&r) >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
-    *rng = r.s;
-    int pick = pi[n - 1].id;
-    for (int i = 0; i < n; i++) {
-        acc += pi[i].p;
-        if (u < acc) { pick = pi[i].id; break; }
+    *out = pi;
+    *mass = sum;
+    return n;
+}
+
+/* logits with transformers' repetition penalty over ctx (each distinct id once), in a copy */
+static float *penalised(const float *logits, int V, const sk_sampling *sp, const int32_t *ctx, size_t n_ctx) {
+    float *lg = malloc(sizeof(float) * V);
+    char *seen = calloc(V, 1);
+    if (!lg || !seen) { free(lg); free(seen); return NULL; }
+    memcpy(lg, logits, sizeof(float) * V);
+    for (size_t i = 0; i < n_ctx; i++) {
+        int32_t t = ctx[i];
+        if (t < 0 || t >= V || seen[t]) continue;
+        seen[t] = 1;
+        lg[t] = lg[t] < 0.0f ? lg[t] * sp->repetition_penalty : lg[t] / sp->repetition_penalty;
+    }
+    free(seen);
+    return lg;
+}
+
+static int argmax(const float *x, int V) {
+    int best = 0;
+    for (int i = 1; i < V; i++) if (x[i] > x[best]) best = i;
+    return best;
+}
+
+int sk_sample(const float *logits, int V, const sk_sampling *sp, const int32_t *ctx, size_t n_ctx, uint64_t *rng) {
+    const int pen = sp->repetition_penalty != 1.0f && sp->repetition_penalty > 0.0f && n_ctx > 0;
+    float *own = pen ? penalised(logits, V, sp, ctx, n_ctx) : NULL;
+    const float *lg = own ? own : logits;
+    int pick = argmax(lg, V);
+    prob_id *pi = NULL;
+    double sum;
+    int n = sp->temperature > 0.0f ? sample_head(lg, V, sp, &pi, &sum) : 0;
+    if (n > 0) {
+        sk_rng r = {*rng};
+        double u = (sk_rng_u64(&r) >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+        *rng = r.s;
+        pick = pi[n - 1].id;
+        for (int i = 0; i < n; i++) {
+            acc += pi[i].p;
+            if (u < acc) { pick = pi[i].id; break; }
+        }
     }
     free(pi);
+    free(own);
     return pick;
+}
+
+int sk_sample_dist(const float *logits, int V, const sk_sampling *sp, const int32_t *ctx, size_t n_ctx, float *probs) {
+    const int pen = sp->repetition_penalty != 1.0f && sp->repetition_penalty > 0.0f && n_ctx > 0;
+    float *own = pen ? penalised(logits, V, sp, ctx, n_ctx) : NULL;
+    if (pen && !own) return sk_error(SK_ENOMEM, "out of memory");
+    const float *lg = own ? own : logits;
+    memset(probs, 0, sizeof(float) * V);
+    if (sp->temperature <= 0.0f) {
+        probs[argmax(lg, V)] = 1.0f;
+        free(own);
+        return SK_OK;
+    }
+    prob_id *pi = NULL;
+    double sum;
+    int n = sample_head(lg, V, sp, &pi, &sum);
+    free(own);
+    if (n == 0) return sk_error(SK_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) probs[pi[i].id] = (float)(pi[i].p / sum);
+    free(pi);
+    return SK_OK;
+}
+
+int sk_sample_token(const float *logits, int V, float temperature, int top_k, float top_p, uint64_t *rng) {
+    const sk_sampling sp = {temperature, top_k, top_p, 0.0f, 1.0f};
+    return sk_sample(logits, V, &sp, NULL, 0, rng);
 }

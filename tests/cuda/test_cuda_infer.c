@@ -17,8 +17,10 @@
  * which the api case checks against a training model and for refusing training calls.
  * bf16 (SK_CUDA_BF16: bf16 GEMMs, single-token steps included), twice:
  *   - with the fp32 attention kernels (SKIPLM_CUDA_TC_ATTN=0): the logits of a chunked
- *     prefill and of every decoding step equal the bf16 full forward over the same tokens
- *     (1e-4: the same bf16 operands, only the summation order differs);
+ *     prefill equal the bf16 full forward over the same tokens (1e-4: the same bf16
+ *     operands, only the summation order differs), those of every decoding step are within
+ *     one bf16 ulp of the largest logit (a different order can round an activation to the
+ *     neighbouring bf16 value);
  *   - with the tensor-core attention (the default): the chunked prefill equals the full
  *     forward (1e-4: each query row takes the same key tiles in the same order), the decoding
  *     steps (fp32 single-query attention over the cache) stay within bf16's rounding of it;
@@ -222,8 +224,13 @@ static void run_bf16(const icase *tc, int attn_tc) {
         if (t == P - 1) k_pre = max_abs_diff(lg, ld, V);
         else k_steps = fmax(k_steps, max_abs_diff(lg, ld, V));
     }
-    /* the decoding steps: the forward's attention rounded P to bf16, the step's did not */
-    const double step_tol = attn_tc ? 2e-2 * fmax(1.0, big) : 1e-4;
+    /* the decoding steps: the forward's attention rounded P to bf16, the step's did not; with
+     * the fp32 attention kernels the steps' GEMVs and the forward's cuBLAS GEMMs add the same
+     * bf16 products in different orders, so an activation rounded to bf16 can come out one
+     * bf16 ulp (2^-8 relative) apart, which the layers after carry to the logits (an H200:
+     * 9.0e-4 at max |logit| 1.0; the emulator's orders agree): one bf16 ulp of the largest
+     * logit */
+    const double step_tol = (attn_tc ? 2e-2 : 4e-3) * fmax(1.0, big);
     CHECK2(d_pre <= 1e-4 && d_steps <= step_tol && d_cpu <= 2e-2 * fmax(1.0, big) && d_cpu > 1e-5,
            "bf16 %s (%s): prefill %d (chunk %d) vs the bf16 forward (beyond its bf16 logits' rounding) max |diff| %.2e, %d steps %.2e (tolerance %.0e), "
            "vs CPU fp32 %.2e (max |logit| %.2f)", tc->name, mode, P, tc->chunk, d_pre, tc->steps, d_steps, step_tol,

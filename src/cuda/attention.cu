@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(NT) attn_fwd_k(cu_attn a) {
     const int qt = gridDim.x - 1 - blockIdx.x;        /* heaviest causal tiles first */
     const int h = blockIdx.y, b = blockIdx.z, hk = h / (a.H / a.Hkv);
     const int i0 = qt * BQ, nq = min(BQ, a.Lq - i0), D = a.D;
+    const int hr = h - use_run(a, hk);                /* the head's index in its run: the dropout hash's */
     const float *qb = a.q + b * a.q_sb + h * a.q_sh;
     const float *kb = a.k + b * a.k_sb + hk * a.k_sh;
     const float *vb = a.v + b * a.v_sb + hk * a.v_sh;
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(NT) attn_fwd_k(cu_attn a) {
     load_tile<DM>(Qs, KS, BQ, qb, a.q_st, i0, nq, D, a.scale);
     float o[RQ][RD], mrow[RQ], lrow[RQ];
     uint64_t rk[RQ];
-    init_rows(a, o, mrow, lrow, rk, b, h, i0, ty);
+    init_rows(a, o, mrow, lrow, rk, b, hr, i0, ty);
     const int jend = key_end(a, i0, nq);
     for (int j0 = 0; j0 < jend; j0 += BK) {
         const int nk = min(BK, jend - j0);
@@ -182,6 +183,7 @@ __global__ void __launch_bounds__(NT) attn_bwd_dq_k(cu_attn a, const float *dout
     const int qt = gridDim.x - 1 - blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z, hk = h / (a.H / a.Hkv);
     const int i0 = qt * BQ, nq = min(BQ, a.Lq - i0), D = a.D;
+    const int hr = h - use_run(a, hk);
     const float *kb = a.k + b * a.k_sb + hk * a.k_sh;
     const float *vb = a.v + b * a.v_sb + hk * a.v_sh;
     load_q_side<DM, BQ>(a, dout, Di, b, h, i0, nq, Qs, dOs, lse_s, di_s);
@@ -199,7 +201,7 @@ __global__ void __launch_bounds__(NT) attn_bwd_dq_k(cu_attn a, const float *dout
         __syncthreads();
         float s[RQ][RK], dp[RQ][RK];
         scores_dp<DM, RQ, RK, KS>(s, dp, Qs, dOs, Ks, Vs, ty, tx);
-        bwd_elementwise<RQ, RK>(a, s, dp, lse_s, di_s, b, h, i0, nq, j0, nk, ty, tx);
+        bwd_elementwise<RQ, RK>(a, s, dp, lse_s, di_s, b, hr, i0, nq, j0, nk, ty, tx);
 #pragma unroll
         for (int ii = 0; ii < RQ; ii++)
 #pragma unroll
@@ -246,6 +248,7 @@ __global__ void __launch_bounds__(NT) attn_bwd_dkv_k(cu_attn a, const float *dou
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, group = a.H / a.Hkv;
     const int j0 = kt * BK, nk = min(BK, a.Lk - j0), D = a.D;
+    const int hfirst = use_run(a, hk, dk, dv);
     load_tile<DM>(Ks, KS, BK, a.k + b * a.k_sb + hk * a.k_sh, a.k_st, j0, nk, D, 1.0f);
     load_tile<DM>(Vs, KS, BK, a.v + b * a.v_sb + hk * a.v_sh, a.v_st, j0, nk, D, 1.0f);
     /* accumulators: key rows ty + 16*kk, head dims tx + 16*dd */
@@ -268,7 +271,7 @@ __global__ void __launch_bounds__(NT) attn_bwd_dkv_k(cu_attn a, const float *dou
             __syncthreads();
             float s[RQ][RK], dp[RQ][RK];
             scores_dp<DM, RQ, RK, KS>(s, dp, Qs, dOs, Ks, Vs, ty, tx);
-            bwd_elementwise<RQ, RK>(a, s, dp, lse_s, di_s, b, h, i0, nq, j0, nk, ty, tx);
+            bwd_elementwise<RQ, RK>(a, s, dp, lse_s, di_s, b, h - hfirst, i0, nq, j0, nk, ty, tx);
 #pragma unroll
             for (int ii = 0; ii < RQ; ii++)
 #pragma unroll

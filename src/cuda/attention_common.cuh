@@ -52,6 +52,32 @@ __device__ __forceinline__ float half_warp_sum(float v) {
     return v;
 }
 
+/* SLA in one launch (cu_attn.nruns > 0): the run that kv head hk belongs to becomes the
+ * descriptor's K/V source, dropout seed and (in a backward) dK/dV destination. Returns the
+ * run's first query head, from which its heads count in the dropout hash (0 without runs).
+ * The run is picked with compile-time indices only, so the descriptor stays in the kernel's
+ * parameter space. */
+__device__ __forceinline__ int use_run(cu_attn &a, int hk, float *&dk, float *&dv) {
+    if (!a.nruns) return 0;
+    int r = 0;
+#pragma unroll
+    for (int i = 1; i < CU_ATTN_RUNS; i++)
+        if (i < a.nruns && hk >= a.run[i].hk0) r = i;
+    int h0 = 0;
+#pragma unroll
+    for (int i = 0; i < CU_ATTN_RUNS; i++)
+        if (i == r) {
+            a.k = a.run[i].k; a.v = a.run[i].v; a.k16 = a.run[i].k16; a.v16 = a.run[i].v16;
+            dk = a.run[i].dk; dv = a.run[i].dv; a.seed = a.run[i].seed;
+            h0 = a.run[i].hk0 * (a.H / a.Hkv);
+        }
+    return h0;
+}
+__device__ __forceinline__ int use_run(cu_attn &a, int hk) {
+    float *dk = NULL, *dv = NULL;
+    return use_run(a, hk, dk, dv);
+}
+
 /* may query i attend key j (global indices)? */
 __device__ __forceinline__ bool allowed(const cu_attn &a, int i, int j) {
     return !a.causal || (long)j <= (long)i + a.causal_offset;
@@ -84,7 +110,16 @@ __device__ __forceinline__ void init_rows(const cu_attn &a, float (&o)[RQ][RD], 
  * allowed), updates the row's running max m and sum l, and leaves in s the probabilities
  * P = exp(s - m) times the dropout factor. Returns alpha, the factor that rescales the row's
  * output accumulator (1 while the row has seen no visible key). */
-template <int RK>
+/* e^(x - m): the fp32 kernels call expf as the CPU does; the bf16 tensor-core kernels (whose P
+ * is rounded to bf16 next) take 2^(x log2 e - m log2 e), one FMA and the exp2 unit, with
+ * ml = m log2 e */
+#define LOG2E 1.4426950408889634f
+template <bool EXP2>
+__device__ __forceinline__ float exp_shift(float x, float m, float ml) {
+    return EXP2 ? exp2f(fmaf(x, LOG2E, -ml)) : expf(x - m);
+}
+
+template <int RK, bool EXP2 = false>
 __device__ __forceinline__ float softmax_row(const cu_attn &a, float (&s)[RK], bool row_ok, int i, int j0, int nk,
                                              int tx, uint64_t rk, float &m, float &l) {
     float mx = -INFINITY;
@@ -101,9 +136,10 @@ __device__ __forceinline__ float softmax_row(const cu_attn &a, float (&s)[RK], b
 #pragma unroll
         for (int jj = 0; jj < RK; jj++) s[jj] = 0.0f;
     } else {
-        alpha = expf(m - mnew);
+        const float ml = mnew * LOG2E;
+        alpha = EXP2 ? exp2f((m - mnew) * LOG2E) : expf(m - mnew);     /* 1 while the max stays */
 #pragma unroll
-        for (int jj = 0; jj < RK; jj++) { s[jj] = expf(s[jj] - mnew); sum += s[jj]; }
+        for (int jj = 0; jj < RK; jj++) { s[jj] = exp_shift<EXP2>(s[jj], mnew, ml); sum += s[jj]; }
     }
     sum = half_warp_sum(sum);
     if (mnew != -INFINITY) { l = l * alpha + sum; m = mnew; }
@@ -134,20 +170,20 @@ __device__ __forceinline__ void finish_row(const cu_attn &a, const float (&o)[RD
 
 /* P = exp(S - lse) (0 where masked), Z = dropout factor, dS = P (Z dP - Di): in place,
  * s becomes Z*P and dp becomes dS. */
-template <int RQ, int RK>
+template <int RQ, int RK, bool EXP2 = false>
 __device__ __forceinline__ void bwd_elementwise(const cu_attn &a, float (&s)[RQ][RK], float (&dp)[RQ][RK],
                                                 const float *lse_s, const float *di_s, int b, int h,
                                                 int i0, int nq, int j0, int nk, int ty, int tx) {
 #pragma unroll
     for (int ii = 0; ii < RQ; ii++) {
         const int r = ty + 16 * ii, i = i0 + r;
-        const float L = lse_s[r], di = di_s[r];
+        const float L = lse_s[r], L2 = L * LOG2E, di = di_s[r];
         const uint64_t rk = (a.dropout && r < nq) ? rowkey(a.seed, b, h, i) : 0;
 #pragma unroll
         for (int jj = 0; jj < RK; jj++) {
             const int c = tx + 16 * jj;
             const bool ok = r < nq && c < nk && allowed(a, i, j0 + c);
-            const float p = ok ? expf(s[ii][jj] - L) : 0.0f;     /* L = +inf (row all masked) gives 0 */
+            const float p = ok ? exp_shift<EXP2>(s[ii][jj], L, L2) : 0.0f;   /* L = +inf (row all masked) gives 0 */
             float z = 1.0f;
             if (a.dropout) z = (ok && keep(rk, j0 + c, a.thr)) ? a.inv_keep : 0.0f;
             dp[ii][jj] = p * (z * dp[ii][jj] - di);

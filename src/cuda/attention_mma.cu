@@ -37,19 +37,22 @@
 #include "attention_common.cuh"
 #include "mma.cuh"
 
-#define MT 64                      /* rows of the tiles a block walks: keys (forward, dQ), queries (dK dV) */
+/* rows of the walked tiles with two row tiles per warp (cu_attn.mma_rows = 32): forward, dQ, dK dV */
+#define MR2_FWD_WT 64
+#define MR2_DQ_WT 32
+#define MR2_DKV_WT 16
 
 /* NW warps per block (4 or 8: cu_attn.mma_warps), each owning 16 rows of the block's tile of
  * 16 NW rows: query rows in the forward and dQ kernels, key rows in the dK/dV kernel. */
-template <int DM, int NW> struct Mma {
+template <int DM, int NW, int MR = 1, int WT = 64> struct Mma {
     static constexpr int S = DM + 8;                  /* bf16 row stride in shared memory */
-    static constexpr int RB = 16 * NW, NTH = 32 * NW;  /* the block's rows, its threads */
-    /* forward: Q (RB rows), nb buffers of K and V (MT rows) */
-    static constexpr size_t fwd(int nb) { return sizeof(uint16_t) * (RB + 2 * nb * MT) * S; }
-    /* backward: two resident tiles of RB rows, nb pairs of walked tiles of MT rows, lse and
-     * Di of the query rows (RB resident ones, or nb walked tiles of MT) */
+    static constexpr int RB = 16 * NW * MR, NTH = 32 * NW;  /* the block's rows, its threads */
+    /* forward: Q (RB rows), nb buffers of K and V (WT rows) */
+    static constexpr size_t fwd(int nb) { return sizeof(uint16_t) * (RB + 2 * nb * WT) * S; }
+    /* backward: two resident tiles of RB rows, nb pairs of walked tiles of WT rows, lse and
+     * Di of the query rows (RB resident ones, or nb walked tiles of WT) */
     static constexpr size_t bwd(int nb) {
-        return sizeof(uint16_t) * 2 * (RB + nb * MT) * S + 2 * sizeof(float) * (RB > nb * MT ? RB : nb * MT);
+        return sizeof(uint16_t) * 2 * (RB + nb * WT) * S + 2 * sizeof(float) * (RB > nb * WT ? RB : nb * WT);
     }
 };
 
@@ -136,155 +139,181 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <int DM, int NW, int NB>
+template <int DM, int NW, int NB, int MR, int WT>
 __global__ void __launch_bounds__(32 * NW) attn_mma_fwd_k(cu_attn a, int vec) {
-    typedef Mma<DM, NW> M;
-    constexpr int S = M::S, KD = DM / 16, NS = MT / 8, NO = DM / 8, NTH = M::NTH;
+    typedef Mma<DM, NW, MR, WT> M;
+    constexpr int S = M::S, KD = DM / 16, NS = WT / 8, NO = DM / 8, NTH = M::NTH;
     DYN_SMEM_BYTES(smem);
-    uint16_t *Qs = (uint16_t *)smem, *Ks = Qs + M::RB * S, *Vs = Ks + NB * MT * S;
+    uint16_t *Qs = (uint16_t *)smem, *Ks = Qs + M::RB * S, *Vs = Ks + NB * WT * S;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int qt = gridDim.x - 1 - blockIdx.x;        /* heaviest causal tiles first */
     const int h = blockIdx.y, b = blockIdx.z, hk = h / (a.H / a.Hkv);
     const int i0 = qt * M::RB, nq = min(M::RB, a.Lq - i0), D = a.D;
+    const int hr = h - use_run(a, hk);                /* the head's index in its run: the dropout hash's */
     const long qo = b * a.q_sb + h * a.q_sh;
 
     load_head<DM, NTH>(Qs, a.q16 ? a.q16 + qo : NULL, a.q + qo, a.q_st, i0, nq, M::RB, D, a.scale, vec);
     cp_commit();
-    const int jend = key_end(a, i0, nq), ntiles = (jend + MT - 1) / MT;
+    const int jend = key_end(a, i0, nq), ntiles = (jend + WT - 1) / WT;
     if (ntiles > 0) {
-        load_kv<DM, NTH>(a, Ks, Vs, b, hk, 0, min(MT, jend), MT, vec);
+        load_kv<DM, NTH>(a, Ks, Vs, b, hk, 0, min(WT, jend), WT, vec);
         cp_commit();
         cp_wait<1>();                 /* Q's copies; tile 0's may still be in flight */
     } else cp_wait<0>();
     __syncthreads();
-    uint32_t qf[KD][4];               /* the warp's 16 Q rows as A fragments */
+    uint32_t qf[MR][KD][4];           /* the warp's 16 MR Q rows as A fragments */
 #pragma unroll
-    for (int kd = 0; kd < KD; kd++) ldsm_x4(qf[kd], Qs + (warp * 16 + (lane & 15)) * S + kd * 16 + 8 * (lane >> 4));
+    for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+        for (int kd = 0; kd < KD; kd++)
+            ldsm_x4(qf[mr][kd], Qs + ((warp * MR + mr) * 16 + (lane & 15)) * S + kd * 16 + 8 * (lane >> 4));
 
-    /* this lane's two rows: local warp*16 + g + 8*hi */
-    float o[NO][4], m[2], l[2];
-    uint64_t rk[2];
-    bool row_ok[2];
+    /* this lane's rows: local (warp MR + mr) 16 + g + 8 hi */
+    float o[MR][NO][4], m[MR][2], l[MR][2];
+    uint64_t rk[MR][2];
+    bool row_ok[MR][2];
 #pragma unroll
-    for (int hi = 0; hi < 2; hi++) {
-        const int r = warp * 16 + g + 8 * hi;
-        m[hi] = -INFINITY; l[hi] = 0.0f;
-        row_ok[hi] = r < nq;
-        rk[hi] = a.dropout ? rowkey(a.seed, b, h, i0 + r) : 0;
+    for (int mr = 0; mr < MR; mr++) {
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++) {
+            const int r = (warp * MR + mr) * 16 + g + 8 * hi;
+            m[mr][hi] = -INFINITY; l[mr][hi] = 0.0f;
+            row_ok[mr][hi] = r < nq;
+            rk[mr][hi] = a.dropout ? rowkey(a.seed, b, hr, i0 + r) : 0;
+        }
+        zero(o[mr]);
     }
-    zero(o);
 
     for (int it = 0; it < ntiles; it++) {
-        const int j0 = it * MT, nk = min(MT, jend - j0), buf = NB == 2 ? it & 1 : 0;
+        const int j0 = it * WT, nk = min(WT, jend - j0), buf = NB == 2 ? it & 1 : 0;
         if (NB == 2 && it + 1 < ntiles) {      /* the next tile's copy runs under this one's math */
-            load_kv<DM, NTH>(a, Ks + (buf ^ 1) * MT * S, Vs + (buf ^ 1) * MT * S, b, hk, j0 + MT,
-                             min(MT, jend - j0 - MT), MT, vec);
+            load_kv<DM, NTH>(a, Ks + (buf ^ 1) * WT * S, Vs + (buf ^ 1) * WT * S, b, hk, j0 + WT,
+                             min(WT, jend - j0 - WT), WT, vec);
             cp_commit();
             cp_wait<1>();
         } else cp_wait<0>();
         __syncthreads();              /* tile it is in every thread's view */
-        const uint16_t *Kt = Ks + buf * MT * S, *Vt = Vs + buf * MT * S;
+        const uint16_t *Kt = Ks + buf * WT * S, *Vt = Vs + buf * WT * S;
 
-        float s[NS][4];
-        zero(s);
+        float s[MR][NS][4];
+#pragma unroll
+        for (int mr = 0; mr < MR; mr++) zero(s[mr]);
 #pragma unroll
         for (int kd = 0; kd < KD; kd++)
 #pragma unroll
             for (int np = 0; np < NS / 2; np++) {          /* key rows 16np.. as two 8-column tiles */
                 uint32_t kf[4];
                 ldsm_x4(kf, Kt + (np * 16 + (lane & 7) + 8 * (lane >> 4)) * S + kd * 16 + 8 * ((lane >> 3) & 1));
-                mma_bf16_16816(s[2 * np], qf[kd], kf[0], kf[1]);
-                mma_bf16_16816(s[2 * np + 1], qf[kd], kf[2], kf[3]);
+#pragma unroll
+                for (int mr = 0; mr < MR; mr++) {          /* each K fragment serves the warp's MR row tiles */
+                    mma_bf16_16816(s[mr][2 * np], qf[mr][kd], kf[0], kf[1]);
+                    mma_bf16_16816(s[mr][2 * np + 1], qf[mr][kd], kf[2], kf[3]);
+                }
             }
 
         /* a key tile wholly visible to the block's first row (so to all) skips the per-element
          * mask; padding rows past nq then see it too, harmlessly: they are never written */
-        const bool full = nk == MT && (!a.causal || (long)j0 + MT - 1 <= (long)i0 + a.causal_offset);
+        const bool full = nk == WT && (!a.causal || (long)j0 + WT - 1 <= (long)i0 + a.causal_offset);
+#pragma unroll
+        for (int mr = 0; mr < MR; mr++)
 #pragma unroll
         for (int hi = 0; hi < 2; hi++) {
-            const int i = i0 + warp * 16 + g + 8 * hi;
+            const int i = i0 + (warp * MR + mr) * 16 + g + 8 * hi;
             float mx = -INFINITY;
 #pragma unroll
             for (int n = 0; n < NS; n++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int c = 8 * n + 2 * t + e;
-                    float &x = s[n][2 * hi + e];
-                    if (!full && !(row_ok[hi] && c < nk && allowed(a, i, j0 + c))) x = -INFINITY;
+                    float &x = s[mr][n][2 * hi + e];
+                    if (!full && !(row_ok[mr][hi] && c < nk && allowed(a, i, j0 + c))) x = -INFINITY;
                     mx = fmaxf(mx, x);
                 }
             mx = quad_max(mx);
-            const float mnew = fmaxf(m[hi], mx);
+            const float mnew = fmaxf(m[mr][hi], mx);
             float alpha = 1.0f, sum = 0.0f;
             if (mnew == -INFINITY) {  /* nothing visible yet in this row */
 #pragma unroll
-                for (int n = 0; n < NS; n++) { s[n][2 * hi] = 0.0f; s[n][2 * hi + 1] = 0.0f; }
+                for (int n = 0; n < NS; n++) { s[mr][n][2 * hi] = 0.0f; s[mr][n][2 * hi + 1] = 0.0f; }
             } else {
-                alpha = expf(m[hi] - mnew);
+                /* e^(x - m) as 2^(x log2 e - m log2 e): one FMA and the exp2 unit per score;
+                 * alpha exactly 1 while the max stays (a wholly masked tile changes nothing) */
+                const float ml = mnew * LOG2E;
+                alpha = exp2f((m[mr][hi] - mnew) * LOG2E);
 #pragma unroll
                 for (int n = 0; n < NS; n++)
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
-                        float &x = s[n][2 * hi + e];
-                        x = expf(x - mnew);
+                        float &x = s[mr][n][2 * hi + e];
+                        x = exp2f(fmaf(x, LOG2E, -ml));
                         sum += x;
                     }
             }
             sum = quad_sum(sum);
-            if (mnew != -INFINITY) { l[hi] = l[hi] * alpha + sum; m[hi] = mnew; }
-            if (a.dropout && row_ok[hi]) {
+            if (mnew != -INFINITY) { l[mr][hi] = l[mr][hi] * alpha + sum; m[mr][hi] = mnew; }
+            if (a.dropout && row_ok[mr][hi]) {
 #pragma unroll
                 for (int n = 0; n < NS; n++)
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         const int c = 8 * n + 2 * t + e;
-                        float &x = s[n][2 * hi + e];
-                        x = (c < nk && keep(rk[hi], j0 + c, a.thr)) ? x * a.inv_keep : 0.0f;
+                        float &x = s[mr][n][2 * hi + e];
+                        x = (c < nk && keep(rk[mr][hi], j0 + c, a.thr)) ? x * a.inv_keep : 0.0f;
                     }
             }
 #pragma unroll
-            for (int n = 0; n < NO; n++) { o[n][2 * hi] *= alpha; o[n][2 * hi + 1] *= alpha; }
+            for (int n = 0; n < NO; n++) { o[mr][n][2 * hi] *= alpha; o[mr][n][2 * hi + 1] *= alpha; }
         }
 
         /* O += P V, P straight from the accumulators */
 #pragma unroll
-        for (int kk = 0; kk < MT / 16; kk++) {
-            const uint32_t pf[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                                    pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        for (int kk = 0; kk < WT / 16; kk++) {
+            uint32_t pf[MR][4];
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++) {
+                pf[mr][0] = pack_bf16x2(s[mr][2 * kk][0], s[mr][2 * kk][1]);
+                pf[mr][1] = pack_bf16x2(s[mr][2 * kk][2], s[mr][2 * kk][3]);
+                pf[mr][2] = pack_bf16x2(s[mr][2 * kk + 1][0], s[mr][2 * kk + 1][1]);
+                pf[mr][3] = pack_bf16x2(s[mr][2 * kk + 1][2], s[mr][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int dp = 0; dp < DM / 16; dp++) {         /* head dims 16dp.. as two 8-column tiles */
                 uint32_t vf[4];
                 ldsm_x4_trans(vf, Vt + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + dp * 16 + 8 * (lane >> 4));
-                mma_bf16_16816(o[2 * dp], pf, vf[0], vf[1]);
-                mma_bf16_16816(o[2 * dp + 1], pf, vf[2], vf[3]);
+#pragma unroll
+                for (int mr = 0; mr < MR; mr++) {
+                    mma_bf16_16816(o[mr][2 * dp], pf[mr], vf[0], vf[1]);
+                    mma_bf16_16816(o[mr][2 * dp + 1], pf[mr], vf[2], vf[3]);
+                }
             }
         }
         __syncthreads();              /* every warp is done with tile it's buffers */
         if (NB == 1 && it + 1 < ntiles) {
-            load_kv<DM, NTH>(a, Ks, Vs, b, hk, j0 + MT, min(MT, jend - j0 - MT), MT, vec);
+            load_kv<DM, NTH>(a, Ks, Vs, b, hk, j0 + WT, min(WT, jend - j0 - WT), WT, vec);
             cp_commit();
         }
     }
 
     /* out = O / l, lse = m + log(l) (+inf for a row that saw no key) */
 #pragma unroll
+    for (int mr = 0; mr < MR; mr++)
+#pragma unroll
     for (int hi = 0; hi < 2; hi++) {
-        if (!row_ok[hi]) continue;
-        const int i = i0 + warp * 16 + g + 8 * hi;
-        const float inv = l[hi] > 0.0f ? 1.0f / l[hi] : 0.0f;
+        if (!row_ok[mr][hi]) continue;
+        const int i = i0 + (warp * MR + mr) * 16 + g + 8 * hi;
+        const float inv = l[mr][hi] > 0.0f ? 1.0f / l[mr][hi] : 0.0f;
         const long off = b * a.o_sb + h * a.o_sh + (long)i * a.o_st;
 #pragma unroll
         for (int n = 0; n < NO; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int d = 8 * n + 2 * t + e;
-                if (d < D) put(a.out, a.out16, off + d, o[n][2 * hi + e] * inv);
+                if (d < D) put(a.out, a.out16, off + d, o[mr][n][2 * hi + e] * inv);
             }
-        if (t == 0 && a.lse) a.lse[((size_t)b * a.H + h) * a.Lq + i] = l[hi] > 0.0f ? m[hi] + logf(l[hi]) : INFINITY;
+        if (t == 0 && a.lse)
+            a.lse[((size_t)b * a.H + h) * a.Lq + i] = l[mr][hi] > 0.0f ? m[mr][hi] + logf(l[mr][hi]) : INFINITY;
     }
 }
-
 /* ----------------------------------------------------------------- backward
  * The same two kernels as attention_tc.cu (dQ per query tile; dK, dV per key tile and kv
  * head), with the same rounding points: P (times the dropout mask) before dV += P^T dO, dS
@@ -310,45 +339,58 @@ __device__ __forceinline__ void ldb(uint32_t (&f)[4], const uint16_t *Y, int kk,
     ldsm_x4_trans(f, Y + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * (DM + 8) + dp * 16 + 8 * (lane >> 4));
 }
 
-/* C (16 x 64) = X Y^T for the warp's 16 rows r0.. of X and the 64 rows of Y (k = head dims) */
-template <int DM>
-__device__ __forceinline__ void product_xyT16(float (&c)[MT / 8][4], const uint16_t *X, int r0, const uint16_t *Y,
-                                              int lane) {
-    zero(c);
+/* C[mr] (16 x WT) = X Y^T for the warp's row tiles r0 + 16 mr of X and the WT rows of Y
+ * (k = head dims); each B fragment of Y serves the MR row tiles */
+template <int DM, int MR, int WT>
+__device__ __forceinline__ void product_xyT(float (&c)[MR][WT / 8][4], const uint16_t *X, int r0, const uint16_t *Y,
+                                            int lane) {
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++) zero(c[mr]);
 #pragma unroll
     for (int kd = 0; kd < DM / 16; kd++) {
-        uint32_t xf[4];
-        lda<DM>(xf, X, r0, kd, lane);
+        uint32_t xf[MR][4];
 #pragma unroll
-        for (int np = 0; np < MT / 16; np++) {
+        for (int mr = 0; mr < MR; mr++) lda<DM>(xf[mr], X, r0 + 16 * mr, kd, lane);
+#pragma unroll
+        for (int np = 0; np < WT / 16; np++) {
             uint32_t yf[4];
             ldb_t<DM>(yf, Y, np, kd, lane);
-            mma_bf16_16816(c[2 * np], xf, yf[0], yf[1]);
-            mma_bf16_16816(c[2 * np + 1], xf, yf[2], yf[3]);
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++) {
+                mma_bf16_16816(c[mr][2 * np], xf[mr], yf[0], yf[1]);
+                mma_bf16_16816(c[mr][2 * np + 1], xf[mr], yf[2], yf[3]);
+            }
         }
     }
 }
 
-/* acc (16 x DM) += A Y, A (16 x 64) in accumulator layout (rounded to bf16 here), Y a
- * resident (64, DM) tile */
-template <int DM>
-__device__ __forceinline__ void product_acc16(float (&acc)[DM / 8][4], const float (&A)[MT / 8][4], const uint16_t *Y,
-                                              int lane) {
+/* acc[mr] (16 x DM) += A[mr] Y, A[mr] (16 x WT) in accumulator layout (rounded to bf16 here),
+ * Y a resident (WT, DM) tile */
+template <int DM, int MR, int WT>
+__device__ __forceinline__ void product_acc(float (&acc)[MR][DM / 8][4], const float (&A)[MR][WT / 8][4],
+                                            const uint16_t *Y, int lane) {
 #pragma unroll
-    for (int kk = 0; kk < MT / 16; kk++) {
-        const uint32_t af[4] = {pack_bf16x2(A[2 * kk][0], A[2 * kk][1]), pack_bf16x2(A[2 * kk][2], A[2 * kk][3]),
-                                pack_bf16x2(A[2 * kk + 1][0], A[2 * kk + 1][1]),
-                                pack_bf16x2(A[2 * kk + 1][2], A[2 * kk + 1][3])};
+    for (int kk = 0; kk < WT / 16; kk++) {
+        uint32_t af[MR][4];
+#pragma unroll
+        for (int mr = 0; mr < MR; mr++) {
+            af[mr][0] = pack_bf16x2(A[mr][2 * kk][0], A[mr][2 * kk][1]);
+            af[mr][1] = pack_bf16x2(A[mr][2 * kk][2], A[mr][2 * kk][3]);
+            af[mr][2] = pack_bf16x2(A[mr][2 * kk + 1][0], A[mr][2 * kk + 1][1]);
+            af[mr][3] = pack_bf16x2(A[mr][2 * kk + 1][2], A[mr][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int dp = 0; dp < DM / 16; dp++) {
             uint32_t yf[4];
             ldb<DM>(yf, Y, kk, dp, lane);
-            mma_bf16_16816(acc[2 * dp], af, yf[0], yf[1]);
-            mma_bf16_16816(acc[2 * dp + 1], af, yf[2], yf[3]);
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++) {
+                mma_bf16_16816(acc[mr][2 * dp], af[mr], yf[0], yf[1]);
+                mma_bf16_16816(acc[mr][2 * dp + 1], af[mr], yf[2], yf[3]);
+            }
         }
     }
 }
-
 /* Q (scaled) and dO tiles in bf16 (`rows` rows), lse and Di of query rows [i0, i0 + nq) of
  * head h (padded rows: lse = +inf, so their P is 0, and Di = 0), as copies of the thread's
  * open cp.async group where they can be */
@@ -373,76 +415,82 @@ __device__ __forceinline__ void load_q_side_mma(const cu_attn &a, const float *d
 }
 
 /* P = exp(S - lse) (0 where masked), Z = dropout factor, dS = P (Z dP - Di) for one element
- * of query i, key j: s becomes Z P, dp becomes dS */
-__device__ __forceinline__ void bwd_element(const cu_attn &a, float &s, float &dp, bool ok, float L, float di,
+ * of query i, key j: s becomes Z P, dp becomes dS. L2 = lse log2(e): P = 2^(S log2 e - L2). */
+__device__ __forceinline__ void bwd_element(const cu_attn &a, float &s, float &dp, bool ok, float L2, float di,
                                             uint64_t rk, int j) {
-    const float p = ok ? expf(s - L) : 0.0f;
+    const float p = ok ? exp2f(fmaf(s, LOG2E, -L2)) : 0.0f;
     float z = 1.0f;
     if (a.dropout) z = (ok && keep(rk, j, a.thr)) ? a.inv_keep : 0.0f;
     dp = p * (z * dp - di);
     s = p * z;
 }
 
-template <int DM, int NW, int NB>
+template <int DM, int NW, int NB, int MR, int WT>
 __global__ void __launch_bounds__(32 * NW) attn_mma_dq_k(cu_attn a, const float *dout, float *dq, const float *Di, int vec) {
-    typedef Mma<DM, NW> M;
-    constexpr int S = M::S, NS = MT / 8, NO = DM / 8, NTH = M::NTH;
+    typedef Mma<DM, NW, MR, WT> M;
+    constexpr int S = M::S, NS = WT / 8, NO = DM / 8, NTH = M::NTH;
     DYN_SMEM_BYTES(smem);
-    uint16_t *Qs = (uint16_t *)smem, *dOs = Qs + M::RB * S, *Ks = dOs + M::RB * S, *Vs = Ks + NB * MT * S;
-    float *lse_s = (float *)(Vs + NB * MT * S), *di_s = lse_s + M::RB;
+    uint16_t *Qs = (uint16_t *)smem, *dOs = Qs + M::RB * S, *Ks = dOs + M::RB * S, *Vs = Ks + NB * WT * S;
+    float *lse_s = (float *)(Vs + NB * WT * S), *di_s = lse_s + M::RB;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int qt = gridDim.x - 1 - blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z, hk = h / (a.H / a.Hkv);
     const int i0 = qt * M::RB, nq = min(M::RB, a.Lq - i0), D = a.D;
+    const int hr = h - use_run(a, hk);
     load_q_side_mma<DM, NTH>(a, dout, Di, b, h, i0, nq, M::RB, Qs, dOs, lse_s, di_s, vec);
     cp_commit();
-    const int jend = key_end(a, i0, nq), ntiles = (jend + MT - 1) / MT;
+    const int jend = key_end(a, i0, nq), ntiles = (jend + WT - 1) / WT;
     if (ntiles > 0) {
-        load_kv<DM, NTH>(a, Ks, Vs, b, hk, 0, min(MT, jend), MT, vec);
+        load_kv<DM, NTH>(a, Ks, Vs, b, hk, 0, min(WT, jend), WT, vec);
         cp_commit();
     }
-    float acc[NO][4];
-    zero(acc);
+    float acc[MR][NO][4];
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++) zero(acc[mr]);
     for (int it = 0; it < ntiles; it++) {     /* the forward's pipeline over the K/V tiles */
-        const int j0 = it * MT, nk = min(MT, jend - j0), buf = NB == 2 ? it & 1 : 0;
+        const int j0 = it * WT, nk = min(WT, jend - j0), buf = NB == 2 ? it & 1 : 0;
         if (NB == 2 && it + 1 < ntiles) {
-            load_kv<DM, NTH>(a, Ks + (buf ^ 1) * MT * S, Vs + (buf ^ 1) * MT * S, b, hk, j0 + MT,
-                             min(MT, jend - j0 - MT), MT, vec);
+            load_kv<DM, NTH>(a, Ks + (buf ^ 1) * WT * S, Vs + (buf ^ 1) * WT * S, b, hk, j0 + WT,
+                             min(WT, jend - j0 - WT), WT, vec);
             cp_commit();
             cp_wait<1>();
         } else cp_wait<0>();
         __syncthreads();              /* tile it (and, the first time, Q's side) in every thread's view */
-        const uint16_t *Kt = Ks + buf * MT * S, *Vt = Vs + buf * MT * S;
-        float s[NS][4], dp[NS][4];
-        product_xyT16<DM>(s, Qs, warp * 16, Kt, lane);
-        product_xyT16<DM>(dp, dOs, warp * 16, Vt, lane);
+        const uint16_t *Kt = Ks + buf * WT * S, *Vt = Vs + buf * WT * S;
+        float s[MR][NS][4], dp[MR][NS][4];
+        product_xyT<DM, MR, WT>(s, Qs, warp * MR * 16, Kt, lane);
+        product_xyT<DM, MR, WT>(dp, dOs, warp * MR * 16, Vt, lane);
         /* padded query rows have lse = +inf: their P is 0 without the mask */
-        const bool full = nk == MT && (!a.causal || (long)j0 + MT - 1 <= (long)i0 + a.causal_offset);
+        const bool full = nk == WT && (!a.causal || (long)j0 + WT - 1 <= (long)i0 + a.causal_offset);
+#pragma unroll
+        for (int mr = 0; mr < MR; mr++)
 #pragma unroll
         for (int hi = 0; hi < 2; hi++) {
-            const int r = warp * 16 + g + 8 * hi, i = i0 + r;
-            const float L = lse_s[r], di = di_s[r];
-            const uint64_t rk = (a.dropout && r < nq) ? rowkey(a.seed, b, h, i) : 0;
+            const int r = (warp * MR + mr) * 16 + g + 8 * hi, i = i0 + r;
+            const float L = lse_s[r] * LOG2E, di = di_s[r];
+            const uint64_t rk = (a.dropout && r < nq) ? rowkey(a.seed, b, hr, i) : 0;
 #pragma unroll
             for (int n = 0; n < NS; n++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int c = 8 * n + 2 * t + e;
                     const bool ok = full || (r < nq && c < nk && allowed(a, i, j0 + c));
-                    bwd_element(a, s[n][2 * hi + e], dp[n][2 * hi + e], ok, L, di, rk, j0 + c);
+                    bwd_element(a, s[mr][n][2 * hi + e], dp[mr][n][2 * hi + e], ok, L, di, rk, j0 + c);
                 }
         }
-        product_acc16<DM>(acc, dp, Kt, lane);                     /* dQ += dS K */
+        product_acc<DM, MR, WT>(acc, dp, Kt, lane);                 /* dQ += dS K */
         __syncthreads();              /* every warp is done with tile it's buffers */
         if (NB == 1 && it + 1 < ntiles) {
-            load_kv<DM, NTH>(a, Ks, Vs, b, hk, j0 + MT, min(MT, jend - j0 - MT), MT, vec);
+            load_kv<DM, NTH>(a, Ks, Vs, b, hk, j0 + WT, min(WT, jend - j0 - WT), WT, vec);
             cp_commit();
         }
     }
     cp_wait<0>();                     /* nothing left in flight (no key tile: Q's side) */
 #pragma unroll
+    for (int mr = 0; mr < MR; mr++)
+#pragma unroll
     for (int hi = 0; hi < 2; hi++) {
-        const int r = warp * 16 + g + 8 * hi;
+        const int r = (warp * MR + mr) * 16 + g + 8 * hi;
         if (r >= nq) continue;
         float *row = dq + b * a.q_sb + h * a.q_sh + (long)(i0 + r) * a.q_st;
 #pragma unroll
@@ -450,56 +498,57 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dq_k(cu_attn a, const float 
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int d = 8 * n + 2 * t + e;
-                if (d < D) row[d] += a.scale * acc[n][2 * hi + e];
+                if (d < D) row[d] += a.scale * acc[mr][n][2 * hi + e];
             }
     }
 }
 
-template <int DM, int NW, int NB>
+template <int DM, int NW, int NB, int MR, int WT>
 __global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float *dout, float *dk, float *dv, const float *Di, int vec) {
-    typedef Mma<DM, NW> M;
-    constexpr int S = M::S, NS = MT / 8, NO = DM / 8, NTH = M::NTH, RB = M::RB;
+    typedef Mma<DM, NW, MR, WT> M;
+    constexpr int S = M::S, NS = WT / 8, NO = DM / 8, NTH = M::NTH, RB = M::RB;
     DYN_SMEM_BYTES(smem);
-    uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + RB * S, *Qs = Vs + RB * S, *dOs = Qs + NB * MT * S;
-    float *lse_s = (float *)(dOs + NB * MT * S), *di_s = lse_s + NB * MT;
+    uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + RB * S, *Qs = Vs + RB * S, *dOs = Qs + NB * WT * S;
+    float *lse_s = (float *)(dOs + NB * WT * S), *di_s = lse_s + NB * WT;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, group = a.H / a.Hkv;
     const int j0 = kt * RB, nk = min(RB, a.Lk - j0), D = a.D;
+    const int hfirst = use_run(a, hk, dk, dv);
     load_kv<DM, NTH>(a, Ks, Vs, b, hk, j0, nk, RB, vec);
     cp_commit();
-    float ak[NO][4], av[NO][4];
-    zero(ak);
-    zero(av);
+    float ak[MR][NO][4], av[MR][NO][4];
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++) { zero(ak[mr]); zero(av[mr]); }
     int istart = 0;                   /* first query tile that sees key j0 under the causal rule */
     if (a.causal) {
         long st = (long)j0 - a.causal_offset;
-        istart = st >= a.Lq ? a.Lq : st < 0 ? 0 : (int)(st / MT) * MT;
+        istart = st >= a.Lq ? a.Lq : st < 0 ? 0 : (int)(st / WT) * WT;
     }
     /* the walked tiles: the query tiles from istart of each head of the group, in turn */
-    const int nqt = (a.Lq - istart + MT - 1) / MT, ntiles = group * nqt;
+    const int nqt = (a.Lq - istart + WT - 1) / WT, ntiles = group * nqt;
     if (ntiles > 0) {
-        load_q_side_mma<DM, NTH>(a, dout, Di, b, hk * group, istart, min(MT, a.Lq - istart), MT, Qs, dOs, lse_s,
+        load_q_side_mma<DM, NTH>(a, dout, Di, b, hk * group, istart, min(WT, a.Lq - istart), WT, Qs, dOs, lse_s,
                                  di_s, vec);
         cp_commit();
     }
     int h = hk * group, i0 = istart;  /* tile it */
     for (int it = 0; it < ntiles; it++) {
-        const int nq = min(MT, a.Lq - i0), buf = NB == 2 ? it & 1 : 0;
-        const int i1 = i0 + MT < a.Lq ? i0 + MT : istart, h1 = i0 + MT < a.Lq ? h : h + 1;   /* tile it + 1 */
+        const int nq = min(WT, a.Lq - i0), buf = NB == 2 ? it & 1 : 0;
+        const int i1 = i0 + WT < a.Lq ? i0 + WT : istart, h1 = i0 + WT < a.Lq ? h : h + 1;   /* tile it + 1 */
         if (NB == 2 && it + 1 < ntiles) {     /* the next query tile's copy runs under this one's math */
-            const int o = (buf ^ 1) * MT;
-            load_q_side_mma<DM, NTH>(a, dout, Di, b, h1, i1, min(MT, a.Lq - i1), MT, Qs + o * S, dOs + o * S,
+            const int o = (buf ^ 1) * WT;
+            load_q_side_mma<DM, NTH>(a, dout, Di, b, h1, i1, min(WT, a.Lq - i1), WT, Qs + o * S, dOs + o * S,
                                      lse_s + o, di_s + o, vec);
             cp_commit();
             cp_wait<1>();
         } else cp_wait<0>();
         __syncthreads();              /* tile it (and, the first time, K and V) in every thread's view */
         {
-            const uint16_t *Qt = Qs + buf * MT * S, *dOt = dOs + buf * MT * S;
-            const float *lse_t = lse_s + buf * MT, *di_t = di_s + buf * MT;
-            float st[NS][4], dpt[NS][4];                         /* S^T, dP^T: key rows, query columns */
-            product_xyT16<DM>(st, Ks, warp * 16, Qt, lane);
-            product_xyT16<DM>(dpt, Vs, warp * 16, dOt, lane);
+            const uint16_t *Qt = Qs + buf * WT * S, *dOt = dOs + buf * WT * S;
+            const float *lse_t = lse_s + buf * WT, *di_t = di_s + buf * WT;
+            float st[MR][NS][4], dpt[MR][NS][4];                 /* S^T, dP^T: key rows, query columns */
+            product_xyT<DM, MR, WT>(st, Ks, warp * MR * 16, Qt, lane);
+            product_xyT<DM, MR, WT>(dpt, Vs, warp * MR * 16, dOt, lane);
             /* padded keys must be masked (their S is 0, not -inf); padded queries have P = 0 */
             const bool full = nk == RB && (!a.causal || (long)j0 + RB - 1 <= (long)i0 + a.causal_offset);
 #pragma unroll
@@ -507,21 +556,23 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int c = 8 * n + 2 * t + e, i = i0 + c;
-                    const float L = lse_t[c], di = di_t[c];
-                    const uint64_t rk = (a.dropout && c < nq) ? rowkey(a.seed, b, h, i) : 0;
+                    const float L = lse_t[c] * LOG2E, di = di_t[c];
+                    const uint64_t rk = (a.dropout && c < nq) ? rowkey(a.seed, b, h - hfirst, i) : 0;
+#pragma unroll
+                    for (int mr = 0; mr < MR; mr++)
 #pragma unroll
                     for (int hi = 0; hi < 2; hi++) {
-                        const int jr = warp * 16 + g + 8 * hi;
+                        const int jr = (warp * MR + mr) * 16 + g + 8 * hi;
                         const bool ok = full || (c < nq && jr < nk && allowed(a, i, j0 + jr));
-                        bwd_element(a, st[n][2 * hi + e], dpt[n][2 * hi + e], ok, L, di, rk, j0 + jr);
+                        bwd_element(a, st[mr][n][2 * hi + e], dpt[mr][n][2 * hi + e], ok, L, di, rk, j0 + jr);
                     }
                 }
-            product_acc16<DM>(av, st, dOt, lane);                 /* dV += (Z P)^T dO */
-            product_acc16<DM>(ak, dpt, Qt, lane);                 /* dK += dS^T Q (Q scaled) */
+            product_acc<DM, MR, WT>(av, st, dOt, lane);                 /* dV += (Z P)^T dO */
+            product_acc<DM, MR, WT>(ak, dpt, Qt, lane);                 /* dK += dS^T Q (Q scaled) */
         }
         __syncthreads();              /* every warp is done with tile it's buffers */
         if (NB == 1 && it + 1 < ntiles) {
-            load_q_side_mma<DM, NTH>(a, dout, Di, b, h1, i1, min(MT, a.Lq - i1), MT, Qs, dOs, lse_s, di_s, vec);
+            load_q_side_mma<DM, NTH>(a, dout, Di, b, h1, i1, min(WT, a.Lq - i1), WT, Qs, dOs, lse_s, di_s, vec);
             cp_commit();
         }
         h = h1;
@@ -529,8 +580,10 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float
     }
     cp_wait<0>();                     /* nothing left in flight (no query tile: K and V) */
 #pragma unroll
+    for (int mr = 0; mr < MR; mr++)
+#pragma unroll
     for (int hi = 0; hi < 2; hi++) {
-        const int jr = warp * 16 + g + 8 * hi;
+        const int jr = (warp * MR + mr) * 16 + g + 8 * hi;
         if (jr >= nk) continue;
         const long koff = b * a.k_sb + hk * a.k_sh + (long)(j0 + jr) * a.k_st;
         const long voff = b * a.v_sb + hk * a.v_sh + (long)(j0 + jr) * a.v_st;
@@ -540,20 +593,22 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float
             for (int e = 0; e < 2; e++) {
                 const int d = 8 * n + 2 * t + e;
                 if (d >= D) continue;
-                if (dk) dk[koff + d] += ak[n][2 * hi + e];
-                if (dv) dv[voff + d] += av[n][2 * hi + e];
+                if (dk) dk[koff + d] += ak[mr][n][2 * hi + e];
+                if (dv) dv[voff + d] += av[mr][n][2 * hi + e];
             }
     }
 }
-
 /* the bf16 copies can go as 16-byte cp.async copies: D, the strides and the address of every
  * copy given are multiples of 8 elements */
 static bool al8(const uint16_t *p, long sb, long sh, long st) {
     return !p || ((uintptr_t)p % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 && st % 8 == 0);
 }
 static int vec16(const cu_attn *a, bool backward) {
-    return a->D % 8 == 0 && al8(a->q16, a->q_sb, a->q_sh, a->q_st) && al8(a->k16, a->k_sb, a->k_sh, a->k_st) &&
-           al8(a->v16, a->v_sb, a->v_sh, a->v_st) && (!backward || al8(a->dout16, a->o_sb, a->o_sh, a->o_st));
+    bool ok = a->D % 8 == 0 && al8(a->q16, a->q_sb, a->q_sh, a->q_st) && al8(a->k16, a->k_sb, a->k_sh, a->k_st) &&
+              al8(a->v16, a->v_sb, a->v_sh, a->v_st) && (!backward || al8(a->dout16, a->o_sb, a->o_sh, a->o_st));
+    for (int r = 0; r < a->nruns; r++)
+        ok = ok && al8(a->run[r].k16, a->k_sb, a->k_sh, a->k_st) && al8(a->run[r].v16, a->v_sb, a->v_sh, a->v_st);
+    return ok;
 }
 
 /* The buffers per walked tile: 2 where this device lets a block have the shared memory
@@ -575,12 +630,12 @@ static int walk_buffers(const cu_attn *a, int &nb_max, F opt_in, size_t bytes1, 
     return a->stages == 1 ? 1 : nb_max;
 }
 
-template <int DM, int NW>
+template <int DM, int NW, int MR, int WT>
 static int mma_fwd(const cu_attn *a) {
-    typedef Mma<DM, NW> M;
+    typedef Mma<DM, NW, MR, WT> M;
     typedef void (*K)(cu_attn, int);
     static int nb_max = 0;
-    const K kern[2] = {attn_mma_fwd_k<DM, NW, 1>, attn_mma_fwd_k<DM, NW, 2>};
+    const K kern[2] = {attn_mma_fwd_k<DM, NW, 1, MR, WT>, attn_mma_fwd_k<DM, NW, 2, MR, WT>};
     const int nb = walk_buffers(a, nb_max, [&](int n, size_t bytes) { return smem_opt_in((const void *)kern[n - 1], bytes); },
                                 M::fwd(1), M::fwd(2));
     if (nb < 0) return -nb;
@@ -589,38 +644,50 @@ static int mma_fwd(const cu_attn *a) {
     return (int)cudaGetLastError();
 }
 
-template <int DM, int NW>
+/* dQ with MRQ row tiles per warp walking key tiles of WTQ, dK dV with MRK walking query tiles
+ * of WTK; one buffer count for both, the larger block's shared memory deciding */
+template <int DM, int NW, int MRQ, int WTQ, int MRK, int WTK>
 static int mma_bwd(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di) {
-    typedef Mma<DM, NW> M;
+    typedef Mma<DM, NW, MRQ, WTQ> MQ;
+    typedef Mma<DM, NW, MRK, WTK> MK;
     typedef void (*Kq)(cu_attn, const float *, float *, const float *, int);
     typedef void (*Kkv)(cu_attn, const float *, float *, float *, const float *, int);
     static int nb_max = 0;
-    const Kq kdq[2] = {attn_mma_dq_k<DM, NW, 1>, attn_mma_dq_k<DM, NW, 2>};
-    const Kkv kdkv[2] = {attn_mma_dkv_k<DM, NW, 1>, attn_mma_dkv_k<DM, NW, 2>};
-    const int nb = walk_buffers(a, nb_max, [&](int n, size_t bytes) {
-        cudaError_t e = smem_opt_in((const void *)kdq[n - 1], bytes);
-        return e == cudaSuccess ? smem_opt_in((const void *)kdkv[n - 1], bytes) : e;
-    }, M::bwd(1), M::bwd(2));
+    const Kq kdq[2] = {attn_mma_dq_k<DM, NW, 1, MRQ, WTQ>, attn_mma_dq_k<DM, NW, 2, MRQ, WTQ>};
+    const Kkv kdkv[2] = {attn_mma_dkv_k<DM, NW, 1, MRK, WTK>, attn_mma_dkv_k<DM, NW, 2, MRK, WTK>};
+    const int nb = walk_buffers(a, nb_max, [&](int n, size_t) {
+        cudaError_t e = smem_opt_in((const void *)kdq[n - 1], MQ::bwd(n));
+        return e == cudaSuccess ? smem_opt_in((const void *)kdkv[n - 1], MK::bwd(n)) : e;
+    }, MQ::bwd(1) > MK::bwd(1) ? MQ::bwd(1) : MK::bwd(1), MQ::bwd(2) > MK::bwd(2) ? MQ::bwd(2) : MK::bwd(2));
     if (nb < 0) return -nb;
     const int vec = vec16(a, true);
     if (dq) {
-        dim3 grid((a->Lq + M::RB - 1) / M::RB, a->H, a->B);
-        LAUNCH(kdq[nb - 1], grid, M::NTH, M::bwd(nb), *a, dout, dq, Di, vec);
+        dim3 grid((a->Lq + MQ::RB - 1) / MQ::RB, a->H, a->B);
+        LAUNCH(kdq[nb - 1], grid, MQ::NTH, MQ::bwd(nb), *a, dout, dq, Di, vec);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return (int)e;
     }
     if (dk || dv) {
-        dim3 grid((a->Lk + M::RB - 1) / M::RB, a->Hkv, a->B);
-        LAUNCH(kdkv[nb - 1], grid, M::NTH, M::bwd(nb), *a, dout, dk, dv, Di, vec);
+        dim3 grid((a->Lk + MK::RB - 1) / MK::RB, a->Hkv, a->B);
+        LAUNCH(kdkv[nb - 1], grid, MK::NTH, MK::bwd(nb), *a, dout, dk, dv, Di, vec);
     }
     return (int)cudaGetLastError();
 }
 
+/* the blocks: 8 warps of 16 rows (cu_attn.mma_warps = 8); 4 warps of 32 rows, two row tiles
+ * per warp sharing each fragment of the walked tile (cu_attn.mma_rows = 32); else 4 warps of
+ * 16 rows. Walked tiles: 64 rows, 32 for the backward's two row tiles (registers). */
 template <int DM>
-static int mma_fwd_w(const cu_attn *a) { return a->mma_warps == 8 ? mma_fwd<DM, 8>(a) : mma_fwd<DM, 4>(a); }
+static int mma_fwd_w(const cu_attn *a) {
+    if (a->mma_warps == 8) return mma_fwd<DM, 8, 1, 64>(a);
+    if (a->mma_rows == 32) return mma_fwd<DM, 4, 2, MR2_FWD_WT>(a);
+    return mma_fwd<DM, 4, 1, 64>(a);
+}
 template <int DM>
 static int mma_bwd_w(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di) {
-    return a->mma_warps == 8 ? mma_bwd<DM, 8>(a, dout, dq, dk, dv, Di) : mma_bwd<DM, 4>(a, dout, dq, dk, dv, Di);
+    if (a->mma_warps == 8) return mma_bwd<DM, 8, 1, 64, 1, 64>(a, dout, dq, dk, dv, Di);
+    if (a->mma_rows == 32) return mma_bwd<DM, 4, 2, MR2_DQ_WT, 2, MR2_DKV_WT>(a, dout, dq, dk, dv, Di);
+    return mma_bwd<DM, 4, 1, 64, 1, 64>(a, dout, dq, dk, dv, Di);
 }
 
 extern "C" int cu_attn_mma_forward(const cu_attn *a) {

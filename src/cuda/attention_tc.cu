@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(NT) attn_tc_fwd_k(cu_attn a) {
             float s[R];
 #pragma unroll
             for (int jj = 0; jj < R; jj++) s[jj] = Ss[r * L::SS + tx + 16 * jj];
-            const float alpha = softmax_row<R>(a, s, r < nq, i0 + r, j0, nk, tx, rk[ii], mrow[ii], lrow[ii]);
+            const float alpha = softmax_row<R, true>(a, s, r < nq, i0 + r, j0, nk, tx, rk[ii], mrow[ii], lrow[ii]);
 #pragma unroll
             for (int dd = 0; dd < RD; dd++) o[ii][dd] *= alpha;
 #pragma unroll
@@ -241,7 +241,7 @@ __device__ __forceinline__ void scores_and_ds(const cu_attn &a, float (&s)[TB / 
     product_xyT<DM>(DPs, dOs, Vs);
     __syncthreads();
     read_sdp<DM>(s, dp, Ss, DPs, ty, tx);
-    bwd_elementwise<TB / 16, TB / 16>(a, s, dp, lse_s, di_s, b, h, i0, nq, j0, nk, ty, tx);
+    bwd_elementwise<TB / 16, TB / 16, true>(a, s, dp, lse_s, di_s, b, h, i0, nq, j0, nk, ty, tx);
 }
 
 /* rows [r0, r0 + n) of a strided head g += s * (an fp32 tile of stride OS), head dims < D */
@@ -390,6 +390,7 @@ static int tc_bwd(const cu_attn *a, const float *dout, float *dq, float *dk, flo
 }
 
 extern "C" int cu_attn_tc_forward(const cu_attn *a) {
+    if (a->nruns) return (int)cudaErrorInvalidValue;           /* runs: one call each (cu_attn) */
     if (a->D <= 16) return tc_fwd<16>(a);
     if (a->D <= 32) return tc_fwd<32>(a);
     if (a->D <= 64) return tc_fwd<64>(a);
@@ -399,6 +400,7 @@ extern "C" int cu_attn_tc_forward(const cu_attn *a) {
 
 extern "C" int cu_attn_tc_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv,
                                    const float *Di) {
+    if (a->nruns) return (int)cudaErrorInvalidValue;
     if (a->D <= 16) return tc_bwd<16>(a, dout, dq, dk, dv, Di);
     if (a->D <= 32) return tc_bwd<32>(a, dout, dq, dk, dv, Di);
     if (a->D <= 64) return tc_bwd<64>(a, dout, dq, dk, dv, Di);

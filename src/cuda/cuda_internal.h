@@ -9,6 +9,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+/* rows per warp of the tensor-core attention unless SKIPLM_CUDA_MMA_ROWS says */
+#define SK_CUDA_MMA_ROWS_DEFAULT 16
+
 struct sk_cuda_model {
     sk_model *m;                      /* host model: config, routing, tensor table (not owned) */
     sk_cuda_precision prec;
@@ -21,8 +24,11 @@ struct sk_cuda_model {
                                          unless SKIPLM_CUDA_TC_ATTN=0 (0) or =wmma (2); single-token
                                          decoding stays fp32 */
     int attn_warps;                   /* cu_attn.mma_warps: SKIPLM_CUDA_MMA_WARPS (4 or 8), default 4 */
+    int attn_rows;                    /* cu_attn.mma_rows: SKIPLM_CUDA_MMA_ROWS (16 or 32) */
     int attn_stages;                  /* cu_attn.stages: SKIPLM_CUDA_ATTN_STAGES (1 or 2), default 0 (2 where it fits) */
     int norm_fused;                   /* the norms' one-pass backward: SKIPLM_CUDA_NORM_FUSED (default 1) */
+    int attn_merge;                   /* an SLA layer's attention in one launch (cu_attn.nruns) where the
+                                         kernels take runs: SKIPLM_CUDA_ATTN_MERGE (default 1) */
     sk_params p, g;                   /* device views (sk_params_views on the device buffers) */
     float *pos_table;                 /* sinusoidal positions (block_size, C), or NULL */
     float *rope;                      /* RoPE table (block_size, hs/2, 2), or NULL */

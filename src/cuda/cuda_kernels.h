@@ -136,7 +136,26 @@ void cu_span_sq(double *part, const float *g, const cu_span *spans, int n_spans,
  * Fused causal/non-causal attention over strided (B, H, L, D) views, the layout of sk_attn:
  * element (b, h, t, d) of q is q[b*q_sb + h*q_sh + t*q_st + d]. GQA: head h reads kv head
  * h / (H / Hkv). lse (B, H, Lq) contiguous. Dropout regenerates the CPU's hash
- * (src/attention_internal.h) exactly. D from 1 to 128. */
+ * (src/attention_internal.h) exactly. D from 1 to 128.
+ *
+ * SLA in one launch: with nruns > 0 the kv heads come in runs, each with its own K/V
+ * source (run[r]: from kv head hk0 up to the next run's hk0). A run's k, v (k16, v16, and
+ * in a backward dk, dv) are its source layer's views of kv head 0, with the strides of the
+ * descriptor's k, v, so kv head hk of the run is at k + hk * k_sh as without runs; its
+ * dropout seed is its own, and its heads count from its first query head in the dropout
+ * hash, as in a call per run. The descriptor's k, v, k16, v16 and seed are then unused.
+ * Each head's arithmetic is the same as in a call per run (the same bits out); what one
+ * launch saves is the second launch's tail: a causal grid of heaviest-first tiles ends
+ * with its light tiles only when every head is in it. The fp32 and mma.sync kernels take
+ * runs, the wmma kernels do not (cu_attn_tc_* refuse them). */
+#define CU_ATTN_RUNS 8
+typedef struct {
+    int hk0;                       /* first kv head of the run */
+    const float *k, *v;
+    const uint16_t *k16, *v16;
+    float *dk, *dv;
+    uint64_t seed;
+} cu_attn_run;
 typedef struct {
     int B, H, Hkv, Lq, Lk, D;
     const float *q; long q_sb, q_sh, q_st;
@@ -158,6 +177,8 @@ typedef struct {
                                       attention_tc.cu (a second implementation the tests
                                       compare with); 0: fp32 */
     int mma_warps;                 /* tc == 1: warps per block, 8 (tiles of 128 rows) or else 4 (64) */
+    int mma_rows;                  /* tc == 1 with 4 warps: rows per warp, 32 (two row tiles sharing
+                                      each fragment of the walked tile: tiles of 128 rows) or else 16 */
     int stages;                    /* tc == 1: buffers per walked tile, 2 (the next tile's copy
                                       overlaps this one's math) where the shared memory allows
                                       it, 1 when 1 */
@@ -179,6 +200,9 @@ typedef struct {
     int decode_heads;              /* cu_attn_decode only: query heads per block, sharing their
                                       KV head's rows: 1, 2 or 4 dividing H / Hkv; 0: the most
                                       that divides it (the results are the same bits) */
+    int nruns;                     /* 0, or the runs of run[] (at most CU_ATTN_RUNS; not in
+                                      cu_attn_decode): SLA's sources in one launch, above */
+    cu_attn_run run[CU_ATTN_RUNS];
 } cu_attn;
 /* 0, or a cudaError_t code (launch failure), or -1 for an unsupported D. */
 int cu_attn_forward(const cu_attn *a);

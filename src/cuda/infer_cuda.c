@@ -304,6 +304,7 @@ static int decode_work(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n, int pos0, 
             a.decode_heads = kv->decode_heads;
             a.tc = cm->attn_tc;                  /* the prefill's kernel; decoding is fp32 math */
             a.mma_warps = cm->attn_warps;
+            a.mma_rows = cm->attn_rows;
             a.stages = cm->attn_stages;
             if (n == 1) PROF("attention decode", TRY(attn_rc(cu_attn_decode(&a, kv->part), "decoding", l, part)));
             else PROF("attention prefill", TRY(attn_rc(cu_attn_forward(&a), "prefill", l, part)));

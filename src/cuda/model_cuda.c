@@ -146,6 +146,11 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int
         return sk_error(SK_EINVAL, "SKIPLM_CUDA_MMA_WARPS='%s': give 4 (tiles of 64 rows, the default) or 8 (128 "
                         "rows) warps per block of the tensor-core attention", w);
     cm->attn_warps = w && !strcmp(w, "8") ? 8 : 4;
+    const char *rw = getenv("SKIPLM_CUDA_MMA_ROWS");
+    if (rw && *rw && strcmp(rw, "16") && strcmp(rw, "32"))
+        return sk_error(SK_EINVAL, "SKIPLM_CUDA_MMA_ROWS='%s': give 16 (rows per warp of the tensor-core attention) "
+                        "or 32 (two row tiles per warp sharing each fragment of the walked tile)", rw);
+    cm->attn_rows = rw && *rw ? atoi(rw) : SK_CUDA_MMA_ROWS_DEFAULT;
     const char *st = getenv("SKIPLM_CUDA_ATTN_STAGES");
     if (st && *st && strcmp(st, "1") && strcmp(st, "2"))
         return sk_error(SK_EINVAL, "SKIPLM_CUDA_ATTN_STAGES='%s': give 1 (one buffer per K/V tile) or 2 (two: the "
@@ -156,6 +161,11 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int
         return sk_error(SK_EINVAL, "SKIPLM_CUDA_NORM_FUSED='%s': give 1 (a norm's backward in one pass, the "
                         "default) or 0 (a dx kernel, then the weight gradients' column sums)", nf);
     cm->norm_fused = !(nf && !strcmp(nf, "0"));
+    const char *mg = getenv("SKIPLM_CUDA_ATTN_MERGE");
+    if (mg && *mg && strcmp(mg, "0") && strcmp(mg, "1"))
+        return sk_error(SK_EINVAL, "SKIPLM_CUDA_ATTN_MERGE='%s': give 1 (the attention of an SLA layer's heads, "
+                        "own and borrowed, in one launch: the default) or 0 (one launch per K/V source)", mg);
+    cm->attn_merge = !(mg && !strcmp(mg, "0"));
     if (m->hs > 128)
         return sk_error(SK_EINVAL, "CUDA: head size %d is above the attention kernel's 128", m->hs);
     BLAS(cublasCreate(&cm->blas));
@@ -582,12 +592,52 @@ static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int 
     a->lse = la->lse + (size_t)B * h0 * T;
     a->tc = cm->attn_tc;
     a->mma_warps = cm->attn_warps;
+    a->mma_rows = cm->attn_rows;
     a->stages = cm->attn_stages;
     if (cm->qkv16) {                  /* the bf16 copies, at the fp32 views' offsets */
         a->q16 = qkv16_of(cm, l) + (a->q - la->qkv);
         a->k16 = qkv16_of(cm, src) + (a->k - qkv_kv);
         a->v16 = qkv16_of(cm, src) + (a->v - qkv_kv);
         a->dout16 = cm->dx16 + (size_t)h0 * hs;
+    }
+}
+
+/* The calls of layer l's attention: 1 when its runs (own heads, borrowed heads) go in one
+ * launch (cu_attn.nruns), else one per run. */
+static int attn_calls(const sk_cuda_model *cm, int l) {
+    const int n = cm->m->n_runs[l];
+    return n > 1 && n <= CU_ATTN_RUNS && cm->attn_merge && cm->attn_tc != 2 ? 1 : n;
+}
+
+/* The attention of layer l's heads, all runs in one launch: run 0's descriptor widened to
+ * every head (q, out, lse, dO from head 0), each run's K/V source and dropout seed in
+ * a->run[] (and with dqkv, the gradient buffer of layer l, each run's dK/dV destination in
+ * its source layer's gradient buffer). */
+static void attn_desc_merged(const sk_cuda_model *cm, cu_attn *a, int l, int B, int T, float dropout, uint64_t seed,
+                             int training, const sk_layer_acts *la, int backward) {
+    const sk_model *m = cm->m;
+    attn_desc(cm, a, l, 0, B, T, dropout, seed, training, la);
+    const int hs = m->hs, group = m->H / m->Hkv;
+    const long kcol = (long)m->H * hs, vcol = kcol + (long)m->Hkv * hs;
+    a->H = m->H; a->Hkv = m->Hkv;
+    a->q = la->qkv;
+    a->out = la->atty;
+    uint16_t *o16 = at16(cm, cm->atty16, l, m->C);
+    a->out16 = o16;
+    a->lse = la->lse;
+    if (cm->qkv16) { a->q16 = qkv16_of(cm, l); a->dout16 = cm->dx16; }
+    a->nruns = m->n_runs[l];
+    for (int part = 0; part < a->nruns; part++) {
+        const sk_route *r = &m->runs[(size_t)l * m->H + part];
+        const float *src = r->src == l ? la->qkv : qkv_of(cm, r->src);
+        cu_attn_run *u = &a->run[part];
+        u->hk0 = r->h0 / group;
+        u->k = src + kcol;
+        u->v = src + vcol;
+        if (cm->qkv16) { u->k16 = qkv16_of(cm, r->src) + kcol; u->v16 = qkv16_of(cm, r->src) + vcol; }
+        if (backward) { u->dk = dqkv_of(cm, r->src) + kcol; u->dv = dqkv_of(cm, r->src) + vcol; }
+        u->seed = sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) |
+                  ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
     }
 }
 
@@ -707,9 +757,10 @@ static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_laye
             K(cu_qkv_bf16(qkv16_of(cm, l), la->qkv, qb, cm->rope, N, T, m->QKV, r[2 * i], r[2 * i] + r[2 * i + 1],
                           m->hs, (m->H + m->Hkv) * m->hs, m->H * m->hs, 1.0f / sqrtf((float)m->hs)));
     } else if (cm->rope) K(cu_rope(la->qkv, cm->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
-    for (int part = 0; part < m->n_runs[l]; part++) {
+    for (int part = 0, calls = attn_calls(cm, l); part < calls; part++) {
         cu_attn d;
-        attn_desc(cm, &d, l, part, B, T, drop, seed, training, la);
+        if (calls == 1 && m->n_runs[l] > 1) attn_desc_merged(cm, &d, l, B, T, drop, seed, training, la, 0);
+        else attn_desc(cm, &d, l, part, B, T, drop, seed, training, la);
         PROF(d.tc ? "attention forward, tensor cores" : "attention forward",
              TRY(attn_rc(cu_attn_forward(&d), "forward", l, part)));
     }
@@ -913,8 +964,15 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
                             at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C, N, C, C));
         float *dqkv = dqkv_of(cm, l);
         if (m->lend_index[l] < 0) CU(cudaMemset(dqkv, 0, BT * m->QKV * sizeof(float)));
-        for (int part = 0; part < m->n_runs[l]; part++) {
+        for (int part = 0, calls = attn_calls(cm, l); part < calls; part++) {
             cu_attn d;
+            if (calls == 1 && m->n_runs[l] > 1) {
+                attn_desc_merged(cm, &d, l, B, T, drop, seed, 1, &la, 1);
+                const float *dout = datt16 ? NULL : a->dbtc2;
+                PROF(d.tc ? "attention backward, tensor cores" : "attention backward",
+                     TRY(attn_rc(cu_attn_backward(&d, dout, dqkv, d.run[0].dk, d.run[0].dv, cm->Di), "backward", l, 0)));
+                continue;
+            }
             attn_desc(cm, &d, l, part, B, T, drop, seed, 1, &la);
             int src = m->runs[(size_t)l * m->H + part].src;
             float *dsrc = dqkv_of(cm, src);

@@ -634,7 +634,9 @@ static void run_norm_kernels(void) {
  * when it is not a power of two), so the results must agree to bf16's rounding (1e-2 of the
  * largest value), and differ (so the tensor-core path really ran). Both tensor-core
  * implementations run: tc = 1 (the mma.sync kernels, --bf16's, with blocks of 4 and of 8
- * warps) and tc = 2 (the wmma kernels).
+ * warps, and of 4 warps of 32 rows: two row tiles per warp, which must give the bits of 16
+ * rows per warp, the same products being added in the same order) and tc = 2 (the wmma
+ * kernels).
  * They round the same values at the same points, so they must agree far more closely (1e-3
  * of the largest value: only the fp32 summation order differs, which on a GPU can move a P
  * or dS element to the next bf16 value; on the emulator they agree to ~1e-7).
@@ -649,10 +651,11 @@ static void run_norm_kernels(void) {
  * from the fp32 views and from the bf16 copies: the same bits, and the fp32 kernel's output
  * to 1e-5; with GQA its blocks serve 2 or 4 query heads of a KV head at once (groups of 2, 4,
  * 6 and 8: one block per KV head, or 2 or 3), which must give the bits of one head per block. */
-enum { NKIND = 8 };
+enum { NKIND = 10 };
 static const char *const KIND[NKIND] = {"fp32", "mma", "wmma", "mma 8 warps", "mma from bf16 copies",
                                         "mma from bf16 copies, 1 buffer", "mma 8 warps from bf16 copies",
-                                        "mma from bf16 copies, no fp32 dO"};
+                                        "mma from bf16 copies, no fp32 dO", "mma 32 rows per warp",
+                                        "mma 32 rows per warp from bf16 copies"};
 static void run_tc_attention(const acase *c) {
     const int B = c->B, H = c->H, Hkv = c->Hkv, Lq = c->Lq, Lk = c->Lk, D = c->D;
     const long qoff = c->odd ? 1 : 8, koff = c->odd ? 2 : 8;
@@ -703,8 +706,9 @@ static void run_tc_attention(const acase *c) {
         a.lse = dlse;
         a.tc = t == 0 || t == 2 ? t : 1;
         a.mma_warps = t == 3 || t == 6 ? 8 : 4;
+        a.mma_rows = t >= 8 ? 32 : 16;
         a.stages = t == 5 ? 1 : 0;
-        if (t >= 4) {
+        if (t >= 4 && t != 8) {
             a.q16 = dq16 + qoff; a.k16 = dkv16 + koff; a.v16 = dkv16 + koff + Hkv * D;
             a.dout16 = ddo16;
         }
@@ -767,7 +771,8 @@ static void run_tc_attention(const acase *c) {
         free(o16); free(l16); free(od); free(od16); free(od1);
         cudaFree(dpart);
     }
-    for (int t = 1; t < 4; t++) {         /* (the kinds from bf16 copies: checked below against these) */
+    for (int t = 1; t < 9; t++) {         /* (the kinds from bf16 copies: checked below against these) */
+        if (t >= 4 && t < 8) continue;
         const char *kind = KIND[t];
         double mo = max_abs(out[0], no), d_o = max_diff(out[t], out[0], no), d_l = max_diff(lse[t], lse[0], nlse);
         double mq = max_abs(gq[0], nq), d_q = max_diff(gq[t], gq[0], nq);
@@ -799,7 +804,8 @@ static void run_tc_attention(const acase *c) {
                d_q, mq, d_kv, mkv);
     }
     for (int t = 4; t < NKIND; t++) {     /* the same bits as from the fp32 views */
-        const int r = t == 6 ? 3 : 1;
+        /* (and 32 rows per warp: the same products, added in the same order, as 16) */
+        const int r = t == 6 ? 3 : t == 9 ? 8 : 1;
         const int same = max_diff(out[t], out[r], no) == 0 && max_diff(lse[t], lse[r], nlse) == 0 &&
                          max_diff(gq[t], gq[r], nq) == 0 && max_diff(gkv[t], gkv[r], nkv) == 0;
         CHECK2(same, "tc attention %s: %s vs %s: output %.2e, lse %.2e, dq %.2e, dk/dv %.2e (must be 0)", c->name,

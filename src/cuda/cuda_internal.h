@@ -26,7 +26,6 @@ struct sk_cuda_model {
     int attn_warps;                   /* cu_attn.mma_warps: SKIPLM_CUDA_MMA_WARPS (4 or 8), default 4 */
     int attn_rows;                    /* cu_attn.mma_rows: SKIPLM_CUDA_MMA_ROWS (16 or 32) */
     int attn_stages;                  /* cu_attn.stages: SKIPLM_CUDA_ATTN_STAGES (1 or 2), default 0 (2 where it fits) */
-    int norm_fused;                   /* the norms' one-pass backward: SKIPLM_CUDA_NORM_FUSED (default 1) */
     int attn_merge;                   /* an SLA layer's attention in one launch (cu_attn.nruns) where the
                                          kernels take runs: SKIPLM_CUDA_ATTN_MERGE (default 1) */
     sk_params p, g;                   /* device views (sk_params_views on the device buffers) */

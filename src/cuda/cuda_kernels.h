@@ -42,21 +42,19 @@ void cu_encoder_backward_wpe(float *dwpe, const float *dout, int B, int T, int C
 void cu_layernorm_forward(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C, float eps);
 /* dinp += ..., dw += ..., db += ... (db may be NULL). part: scratch of 2 * R * C floats,
- * R = cu_colsum_chunks(N). fused (for C <= 2048): one pass over dout and inp for all three
- * (deterministic: fixed row blocks, warps added in order); else a dx kernel, then a column-sum
- * pass (dinp's bits are the same either way; dw's and db's summation order differs). The
- * gradient dout is read from dout16 (bf16) when given, else from dout, rounded to bf16 first
+ * R = cu_colsum_chunks(N). A dx kernel (a warp per row), then a column-sum pass and its
+ * finish (deterministic: fixed row chunks, added in a fixed order). The gradient dout is read from dout16 (bf16) when given, else from dout, rounded to bf16 first
  * when rnd (bf16 mixed precision: the input gradient of the GEMM that reads the norm's
  * output is that GEMM's bf16 output, as under autocast; an fp32 sum of several GEMMs'
  * outputs then stands for it). */
 void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16, int rnd,
                            const float *inp, const float *w, const float *mean, const float *rstd, int N, int C,
-                           float *part, int fused);
+                           float *part);
 /* RMSNorm (Llama): saves rstd (N). */
 void cu_rmsnorm_forward(float *out, uint16_t *out16, float *rstd, const float *inp, const float *w,
                         int N, int C, float eps);
 void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const uint16_t *dout16, int rnd,
-                         const float *inp, const float *w, const float *rstd, int N, int C, float *part, int fused);
+                         const float *inp, const float *w, const float *rstd, int N, int C, float *part);
 
 /* Column sums: out (ncols) += sum over rows of x (N rows, leading dimension ld; or of x16,
  * bf16, when given), in two deterministic stages (R row chunks, then the chunks in order).

@@ -8,6 +8,7 @@
  * bit-identical from run to run on the same GPU. */
 #include "cuda_kernels.h"
 #include "cuda_compat.cuh"
+#include "mma.cuh"
 #include <math.h>
 
 #define BS 256
@@ -15,6 +16,145 @@
 static unsigned blocks_for(size_t n, int bs) {
     size_t b = (n + bs - 1) / bs;
     return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* ------------------------------------------------------------ vector access
+ * The memory-bound kernels move 8 or 16 bytes per access where the shapes and the
+ * addresses allow it (checked on the host at each launch: al() below), each thread V
+ * consecutive elements, and fall back to one element per access (V = 1) otherwise. The math
+ * per element and its rounding points stay those of the scalar code, so the results are the
+ * same bits either way. */
+#ifdef SK_CUDA_EMU
+struct alignas(16) sk_u4 { uint32_t x, y, z, w; };
+struct alignas(8) sk_u2 { uint32_t x, y; };
+#include <cstdio>
+#include <cstdlib>
+static void emu_misaligned(const void *p, size_t n) {
+    fprintf(stderr, "emulator: a %zu-byte vector access at %p is misaligned (a fault on a GPU)\n", n, p);
+    abort();
+}
+#else
+typedef uint4 sk_u4;
+typedef uint2 sk_u2;
+#endif
+/* one aligned load / store of T (uint32_t, sk_u2, sk_u4) */
+template <class T> __device__ __forceinline__ T ld_raw(const void *p) {
+#ifdef SK_CUDA_EMU
+    if ((uintptr_t)p % sizeof(T)) emu_misaligned(p, sizeof(T));
+    T v;
+    memcpy(&v, p, sizeof v);
+    return v;
+#else
+    return *reinterpret_cast<const T *>(p);
+#endif
+}
+template <class T> __device__ __forceinline__ void st_raw(void *p, T v) {
+#ifdef SK_CUDA_EMU
+    if ((uintptr_t)p % sizeof(T)) emu_misaligned(p, sizeof(T));
+    memcpy(p, &v, sizeof v);
+#else
+    __stwb(reinterpret_cast<T *>(p), v);       /* st.global.wb: the default store, kept whole */
+#endif
+}
+/* W consecutive 32-bit words at p (W = 1, 2, 4 or 8; p aligned to 4 W bytes, 16 for 8) */
+template <int W> __device__ __forceinline__ void ld_words(const void *p, uint32_t (&w)[W]) {
+    static_assert(W == 1 || W == 2 || W == 4 || W == 8, "1, 2, 4 or 8 words");
+    if constexpr (W >= 4) {
+#pragma unroll
+        for (int h = 0; h < W; h += 4) {
+            const sk_u4 q = ld_raw<sk_u4>((const uint32_t *)p + h);
+            w[h] = q.x; w[h + 1] = q.y; w[h + 2] = q.z; w[h + 3] = q.w;
+        }
+    } else if constexpr (W == 2) {
+        const sk_u2 q = ld_raw<sk_u2>(p);
+        w[0] = q.x; w[1] = q.y;
+    } else {
+        w[0] = ld_raw<uint32_t>(p);
+    }
+}
+template <int W> __device__ __forceinline__ void st_words(void *p, const uint32_t (&w)[W]) {
+    static_assert(W == 1 || W == 2 || W == 4 || W == 8, "1, 2, 4 or 8 words");
+    if constexpr (W >= 4) {
+#pragma unroll
+        for (int h = 0; h < W; h += 4) {
+            sk_u4 q;
+            q.x = w[h]; q.y = w[h + 1]; q.z = w[h + 2]; q.w = w[h + 3];
+            st_raw<sk_u4>((uint32_t *)p + h, q);
+        }
+    } else if constexpr (W == 2) {
+        sk_u2 q;
+        q.x = w[0]; q.y = w[1];
+        st_raw<sk_u2>(p, q);
+    } else {
+        st_raw<uint32_t>(p, w[0]);
+    }
+}
+/* the low / high bf16 of a word, widened (exact) */
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+/* two values rounded to bf16 into one word (lo at the lower address), as bf16_bits */
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
+    return (uint32_t)bf16_bits(lo) | (uint32_t)bf16_bits(hi) << 16;
+}
+/* The same for values that are the result of a float operation (FADD, FMUL, FFMA, ...): on
+ * the GPU one cvt.rn.bf16x2.f32 for the pair. Round to nearest even, as bf16_bits; the two
+ * differ only in a NaN's payload, and a GPU's float operations return the canonical NaN
+ * (0x7fffffff), which both round to 0x7fff: the same bits. Not for values merely loaded. */
+__device__ __forceinline__ uint32_t bf16_pair_op(float lo, float hi) {
+#ifdef SK_CUDA_EMU
+    return bf16_pair(lo, hi);
+#else
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+#endif
+}
+/* V consecutive elements i.. of x16 (bf16) when given, else of x (fp32), as get(); i a
+ * multiple of V, the element aligned to its V-element size (V = 1, 2, 4 or 8) */
+template <int V> __device__ __forceinline__ void ldv(const float *x, const uint16_t *x16, size_t i, float (&v)[V]) {
+    if constexpr (V == 1) {
+        v[0] = get(x, x16, i);
+    } else if (x16) {
+        uint32_t w[V / 2];
+        ld_words<V / 2>(x16 + i, w);
+#pragma unroll
+        for (int k = 0; k < V / 2; k++) { v[2 * k] = bf16_lo(w[k]); v[2 * k + 1] = bf16_hi(w[k]); }
+    } else {
+        uint32_t w[V];
+        ld_words<V>(x + i, w);
+#pragma unroll
+        for (int k = 0; k < V; k++) v[k] = __uint_as_float(w[k]);
+    }
+}
+/* V consecutive elements i.. into out16 (rounded to bf16) when given, else into out, as
+ * put(); OP: the values are float operations' results (bf16_pair_op) */
+template <int V, bool OP = false>
+__device__ __forceinline__ void stv(float *out, uint16_t *out16, size_t i, const float (&v)[V]) {
+    if constexpr (V == 1) {
+        put(out, out16, i, v[0]);
+    } else if (out16) {
+        uint32_t w[V / 2];
+#pragma unroll
+        for (int k = 0; k < V / 2; k++) w[k] = OP ? bf16_pair_op(v[2 * k], v[2 * k + 1]) : bf16_pair(v[2 * k], v[2 * k + 1]);
+        st_words<V / 2>(out16 + i, w);
+    } else {
+        uint32_t w[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) w[k] = __float_as_uint(v[k]);
+        st_words<V>(out + i, w);
+    }
+}
+/* the host's checks: p (NULL passes) aligned to `bytes` */
+static int al(const void *p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
+
+/* A grid over rows x column groups: gridDim.y rows at a time (the kernels stride by it),
+ * blocks of a multiple of 32 threads over the nv groups of a row, balanced over gridDim.x. */
+static void rows_grid(size_t rows, size_t nv, dim3 *grid, int *block) {
+    size_t gx = (nv + 255) / 256;
+    if (gx < 1) gx = 1;
+    size_t bs = ((nv + gx - 1) / gx + 31) / 32 * 32;
+    if (bs < 32) bs = 32;
+    *grid = dim3((unsigned)gx, (unsigned)(rows < 1 ? 1 : rows < 65535 ? rows : 65535));
+    *block = (int)bs;
 }
 
 /* ---------------------------------------------------------------- reductions */
@@ -117,7 +257,11 @@ extern "C" void cu_encoder_backward_wpe(float *dwpe, const float *dout, int B, i
 
 /* ----------------------------------------------------------------------- norms */
 
-/* one warp per row */
+/* one warp per row. Two forms: the loop (any C: each lane its columns lane + 32k, the row
+ * read three times, from the cache after the first) and the float4 form (C a multiple of 4 up
+ * to 128 K4, 16-byte aligned rows: each lane its groups of 4 columns 4 (lane + 32 i), held
+ * in registers, one 16-byte load each). They add the row in different orders (so their last
+ * bits differ); each order is fixed. */
 __global__ void layernorm_fwd_k(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp, const float *w,
                                 const float *b, int N, int C, float eps) {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -134,9 +278,62 @@ __global__ void layernorm_fwd_k(float *out, uint16_t *out16, float *mean, float 
     for (int c = lane; c < C; c += 32) put(out, out16, o + c, (x[c] - m) * r * w[c] + (b ? b[c] : 0.0f));
     if (lane == 0) { if (mean) mean[row] = m; rstd[row] = r; }
 }
+template <int K4>
+__global__ void layernorm_fwd_v4_k(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
+                                   const float *w, const float *b, int N, int C, float eps) {
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;                      /* uniform over the warp */
+    const float *x = inp + (size_t)row * C;
+    const size_t o = (size_t)row * C;
+    float xv[K4][4];
+#pragma unroll
+    for (int i = 0; i < K4; i++) {
+        if (4 * (lane + 32 * i) < C) ldv<4>(x, NULL, 4 * (lane + 32 * i), xv[i]);
+        else xv[i][0] = xv[i][1] = xv[i][2] = xv[i][3] = 0.0f;
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < K4; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s += xv[i][e];          /* the padding adds 0 */
+    const float m = warp_sum(s) / C;
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < K4; i++)
+        if (4 * (lane + 32 * i) < C)
+#pragma unroll
+            for (int e = 0; e < 4; e++) { float d = xv[i][e] - m; v += d * d; }
+    v = warp_sum(v) / C;
+    const float r = 1.0f / sqrtf(v + eps);
+#pragma unroll
+    for (int i = 0; i < K4; i++) {
+        const int c = 4 * (lane + 32 * i);
+        if (c >= C) break;
+        float wv[4], bv[4] = {0.0f, 0.0f, 0.0f, 0.0f}, y[4];
+        ldv<4>(w, NULL, c, wv);
+        if (b) ldv<4>(b, NULL, c, bv);
+#pragma unroll
+        for (int e = 0; e < 4; e++) y[e] = (xv[i][e] - m) * r * wv[e] + bv[e];
+        stv<4, true>(out, out16, o + c, y);
+    }
+    if (lane == 0) { if (mean) mean[row] = m; rstd[row] = r; }
+}
+/* the float4 forms' K4 (groups of 4 columns per lane) for C, or 0: the loop form */
+static int norm_k4(int C, const void *x, const void *w, const void *b, const float *out, const uint16_t *out16) {
+    if (C <= 0 || C % 4 || !al(x, 16) || !al(w, 16) || !al(b, 16) || !al(out, 16) || !al(out16, 8)) return 0;
+    const int g = (C + 127) / 128;             /* groups per lane */
+    return g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : g <= 6 ? 6 : g <= 8 ? 8 : g <= 12 ? 12 : g <= 16 ? 16 : 0;
+}
 extern "C" void cu_layernorm_forward(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
                                      const float *w, const float *b, int N, int C, float eps) {
-    LAUNCH(layernorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, out16, mean, rstd, inp, w, b, N, C, eps);
+    typedef void (*Kern)(float *, uint16_t *, float *, float *, const float *, const float *, const float *, int, int,
+                         float);
+    if (N <= 0) return;
+    const int k4 = norm_k4(C, inp, w, b, out, out16);
+    const Kern kern = k4 == 1 ? layernorm_fwd_v4_k<1> : k4 == 2 ? layernorm_fwd_v4_k<2> : k4 == 4 ? layernorm_fwd_v4_k<4>
+                    : k4 == 6 ? layernorm_fwd_v4_k<6> : k4 == 8 ? layernorm_fwd_v4_k<8>
+                    : k4 == 12 ? layernorm_fwd_v4_k<12> : k4 == 16 ? layernorm_fwd_v4_k<16> : layernorm_fwd_k;
+    LAUNCH(kern, blocks_for((size_t)N, BS / 32), BS, 0, out, out16, mean, rstd, inp, w, b, N, C, eps);
 }
 
 __global__ void layernorm_bwd_dx_k(float *dinp, const float *dout, const uint16_t *dout16, int rnd, const float *inp,
@@ -161,186 +358,6 @@ __global__ void layernorm_bwd_dx_k(float *dinp, const float *dout, const uint16_
     }
 }
 
-/* Row chunks of the two-stage column reductions. */
-extern "C" int cu_colsum_chunks(int N) { return N < 256 ? (N > 0 ? N : 1) : 256; }
-
-/* Stage 1: part[r, c] (and part[R + r, c]) = sums over the rows of chunk r, in row order.
- * mode 0: column sums of x (or x16, bf16), x rounded to bf16 into copy16 (packed) when
- * given; mode 1: LayerNorm dw (dy * xhat) and db (dy); mode 2: RMSNorm dw (dy * x * rstd);
- * dy read as get_r(dy, dy16, rnd) (cu_layernorm_backward). */
-__global__ void colsum_part_k(float *part, const float *x, const uint16_t *x16, uint16_t *copy16, const float *dy,
-                              const uint16_t *dy16, int rnd, const float *mean, const float *rstd, int N, int ncols,
-                              int ld, int R, int mode) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
-    if (c >= ncols) return;
-    const int per = (N + R - 1) / R, n0 = r * per, n1 = min(N, n0 + per);
-    float a = 0.0f, bsum = 0.0f;
-    for (int n = n0; n < n1; n++) {
-        if (mode == 0) {
-            const float v = get(x, x16, (size_t)n * ld + c);
-            a += v;
-            if (copy16) copy16[(size_t)n * ncols + c] = bf16_bits(v);
-        } else if (mode == 1) {
-            float g = get_r(dy, dy16, (size_t)n * ncols + c, rnd);
-            a += g * (x[(size_t)n * ncols + c] - mean[n]) * rstd[n];
-            bsum += g;
-        } else {
-            a += get_r(dy, dy16, (size_t)n * ncols + c, rnd) * x[(size_t)n * ncols + c] * rstd[n];
-        }
-    }
-    part[(size_t)r * ncols + c] = a;
-    if (mode == 1) part[(size_t)(R + r) * ncols + c] = bsum;
-}
-/* Stage 2: out[c] += sum over the chunks in order (out2 likewise from the second half). */
-__global__ void colsum_finish_k(float *out, float *out2, const float *part, int ncols, int R) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= ncols) return;
-    float a = 0.0f, b = 0.0f;
-    for (int r = 0; r < R; r++) a += part[(size_t)r * ncols + c];
-    out[c] += a;
-    if (out2) {
-        for (int r = 0; r < R; r++) b += part[(size_t)(R + r) * ncols + c];
-        out2[c] += b;
-    }
-}
-
-/* A norm's whole backward in one pass over dy and x (mean NULL: RMSNorm): dinp as the
- * warp-per-row kernels above (the same expressions, so the same bits), and the weight (and
- * bias) gradients' partial column sums of the block's rows, in a fixed order: block g owns
- * rows [g * per, (g + 1) * per), its warp i the rows i, i + NW, ... of them, each lane its
- * columns lane + 32k (k < K) in registers; the warps' sums are then added in warp order into
- * part[g] (and part[G + g]), which colsum_finish_k adds in block order. Deterministic, one
- * read of dy and x where the dx kernel and the column-sum pass each read both. */
-template <int K>
-__global__ void __launch_bounds__(BS) norm_bwd_fused_k(float *dinp, float *part, const float *dout,
-                                                       const uint16_t *dout16, int rnd, const float *inp,
-                                                       const float *w, const float *mean, const float *rstd, int N,
-                                                       int C, int per) {
-    __shared__ float red[2][32 * K];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, NW = blockDim.x >> 5, g = blockIdx.x;
-    const int n0 = g * per, n1 = min(N, n0 + per);
-    float wv[K], aw[K], ab[K];
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        const int c = lane + 32 * k;
-        wv[k] = c < C ? w[c] : 0.0f;
-        aw[k] = ab[k] = 0.0f;
-    }
-    for (int n = n0 + warp; n < n1; n += NW) {
-        const size_t o = (size_t)n * C;
-        const float *x = inp + o;
-        float *dx = dinp + o;
-        const float s = rstd[n];
-        if (mean) {
-            const float m = mean[n];
-            float dmean = 0.0f, dnx = 0.0f;
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int c = lane + 32 * k;
-                if (c >= C) break;
-                float dn = wv[k] * get_r(dout, dout16, o + c, rnd);
-                dmean += dn;
-                dnx += dn * (x[c] - m) * s;
-            }
-            dmean = warp_sum(dmean) / C;
-            dnx = warp_sum(dnx) / C;
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int c = lane + 32 * k;
-                if (c >= C) break;
-                const float gy = get_r(dout, dout16, o + c, rnd), nx = (x[c] - m) * s;
-                dx[c] += s * (wv[k] * gy - dmean - nx * dnx);
-                aw[k] += gy * (x[c] - m) * s;
-                ab[k] += gy;
-            }
-        } else {
-            float dot = 0.0f;
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int c = lane + 32 * k;
-                if (c >= C) break;
-                dot += wv[k] * get_r(dout, dout16, o + c, rnd) * x[c];
-            }
-            dot = warp_sum(dot) * (s * s / C);
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int c = lane + 32 * k;
-                if (c >= C) break;
-                const float gy = get_r(dout, dout16, o + c, rnd);
-                dx[c] += s * (wv[k] * gy - x[c] * dot);
-                aw[k] += gy * x[c] * s;
-            }
-        }
-    }
-    for (int i = 0; i < NW; i++) {            /* the warps' sums, in warp order */
-        if (warp == i)
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int c = lane + 32 * k;
-                if (c >= C) break;
-                red[0][c] = i ? red[0][c] + aw[k] : aw[k];
-                red[1][c] = i ? red[1][c] + ab[k] : ab[k];
-            }
-        __syncthreads();
-    }
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        part[(size_t)g * C + c] = red[0][c];
-        if (mean) part[(size_t)(gridDim.x + g) * C + c] = red[1][c];
-    }
-}
-/* the fused backward for C up to 2048 (the lanes' column registers, K of 4 to 64); else 0 */
-static int norm_backward_fused(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16, int rnd,
-                               const float *inp, const float *w, const float *mean, const float *rstd, int N, int C,
-                               float *part) {
-    typedef void (*Kern)(float *, float *, const float *, const uint16_t *, int, const float *, const float *,
-                         const float *, const float *, int, int, int);
-    const int k = (C + 31) / 32;
-    const Kern kern = k <= 4 ? norm_bwd_fused_k<4> : k <= 8 ? norm_bwd_fused_k<8> : k <= 16 ? norm_bwd_fused_k<16>
-                    : k <= 24 ? norm_bwd_fused_k<24> : k <= 32 ? norm_bwd_fused_k<32> : k <= 48 ? norm_bwd_fused_k<48>
-                    : k <= 64 ? norm_bwd_fused_k<64> : NULL;
-    if (!kern || N <= 0) return 0;
-    /* 16 rows per block (2 per warp), at most cu_colsum_chunks(N) blocks: part's size */
-    const int G = min(cu_colsum_chunks(N), (N + 15) / 16), per = (N + G - 1) / G;
-    LAUNCH(kern, G, BS, 0, dinp, part, dout, dout16, rnd, inp, w, mean, rstd, N, C, per);
-    LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, db, part, C, G);
-    return 1;
-}
-
-extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16,
-                                      int rnd, const float *inp, const float *w, const float *mean, const float *rstd,
-                                      int N, int C, float *part, int fused) {
-    if (fused && norm_backward_fused(dinp, dw, db, dout, dout16, rnd, inp, w, mean, rstd, N, C, part)) return;
-    LAUNCH(layernorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, dout16, rnd, inp, w, mean, rstd, N, C);
-    const int R = cu_colsum_chunks(N);
-    dim3 g(blocks_for((size_t)C, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, NULL, dout, dout16, rnd, mean, rstd, N, C, C, R, 1);
-    LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, db, part, C, R);
-}
-
-extern "C" void cu_colsum_add(float *out, const float *x, const uint16_t *x16, uint16_t *copy16, int N, int ncols,
-                              int ld, float *part) {
-    const int R = cu_colsum_chunks(N);
-    dim3 g(blocks_for((size_t)ncols, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, x, x16, copy16, NULL, NULL, 0, NULL, NULL, N, ncols, ld, R, 0);
-    LAUNCH(colsum_finish_k, blocks_for((size_t)ncols, 128), 128, 0, out, NULL, part, ncols, R);
-}
-
-__global__ void rmsnorm_fwd_k(float *out, uint16_t *out16, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
-    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
-    const size_t o = (size_t)row * C;
-    float ss = 0.0f;
-    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
-    const float s = 1.0f / sqrtf(warp_sum(ss) / C + eps);
-    for (int c = lane; c < C; c += 32) put(out, out16, o + c, w[c] * (x[c] * s));
-    if (lane == 0) rstd[row] = s;
-}
-extern "C" void cu_rmsnorm_forward(float *out, uint16_t *out16, float *rstd, const float *inp, const float *w,
-                                   int N, int C, float eps) {
-    LAUNCH(rmsnorm_fwd_k, blocks_for((size_t)N, BS / 32), BS, 0, out, out16, rstd, inp, w, N, C, eps);
-}
-
 __global__ void rmsnorm_bwd_dx_k(float *dinp, const float *dout, const uint16_t *dout16, int rnd, const float *inp,
                                  const float *w, const float *rstd, int N, int C) {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -354,37 +371,345 @@ __global__ void rmsnorm_bwd_dx_k(float *dinp, const float *dout, const uint16_t 
     dot = warp_sum(dot) * (s * s / C);
     for (int c = lane; c < C; c += 32) dx[c] += s * (w[c] * get_r(dout, dout16, o + c, rnd) - x[c] * dot);
 }
-extern "C" void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const uint16_t *dout16, int rnd,
-                                    const float *inp, const float *w, const float *rstd, int N, int C, float *part,
-                                    int fused) {
-    if (fused && norm_backward_fused(dinp, dw, NULL, dout, dout16, rnd, inp, w, NULL, rstd, N, C, part)) return;
-    LAUNCH(rmsnorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, dout16, rnd, inp, w, rstd, N, C);
-    const int R = cu_colsum_chunks(N);
-    dim3 g(blocks_for((size_t)C, 128), R);
-    LAUNCH(colsum_part_k, g, 128, 0, part, inp, NULL, NULL, dout, dout16, rnd, NULL, rstd, N, C, C, R, 2);
-    LAUNCH(colsum_finish_k, blocks_for((size_t)C, 128), 128, 0, dw, NULL, part, C, R);
+/* Row chunks of the two-stage column reductions. */
+extern "C" int cu_colsum_chunks(int N) { return N < 256 ? (N > 0 ? N : 1) : 256; }
+
+/* a gradient's V elements i.. as get_r: from g16 (bf16), else from g, rounded first when rnd */
+template <int V> __device__ __forceinline__ void ldv_r(const float *g, const uint16_t *g16, size_t i, int rnd,
+                                                       float (&v)[V]) {
+    ldv<V>(g, g16, i, v);
+    if (!g16 && rnd)
+#pragma unroll
+        for (int e = 0; e < V; e++) v[e] = bf16_float(bf16_bits(v[e]));
 }
 
-__global__ void bias_broadcast_k(float *out, const float *b, int ncols, int ld, size_t n) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= n) return;
-    size_t r = idx / ncols;
-    int c = (int)(idx % ncols);
-    out[r * ld + c] = b[c];
+/* one row n of colsum_part_k: its loads (v: x, g: dy), then its sums */
+template <int V, int MODE>
+__device__ __forceinline__ void colsum_load(float (&v)[V], float (&g)[V], const float *x, const uint16_t *x16,
+                                            const float *dy, const uint16_t *dy16, int rnd, int n, int ncols, int ld,
+                                            int c) {
+    if (MODE == 0) {
+        ldv<V>(x, x16, (size_t)n * ld + c, v);
+    } else {
+        ldv_r<V>(dy, dy16, (size_t)n * ncols + c, rnd, g);
+        ldv<V>(x, NULL, (size_t)n * ncols + c, v);
+    }
+}
+template <int V, int MODE>
+__device__ __forceinline__ void colsum_add_row(float (&a)[V], float (&bsum)[V], const float (&v)[V],
+                                               const float (&g)[V], uint16_t *copy16, const float *mean,
+                                               const float *rstd, int n, int ncols, int c) {
+    if (MODE == 0) {
+#pragma unroll
+        for (int e = 0; e < V; e++) a[e] += v[e];
+        if (copy16) stv<V>(NULL, copy16, (size_t)n * ncols + c, v);
+    } else if (MODE == 1) {
+        const float m = mean[n], s = rstd[n];
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            a[e] += g[e] * (v[e] - m) * s;
+            bsum[e] += g[e];
+        }
+    } else {
+        const float s = rstd[n];
+#pragma unroll
+        for (int e = 0; e < V; e++) a[e] += g[e] * v[e] * s;
+    }
+}
+/* Stage 1: part[r, c] (and part[R + r, c]) = sums over the rows of chunk r, in row order.
+ * MODE 0: column sums of x (or x16, bf16), x rounded to bf16 into copy16 (packed) when
+ * given; MODE 1: LayerNorm dw (dy * xhat) and db (dy); MODE 2: RMSNorm dw (dy * x * rstd);
+ * dy read as get_r(dy, dy16, rnd) (cu_layernorm_backward). Each thread V consecutive columns
+ * (one 8- or 16-byte access per row and operand where the shapes and addresses allow it),
+ * the loads of U rows issued before their sums, which still add the rows one by one in
+ * order: the same order (and bits) for any V. */
+template <int V, int MODE>
+__global__ void colsum_part_k(float *part, const float *x, const uint16_t *x16, uint16_t *copy16, const float *dy,
+                              const uint16_t *dy16, int rnd, const float *mean, const float *rstd, int N, int ncols,
+                              int ld, int R) {
+    constexpr int U = V >= 8 ? 4 : 8;
+    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * V, r = blockIdx.y;
+    if (c >= ncols) return;
+    const int per = (N + R - 1) / R, n0 = r * per, n1 = min(N, n0 + per);
+    float a[V], bsum[V];
+#pragma unroll
+    for (int e = 0; e < V; e++) a[e] = bsum[e] = 0.0f;
+    int n = n0;
+    for (; n + U <= n1; n += U) {              /* U rows' loads in flight together */
+        float v[U][V], g[U][V];
+#pragma unroll
+        for (int u = 0; u < U; u++) colsum_load<V, MODE>(v[u], g[u], x, x16, dy, dy16, rnd, n + u, ncols, ld, c);
+#pragma unroll
+        for (int u = 0; u < U; u++) colsum_add_row<V, MODE>(a, bsum, v[u], g[u], copy16, mean, rstd, n + u, ncols, c);
+    }
+    for (; n < n1; n++) {
+        float v[V], g[V];
+        colsum_load<V, MODE>(v, g, x, x16, dy, dy16, rnd, n, ncols, ld, c);
+        colsum_add_row<V, MODE>(a, bsum, v, g, copy16, mean, rstd, n, ncols, c);
+    }
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        part[(size_t)r * ncols + c + e] = a[e];
+        if (MODE == 1) part[(size_t)(R + r) * ncols + c + e] = bsum[e];
+    }
+}
+/* Stage 1's launch: V = 8, 4 or 1, the most the shapes and addresses allow */
+static void colsum_part(float *part, const float *x, const uint16_t *x16, uint16_t *copy16, const float *dy,
+                        const uint16_t *dy16, int rnd, const float *mean, const float *rstd, int N, int ncols, int ld,
+                        int R, int mode) {
+    typedef void (*Kern)(float *, const float *, const uint16_t *, uint16_t *, const float *, const uint16_t *, int,
+                         const float *, const float *, int, int, int, int);
+    int V = 1;
+    if (mode == 0) {
+        /* per row: x16 8 elements at 16 bytes (or 4 at 8), x 4 at 16; copy16 V at 2 V bytes */
+        if (x16 && ncols % 8 == 0 && ld % 8 == 0 && al(x16, 16) && al(copy16, 16)) V = 8;
+        else if (ncols % 4 == 0 && ld % 4 == 0 && (x16 ? al(x16, 8) : al(x, 16)) && al(copy16, 8)) V = 4;
+    } else if (ncols % 4 == 0 && al(x, 16) && (dy16 ? al(dy16, 8) : al(dy, 16))) {
+        V = 4;
+    }
+    static const Kern K[3][3] = {{colsum_part_k<1, 0>, colsum_part_k<4, 0>, colsum_part_k<8, 0>},
+                                 {colsum_part_k<1, 1>, colsum_part_k<4, 1>, colsum_part_k<4, 1>},
+                                 {colsum_part_k<1, 2>, colsum_part_k<4, 2>, colsum_part_k<4, 2>}};
+    const Kern kern = K[mode][V == 8 ? 2 : V == 4 ? 1 : 0];
+    const size_t nv = (size_t)ncols / V;
+    const unsigned gx = blocks_for(nv, 128);
+    const int bs = (int)(((nv + gx - 1) / gx + 31) / 32 * 32);
+    LAUNCH(kern, dim3(gx, R), bs, 0, part, x, x16, copy16, dy, dy16, rnd, mean, rstd, N, ncols, ld, R);
+}
+
+/* Stage 2: out[c] += the sum of the R chunks' partials part[r, c] (blockIdx.y = 1: out2 from
+ * part[R + r, c]), in a fixed order: 16 groups of consecutive chunks, each added in order by
+ * a warp (its loads in flight together), then the 16 group sums in order. Blocks of 512
+ * threads over 32 columns. */
+#define FINISH_GROUPS 16
+__global__ void __launch_bounds__(32 * FINISH_GROUPS) colsum_finish_k(float *out, float *out2, const float *part,
+                                                                      int ncols, int R) {
+    __shared__ float sh[FINISH_GROUPS][32];
+    const int cl = threadIdx.x & 31, j = threadIdx.x >> 5, c = blockIdx.x * 32 + cl;
+    const float *p = part + (size_t)blockIdx.y * R * ncols;
+    const int r0 = (int)((long long)j * R / FINISH_GROUPS), r1 = (int)((long long)(j + 1) * R / FINISH_GROUPS);
+    float a = 0.0f;
+    if (c < ncols) {
+        int r = r0;
+        for (; r + 16 <= r1; r += 16) {
+            float t[16];
+#pragma unroll
+            for (int u = 0; u < 16; u++) t[u] = p[(size_t)(r + u) * ncols + c];
+#pragma unroll
+            for (int u = 0; u < 16; u++) a += t[u];
+        }
+        for (; r < r1; r++) a += p[(size_t)r * ncols + c];
+    }
+    sh[j][cl] = a;
+    __syncthreads();
+    if (j == 0 && c < ncols) {
+        float t = sh[0][cl];
+#pragma unroll
+        for (int i = 1; i < FINISH_GROUPS; i++) t += sh[i][cl];
+        (blockIdx.y ? out2 : out)[c] += t;
+    }
+}
+static void colsum_finish(float *out, float *out2, const float *part, int ncols, int R) {
+    LAUNCH(colsum_finish_k, dim3(blocks_for((size_t)ncols, 32), out2 ? 2 : 1), 32 * FINISH_GROUPS, 0, out, out2, part,
+           ncols, R);
+}
+
+/* dinp of a norm's backward (LN false: RMSNorm) in the float4 form (C a multiple of 4,
+ * 16-byte aligned rows; dout16 8-byte aligned): one warp per row, each lane its groups of 4
+ * columns 4 (lane + 32 i), one access per group and operand; the second pass reads dy and
+ * x again (from the cache). The same expressions as layernorm_bwd_dx_k / rmsnorm_bwd_dx_k,
+ * the row's sums added in another (fixed) order. */
+template <bool LN>
+__global__ void norm_bwd_dx_v4_k(float *dinp, const float *dout, const uint16_t *dout16, int rnd, const float *inp,
+                                 const float *w, const float *mean, const float *rstd, int N, int C) {
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const size_t o = (size_t)row * C;
+    const float *x = inp + o;
+    float *dx = dinp + o;
+    const float m = LN ? mean[row] : 0.0f, s = rstd[row];
+    float a1 = 0.0f, a2 = 0.0f;
+    for (int c = 4 * lane; c < C; c += 128) {
+        float g[4], xv[4], wv[4];
+        ldv_r<4>(dout, dout16, o + c, rnd, g);
+        ldv<4>(x, NULL, c, xv);
+        ldv<4>(w, NULL, c, wv);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (LN) {
+                float dn = wv[e] * g[e];
+                a1 += dn;
+                a2 += dn * (xv[e] - m) * s;
+            } else {
+                a1 += wv[e] * g[e] * xv[e];
+            }
+        }
+    }
+    const float dmean = LN ? warp_sum(a1) / C : 0.0f, dnx = LN ? warp_sum(a2) / C : 0.0f;
+    const float dot = LN ? 0.0f : warp_sum(a1) * (s * s / C);
+    for (int c = 4 * lane; c < C; c += 128) {
+        float g[4], xv[4], wv[4], d[4];
+        ldv_r<4>(dout, dout16, o + c, rnd, g);
+        ldv<4>(x, NULL, c, xv);
+        ldv<4>(w, NULL, c, wv);
+        ldv<4>(dx, NULL, c, d);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (LN) {
+                float nx = (xv[e] - m) * s;
+                d[e] += s * (wv[e] * g[e] - dmean - nx * dnx);
+            } else {
+                d[e] += s * (wv[e] * g[e] - xv[e] * dot);
+            }
+        }
+        stv<4>(dx, NULL, c, d);
+    }
+}
+
+/* A norm's backward: dinp by a warp per row (the float4 form where the shapes and addresses
+ * allow it), then the weight (and bias) gradients by the column-sum passes (colsum_part_k
+ * MODE 1 / 2, then colsum_finish_k): deterministic. On an H200 (GPT-2 124M, N = 8192,
+ * C = 768) this measured faster than the earlier one-pass kernel (dinp and both column sums
+ * from one read of dy and x), whose per-lane column accumulators held it to 16 warps per SM:
+ * 46 / 58 us against 72 / 99 us (dy in bf16 / fp32 rounded), though it reads dy and x twice. */
+static void norm_backward(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16, int rnd,
+                          const float *inp, const float *w, const float *mean, const float *rstd, int N, int C,
+                          float *part) {
+    if (N <= 0 || C <= 0) return;
+    const int v4 = C % 4 == 0 && al(inp, 16) && al(dinp, 16) && al(w, 16) && (dout16 ? al(dout16, 8) : al(dout, 16));
+    if (v4 && mean)
+        LAUNCH(norm_bwd_dx_v4_k<true>, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, dout16, rnd, inp, w, mean,
+               rstd, N, C);
+    else if (v4)
+        LAUNCH(norm_bwd_dx_v4_k<false>, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, dout16, rnd, inp, w, mean,
+               rstd, N, C);
+    else if (mean)
+        LAUNCH(layernorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, dout16, rnd, inp, w, mean, rstd,
+               N, C);
+    else
+        LAUNCH(rmsnorm_bwd_dx_k, blocks_for((size_t)N, BS / 32), BS, 0, dinp, dout, dout16, rnd, inp, w, rstd, N, C);
+    const int R = cu_colsum_chunks(N);
+    colsum_part(part, inp, NULL, NULL, dout, dout16, rnd, mean, rstd, N, C, C, R, mean ? 1 : 2);
+    colsum_finish(dw, mean ? db : NULL, part, C, R);
+}
+
+extern "C" void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16,
+                                      int rnd, const float *inp, const float *w, const float *mean, const float *rstd,
+                                      int N, int C, float *part) {
+    norm_backward(dinp, dw, db, dout, dout16, rnd, inp, w, mean, rstd, N, C, part);
+}
+
+extern "C" void cu_colsum_add(float *out, const float *x, const uint16_t *x16, uint16_t *copy16, int N, int ncols,
+                              int ld, float *part) {
+    if (N <= 0 || ncols <= 0) return;
+    const int R = cu_colsum_chunks(N);
+    colsum_part(part, x, x16, copy16, NULL, NULL, 0, NULL, NULL, N, ncols, ld, R, 0);
+    colsum_finish(out, NULL, part, ncols, R);
+}
+
+__global__ void rmsnorm_fwd_k(float *out, uint16_t *out16, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    const size_t o = (size_t)row * C;
+    float ss = 0.0f;
+    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+    const float s = 1.0f / sqrtf(warp_sum(ss) / C + eps);
+    for (int c = lane; c < C; c += 32) put(out, out16, o + c, w[c] * (x[c] * s));
+    if (lane == 0) rstd[row] = s;
+}
+/* the float4 form, as layernorm_fwd_v4_k */
+template <int K4>
+__global__ void rmsnorm_fwd_v4_k(float *out, uint16_t *out16, float *rstd, const float *inp, const float *w, int N,
+                                 int C, float eps) {
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    const size_t o = (size_t)row * C;
+    float xv[K4][4];
+#pragma unroll
+    for (int i = 0; i < K4; i++) {
+        if (4 * (lane + 32 * i) < C) ldv<4>(x, NULL, 4 * (lane + 32 * i), xv[i]);
+        else xv[i][0] = xv[i][1] = xv[i][2] = xv[i][3] = 0.0f;
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < K4; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) ss += xv[i][e] * xv[i][e];
+    const float s = 1.0f / sqrtf(warp_sum(ss) / C + eps);
+#pragma unroll
+    for (int i = 0; i < K4; i++) {
+        const int c = 4 * (lane + 32 * i);
+        if (c >= C) break;
+        float wv[4], y[4];
+        ldv<4>(w, NULL, c, wv);
+#pragma unroll
+        for (int e = 0; e < 4; e++) y[e] = wv[e] * (xv[i][e] * s);
+        stv<4, true>(out, out16, o + c, y);
+    }
+    if (lane == 0) rstd[row] = s;
+}
+extern "C" void cu_rmsnorm_forward(float *out, uint16_t *out16, float *rstd, const float *inp, const float *w,
+                                   int N, int C, float eps) {
+    typedef void (*Kern)(float *, uint16_t *, float *, const float *, const float *, int, int, float);
+    if (N <= 0) return;
+    const int k4 = norm_k4(C, inp, w, NULL, out, out16);
+    const Kern kern = k4 == 1 ? rmsnorm_fwd_v4_k<1> : k4 == 2 ? rmsnorm_fwd_v4_k<2> : k4 == 4 ? rmsnorm_fwd_v4_k<4>
+                    : k4 == 6 ? rmsnorm_fwd_v4_k<6> : k4 == 8 ? rmsnorm_fwd_v4_k<8>
+                    : k4 == 12 ? rmsnorm_fwd_v4_k<12> : k4 == 16 ? rmsnorm_fwd_v4_k<16> : rmsnorm_fwd_k;
+    LAUNCH(kern, blocks_for((size_t)N, BS / 32), BS, 0, out, out16, rstd, inp, w, N, C, eps);
+}
+
+extern "C" void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const uint16_t *dout16, int rnd,
+                                    const float *inp, const float *w, const float *rstd, int N, int C, float *part) {
+    norm_backward(dinp, dw, NULL, dout, dout16, rnd, inp, w, NULL, rstd, N, C, part);
+}
+
+/* The row kernels below: blockIdx.y strides over the rows, threads over groups of V
+ * consecutive columns (no division per element); V > 1 where the row lengths and the
+ * addresses allow V-element accesses, checked by the launches. */
+template <int V>
+__global__ void bias_broadcast_k(float *out, const float *b, int N, int ncols, int ld) {
+    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (c >= ncols) return;
+    float v[V];
+    ldv<V>(b, NULL, c, v);
+    for (size_t r = blockIdx.y; r < (size_t)N; r += gridDim.y) stv<V>(out, NULL, r * ld + c, v);
 }
 extern "C" void cu_bias_broadcast(float *out, const float *b, int N, int ncols, int ld) {
-    size_t n = (size_t)N * ncols;
-    LAUNCH(bias_broadcast_k, blocks_for(n, BS), BS, 0, out, b, ncols, ld, n);
+    if (N <= 0 || ncols <= 0) return;
+    const int V = ncols % 4 == 0 && ld % 4 == 0 && al(out, 16) && al(b, 16) ? 4 : 1;
+    dim3 g;
+    int bs;
+    rows_grid((size_t)N, (size_t)ncols / V, &g, &bs);
+    if (V == 4) LAUNCH(bias_broadcast_k<4>, g, bs, 0, out, b, N, ncols, ld);
+    else LAUNCH(bias_broadcast_k<1>, g, bs, 0, out, b, N, ncols, ld);
 }
 
-__global__ void bias_residual_k(float *out, const float *res, const float *b, int ncols, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    out[i] = b ? res[i] + b[i % (size_t)ncols] : res[i];
+template <int V>
+__global__ void bias_residual_k(float *out, const float *res, const float *b, int N, int ncols) {
+    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (c >= ncols) return;
+    float bv[V];
+    if (b) ldv<V>(b, NULL, c, bv);
+    for (size_t r = blockIdx.y; r < (size_t)N; r += gridDim.y) {
+        float v[V];
+        ldv<V>(res, NULL, r * ncols + c, v);
+        if (b)
+#pragma unroll
+            for (int e = 0; e < V; e++) v[e] = v[e] + bv[e];
+        stv<V>(out, NULL, r * ncols + c, v);
+    }
 }
 extern "C" void cu_bias_residual(float *out, const float *res, const float *b, int N, int ncols) {
-    size_t n = (size_t)N * ncols;
-    LAUNCH(bias_residual_k, blocks_for(n, BS), BS, 0, out, res, b, ncols, n);
+    if (N <= 0 || ncols <= 0) return;
+    const int V = ncols % 4 == 0 && al(out, 16) && al(res, 16) && al(b, 16) ? 4 : 1;
+    dim3 g;
+    int bs;
+    rows_grid((size_t)N, (size_t)ncols / V, &g, &bs);
+    if (V == 4) LAUNCH(bias_residual_k<4>, g, bs, 0, out, res, b, N, ncols);
+    else LAUNCH(bias_residual_k<1>, g, bs, 0, out, res, b, N, ncols);
 }
 
 /* ----------------------------------------------------------------- elementwise */
@@ -397,7 +722,10 @@ extern "C" void cu_bias_residual(float *out, const float *res, const float *b, i
  * They take the c_fc bias b (F, or NULL): x = h + b is written back in h's place (rounded
  * to bf16 in inp16, and activated as rounded: the backward reads what the forward used), so
  * the GEMM before runs without it. The backward reads dout or dout16 and writes dinp or
- * dinp16 (fp32, or bf16 when that is only a GEMM's operand). */
+ * dinp16 (fp32, or bf16 when that is only a GEMM's operand).
+ * The forwards run over rows of F (the last one partial when F does not divide n: then
+ * V = 1), the backwards over the n elements, V consecutive ones per thread (the tail, past
+ * the last whole group of V, one by one). */
 __device__ __forceinline__ float gelu_grad(float x, int tanh_approx) {
     if (!tanh_approx) return 0.5f * (1.0f + erff(x * INV_SQRT2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x);
     float u = SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);
@@ -405,80 +733,152 @@ __device__ __forceinline__ float gelu_grad(float x, int tanh_approx) {
     float du = SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
-__global__ void gelu_fwd_k(float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F, size_t n,
-                           int tanh_approx) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float x = get(inp, inp16, i);
-    if (b) x = put_get(inp, inp16, i, x + b[i % (size_t)F]);
-    put(out, out16, i, tanh_approx ? 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)))
-                                   : 0.5f * x * (1.0f + erff(x * INV_SQRT2)));
+__device__ __forceinline__ float gelu_fwd(float x, int tanh_approx) {
+    return tanh_approx ? 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)))
+                       : 0.5f * x * (1.0f + erff(x * INV_SQRT2));
+}
+/* the pre-activation with its bias, written back and returned as stored (put_get) */
+template <int V>
+__device__ __forceinline__ void add_bias_in_place(float *inp, uint16_t *inp16, const float *b, size_t i, int c,
+                                                  float (&x)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        x[k] = x[k] + b[c + k];
+        if (inp16) x[k] = bf16_float(bf16_bits(x[k]));
+    }
+    stv<V, true>(inp, inp16, i, x);
+}
+/* ACT 0: GELU (erf), 1: GELU (tanh), 2: ReLU */
+template <int ACT> __device__ __forceinline__ float act_fwd(float x) {
+    return ACT == 2 ? (x > 0.0f ? x : 0.0f) : gelu_fwd(x, ACT);
+}
+template <int V, int ACT>
+__global__ void act_fwd_k(float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F, size_t n) {
+    const size_t rows = (n + F - 1) / F;
+    for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const size_t o = r * F;
+        const int cols = n - o < (size_t)F ? (int)(n - o) : F;
+        for (int c = (blockIdx.x * blockDim.x + threadIdx.x) * V; c < cols; c += gridDim.x * blockDim.x * V) {
+            float x[V], y[V];
+            ldv<V>(inp, inp16, o + c, x);
+            if (b) add_bias_in_place<V>(inp, inp16, b, o + c, c, x);
+#pragma unroll
+            for (int k = 0; k < V; k++) y[k] = act_fwd<ACT>(x[k]);
+            stv<V, ACT != 2>(out, out16, o + c, y);
+        }
+    }
+}
+static void act_forward(int act, float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F,
+                        size_t n) {
+    typedef void (*Kern)(float *, uint16_t *, float *, uint16_t *, const float *, int, size_t);
+    if (n == 0 || F <= 0) return;
+    const int V = F % 8 == 0 && n % F == 0 && al(out, 16) && al(out16, 16) && al(inp, 16) && al(inp16, 16) ? 8 : 1;
+    static const Kern K[2][3] = {{act_fwd_k<1, 0>, act_fwd_k<1, 1>, act_fwd_k<1, 2>},
+                                 {act_fwd_k<8, 0>, act_fwd_k<8, 1>, act_fwd_k<8, 2>}};
+    dim3 g;
+    int bs;
+    rows_grid((n + F - 1) / F, ((size_t)F + V - 1) / V, &g, &bs);
+    LAUNCH(K[V == 8][act], g, bs, 0, out, out16, inp, inp16, b, F, n);
 }
 extern "C" void cu_gelu_forward(float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F,
                                 size_t n, int tanh_approx) {
-    LAUNCH(gelu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, inp16, b, F, n, tanh_approx);
-}
-
-__global__ void gelu_bwd_k(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16, const float *dout,
-                           const uint16_t *dout16, size_t n, int tanh_approx) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    put(dinp, dinp16, i, gelu_grad(get(inp, inp16, i), tanh_approx) * get(dout, dout16, i));
-}
-extern "C" void cu_gelu_backward(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16,
-                                 const float *dout, const uint16_t *dout16, size_t n, int tanh_approx) {
-    LAUNCH(gelu_bwd_k, blocks_for(n, BS), BS, 0, dinp, dinp16, inp, inp16, dout, dout16, n, tanh_approx);
-}
-
-__global__ void relu_fwd_k(float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float x = get(inp, inp16, i);
-    if (b) x = put_get(inp, inp16, i, x + b[i % (size_t)F]);
-    put(out, out16, i, x > 0.0f ? x : 0.0f);
-}
-__global__ void relu_bwd_k(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16, const float *dout,
-                           const uint16_t *dout16, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) put(dinp, dinp16, i, get(inp, inp16, i) > 0.0f ? get(dout, dout16, i) : 0.0f);
+    act_forward(tanh_approx ? 1 : 0, out, out16, inp, inp16, b, F, n);
 }
 extern "C" void cu_relu_forward(float *out, uint16_t *out16, float *inp, uint16_t *inp16, const float *b, int F,
                                 size_t n) {
-    LAUNCH(relu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, inp, inp16, b, F, n);
+    act_forward(2, out, out16, inp, inp16, b, F, n);
+}
+
+/* ACT as act_fwd_k: dinp = act'(x) * dout */
+template <int ACT> __device__ __forceinline__ float act_bwd(float x, float d) {
+    return ACT == 2 ? (x > 0.0f ? d : 0.0f) : gelu_grad(x, ACT) * d;
+}
+template <int V, int ACT>
+__global__ void act_bwd_k(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16, const float *dout,
+                          const uint16_t *dout16, size_t n) {
+    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (i >= n) return;
+    if (i + V <= n) {
+        float x[V], d[V], g[V];
+        ldv<V>(inp, inp16, i, x);
+        ldv<V>(dout, dout16, i, d);
+#pragma unroll
+        for (int k = 0; k < V; k++) g[k] = act_bwd<ACT>(x[k], d[k]);
+        stv<V, ACT != 2>(dinp, dinp16, i, g);       /* ReLU passes dout through: bf16_bits */
+    } else {
+        for (size_t j = i; j < n; j++) put(dinp, dinp16, j, act_bwd<ACT>(get(inp, inp16, j), get(dout, dout16, j)));
+    }
+}
+static void act_backward(int act, float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16,
+                         const float *dout, const uint16_t *dout16, size_t n) {
+    typedef void (*Kern)(float *, uint16_t *, const float *, const uint16_t *, const float *, const uint16_t *, size_t);
+    if (n == 0) return;
+    const int V = al(dinp, 16) && al(dinp16, 16) && al(inp, 16) && al(inp16, 16) && al(dout, 16) && al(dout16, 16)
+                ? 8 : 1;
+    static const Kern K[2][3] = {{act_bwd_k<1, 0>, act_bwd_k<1, 1>, act_bwd_k<1, 2>},
+                                 {act_bwd_k<8, 0>, act_bwd_k<8, 1>, act_bwd_k<8, 2>}};
+    LAUNCH(K[V == 8][act], blocks_for((n + V - 1) / V, BS), BS, 0, dinp, dinp16, inp, inp16, dout, dout16, n);
+}
+extern "C" void cu_gelu_backward(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16,
+                                 const float *dout, const uint16_t *dout16, size_t n, int tanh_approx) {
+    act_backward(tanh_approx ? 1 : 0, dinp, dinp16, inp, inp16, dout, dout16, n);
 }
 extern "C" void cu_relu_backward(float *dinp, uint16_t *dinp16, const float *inp, const uint16_t *inp16,
                                  const float *dout, const uint16_t *dout16, size_t n) {
-    LAUNCH(relu_bwd_k, blocks_for(n, BS), BS, 0, dinp, dinp16, inp, inp16, dout, dout16, n);
+    act_backward(2, dinp, dinp16, inp, inp16, dout, dout16, n);
 }
 
-/* h (N, 2F) = [a | b]: out = silu(a) * b */
-__global__ void swiglu_fwd_k(float *out, uint16_t *out16, const float *h, const uint16_t *h16, int F, size_t n) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= n) return;
-    size_t r = idx / F;
-    int f = (int)(idx % F);
-    float a = get(h, h16, r * 2 * F + f), b = get(h, h16, r * 2 * F + F + f);
-    put(out, out16, idx, a / (1.0f + expf(-a)) * b);
+/* h (N, 2F) = [a | b]: out = silu(a) * b; rows as act_fwd_k */
+template <int V>
+__global__ void swiglu_fwd_k(float *out, uint16_t *out16, const float *h, const uint16_t *h16, int N, int F) {
+    for (size_t r = blockIdx.y; r < (size_t)N; r += gridDim.y)
+        for (int f = (blockIdx.x * blockDim.x + threadIdx.x) * V; f < F; f += gridDim.x * blockDim.x * V) {
+            float a[V], b[V], y[V];
+            ldv<V>(h, h16, r * 2 * F + f, a);
+            ldv<V>(h, h16, r * 2 * F + F + f, b);
+#pragma unroll
+            for (int k = 0; k < V; k++) y[k] = a[k] / (1.0f + expf(-a[k])) * b[k];
+            stv<V, true>(out, out16, r * F + f, y);
+        }
 }
+template <int V>
 __global__ void swiglu_bwd_k(float *dh, uint16_t *dh16, const float *h, const uint16_t *h16, const float *dout,
-                             const uint16_t *dout16, int F, size_t n) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= n) return;
-    size_t r = idx / F;
-    int f = (int)(idx % F);
-    float a = get(h, h16, r * 2 * F + f), b = get(h, h16, r * 2 * F + F + f), dy = get(dout, dout16, idx);
-    float sg = 1.0f / (1.0f + expf(-a)), silu = a * sg;
-    put(dh, dh16, r * 2 * F + f, dy * b * sg * (1.0f + a * (1.0f - sg)));
-    put(dh, dh16, r * 2 * F + F + f, dy * silu);
+                             const uint16_t *dout16, int N, int F) {
+    for (size_t r = blockIdx.y; r < (size_t)N; r += gridDim.y)
+        for (int f = (blockIdx.x * blockDim.x + threadIdx.x) * V; f < F; f += gridDim.x * blockDim.x * V) {
+            float a[V], b[V], dy[V], ga[V], gb[V];
+            ldv<V>(h, h16, r * 2 * F + f, a);
+            ldv<V>(h, h16, r * 2 * F + F + f, b);
+            ldv<V>(dout, dout16, r * F + f, dy);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                float sg = 1.0f / (1.0f + expf(-a[k])), silu = a[k] * sg;
+                ga[k] = dy[k] * b[k] * sg * (1.0f + a[k] * (1.0f - sg));
+                gb[k] = dy[k] * silu;
+            }
+            stv<V, true>(dh, dh16, r * 2 * F + f, ga);
+            stv<V, true>(dh, dh16, r * 2 * F + F + f, gb);
+        }
 }
 extern "C" void cu_swiglu_forward(float *out, uint16_t *out16, const float *h, const uint16_t *h16, int N, int F) {
-    size_t n = (size_t)N * F;
-    LAUNCH(swiglu_fwd_k, blocks_for(n, BS), BS, 0, out, out16, h, h16, F, n);
+    if (N <= 0 || F <= 0) return;
+    const int V = F % 8 == 0 && al(out, 16) && al(out16, 16) && al(h, 16) && al(h16, 16) ? 8 : 1;
+    dim3 g;
+    int bs;
+    rows_grid((size_t)N, ((size_t)F + V - 1) / V, &g, &bs);
+    if (V == 8) LAUNCH(swiglu_fwd_k<8>, g, bs, 0, out, out16, h, h16, N, F);
+    else LAUNCH(swiglu_fwd_k<1>, g, bs, 0, out, out16, h, h16, N, F);
 }
 extern "C" void cu_swiglu_backward(float *dh, uint16_t *dh16, const float *h, const uint16_t *h16, const float *dout,
                                    const uint16_t *dout16, int N, int F) {
-    size_t n = (size_t)N * F;
-    LAUNCH(swiglu_bwd_k, blocks_for(n, BS), BS, 0, dh, dh16, h, h16, dout, dout16, F, n);
+    if (N <= 0 || F <= 0) return;
+    const int V = F % 8 == 0 && al(dh, 16) && al(dh16, 16) && al(h, 16) && al(h16, 16) && al(dout, 16) &&
+                  al(dout16, 16) ? 8 : 1;
+    dim3 g;
+    int bs;
+    rows_grid((size_t)N, ((size_t)F + V - 1) / V, &g, &bs);
+    if (V == 8) LAUNCH(swiglu_bwd_k<8>, g, bs, 0, dh, dh16, h, h16, dout, dout16, N, F);
+    else LAUNCH(swiglu_bwd_k<1>, g, bs, 0, dh, dh16, h, h16, dout, dout16, N, F);
 }
 
 /* one thread per rotated pair (bt, head, j) */
@@ -606,9 +1006,153 @@ __global__ void crossentropy_k(float *logits, uint16_t *z16, float *losses, cons
     }
 #undef ZV
 }
+
+/* The bf16 path (z16): one read and one write of the logits. One block per row, the row
+ * copied once into shared memory (cp.async, 16 bytes per copy, no registers held), so that a
+ * block needs few registers and two rows share an SM, one's copy overlapping the other's
+ * arithmetic. Each thread works on the NV groups of 8 columns it copied, j = threadIdx.x +
+ * k blockDim.x, with no barrier before: it takes the max m of its values and the sum s of
+ * exp(x - m) (m = 0 when -inf: no values, or all -inf), then the block combines the (m, s)
+ * pairs (rescaling each sum to the larger max, a sum of 0 staying 0 as in crossentropy_k),
+ * lse = max + log(sum); then the gradient. A NaN logit makes its sum, so lse, the loss and
+ * the gradient NaN; a +inf one too (exp(inf - inf)), as in crossentropy_k. exp(x - c) is
+ * exp2f((x - c) log2(e)) (ex2.approx: a few ulp, far below the gradient's bf16 rounding;
+ * exactly 1 at x = c), but for the target's gradient, sc (p - 1), where p near 1 would
+ * cancel: that one is crossentropy_k's expression. The fp32 path (crossentropy_k,
+ * bit-for-bit with the CPU) keeps expf throughout. */
+#define CE_LOG2E 1.4426950408889634f
+__device__ __forceinline__ float ce_safe(float m) { return m == -INFINITY ? 0.0f : m; }
+/* s (relative to ce_safe(m)) relative to ce_safe(M), M >= m */
+__device__ __forceinline__ float ce_rescale(float s, float m, float M) {
+    return s == 0.0f ? 0.0f : s * exp2f((ce_safe(m) - ce_safe(M)) * CE_LOG2E);
+}
+__device__ __forceinline__ void ce_combine(float &m, float &s, float mo, float so) {
+    const float M = fmaxf(m, mo);
+    s = ce_rescale(s, m, M) + ce_rescale(so, mo, M);
+    m = M;
+}
+template <int NV>
+__global__ void __launch_bounds__(1024, 2) crossentropy16_k(uint16_t *z16, float *losses, const int32_t *targets,
+                                                            int V, int Vp, float row_scale, int backward) {
+    DYN_SMEM_BYTES(zbytes);                    /* the row, Vp bf16 */
+    __shared__ float shm[32], shs[32];
+    uint16_t *zs = (uint16_t *)zbytes;
+    const int r = blockIdx.x, T = blockDim.x, nvec = Vp >> 3, vfull = V >> 3;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = T >> 5;
+    uint16_t *zh = z16 + (size_t)r * Vp;
+    const int tgt = targets[r];
+    const float zt = threadIdx.x == 0 && tgt >= 0 ? bf16_float(zh[tgt]) : 0.0f;   /* before any write */
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int j = threadIdx.x + k * T;
+        if (j < nvec) cp_async16(zs + (size_t)j * 8, zh + (size_t)j * 8);
+    }
+    cp_commit();
+    cp_wait<0>();                              /* this thread's copies landed: all it reads */
+#define CE_X(q, e) ((e) & 1 ? bf16_hi(q[(e) >> 1]) : bf16_lo(q[(e) >> 1]))
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int j = threadIdx.x + k * T;
+        if (j >= nvec || j * 8 >= V) break;
+        uint32_t q[4];
+        ld_words<4>(zs + (size_t)j * 8, q);
+        if (j < vfull) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) m = fmaxf(m, CE_X(q, e));
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) if (j * 8 + e < V) m = fmaxf(m, CE_X(q, e));
+        }
+    }
+    const float ms = ce_safe(m);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int j = threadIdx.x + k * T;
+        if (j >= nvec || j * 8 >= V) break;
+        uint32_t q[4];
+        ld_words<4>(zs + (size_t)j * 8, q);
+        if (j < vfull) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) s += exp2f((CE_X(q, e) - ms) * CE_LOG2E);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) if (j * 8 + e < V) s += exp2f((CE_X(q, e) - ms) * CE_LOG2E);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float mo = __shfl_xor_sync(0xffffffffu, m, o), so = __shfl_xor_sync(0xffffffffu, s, o);
+        ce_combine(m, s, mo, so);
+    }
+    if (lane == 0) { shm[wid] = m; shs[wid] = s; }
+    __syncthreads();
+    if (wid == 0) {
+        m = lane < nw ? shm[lane] : -INFINITY;
+        s = lane < nw ? shs[lane] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float mo = __shfl_xor_sync(0xffffffffu, m, o), so = __shfl_xor_sync(0xffffffffu, s, o);
+            ce_combine(m, s, mo, so);
+        }
+        if (lane == 0) { shm[0] = m; shs[0] = s; }
+    }
+    __syncthreads();
+    const float lse = shm[0] + logf(shs[0]);
+    if (threadIdx.x == 0) losses[r] = tgt >= 0 ? lse - zt : 0.0f;
+    if (!backward) return;
+    const float sc = tgt >= 0 ? row_scale : 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int j = threadIdx.x + k * T;
+        if (j >= nvec) break;
+        uint32_t q[4], w[4];
+        ld_words<4>(zs + (size_t)j * 8, q);
+        float g[8];
+        if (j < vfull) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) g[e] = sc * exp2f((CE_X(q, e) - lse) * CE_LOG2E);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) g[e] = j * 8 + e < V ? sc * exp2f((CE_X(q, e) - lse) * CE_LOG2E) : 0.0f;
+        }
+        const int d = tgt - j * 8;
+        if ((unsigned)d < 8u && tgt < V)      /* the target's p - 1 cancels: expf there, as crossentropy_k */
+#pragma unroll
+            for (int e = 0; e < 8; e++) if (e == d) g[e] = sc * expf(CE_X(q, e) - lse) - sc;
+#pragma unroll
+        for (int e = 0; e < 4; e++) w[e] = bf16_pair_op(g[2 * e], g[2 * e + 1]);
+        st_words<4>(zh + (size_t)j * 8, w);
+    }
+#undef CE_X
+}
+/* a kernel with more than 48 KiB of dynamic shared memory says so before its launch (the
+ * setting is the current device's: made at every call, as the attention kernels do) */
+static int ce_smem_opt_in(const void *fn, size_t bytes) {
+    if (bytes <= 48 * 1024) return 1;
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess) {
+        (void)cudaGetLastError();             /* not sticky: the fallback kernel runs instead */
+        return 0;
+    }
+    return 1;
+}
 extern "C" void cu_crossentropy(float *logits, uint16_t *z16, float *losses, const int32_t *targets, int N, int V,
                                 int Vp, float row_scale, int backward) {
-    if (N > 0) LAUNCH(crossentropy_k, N, 512, 0, logits, z16, losses, targets, V, Vp, row_scale, backward);
+    typedef void (*Kern)(uint16_t *, float *, const int32_t *, int, int, float, int);
+    if (N <= 0) return;
+    if (z16 && Vp % 8 == 0 && al(z16, 16) && V > 0 && V <= Vp) {
+        /* NV groups of 8 per thread, the fewest with at most 1024 threads, blocks of whole warps */
+        const int nvec = Vp / 8;
+        const int nv = nvec <= 1024 ? 1 : nvec <= 2048 ? 2 : nvec <= 4096 ? 4 : nvec <= 8192 ? 8 : nvec <= 16384 ? 16 : 0;
+        const Kern kern = nv == 1 ? crossentropy16_k<1> : nv == 2 ? crossentropy16_k<2> : nv == 4 ? crossentropy16_k<4>
+                        : nv == 8 ? crossentropy16_k<8> : crossentropy16_k<16>;
+        const size_t smem = (size_t)Vp * 2;   /* the row; up to the opt-in limit (227 KiB: Vp up to ~116k) */
+        if (nv && ce_smem_opt_in((const void *)kern, smem)) {
+            const int T = ((nvec + nv - 1) / nv + 31) / 32 * 32;
+            LAUNCH(kern, N, T, smem, z16, losses, targets, V, Vp, row_scale, backward);
+            return;
+        }
+    }
+    LAUNCH(crossentropy_k, N, 512, 0, logits, z16, losses, targets, V, Vp, row_scale, backward);
 }
 
 /* ------------------------------------------------------------------- optimizer */

@@ -156,11 +156,6 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int
         return sk_error(SK_EINVAL, "SKIPLM_CUDA_ATTN_STAGES='%s': give 1 (one buffer per K/V tile) or 2 (two: the "
                         "next tile's copy overlaps this one's math, the default where the shared memory allows)", st);
     cm->attn_stages = st && !strcmp(st, "1") ? 1 : 0;
-    const char *nf = getenv("SKIPLM_CUDA_NORM_FUSED");
-    if (nf && *nf && strcmp(nf, "0") && strcmp(nf, "1"))
-        return sk_error(SK_EINVAL, "SKIPLM_CUDA_NORM_FUSED='%s': give 1 (a norm's backward in one pass, the "
-                        "default) or 0 (a dx kernel, then the weight gradients' column sums)", nf);
-    cm->norm_fused = !(nf && !strcmp(nf, "0"));
     const char *mg = getenv("SKIPLM_CUDA_ATTN_MERGE");
     if (mg && *mg && strcmp(mg, "0") && strcmp(mg, "1"))
         return sk_error(SK_EINVAL, "SKIPLM_CUDA_ATTN_MERGE='%s': give 1 (the attention of an SLA layer's heads, "
@@ -663,8 +658,8 @@ static int norm_backward(sk_cuda_model *cm, float *dinp, float *dw, float *db, c
     const sk_model *m = cm->m;
     const int rnd = cm->prec == SK_CUDA_BF16;
     if (m->cfg.family == SK_GPT2)
-        K(cu_layernorm_backward(dinp, dw, db, dout, dout16, rnd, inp, w, mean, rstd, N, m->C, cm->part, cm->norm_fused));
-    else K(cu_rmsnorm_backward(dinp, dw, dout, dout16, rnd, inp, w, rstd, N, m->C, cm->part, cm->norm_fused));
+        K(cu_layernorm_backward(dinp, dw, db, dout, dout16, rnd, inp, w, mean, rstd, N, m->C, cm->part));
+    else K(cu_rmsnorm_backward(dinp, dw, dout, dout16, rnd, inp, w, rstd, N, m->C, cm->part));
     return SK_OK;
 }
 /* act = f(h + b): c_fc's bias b (GPT-2; NULL for none) is added by the activation kernel,

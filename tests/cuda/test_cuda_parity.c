@@ -508,12 +508,12 @@ static void run_bf16_mlp_kernels(void) {
     }
 }
 
-/* The norms' backward (one pass: dinp and the weight and bias gradients' partial column
- * sums, then the partials in order; beyond C = 2048 a dx kernel and a column-sum pass)
- * against a double-precision host reference on the device's mean and rstd: dinp, dw and db,
- * all added to, within 1e-5 of the largest value (dinp) or of the sum of the terms' sizes
- * (dw, db). Shapes: rows of an odd width, fused and not (SKIPLM_CUDA_NORM_FUSED=0: dinp the
- * same bits); more rows than 16 x 256 (several rows per warp); C = 2051 (unfused).
+/* The norms' backward (a dx kernel, 16-byte accesses where C is a multiple of 4, then the
+ * weight and bias gradients' partial column sums and the partials in order) against a
+ * double-precision host reference on the device's mean and rstd: dinp, dw and db, all added
+ * to, within 1e-5 of the largest value (dinp) or of the sum of the terms' sizes (dw, db).
+ * Shapes: rows of an odd width and of a multiple of 4; more rows than 256 chunks of 16 (several
+ * rows per chunk); C = 2051.
  * In bf16 a norm's backward reads its input gradient as the GEMM that consumed the norm's
  * output wrote it: in bf16 (dout16), or, for q/k/v computed over several column ranges, as
  * the fp32 sum of their GEMMs rounded to bf16 on reading (rnd). Both must give the same bits
@@ -521,14 +521,13 @@ static void run_bf16_mlp_kernels(void) {
  * other bits (the rounding is real). */
 static void run_norm_kernels(void) {
     static const char *const NAME[2] = {"layernorm", "rmsnorm"};
-    static const int SHAPE[4][3] = {{37, 45, 1}, {37, 45, 0}, {4133, 40, 1}, {5, 2051, 1}};
-    float *dx_fused = NULL;               /* the fused path's dinp (37 x 45, layernorm then rmsnorm) */
+    static const int SHAPE[4][2] = {{37, 45}, {37, 44}, {4133, 40}, {5, 2051}};
     for (int sh = 0; sh < 4; sh++)
     for (int kind = 0; kind < 2; kind++) {
-        const int N = SHAPE[sh][0], C = SHAPE[sh][1], fused = SHAPE[sh][2];
+        const int N = SHAPE[sh][0], C = SHAPE[sh][1];
         const size_t n = (size_t)N * C;
         char name[64];
-        snprintf(name, sizeof name, "%s %dx%d%s", NAME[kind], N, C, fused ? "" : " unfused");
+        snprintf(name, sizeof name, "%s %dx%d", NAME[kind], N, C);
         float *x = malloc(n * 4), *g = malloc(n * 4), *gr = malloc(n * 4), *w = malloc(C * 4), *b = malloc(C * 4);
         float *d0 = malloc(n * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4), *res[4][3] = {{NULL}};
         uint16_t *g16 = malloc(n * 2);
@@ -564,8 +563,8 @@ static void run_norm_kernels(void) {
             const float *dg = v == 1 ? NULL : d_g;
             const uint16_t *dg16 = v == 1 ? d_g16 : NULL;
             if (kind == 0)
-                cu_layernorm_backward(d_dx, d_dw, d_db, dg, dg16, v == 2, d_x, d_w, d_mean, d_rstd, N, C, d_part, fused);
-            else cu_rmsnorm_backward(d_dx, d_dw, dg, dg16, v == 2, d_x, d_w, d_rstd, N, C, d_part, fused);
+                cu_layernorm_backward(d_dx, d_dw, d_db, dg, dg16, v == 2, d_x, d_w, d_mean, d_rstd, N, C, d_part);
+            else cu_rmsnorm_backward(d_dx, d_dw, dg, dg16, v == 2, d_x, d_w, d_rstd, N, C, d_part);
             cudaMemcpy(res[v][0], d_dx, n * 4, cudaMemcpyDeviceToHost);
             cudaMemcpy(res[v][1], d_dw, C * 4, cudaMemcpyDeviceToHost);
             cudaMemcpy(res[v][2], d_db, C * 4, cudaMemcpyDeviceToHost);
@@ -611,12 +610,6 @@ static void run_norm_kernels(void) {
                "norm backward %s, bf16: from dout16 %zu, from fp32 rounded on reading %zu values off the fp32 kernel's "
                "on the rounded gradient (must be 0); unrounded %zu off (must be most of the %zu)", name, off[1],
                off[2], off[3], n + (kind ? 1 : 2) * (size_t)C);
-        if (sh == 0 && kind == 0) dx_fused = malloc(2 * n * 4);
-        if (sh < 2 && dx_fused) {         /* the fused and the unfused dinp: the same expressions, the same bits */
-            if (sh == 0) memcpy(dx_fused + kind * n, res[0][0], n * 4);
-            else CHECK2(!memcmp(dx_fused + kind * n, res[0][0], n * 4),
-                        "norm backward %s: dinp the same bits as the fused kernel's", name);
-        }
     next:
         free(x); free(g); free(gr); free(w); free(b); free(d0); free(mean); free(rstd); free(g16);
         for (int v = 0; v < 4; v++)
@@ -624,7 +617,6 @@ static void run_norm_kernels(void) {
         cudaFree(d_x); cudaFree(d_g); cudaFree(d_w); cudaFree(d_b); cudaFree(d_out); cudaFree(d_mean); cudaFree(d_rstd);
         cudaFree(d_dx); cudaFree(d_dw); cudaFree(d_db); cudaFree(d_part); cudaFree(d_g16);
     }
-    free(dx_fused);
 }
 
 /* The bf16 tensor-core kernels against the fp32 kernels (themselves checked against the CPU

@@ -2,6 +2,13 @@
 # The GPU checks and benchmarks of docs/cuda.md ("First run on a GPU"), batched so that a
 # session with a short GPU lease runs them in a few calls, each well under 10 minutes:
 #
+#   bash scripts/gpu_session.sh quick   # the whole first look in one call (~6 min): the three parity
+#                                       # tests, GPT-2 124M training steps (T=1024 and 16384, fp32/TF32/
+#                                       # bf16, baseline and SLA), generation, and fp32 vs bf16 loss
+#                                       # curves on data/sotu-gpt2 when it is there
+#   bash scripts/gpu_session.sh final   # one short lease: the main figures, llm.c and PyTorch, the tests (~5 min)
+#   bash scripts/gpu_session.sh verify  # after a change: the parity tests and the training figures (~4 min)
+#   bash scripts/gpu_session.sh compare # skiplm vs llm.c (a prepared .bench/llmc) vs PyTorch, same GPU (~4 min)
 #   bash scripts/gpu_session.sh check   # nvidia-smi, make cuda, the three parity tests (~3 min)
 #   bash scripts/gpu_session.sh train   # GPT-2 124M training step: fp32/TF32/bf16, T=1024 and
 #                                       # T=16384, baseline and SLA alternated (~7 min)
@@ -26,9 +33,10 @@ fail=0
 
 say() { echo "== $*" | tee -a "$LOG"; }
 # run CMD...: print and log the command and its output; remember a failure
+# (TMO=S run ...: stop it after S seconds, so that one hang does not eat a short lease)
 run() {
     echo "\$ $*" | tee -a "$LOG"
-    "$@" 2>&1 | tee -a "$LOG"
+    if [ -n "${TMO:-}" ]; then timeout -k 5 "$TMO" "$@"; else "$@"; fi 2>&1 | tee -a "$LOG"
     local rc=${PIPESTATUS[0]}
     [ "$rc" = 0 ] || { echo "!! exit $rc: $*" | tee -a "$LOG"; fail=1; }
     return 0
@@ -49,12 +57,151 @@ build() {
 bench() { run $B bench --device cuda --preset gpt2 "$@"; }
 summary() {
     say "summary ($phase)"
-    tail -n +"$1" "$LOG" | grep -E '^(\$ .*bench|device:|train:|generate:|prefill:|total average|[0-9]+ passed|sample:|!! |profile:|decoding, per token|  all recorded ops)|GPU memory in use|max rel diff' |
+    tail -n +"$1" "$LOG" | grep -E '^(FAIL|torch:|step +(2|30)/|\$ .*bench|\$ .*train|device:|train:|generate:|prefill:|total average|[0-9]+ passed|sample:|!! |profile:|decoding, per token|  all recorded ops)|GPU memory in use|max rel diff' |
         tee -a "$LOG.summary"
 }
 
 start=$(($(wc -l < "$LOG" 2>/dev/null || echo 0) + 1))
 case "$phase" in
+quick)
+    say "quick: $(date -u)"
+    build
+    PY=${PY:-$(command -v python3)}
+    run nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+    TMO=150 run ./build-cuda/tests/cuda/test_cuda_parity
+    TMO=120 run ./build-cuda/tests/cuda/test_cuda_infer
+    TMO=150 run env SKIPLM="$PWD/$B" PY="$PY" bash tests/cuda/test_cuda_cli.sh
+    export TMO=60
+    for prec in --bf16 --tf32 ""; do
+        pk=""; [ "$prec" = --bf16 ] && pk="--peak-tflops ${PEAK_BF16:-989}"
+        bench --batch 8 --seq 1024 --steps 10 --no-gen $prec $pk
+        bench --batch 8 --seq 1024 --steps 10 --no-gen $prec $pk --sla
+        [ "$prec" = --bf16 ] || continue
+        bench --batch 8 --seq 1024 --steps 10 --no-gen $prec $pk --profile 2
+        bench --batch 8 --seq 1024 --steps 10 --no-gen $prec $pk --sla
+    done
+    for prec in --bf16 --tf32; do
+        bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen $prec
+        bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen $prec --sla
+    done
+    bench --no-train --gen 256 --seq 768 --bf16
+    bench --no-train --gen 256 --seq 768 --bf16 --sla
+    bench --no-train --gen 256 --seq 768
+    # fp32 against bf16 on real text: GPT-2 124M from scratch on data/sotu-gpt2 (skiplm prepare
+    # --tokenizer gpt2; carried from a machine with the corpus), the same seed and batches
+    if [ -f data/sotu-gpt2/train.bin ]; then
+        TMO=${TRAIN_TMO:-120}
+        for prec in fp32 bf16; do
+            flag=""; [ $prec = bf16 ] && flag=--bf16
+            run $B train --data data/sotu-gpt2 --out runs/curve-$prec --overwrite --preset gpt2 --batch 8 --seq 1024 \
+                --steps ${CURVE_STEPS:-150} --warmup 20 --lr 6e-4 --eval-every 50 --eval-batches 8 --ckpt-every 0 \
+                --print-every 10 --device cuda $flag
+            [ -n "${OUT:-}" ] && cp runs/curve-$prec/log.jsonl "$OUT/curve-$prec.jsonl" 2>/dev/null
+        done
+    fi
+    unset TMO
+    ;;
+verify)
+    # after a change: the three parity tests and the figures that moved (~4 min)
+    say "verify: $(date -u)"
+    build
+    PY=${PY:-$(command -v python3)}
+    TMO=150 run ./build-cuda/tests/cuda/test_cuda_parity
+    TMO=120 run ./build-cuda/tests/cuda/test_cuda_infer
+    TMO=150 run env SKIPLM="$PWD/$B" PY="$PY" bash tests/cuda/test_cuda_cli.sh
+    export TMO=60
+    pk="--peak-tflops ${PEAK_BF16:-989}"
+    R32="env SKIPLM_CUDA_MMA_ROWS=32"
+    bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk
+    bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --sla
+    run $R32 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk
+    bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
+    run $R32 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
+    bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --sla --profile 2
+    bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16 $pk --profile 1
+    bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16 $pk --sla --profile 1
+    run $R32 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16 $pk --profile 1
+    run $R32 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16 $pk --sla
+    run env SKIPLM_CUDA_ATTN_MERGE=0 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16 --sla
+    bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --tf32
+    bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --tf32 --sla
+    bench --batch 8 --seq 1024 --steps 10 --no-gen --tf32
+    bench --batch 8 --seq 1024 --steps 10 --no-gen --tf32 --sla
+    unset TMO
+    ;;
+compare)
+    # skiplm against llm.c's train_gpt2cu (a prepared build in .bench/llmc, docs/cuda.md) and
+    # PyTorch (bench/torch_gpu_bench.py: eager and torch.compile) on this GPU, alternated (~4 min)
+    say "compare: $(date -u)"
+    build
+    export TMO=${CMP_TMO:-100}
+    d=.bench/llmc
+    if [ -x $d/train_gpt2cu ]; then
+        (cd $d && mkdir -p data && python3 make_data.py data/rand 2000000 --val-tokens 40000 --seed 1337) >/dev/null 2>&1
+    fi
+    for bt in "8 1024" "32 1024"; do
+        set -- $bt
+        bench --batch $1 --seq $2 --steps 10 --no-gen --bf16 --peak-tflops ${PEAK_BF16:-989}
+        [ -x $d/train_gpt2cu ] && run bash -c "cd $d && ./train_gpt2cu -e d12 -b $1 -t $2 -x 30 -i data/rand_train.bin \
+            -j data/rand_val.bin -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|^step +(2|30)/'"
+        run python3 bench/torch_gpu_bench.py --batch $1 --seq $2
+    done
+    run python3 bench/torch_gpu_bench.py --batch 8 --seq 1024 --compile
+    bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16
+    run python3 bench/torch_gpu_bench.py --batch 1 --seq 16384 --steps 6 --warmup 2
+    unset TMO
+    ;;
+final)
+    # one short lease's worth, most wanted first (each command capped; what a cut lease
+    # leaves undone is at the end): the training figures (bf16, T=1024 and 16384, baseline
+    # and SLA, 16 and 32 rows per warp), llm.c and PyTorch on the same GPU, the CLI test,
+    # TF32, one launch per SLA source, the parity tests, the loss-curve yardsticks
+    say "final: $(date -u)"
+    build
+    PY=${PY:-$(command -v python3)}
+    pk="--peak-tflops ${PEAK_BF16:-989}"
+    R32="env SKIPLM_CUDA_MMA_ROWS=32"
+    L="--block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen"
+    export TMO=60
+    for sla in "" --sla; do
+        bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk $sla
+        run $R32 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk $sla
+    done
+    for sla in "" --sla; do
+        bench $L --bf16 $pk $sla --profile 1
+        run $R32 $B bench --device cuda --preset gpt2 $L --bf16 $pk $sla
+    done
+    d=.bench/llmc
+    if [ -x $d/train_gpt2cu ]; then
+        (cd $d && mkdir -p data && python3 make_data.py data/rand 2000000 --val-tokens 40000 --seed 1337) >/dev/null 2>&1
+        run bash -c "cd $d && ./train_gpt2cu -e d12 -b 8 -t 1024 -x 30 -i data/rand_train.bin -j data/rand_val.bin \
+            -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|^step +(2|30)/|rror'"
+    fi
+    run python3 bench/torch_gpu_bench.py --batch 8 --seq 1024
+    TMO=120 run env SKIPLM="$PWD/$B" PY="$PY" bash tests/cuda/test_cuda_cli.sh
+    bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
+    run $R32 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
+    for sla in "" --sla; do bench $L --tf32 $sla; done
+    for sla in "" --sla; do bench --batch 8 --seq 1024 --steps 10 --no-gen --tf32 $sla; done
+    run env SKIPLM_CUDA_ATTN_MERGE=0 $B bench --device cuda --preset gpt2 $L --bf16 --sla
+    TMO=120 run ./build-cuda/tests/cuda/test_cuda_parity
+    TMO=90 run ./build-cuda/tests/cuda/test_cuda_infer
+    if [ -f data/sotu-gpt2/train.bin ]; then
+        # the yardsticks of quick's fp32 / bf16 curves: TF32 GEMMs (same seed), fp32 with another seed
+        for v in tf32:--tf32:1337 fp32seed::1338; do
+            name=${v%%:*} rest=${v#*:}
+            run $B train --data data/sotu-gpt2 --out runs/curve-$name --overwrite --preset gpt2 --batch 8 --seq 1024 \
+                --steps 150 --warmup 20 --lr 6e-4 --eval-every 50 --eval-batches 8 --ckpt-every 0 --print-every 50 \
+                --device cuda --seed ${rest#*:} ${rest%%:*}
+            [ -n "${OUT:-}" ] && cp runs/curve-$name/log.jsonl "$OUT/curve-$name.jsonl" 2>/dev/null
+        done
+    fi
+    bench --batch 32 --seq 1024 --steps 10 --no-gen --bf16 $pk
+    [ -x $d/train_gpt2cu ] && run bash -c "cd $d && ./train_gpt2cu -e d12 -b 32 -t 1024 -x 20 -i data/rand_train.bin \
+        -j data/rand_val.bin -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|rror'"
+    run python3 bench/torch_gpu_bench.py --batch 8 --seq 1024 --compile
+    unset TMO
+    ;;
 check)
     say "check: $(date -u)"
     run nvidia-smi
@@ -94,9 +241,6 @@ train)
     # one buffer per walked attention tile (the copy of the next tile no longer under this one's math)
     run env SKIPLM_CUDA_ATTN_STAGES=1 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
         --steps 5 --no-gen --bf16 --profile 2
-    # the norms' backward as two passes (a dx kernel, then the weight gradients' column sums)
-    run env SKIPLM_CUDA_NORM_FUSED=0 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen \
-        --bf16 --profile 3
     ;;
 gen)
     say "gen: $(date -u)"

@@ -7,6 +7,7 @@
 #                                       # bf16, baseline and SLA), generation, and fp32 vs bf16 loss
 #                                       # curves on data/sotu-gpt2 when it is there
 #   bash scripts/gpu_session.sh final   # one short lease: the main figures, llm.c and PyTorch, the tests (~5 min)
+#   bash scripts/gpu_session.sh bf16check # bf16 vs fp32, skiplm and PyTorch autocast, same batches (~2 min)
 #   bash scripts/gpu_session.sh verify  # after a change: the parity tests and the training figures (~4 min)
 #   bash scripts/gpu_session.sh compare # skiplm vs llm.c (a prepared .bench/llmc) vs PyTorch, same GPU (~4 min)
 #   bash scripts/gpu_session.sh check   # nvidia-smi, make cuda, the three parity tests (~3 min)
@@ -57,7 +58,7 @@ build() {
 bench() { run $B bench --device cuda --preset gpt2 "$@"; }
 summary() {
     say "summary ($phase)"
-    tail -n +"$1" "$LOG" | grep -E '^(FAIL|torch:|step +(2|30)/|\$ .*bench|\$ .*train|device:|train:|generate:|prefill:|total average|[0-9]+ passed|sample:|!! |profile:|decoding, per token|  all recorded ops)|GPU memory in use|max rel diff' |
+    tail -n +"$1" "$LOG" | grep -E '^(FAIL|torch:|fp32: |bf16 - fp32|step +(2|30)/|\$ .*bench|\$ .*train|device:|train:|generate:|prefill:|total average|[0-9]+ passed|sample:|!! |profile:|decoding, per token|  all recorded ops)|GPU memory in use|max rel diff' |
         tee -a "$LOG.summary"
 }
 
@@ -201,6 +202,14 @@ final)
         -j data/rand_val.bin -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|rror'"
     run python3 bench/torch_gpu_bench.py --batch 8 --seq 1024 --compile
     unset TMO
+    ;;
+bf16check)
+    # bf16 against fp32 on the same batches and initial weights, skiplm and PyTorch autocast side
+    # by side (bench/bf16_curve.py; data/sotu-gpt2 carried; ~2 min): is bf16's offset the recipe's?
+    say "bf16check: $(date -u)"
+    build
+    TMO=400 run python3 bench/bf16_curve.py --skiplm $B --train data/sotu-gpt2/train.bin --steps ${CURVE_STEPS:-150} \
+        ${OUT:+--out $OUT/bf16_curve.json}
     ;;
 check)
     say "check: $(date -u)"

@@ -95,7 +95,7 @@ class CausalSelfSkipLayerAttention(nn.Module):
             k = torch.cat([k[:, :split], k_lo[:, split:]], dim=1)
             v = torch.cat([v[:, :split], v_lo[:, split:]], dim=1)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
         att = att.masked_fill(~mask, float("-inf"))
         att = F.softmax(att, dim=-1)
         att = self.attn_dropout(att)
@@ -149,7 +149,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None):
         B, T = idx.size()
-        pos = torch.arange(T, dtype=torch.long)
+        pos = torch.arange(T, dtype=torch.long, device=idx.device)
         pe = sinusoidal_table(self.cfg.block_size, self.cfg.n_embd)[:T] if self.cfg.sinusoidal else self.transformer.wpe(pos)
         x = self.transformer.drop(self.transformer.wte(idx) + pe)
         kv_store = []

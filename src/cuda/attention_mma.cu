@@ -6,7 +6,9 @@
  * softmax statistics and the output accumulator in fp32. (The backward: further down.)
  *
  * Forward. A block is NW warps (4, or 8 with cu_attn.mma_warps = 8) and 16 NW query rows (16 per
- * warp), and walks the visible keys in tiles of 64. Each warp keeps its Q rows as mma A
+ * warp; 32 with cu_attn.mma_rows = 32: MR = 2 row tiles per warp, each fragment of the walked
+ * tile serving both, the same products added in the same order; measured slower on an H200),
+ * and walks the visible keys in tiles of WT = 64. Each warp keeps its Q rows as mma A
  * fragments for the whole kernel. Per key tile:
  *   S = Q K^T   mma.m16n8k16, K's B fragments by ldmatrix (K rows are S's columns);
  *   softmax     in the accumulators: lane (g, t) holds rows g and g + 8 at columns

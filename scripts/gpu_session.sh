@@ -8,8 +8,6 @@
 #                                       # curves on data/sotu-gpt2 when it is there
 #   bash scripts/gpu_session.sh final   # one short lease: the main figures, llm.c and PyTorch, the tests (~5 min)
 #   bash scripts/gpu_session.sh bf16check # bf16 vs fp32, skiplm and PyTorch autocast, same batches (~2 min)
-#   bash scripts/gpu_session.sh verify  # after a change: the parity tests and the training figures (~4 min)
-#   bash scripts/gpu_session.sh compare # skiplm vs llm.c (a prepared .bench/llmc) vs PyTorch, same GPU (~4 min)
 #   bash scripts/gpu_session.sh check   # nvidia-smi, make cuda, the three parity tests (~3 min)
 #   bash scripts/gpu_session.sh train   # GPT-2 124M training step: fp32/TF32/bf16, T=1024 and
 #                                       # T=16384, baseline and SLA alternated (~7 min)
@@ -100,56 +98,6 @@ quick)
             [ -n "${OUT:-}" ] && cp runs/curve-$prec/log.jsonl "$OUT/curve-$prec.jsonl" 2>/dev/null
         done
     fi
-    unset TMO
-    ;;
-verify)
-    # after a change: the three parity tests and the figures that moved (~4 min)
-    say "verify: $(date -u)"
-    build
-    PY=${PY:-$(command -v python3)}
-    TMO=150 run ./build-cuda/tests/cuda/test_cuda_parity
-    TMO=120 run ./build-cuda/tests/cuda/test_cuda_infer
-    TMO=150 run env SKIPLM="$PWD/$B" PY="$PY" bash tests/cuda/test_cuda_cli.sh
-    export TMO=60
-    pk="--peak-tflops ${PEAK_BF16:-989}"
-    R32="env SKIPLM_CUDA_MMA_ROWS=32"
-    bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk
-    bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --sla
-    run $R32 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk
-    bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
-    run $R32 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
-    bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --sla --profile 2
-    bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16 $pk --profile 1
-    bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16 $pk --sla --profile 1
-    run $R32 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16 $pk --profile 1
-    run $R32 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16 $pk --sla
-    run env SKIPLM_CUDA_ATTN_MERGE=0 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16 --sla
-    bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --tf32
-    bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --tf32 --sla
-    bench --batch 8 --seq 1024 --steps 10 --no-gen --tf32
-    bench --batch 8 --seq 1024 --steps 10 --no-gen --tf32 --sla
-    unset TMO
-    ;;
-compare)
-    # skiplm against llm.c's train_gpt2cu (a prepared build in .bench/llmc, docs/cuda.md) and
-    # PyTorch (bench/torch_gpu_bench.py: eager and torch.compile) on this GPU, alternated (~4 min)
-    say "compare: $(date -u)"
-    build
-    export TMO=${CMP_TMO:-100}
-    d=.bench/llmc
-    if [ -x $d/train_gpt2cu ]; then
-        (cd $d && mkdir -p data && python3 make_data.py data/rand 2000000 --val-tokens 40000 --seed 1337) >/dev/null 2>&1
-    fi
-    for bt in "8 1024" "32 1024"; do
-        set -- $bt
-        bench --batch $1 --seq $2 --steps 10 --no-gen --bf16 --peak-tflops ${PEAK_BF16:-989}
-        [ -x $d/train_gpt2cu ] && run bash -c "cd $d && ./train_gpt2cu -e d12 -b $1 -t $2 -x 30 -i data/rand_train.bin \
-            -j data/rand_val.bin -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|^step +(2|30)/'"
-        run python3 bench/torch_gpu_bench.py --batch $1 --seq $2
-    done
-    run python3 bench/torch_gpu_bench.py --batch 8 --seq 1024 --compile
-    bench --block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen --bf16
-    run python3 bench/torch_gpu_bench.py --batch 1 --seq 16384 --steps 6 --warmup 2
     unset TMO
     ;;
 final)
@@ -332,7 +280,7 @@ PYEOF
     run /usr/bin/python3 tests/ref/compare_runs.py $d/zero $d/rep 1e-6
     ;;
 *)
-    echo "usage: bash scripts/gpu_session.sh check|train|gen|llmc|mpi   (log: \$LOG, default \$OUT/gpu_session.log)" >&2
+    echo "usage: bash scripts/gpu_session.sh quick|final|bf16check|check|train|gen|llmc|mpi   (log: \$LOG, default \$OUT/gpu_session.log)" >&2
     exit 2
     ;;
 esac

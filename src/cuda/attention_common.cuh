@@ -118,6 +118,11 @@ template <bool EXP2>
 __device__ __forceinline__ float exp_shift(float x, float m, float ml) {
     return EXP2 ? exp2f(fmaf(x, LOG2E, -ml)) : expf(x - m);
 }
+/* the running max's rescaling factor e^(m_old - m): exactly 1 while the max stays */
+template <bool EXP2>
+__device__ __forceinline__ float exp_rescale(float m_old, float m) {
+    return EXP2 ? exp2f((m_old - m) * LOG2E) : expf(m_old - m);
+}
 
 template <int RK, bool EXP2 = false>
 __device__ __forceinline__ float softmax_row(const cu_attn &a, float (&s)[RK], bool row_ok, int i, int j0, int nk,
@@ -137,7 +142,7 @@ __device__ __forceinline__ float softmax_row(const cu_attn &a, float (&s)[RK], b
         for (int jj = 0; jj < RK; jj++) s[jj] = 0.0f;
     } else {
         const float ml = mnew * LOG2E;
-        alpha = EXP2 ? exp2f((m - mnew) * LOG2E) : expf(m - mnew);     /* 1 while the max stays */
+        alpha = exp_rescale<EXP2>(m, mnew);
 #pragma unroll
         for (int jj = 0; jj < RK; jj++) { s[jj] = exp_shift<EXP2>(s[jj], mnew, ml); sum += s[jj]; }
     }

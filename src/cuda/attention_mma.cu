@@ -241,13 +241,13 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_fwd_k(cu_attn a, int vec) {
                 /* e^(x - m) as 2^(x log2 e - m log2 e): one FMA and the exp2 unit per score;
                  * alpha exactly 1 while the max stays (a wholly masked tile changes nothing) */
                 const float ml = mnew * LOG2E;
-                alpha = exp2f((m[mr][hi] - mnew) * LOG2E);
+                alpha = exp_rescale<true>(m[mr][hi], mnew);
 #pragma unroll
                 for (int n = 0; n < NS; n++)
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         float &x = s[mr][n][2 * hi + e];
-                        x = exp2f(fmaf(x, LOG2E, -ml));
+                        x = exp_shift<true>(x, mnew, ml);
                         sum += x;
                     }
             }
@@ -420,7 +420,7 @@ __device__ __forceinline__ void load_q_side_mma(const cu_attn &a, const float *d
  * of query i, key j: s becomes Z P, dp becomes dS. L2 = lse log2(e): P = 2^(S log2 e - L2). */
 __device__ __forceinline__ void bwd_element(const cu_attn &a, float &s, float &dp, bool ok, float L2, float di,
                                             uint64_t rk, int j) {
-    const float p = ok ? exp2f(fmaf(s, LOG2E, -L2)) : 0.0f;
+    const float p = ok ? exp_shift<true>(s, 0.0f, L2) : 0.0f;
     float z = 1.0f;
     if (a.dropout) z = (ok && keep(rk, j, a.thr)) ? a.inv_keep : 0.0f;
     dp = p * (z * dp - di);

@@ -278,19 +278,24 @@ __global__ void layernorm_fwd_k(float *out, uint16_t *out16, float *mean, float 
     for (int c = lane; c < C; c += 32) put(out, out16, o + c, (x[c] - m) * r * w[c] + (b ? b[c] : 0.0f));
     if (lane == 0) { if (mean) mean[row] = m; rstd[row] = r; }
 }
+/* a row of C floats into the warp's registers: lane holds columns 4 (lane + 32 i) .. + 3,
+ * zero past C (the float4 norm kernels) */
 template <int K4>
-__global__ void layernorm_fwd_v4_k(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
-                                   const float *w, const float *b, int N, int C, float eps) {
-    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= N) return;                      /* uniform over the warp */
-    const float *x = inp + (size_t)row * C;
-    const size_t o = (size_t)row * C;
-    float xv[K4][4];
+__device__ __forceinline__ void load_row4(const float *x, int C, int lane, float (&xv)[K4][4]) {
 #pragma unroll
     for (int i = 0; i < K4; i++) {
         if (4 * (lane + 32 * i) < C) ldv<4>(x, NULL, 4 * (lane + 32 * i), xv[i]);
         else xv[i][0] = xv[i][1] = xv[i][2] = xv[i][3] = 0.0f;
     }
+}
+template <int K4>
+__global__ void layernorm_fwd_v4_k(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
+                                   const float *w, const float *b, int N, int C, float eps) {
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;                      /* uniform over the warp */
+    const size_t o = (size_t)row * C;
+    float xv[K4][4];
+    load_row4(inp + o, C, lane, xv);
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < K4; i++)
@@ -624,14 +629,9 @@ __global__ void rmsnorm_fwd_v4_k(float *out, uint16_t *out16, float *rstd, const
                                  int C, float eps) {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
     const size_t o = (size_t)row * C;
     float xv[K4][4];
-#pragma unroll
-    for (int i = 0; i < K4; i++) {
-        if (4 * (lane + 32 * i) < C) ldv<4>(x, NULL, 4 * (lane + 32 * i), xv[i]);
-        else xv[i][0] = xv[i][1] = xv[i][2] = xv[i][3] = 0.0f;
-    }
+    load_row4(inp + o, C, lane, xv);
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < K4; i++)

@@ -560,6 +560,12 @@ static uint16_t *at16(const sk_cuda_model *cm, uint16_t *base, int l, size_t wid
     return base ? base + (size_t)l * cm->B * cm->T * width : NULL;
 }
 
+/* the dropout seed of layer l's attention call `part` (src/model.c's) */
+static uint64_t attn_seed(uint64_t seed, int l, int part) {
+    return sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) |
+           ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
+}
+
 /* The attention call `part` of layer l: src/model.c's attn_desc, same views, same seed. */
 static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int B, int T, float dropout,
                       uint64_t seed, int training, const sk_layer_acts *la) {
@@ -582,8 +588,7 @@ static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int 
     a->dropout = training && dropout > 0.0f;
     a->thr = (uint64_t)((double)dropout * 4294967296.0);
     a->inv_keep = a->dropout ? 1.0f / (1.0f - dropout) : 1.0f;
-    a->seed = sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) |
-              ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
+    a->seed = attn_seed(seed, l, part);
     a->lse = la->lse + (size_t)B * h0 * T;
     a->tc = cm->attn_tc;
     a->mma_warps = cm->attn_warps;
@@ -617,8 +622,7 @@ static void attn_desc_merged(const sk_cuda_model *cm, cu_attn *a, int l, int B, 
     a->H = m->H; a->Hkv = m->Hkv;
     a->q = la->qkv;
     a->out = la->atty;
-    uint16_t *o16 = at16(cm, cm->atty16, l, m->C);
-    a->out16 = o16;
+    a->out16 = at16(cm, cm->atty16, l, m->C);
     a->lse = la->lse;
     if (cm->qkv16) { a->q16 = qkv16_of(cm, l); a->dout16 = cm->dx16; }
     a->nruns = m->n_runs[l];
@@ -631,8 +635,7 @@ static void attn_desc_merged(const sk_cuda_model *cm, cu_attn *a, int l, int B, 
         u->v = src + vcol;
         if (cm->qkv16) { u->k16 = qkv16_of(cm, r->src) + kcol; u->v16 = qkv16_of(cm, r->src) + vcol; }
         if (backward) { u->dk = dqkv_of(cm, r->src) + kcol; u->dv = dqkv_of(cm, r->src) + vcol; }
-        u->seed = sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) |
-                  ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
+        u->seed = attn_seed(seed, l, part);
     }
 }
 

@@ -967,6 +967,7 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
             if (calls == 1 && m->n_runs[l] > 1) {
                 attn_desc_merged(cm, &d, l, B, T, drop, seed, 1, &la, 1);
                 const float *dout = datt16 ? NULL : a->dbtc2;
+                /* dk, dv: any non-NULL pair asks for dK/dV; each run adds into its own (d.run[]) */
                 PROF(d.tc ? "attention backward, tensor cores" : "attention backward",
                      TRY(attn_rc(cu_attn_backward(&d, dout, dqkv, d.run[0].dk, d.run[0].dv, cm->Di), "backward", l, 0)));
                 continue;

@@ -7,6 +7,7 @@
 #                                       # bf16, baseline and SLA), generation, and fp32 vs bf16 loss
 #                                       # curves on data/sotu-gpt2 when it is there
 #   bash scripts/gpu_session.sh final   # one short lease: the main figures, llm.c and PyTorch, the tests (~5 min)
+#   bash scripts/gpu_session.sh fused   # the fused attention backward against the split one, llm.c, the tests, bf16check (~8 min)
 #   bash scripts/gpu_session.sh bf16check # bf16 vs fp32, skiplm and PyTorch autocast, same batches (~2 min)
 #   bash scripts/gpu_session.sh check   # nvidia-smi, make cuda, the three parity tests (~3 min)
 #   bash scripts/gpu_session.sh train   # GPT-2 124M training step: fp32/TF32/bf16, T=1024 and
@@ -150,6 +151,44 @@ final)
         -j data/rand_val.bin -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|rror'"
     run python3 bench/torch_gpu_bench.py --batch 8 --seq 1024 --compile
     unset TMO
+    ;;
+fused)
+    # the fused attention backward (dQ added by the dK/dV kernel in key-tile order) against the
+    # split one (SKIPLM_CUDA_ATTN_BWD=split), alternated; its tests first; llm.c bracketed by
+    # ours; the other tests; then bf16check's curves (~8 min in all)
+    say "fused: $(date -u)"
+    build
+    PY=${PY:-$(command -v python3)}
+    pk="--peak-tflops ${PEAK_BF16:-989}"
+    SPLIT="env SKIPLM_CUDA_ATTN_BWD=split"
+    L="--block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen"
+    TMO=90 run ./build-cuda/tests/cuda/test_cuda_parity "tc attention"
+    export TMO=60
+    for rep in 1 2; do
+        bench --batch 8 --seq 1024 --steps 20 --no-gen --bf16 $pk
+        run $SPLIT $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 20 --no-gen --bf16 $pk
+    done
+    bench --batch 8 --seq 1024 --steps 20 --no-gen --bf16 $pk --sla
+    bench $L --bf16 $pk --profile 1
+    run $SPLIT $B bench --device cuda --preset gpt2 $L --bf16 $pk --profile 1
+    bench $L --bf16 $pk --sla
+    bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
+    d=.bench/llmc
+    if [ -x $d/train_gpt2cu ]; then
+        (cd $d && mkdir -p data && python3 make_data.py data/rand 2000000 --val-tokens 40000 --seed 1337) >/dev/null 2>&1
+        run bash -c "cd $d && ./train_gpt2cu -e d12 -b 8 -t 1024 -x 30 -i data/rand_train.bin -j data/rand_val.bin \
+            -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|^step +(2|30)/|rror'"
+        bench --batch 8 --seq 1024 --steps 20 --no-gen --bf16 $pk
+    fi
+    bench --batch 32 --seq 1024 --steps 10 --no-gen --bf16 $pk
+    TMO=120 run ./build-cuda/tests/cuda/test_cuda_parity
+    TMO=90 run ./build-cuda/tests/cuda/test_cuda_infer
+    TMO=150 run env SKIPLM="$PWD/$B" PY="$PY" bash tests/cuda/test_cuda_cli.sh
+    unset TMO
+    if [ -f data/sotu-gpt2/train.bin ]; then
+        TMO=300 run python3 bench/bf16_curve.py --skiplm $B --train data/sotu-gpt2/train.bin --steps ${CURVE_STEPS:-150} \
+            ${OUT:+--out $OUT/bf16_curve.json}
+    fi
     ;;
 bf16check)
     # bf16 against fp32 on the same batches and initial weights, skiplm and PyTorch autocast side

@@ -372,6 +372,12 @@ extern "C" int cu_attn_forward(const cu_attn *a) {
     return -1;
 }
 
+/* Di (B*H*Lq floats), then the fused backward's ticket and one counter per head and query
+ * tile of 16 rows or more, with room to spare */
+extern "C" size_t cu_attn_scratch(int B, int H, int Lq) {
+    return (size_t)B * H * Lq + (size_t)B * H * ((Lq + 15) / 16) + 16;
+}
+
 extern "C" int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, float *Di) {
     if (a->B < 1 || a->H < 1 || a->Lq < 1) return 0;
     if (a->D > 128) return -1;
@@ -380,7 +386,7 @@ extern "C" int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, 
     LAUNCH(attn_di_k, (unsigned)((rows + 7) / 8), 256, 0, *a, dout, Di);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
-    if (a->tc == 1) return cu_attn_mma_backward(a, dout, dq, dk, dv, Di);
+    if (a->tc == 1) return cu_attn_mma_backward(a, dout, dq, dk, dv, Di, (int *)(Di + rows));
     if (a->tc) return cu_attn_tc_backward(a, dout, dq, dk, dv, Di);
     if (a->D <= 16) return bwd_launch<16, 64, 64>(a, dout, dq, dk, dv, Di);
     if (a->D <= 32) return bwd_launch<32, 64, 64>(a, dout, dq, dk, dv, Di);

@@ -505,15 +505,38 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dq_k(cu_attn a, const float 
     }
 }
 
-template <int DM, int NW, int NB, int MR, int WT>
-__global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float *dout, float *dk, float *dv, const float *Di, int vec) {
+/* The dK/dV kernel; with FQ (the fused backward, 4 warps of 16 rows) it also computes dQ.
+ * Per walked query tile it then writes dS^T (bf16, the values dK's product rounds) to
+ * shared memory and each warp computes dQ's contribution for 16 query rows, dS K over the
+ * block's keys, and adds it to dq in global memory; the dQ kernel and its recomputation of
+ * S and dP (two of the seven products) are gone. The additions stay deterministic: the
+ * key tiles add into each query tile in ascending order, key tile kt after kt - 1 (a counter
+ * per head and query tile, released by kt - 1 once its additions are done: sems below). So
+ * that a block never waits for one that cannot run, blocks take their (key tile, kv head,
+ * batch) from a ticket in the order they start, key tile slowest: the block a block waits
+ * for started before it and waits only for earlier ones. Under the causal rule key tile kt
+ * starts on the query tile kt - 1 has just done, so the chain costs about one tile's time
+ * per block, and the heaviest tiles (the first keys) still start first. */
+template <int DM, int NW, int NB, int MR, int WT, bool FQ = false>
+__global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float *dout, float *dk, float *dv, const float *Di, int vec,
+                                                          float *dq, int *sync, int dq2) {
     typedef Mma<DM, NW, MR, WT> M;
     constexpr int S = M::S, NS = WT / 8, NO = DM / 8, NTH = M::NTH, RB = M::RB;
+    static_assert(!FQ || (NW == 4 && MR == 1 && WT == 16 * NW), "the fused backward: 4 warps of 16 rows");
     DYN_SMEM_BYTES(smem);
     uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + RB * S, *Qs = Vs + RB * S, *dOs = Qs + NB * WT * S;
     float *lse_s = (float *)(dOs + NB * WT * S), *di_s = lse_s + NB * WT;
+    uint16_t *dSs = (uint16_t *)(lse_s + 2 * (RB > NB * WT ? RB : NB * WT));   /* FQ: dS^T, RB x (WT + 8) */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, group = a.H / a.Hkv;
+    int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    if (FQ) {                         /* the ticket: key tile slowest, then batch, then kv head */
+        __shared__ int ticket;
+        if (threadIdx.x == 0) ticket = atomicAdd(sync, 1);
+        __syncthreads();
+        const int tk = ticket, per = a.B * a.Hkv;
+        kt = tk / per; b = tk % per / a.Hkv; hk = tk % a.Hkv;
+    }
+    const int group = a.H / a.Hkv, nqt_all = (a.Lq + WT - 1) / WT;
     const int j0 = kt * RB, nk = min(RB, a.Lk - j0), D = a.D;
     const int hfirst = use_run(a, hk, dk, dv);
     load_kv<DM, NTH>(a, Ks, Vs, b, hk, j0, nk, RB, vec);
@@ -569,10 +592,58 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float
                         bwd_element(a, st[mr][n][2 * hi + e], dpt[mr][n][2 * hi + e], ok, L, di, rk, j0 + jr);
                     }
                 }
+            if (FQ) {                 /* dS^T into shared memory: the warp's 16 key rows */
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int hi = 0; hi < 2; hi++)
+                        sts32(dSs + (warp * 16 + g + 8 * hi) * (WT + 8) + 8 * n + 2 * t,
+                              pack_bf16x2(dpt[0][n][2 * hi], dpt[0][n][2 * hi + 1]));
+            }
             product_acc<DM, MR, WT>(av, st, dOt, lane);                 /* dV += (Z P)^T dO */
             product_acc<DM, MR, WT>(ak, dpt, Qt, lane);                 /* dK += dS^T Q (Q scaled) */
         }
-        __syncthreads();              /* every warp is done with tile it's buffers */
+        int *sem = NULL;
+        if (FQ) {
+            __syncthreads();          /* dS^T whole */
+            float aq[NO][4];          /* dQ += dS K for query rows i0 + 16 warp.. */
+            zero(aq);
+#pragma unroll
+            for (int kk = 0; kk < RB / 16; kk++) {
+                uint32_t af[4];       /* dS's A fragment: dS^T's tile, transposed as it is read */
+                ldsm_x4_trans(af, dSs + (kk * 16 + (lane & 7) + 8 * (lane >> 4)) * (WT + 8) + warp * 16 +
+                                      8 * ((lane >> 3) & 1));
+#pragma unroll
+                for (int dp = 0; dp < DM / 16; dp++) {
+                    uint32_t yf[4];
+                    ldb<DM>(yf, Ks, kk, dp, lane);
+                    mma_bf16_16816(aq[2 * dp], af, yf[0], yf[1]);
+                    mma_bf16_16816(aq[2 * dp + 1], af, yf[2], yf[3]);
+                }
+            }
+            sem = sync + 1 + ((size_t)b * a.H + h) * nqt_all + i0 / WT;
+            if (lane == 0) flag_wait_ge(sem, kt);    /* key tiles 0 .. kt - 1 have added theirs */
+            __syncwarp();
+            const int nq = min(WT, a.Lq - i0);
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+                const int r = warp * 16 + g + 8 * hi;
+                if (r >= nq) continue;
+                float *row = dq + b * a.q_sb + h * a.q_sh + (long)(i0 + r) * a.q_st;
+#pragma unroll
+                for (int n = 0; n < NO; n++) {
+                    const int d = 8 * n + 2 * t;
+                    const float x = a.scale * aq[n][2 * hi], y = a.scale * aq[n][2 * hi + 1];
+                    if (dq2 && d + 1 < a.D) red_add2(row + d, x, y);
+                    else {
+                        if (d < a.D) red_add(row + d, x);
+                        if (d + 1 < a.D) red_add(row + d + 1, y);
+                    }
+                }
+            }
+        }
+        __syncthreads();              /* every warp is done with tile it's buffers (and its dQ additions) */
+        if (FQ && threadIdx.x == 0) flag_release(sem, kt + 1);
         if (NB == 1 && it + 1 < ntiles) {
             load_q_side_mma<DM, NTH>(a, dout, Di, b, h1, i1, min(WT, a.Lq - i1), WT, Qs, dOs, lse_s, di_s, vec);
             cp_commit();
@@ -647,22 +718,47 @@ static int mma_fwd(const cu_attn *a) {
 }
 
 /* dQ with MRQ row tiles per warp walking key tiles of WTQ, dK dV with MRK walking query tiles
- * of WTK; one buffer count for both, the larger block's shared memory deciding */
+ * of WTK; one buffer count for all, the largest block's shared memory deciding. With sync
+ * (the counters, zeroed here) and 4 warps of 16 rows, dQ, dK and dV come from the fused
+ * kernel (unless a->bwd_split); else dQ from its own kernel. */
 template <int DM, int NW, int MRQ, int WTQ, int MRK, int WTK>
-static int mma_bwd(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di) {
+static int mma_bwd(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di, int *sync) {
     typedef Mma<DM, NW, MRQ, WTQ> MQ;
     typedef Mma<DM, NW, MRK, WTK> MK;
+    constexpr bool CAN_FUSE = NW == 4 && MRK == 1 && WTK == 16 * NW;
     typedef void (*Kq)(cu_attn, const float *, float *, const float *, int);
-    typedef void (*Kkv)(cu_attn, const float *, float *, float *, const float *, int);
+    typedef void (*Kkv)(cu_attn, const float *, float *, float *, const float *, int, float *, int *, int);
     static int nb_max = 0;
     const Kq kdq[2] = {attn_mma_dq_k<DM, NW, 1, MRQ, WTQ>, attn_mma_dq_k<DM, NW, 2, MRQ, WTQ>};
     const Kkv kdkv[2] = {attn_mma_dkv_k<DM, NW, 1, MRK, WTK>, attn_mma_dkv_k<DM, NW, 2, MRK, WTK>};
+    Kkv kfused[2] = {NULL, NULL};
+    if constexpr (CAN_FUSE) {
+        kfused[0] = attn_mma_dkv_k<DM, NW, 1, MRK, WTK, true>;
+        kfused[1] = attn_mma_dkv_k<DM, NW, 2, MRK, WTK, true>;
+    }
+    const size_t ds_bytes = CAN_FUSE ? sizeof(uint16_t) * MK::RB * (WTK + 8) : 0;   /* the fused kernel's dS^T */
+    auto most = [&](int n) {
+        size_t x = MQ::bwd(n) > MK::bwd(n) ? MQ::bwd(n) : MK::bwd(n);
+        return x > MK::bwd(n) + ds_bytes ? x : MK::bwd(n) + ds_bytes;
+    };
     const int nb = walk_buffers(a, nb_max, [&](int n, size_t) {
         cudaError_t e = smem_opt_in((const void *)kdq[n - 1], MQ::bwd(n));
-        return e == cudaSuccess ? smem_opt_in((const void *)kdkv[n - 1], MK::bwd(n)) : e;
-    }, MQ::bwd(1) > MK::bwd(1) ? MQ::bwd(1) : MK::bwd(1), MQ::bwd(2) > MK::bwd(2) ? MQ::bwd(2) : MK::bwd(2));
+        if (e == cudaSuccess) e = smem_opt_in((const void *)kdkv[n - 1], MK::bwd(n));
+        if (e == cudaSuccess && kfused[n - 1]) e = smem_opt_in((const void *)kfused[n - 1], MK::bwd(n) + ds_bytes);
+        return e;
+    }, most(1), most(2));
     if (nb < 0) return -nb;
     const int vec = vec16(a, true);
+    if (CAN_FUSE && sync && dq && (dk || dv) && !a->bwd_split) {
+        const size_t ints = 1 + (size_t)a->B * a->H * ((a->Lq + WTK - 1) / WTK);
+        cudaError_t e = cudaMemsetAsync(sync, 0, ints * sizeof(int), sk_cu_stream);
+        if (e != cudaSuccess) return (int)e;
+        /* dQ's additions in pairs (8-byte aligned) where the view allows */
+        const int dq2 = (uintptr_t)dq % 8 == 0 && a->q_sb % 2 == 0 && a->q_sh % 2 == 0 && a->q_st % 2 == 0;
+        const unsigned blocks = (unsigned)((a->Lk + MK::RB - 1) / MK::RB) * a->Hkv * a->B;
+        LAUNCH(kfused[nb - 1], blocks, MK::NTH, MK::bwd(nb) + ds_bytes, *a, dout, dk, dv, Di, vec, dq, sync, dq2);
+        return (int)cudaGetLastError();
+    }
     if (dq) {
         dim3 grid((a->Lq + MQ::RB - 1) / MQ::RB, a->H, a->B);
         LAUNCH(kdq[nb - 1], grid, MQ::NTH, MQ::bwd(nb), *a, dout, dq, Di, vec);
@@ -671,7 +767,7 @@ static int mma_bwd(const cu_attn *a, const float *dout, float *dq, float *dk, fl
     }
     if (dk || dv) {
         dim3 grid((a->Lk + MK::RB - 1) / MK::RB, a->Hkv, a->B);
-        LAUNCH(kdkv[nb - 1], grid, MK::NTH, MK::bwd(nb), *a, dout, dk, dv, Di, vec);
+        LAUNCH(kdkv[nb - 1], grid, MK::NTH, MK::bwd(nb), *a, dout, dk, dv, Di, vec, (float *)NULL, (int *)NULL, 0);
     }
     return (int)cudaGetLastError();
 }
@@ -686,10 +782,11 @@ static int mma_fwd_w(const cu_attn *a) {
     return mma_fwd<DM, 4, 1, 64>(a);
 }
 template <int DM>
-static int mma_bwd_w(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di) {
-    if (a->mma_warps == 8) return mma_bwd<DM, 8, 1, 64, 1, 64>(a, dout, dq, dk, dv, Di);
-    if (a->mma_rows == 32) return mma_bwd<DM, 4, 2, MR2_DQ_WT, 2, MR2_DKV_WT>(a, dout, dq, dk, dv, Di);
-    return mma_bwd<DM, 4, 1, 64, 1, 64>(a, dout, dq, dk, dv, Di);
+static int mma_bwd_w(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di,
+                     int *sync) {
+    if (a->mma_warps == 8) return mma_bwd<DM, 8, 1, 64, 1, 64>(a, dout, dq, dk, dv, Di, sync);
+    if (a->mma_rows == 32) return mma_bwd<DM, 4, 2, MR2_DQ_WT, 2, MR2_DKV_WT>(a, dout, dq, dk, dv, Di, sync);
+    return mma_bwd<DM, 4, 1, 64, 1, 64>(a, dout, dq, dk, dv, Di, sync);
 }
 
 extern "C" int cu_attn_mma_forward(const cu_attn *a) {
@@ -701,10 +798,10 @@ extern "C" int cu_attn_mma_forward(const cu_attn *a) {
 }
 
 extern "C" int cu_attn_mma_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv,
-                                    const float *Di) {
-    if (a->D <= 16) return mma_bwd_w<16>(a, dout, dq, dk, dv, Di);
-    if (a->D <= 32) return mma_bwd_w<32>(a, dout, dq, dk, dv, Di);
-    if (a->D <= 64) return mma_bwd_w<64>(a, dout, dq, dk, dv, Di);
-    if (a->D <= 128) return mma_bwd_w<128>(a, dout, dq, dk, dv, Di);
+                                    const float *Di, int *sync) {
+    if (a->D <= 16) return mma_bwd_w<16>(a, dout, dq, dk, dv, Di, sync);
+    if (a->D <= 32) return mma_bwd_w<32>(a, dout, dq, dk, dv, Di, sync);
+    if (a->D <= 64) return mma_bwd_w<64>(a, dout, dq, dk, dv, Di, sync);
+    if (a->D <= 128) return mma_bwd_w<128>(a, dout, dq, dk, dv, Di, sync);
     return -1;
 }

@@ -24,6 +24,7 @@ struct sk_cuda_model {
                                          unless SKIPLM_CUDA_TC_ATTN=0 (0) or =wmma (2); single-token
                                          decoding stays fp32 */
     int attn_warps;                   /* cu_attn.mma_warps: SKIPLM_CUDA_MMA_WARPS (4 or 8), default 4 */
+    int attn_bwd_split;               /* cu_attn.bwd_split: SKIPLM_CUDA_ATTN_BWD=split */
     int attn_rows;                    /* cu_attn.mma_rows: SKIPLM_CUDA_MMA_ROWS (16 or 32) */
     int attn_stages;                  /* cu_attn.stages: SKIPLM_CUDA_ATTN_STAGES (1 or 2), default 0 (2 where it fits) */
     int attn_merge;                   /* an SLA layer's attention in one launch (cu_attn.nruns) where the

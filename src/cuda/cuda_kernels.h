@@ -177,6 +177,10 @@ typedef struct {
     int mma_warps;                 /* tc == 1: warps per block, 8 (tiles of 128 rows) or else 4 (64) */
     int mma_rows;                  /* tc == 1 with 4 warps: rows per warp, 32 (two row tiles sharing
                                       each fragment of the walked tile: tiles of 128 rows) or else 16 */
+    int bwd_split;                 /* tc == 1 backward: 1 runs dQ in a kernel of its own (which
+                                      recomputes S and dP: 7 products) instead of in the dK/dV
+                                      kernel (the fused backward, 5 products: 4 warps of 16 rows,
+                                      cu_attn_backward's scratch) */
     int stages;                    /* tc == 1: buffers per walked tile, 2 (the next tile's copy
                                       overlaps this one's math) where the shared memory allows
                                       it, 1 when 1 */
@@ -205,15 +209,19 @@ typedef struct {
 /* 0, or a cudaError_t code (launch failure), or -1 for an unsupported D. */
 int cu_attn_forward(const cu_attn *a);
 /* Gradients accumulated into dq, dk, dv (strides of q, k, v; dk/dv may point into another
- * layer's gradient buffer: SLA). Di: scratch of B*H*Lq floats. dout may be NULL with tc == 1
- * and a->dout16 (dO already in bf16). */
+ * layer's gradient buffer: SLA). Di: scratch of cu_attn_scratch(B, H, Lq) floats (Di itself,
+ * then the fused backward's counters). dout may be NULL with tc == 1 and a->dout16 (dO
+ * already in bf16). */
 int cu_attn_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, float *Di);
+/* the floats of cu_attn_backward's scratch */
+size_t cu_attn_scratch(int B, int H, int Lq);
 /* The tensor-core kernels behind a->tc (attention_tc.cu); cu_attn_backward computes Di first. */
 int cu_attn_tc_forward(const cu_attn *a);
 int cu_attn_tc_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di);
 /* The register-resident (mma.sync) kernels behind a->tc == 1 (attention_mma.cu). */
 int cu_attn_mma_forward(const cu_attn *a);
-int cu_attn_mma_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di);
+int cu_attn_mma_backward(const cu_attn *a, const float *dout, float *dq, float *dk, float *dv, const float *Di,
+                         int *sync);
 
 /* ---------------------------------------------- cached generation (infer_kernels.cu)
  * Single-query attention over a KV cache (one decoding step): a->Lq must be 1 and every key

@@ -31,6 +31,10 @@
 #define cp_commit emu_cp_commit
 #define sts32 emu_sts32
 template <int N> static inline void cp_wait() { emu_cp_wait(N); }
+#define flag_wait_ge emu_flag_wait_ge
+#define flag_release emu_flag_release
+#define red_add emu_red_add
+#define red_add2 emu_red_add2
 /* two floats as bf16x2, rounded to nearest even */
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return (uint32_t)bf16_bits(lo) | ((uint32_t)bf16_bits(hi) << 16);
@@ -71,6 +75,32 @@ __device__ __forceinline__ void sts32(void *p, uint32_t v) { *(uint32_t *)p = v;
 /* ("memory": no memory access is moved across these, barrier or not) */
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+/* Ordering between blocks: flag_wait_ge spins until *p >= v (an acquire: what the releasing
+ * block wrote before its release is then visible to this thread, and to its warp after a
+ * __syncwarp); flag_release stores v with release semantics (after a __syncthreads, the
+ * block's earlier writes are visible to whoever acquires it). red_add / red_add2 add to
+ * global memory without reading back (fire-and-forget reductions, performed at L2). */
+__device__ __forceinline__ void flag_wait_ge(const int *p, int v) {
+    for (;;) {
+        int x;
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(x) : "l"(p) : "memory");
+        if (x >= v) return;
+        __nanosleep(20);
+    }
+}
+__device__ __forceinline__ void flag_release(int *p, int v) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_add(float *p, float x) { atomicAdd(p, x); }
+/* p 8-byte aligned: one vector reduction on sm_90, two scalar ones before */
+__device__ __forceinline__ void red_add2(float *p, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(p), make_float2(x, y));
+#else
+    atomicAdd(p, x);
+    atomicAdd(p + 1, y);
+#endif
+}
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);    /* .x (low half) = lo */
     return *reinterpret_cast<uint32_t *>(&v);

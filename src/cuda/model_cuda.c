@@ -156,6 +156,11 @@ static int model_new(sk_cuda_model *cm, sk_model *m, sk_cuda_precision prec, int
         return sk_error(SK_EINVAL, "SKIPLM_CUDA_ATTN_STAGES='%s': give 1 (one buffer per K/V tile) or 2 (two: the "
                         "next tile's copy overlaps this one's math, the default where the shared memory allows)", st);
     cm->attn_stages = st && !strcmp(st, "1") ? 1 : 0;
+    const char *bw = getenv("SKIPLM_CUDA_ATTN_BWD");
+    if (bw && *bw && strcmp(bw, "fused") && strcmp(bw, "split"))
+        return sk_error(SK_EINVAL, "SKIPLM_CUDA_ATTN_BWD='%s': give fused (dQ computed by the dK/dV kernel, the "
+                        "default) or split (dQ by a kernel of its own, which recomputes S and dP)", bw);
+    cm->attn_bwd_split = bw && !strcmp(bw, "split");
     const char *mg = getenv("SKIPLM_CUDA_ATTN_MERGE");
     if (mg && *mg && strcmp(mg, "0") && strcmp(mg, "1"))
         return sk_error(SK_EINVAL, "SKIPLM_CUDA_ATTN_MERGE='%s': give 1 (the attention of an SLA layer's heads, "
@@ -337,7 +342,7 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
     A(a->dqkv_lend, (size_t)n_lenders(m) * BT * m->QKV);
     A(a->dqkv_own, BT * m->QKV);
     A(*part, 2 * R * (size_t)imax(imax(m->QKV, (int)Ffc), m->C));
-    A(*Di, BT * m->H);
+    A(*Di, cu_attn_scratch(B, m->H, T));
 #undef A
     size_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -594,6 +599,7 @@ static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int 
     a->mma_warps = cm->attn_warps;
     a->mma_rows = cm->attn_rows;
     a->stages = cm->attn_stages;
+    a->bwd_split = cm->attn_bwd_split;
     if (cm->qkv16) {                  /* the bf16 copies, at the fp32 views' offsets */
         a->q16 = qkv16_of(cm, l) + (a->q - la->qkv);
         a->k16 = qkv16_of(cm, src) + (a->k - qkv_kv);

@@ -5,7 +5,8 @@
 #  1. train: 6 steps (SLA, grad-accum 2, validation, a checkpoint at step 3) on either device:
 #     loss curve, val loss and the checkpoints (weights, AdamW m and v) within 1e-4;
 #     an SLA layer's attention in one launch == one launch per K/V source, bit for bit (fp32
-#     and bf16, with dropout; SKIPLM_CUDA_ATTN_MERGE=0, a bad value refused);
+#     and bf16, with dropout; SKIPLM_CUDA_ATTN_MERGE=0, a bad value refused); the fused
+#     attention backward == the split one (SKIPLM_CUDA_ATTN_BWD=split) to 1e-3;
 #  2. eval of the GPU's checkpoint: the same loss (1e-5 relative) and --dump-logits (1e-4)
 #     on both devices; with --bf16 near it (1e-2) but not equal, and the same (1e-3) on the
 #     older wmma attention kernels (SKIPLM_CUDA_TC_ATTN=wmma) and with blocks of 8 warps
@@ -69,11 +70,20 @@ done
 # products added in the same order as with one, so the same bits
 SKIPLM_CUDA_MMA_ROWS=32 $SK train $A --dropout 0.1 --out "$tmp/r32" --device cuda --bf16 2>"$tmp/r32.err" ||
     fail "GPU train --bf16, SKIPLM_CUDA_MMA_ROWS=32: $(tail -2 "$tmp/r32.err")"
-SKIPLM_CUDA_MMA_ROWS=16 $SK train $A --dropout 0.1 --out "$tmp/r16" --device cuda --bf16 2>"$tmp/r16.err" ||
-    fail "GPU train --bf16, SKIPLM_CUDA_MMA_ROWS=16: $(tail -2 "$tmp/r16.err")"
+SKIPLM_CUDA_MMA_ROWS=16 SKIPLM_CUDA_ATTN_BWD=split $SK train $A --dropout 0.1 --out "$tmp/r16" --device cuda --bf16 \
+    2>"$tmp/r16.err" || fail "GPU train --bf16, SKIPLM_CUDA_MMA_ROWS=16: $(tail -2 "$tmp/r16.err")"
 SKIPLM_CUDA_MMA_ROWS=24 $SK train $A --steps 1 --out "$tmp/r24" --device cuda --bf16 >/dev/null 2>"$tmp/r24.err"; rc=$?
 check "train --bf16 --dropout 0.1, SKIPLM_CUDA_MMA_ROWS=32 (two row tiles per warp) == 16 rows (the same bits); =24 refused (rc $rc)" \
     eval 'compare "$tmp/r32" "$tmp/r16" 0 && [ $rc -ne 0 ] && grep -q "SKIPLM_CUDA_MMA_ROWS=.24.: give 16" "$tmp/r24.err"'
+# the fused backward (dQ added by the dK/dV kernel, the default) against the split one (dQ
+# by a kernel of its own): the same training to the fp32 summation order of dQ
+SKIPLM_CUDA_ATTN_BWD=fused $SK train $A --dropout 0.1 --seq 96 --block_size 96 --out "$tmp/bf" --device cuda --bf16 \
+    2>"$tmp/bf.err" || fail "GPU train --bf16, SKIPLM_CUDA_ATTN_BWD=fused: $(tail -2 "$tmp/bf.err")"
+SKIPLM_CUDA_ATTN_BWD=split $SK train $A --dropout 0.1 --seq 96 --block_size 96 --out "$tmp/bs" --device cuda --bf16 \
+    2>"$tmp/bs.err" || fail "GPU train --bf16, SKIPLM_CUDA_ATTN_BWD=split: $(tail -2 "$tmp/bs.err")"
+SKIPLM_CUDA_ATTN_BWD=both $SK train $A --steps 1 --out "$tmp/bb" --device cuda --bf16 >/dev/null 2>"$tmp/bb.err"; rc=$?
+check "train --bf16: SKIPLM_CUDA_ATTN_BWD=fused == split (1e-3); =both refused (rc $rc)" \
+    eval 'compare "$tmp/bf" "$tmp/bs" 1e-3 && [ $rc -ne 0 ] && grep -q "SKIPLM_CUDA_ATTN_BWD=.both.: give fused" "$tmp/bb.err"'
 SKIPLM_CUDA_ATTN_MERGE=2 $SK train $A --steps 1 --out "$tmp/m2" --device cuda >/dev/null 2>"$tmp/m2.err"; rc=$?
 check "SKIPLM_CUDA_ATTN_MERGE=2 refused (rc $rc)" \
     eval '[ $rc -ne 0 ] && grep -q "SKIPLM_CUDA_ATTN_MERGE=.2.: give 1" "$tmp/m2.err" && [ ! -e "$tmp/m2/ckpt.safetensors" ]'

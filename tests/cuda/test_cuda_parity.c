@@ -643,11 +643,18 @@ static void run_norm_kernels(void) {
  * from the fp32 views and from the bf16 copies: the same bits, and the fp32 kernel's output
  * to 1e-5; with GQA its blocks serve 2 or 4 query heads of a KV head at once (groups of 2, 4,
  * 6 and 8: one block per KV head, or 2 or 3), which must give the bits of one head per block. */
-enum { NKIND = 10 };
+/* The mma kernels' backward is fused (dQ added by the dK/dV kernel, in key-tile order) with 4
+ * warps of 16 rows, and split in two kernels otherwise ("mma 8 warps", "mma 32 rows per
+ * warp") or when asked ("mma, split backward"): the two give the same output, lse, dK and dV
+ * bits (the fused kernel's dK/dV part is the split one's), and dQ to the fp32 summation order
+ * (1e-3 of the largest value); the fused one twice gives the same bits (its additions to dQ
+ * are ordered, not racing). */
+enum { NKIND = 12 };
 static const char *const KIND[NKIND] = {"fp32", "mma", "wmma", "mma 8 warps", "mma from bf16 copies",
                                         "mma from bf16 copies, 1 buffer", "mma 8 warps from bf16 copies",
                                         "mma from bf16 copies, no fp32 dO", "mma 32 rows per warp",
-                                        "mma 32 rows per warp from bf16 copies"};
+                                        "mma 32 rows per warp from bf16 copies", "mma, split backward",
+                                        "mma, again"};
 static void run_tc_attention(const acase *c) {
     const int B = c->B, H = c->H, Hkv = c->Hkv, Lq = c->Lq, Lk = c->Lk, D = c->D;
     const long qoff = c->odd ? 1 : 8, koff = c->odd ? 2 : 8;
@@ -667,7 +674,7 @@ static void run_tc_attention(const acase *c) {
     ok = ok && !cudaMalloc((void **)&dq, nq * 4) && !cudaMalloc((void **)&dkv, nkv * 4) &&
          !cudaMalloc((void **)&dout, no * 4) && !cudaMalloc((void **)&dlse, nlse * 4) &&
          !cudaMalloc((void **)&ddo, no * 4) && !cudaMalloc((void **)&dgq, nq * 4) &&
-         !cudaMalloc((void **)&dgkv, nkv * 4) && !cudaMalloc((void **)&dDi, nlse * 4) &&
+         !cudaMalloc((void **)&dgkv, nkv * 4) && !cudaMalloc((void **)&dDi, cu_attn_scratch(B, H, Lq) * 4) &&
          !cudaMalloc((void **)&dq16, nq * 2) && !cudaMalloc((void **)&dkv16, nkv * 2) &&
          !cudaMalloc((void **)&ddo16, no * 2);
     if (!ok) { CHECK2(0, "tc attention %s: allocation", c->name); goto done; }
@@ -698,9 +705,10 @@ static void run_tc_attention(const acase *c) {
         a.lse = dlse;
         a.tc = t == 0 || t == 2 ? t : 1;
         a.mma_warps = t == 3 || t == 6 ? 8 : 4;
-        a.mma_rows = t >= 8 ? 32 : 16;
+        a.mma_rows = t == 8 || t == 9 ? 32 : 16;
         a.stages = t == 5 ? 1 : 0;
-        if (t >= 4 && t != 8) {
+        a.bwd_split = t == 10;
+        if (t >= 4 && t != 8 && t < 10) {
             a.q16 = dq16 + qoff; a.k16 = dkv16 + koff; a.v16 = dkv16 + koff + Hkv * D;
             a.dout16 = ddo16;
         }
@@ -763,8 +771,8 @@ static void run_tc_attention(const acase *c) {
         free(o16); free(l16); free(od); free(od16); free(od1);
         cudaFree(dpart);
     }
-    for (int t = 1; t < 9; t++) {         /* (the kinds from bf16 copies: checked below against these) */
-        if (t >= 4 && t < 8) continue;
+    for (int t = 1; t < 11; t++) {        /* (the kinds from bf16 copies: checked below against these) */
+        if ((t >= 4 && t < 8) || t == 9) continue;
         const char *kind = KIND[t];
         double mo = max_abs(out[0], no), d_o = max_diff(out[t], out[0], no), d_l = max_diff(lse[t], lse[0], nlse);
         double mq = max_abs(gq[0], nq), d_q = max_diff(gq[t], gq[0], nq);
@@ -795,9 +803,20 @@ static void run_tc_attention(const acase *c) {
                "tc attention %s: %s vs wmma: dq max |diff| %.2e (max %.2f), dk/dv %.2e (max %.2f)", c->name, KIND[t],
                d_q, mq, d_kv, mkv);
     }
-    for (int t = 4; t < NKIND; t++) {     /* the same bits as from the fp32 views */
-        /* (and 32 rows per warp: the same products, added in the same order, as 16) */
-        const int r = t == 6 ? 3 : t == 9 ? 8 : 1;
+    {                                     /* fused against split; fused twice */
+        const double mq = max_abs(gq[10], nq), d_q = max_diff(gq[1], gq[10], nq);
+        CHECK2(max_diff(out[1], out[10], no) == 0 && max_diff(lse[1], lse[10], nlse) == 0 &&
+               max_diff(gkv[1], gkv[10], nkv) == 0 && d_q <= 1e-3 * mq && mq > 0,
+               "tc attention %s: fused vs split backward: output %.2e, lse %.2e, dk/dv %.2e (these 0), dq %.2e (max "
+               "%.2f)", c->name, max_diff(out[1], out[10], no), max_diff(lse[1], lse[10], nlse),
+               max_diff(gkv[1], gkv[10], nkv), d_q, mq);
+        CHECK2(max_diff(gq[1], gq[11], nq) == 0 && max_diff(gkv[1], gkv[11], nkv) == 0,
+               "tc attention %s: the fused backward twice: dq %.2e, dk/dv %.2e (must be 0)", c->name,
+               max_diff(gq[1], gq[11], nq), max_diff(gkv[1], gkv[11], nkv));
+    }
+    for (int t = 4; t < 10; t++) {        /* the same bits as from the fp32 views */
+        /* (and 32 rows per warp: the same products, added in the same order, as 16 split) */
+        const int r = t == 6 ? 3 : t == 9 ? 8 : t == 8 ? 10 : 1;
         const int same = max_diff(out[t], out[r], no) == 0 && max_diff(lse[t], lse[r], nlse) == 0 &&
                          max_diff(gq[t], gq[r], nq) == 0 && max_diff(gkv[t], gkv[r], nkv) == 0;
         CHECK2(same, "tc attention %s: %s vs %s: output %.2e, lse %.2e, dq %.2e, dk/dv %.2e (must be 0)", c->name,

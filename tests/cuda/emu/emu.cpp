@@ -147,6 +147,9 @@ extern "C" cudaError_t cudaMemset(void *p, int v, size_t n) {
     memset(p, v, n);
     return cudaSuccess;
 }
+extern "C" cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) {
+    return on_stream(st, "cudaMemsetAsync on another stream", [=]() { memset(p, v, n); });
+}
 extern "C" cudaError_t cudaDeviceSynchronize(void) {
     if (g_capturing) return capture_violation("cudaDeviceSynchronize");
     return g_err;

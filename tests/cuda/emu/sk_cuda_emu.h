@@ -57,6 +57,8 @@ static inline float __fsqrt_rn(float a) { return sqrtf(a); }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int min(int a, int b) { return a < b ? a : b; }
+/* blocks run one at a time: an atomic is a plain read-modify-write */
+static inline int atomicAdd(int *p, int v) { const int o = *p; *p = o + v; return o; }
 
 void emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const std::function<void()> &body);
 #define DYN_SMEM(name) float *name = (float *)emu_dyn_smem()

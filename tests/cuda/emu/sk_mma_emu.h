@@ -87,6 +87,25 @@ static inline void emu_ldsm(uint32_t (&r)[4], const void *p, bool trans) {
     }
     emu_syncwarp();
 }
+/* Ordering between blocks: the blocks of a grid run one after the other, so a flag a block
+ * waits for is set already or never will be (a block waiting for one that runs after it:
+ * a deadlock on a GPU too, unless both are resident) */
+static inline void emu_flag_wait_ge(const int *p, int v) {
+    if (*p < v) {
+        fprintf(stderr, "emu: a block waits for a flag (%d, wants %d) that only a later block can set\n", *p, v);
+        abort();
+    }
+}
+static inline void emu_flag_release(int *p, int v) { *p = v; }
+static inline void emu_red_add(float *p, float x) { *p += x; }
+static inline void emu_red_add2(float *p, float x, float y) {
+    if ((uintptr_t)p % 8 != 0) {
+        fprintf(stderr, "emu: a paired reduction at %p, not 8-byte aligned\n", (void *)p);
+        abort();
+    }
+    p[0] += x;
+    p[1] += y;
+}
 static inline void emu_ldsm_x4(uint32_t (&r)[4], const void *p) { emu_ldsm(r, p, false); }
 static inline void emu_ldsm_x4_trans(uint32_t (&r)[4], const void *p) { emu_ldsm(r, p, true); }
 #endif

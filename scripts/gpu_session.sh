@@ -7,7 +7,8 @@
 #                                       # bf16, baseline and SLA), generation, and fp32 vs bf16 loss
 #                                       # curves on data/sotu-gpt2 when it is there
 #   bash scripts/gpu_session.sh final   # one short lease: the main figures, llm.c and PyTorch, the tests (~5 min)
-#   bash scripts/gpu_session.sh fused   # the fused attention backward against the split one, llm.c, the tests, bf16check (~8 min)
+#   bash scripts/gpu_session.sh fused   # the fused attention backward against the split one, llm.c, the tests,
+#                                       # bf16check, and mpi when build-cuda-mpi/ is carried (~5 min)
 #   bash scripts/gpu_session.sh bf16check # bf16 vs fp32, skiplm and PyTorch autocast, same batches (~2 min)
 #   bash scripts/gpu_session.sh check   # nvidia-smi, make cuda, the three parity tests (~3 min)
 #   bash scripts/gpu_session.sh train   # GPT-2 124M training step: fp32/TF32/bf16, T=1024 and
@@ -176,11 +177,13 @@ fused)
     d=.bench/llmc
     if [ -x $d/train_gpt2cu ]; then
         (cd $d && mkdir -p data && python3 make_data.py data/rand 2000000 --val-tokens 40000 --seed 1337) >/dev/null 2>&1
-        run bash -c "cd $d && ./train_gpt2cu -e d12 -b 8 -t 1024 -x 30 -i data/rand_train.bin -j data/rand_val.bin \
-            -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|^step +(2|30)/|rror'"
-        bench --batch 8 --seq 1024 --steps 20 --no-gen --bf16 $pk
+        for bb in 8 32; do          # each bracketed by ours
+            bench --batch $bb --seq 1024 --steps 20 --no-gen --bf16 $pk
+            run bash -c "cd $d && ./train_gpt2cu -e d12 -b $bb -t 1024 -x 20 -i data/rand_train.bin \
+                -j data/rand_val.bin -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|rror'"
+            bench --batch $bb --seq 1024 --steps 20 --no-gen --bf16 $pk
+        done
     fi
-    bench --batch 32 --seq 1024 --steps 10 --no-gen --bf16 $pk
     TMO=120 run ./build-cuda/tests/cuda/test_cuda_parity
     TMO=90 run ./build-cuda/tests/cuda/test_cuda_infer
     TMO=150 run env SKIPLM="$PWD/$B" PY="$PY" bash tests/cuda/test_cuda_cli.sh
@@ -189,6 +192,7 @@ fused)
         TMO=300 run python3 bench/bf16_curve.py --skiplm $B --train data/sotu-gpt2/train.bin --steps ${CURVE_STEPS:-150} \
             ${OUT:+--out $OUT/bf16_curve.json}
     fi
+    [ -x build-cuda-mpi/skiplm ] && TMO=200 bash "$0" mpi     # (carried: make cuda MPI=1 NCCL=0)
     ;;
 bf16check)
     # bf16 against fp32 on the same batches and initial weights, skiplm and PyTorch autocast side
@@ -301,7 +305,8 @@ mpi)
     [ -x "$BM" ] || { say "make cuda MPI=1 failed"; exit 1; }
     d=runs/gpu-mpi
     mkdir -p $d
-    run /usr/bin/python3 - $d <<'PYEOF'
+    PY=${PY:-$(command -v python3)}
+    run $PY - $d <<'PYEOF'
 import sys, numpy as np
 sys.path.insert(0, "tests/ref")
 from shards import write
@@ -316,7 +321,7 @@ PYEOF
     mp="mpirun --allow-run-as-root --oversubscribe -np 2 -x SKIPLM_NCCL=0"
     run $mp $BM train $M --out $d/rep
     run $mp $BM train $M --out $d/zero --zero 1
-    run /usr/bin/python3 tests/ref/compare_runs.py $d/zero $d/rep 1e-6
+    run $PY tests/ref/compare_runs.py $d/zero $d/rep 1e-6
     ;;
 *)
     echo "usage: bash scripts/gpu_session.sh quick|final|bf16check|check|train|gen|llmc|mpi   (log: \$LOG, default \$OUT/gpu_session.log)" >&2

@@ -141,8 +141,8 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <int DM, int NW, int NB, int MR, int WT>
-__global__ void __launch_bounds__(32 * NW) attn_mma_fwd_k(cu_attn a, int vec) {
+template <int DM, int NW, int NB, int MR, int WT, int MINB = 1>
+__global__ void __launch_bounds__(32 * NW, MINB) attn_mma_fwd_k(cu_attn a, int vec) {
     typedef Mma<DM, NW, MR, WT> M;
     constexpr int S = M::S, KD = DM / 16, NS = WT / 8, NO = DM / 8, NTH = M::NTH;
     DYN_SMEM_BYTES(smem);
@@ -517,8 +517,8 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dq_k(cu_attn a, const float 
  * for started before it and waits only for earlier ones. Under the causal rule key tile kt
  * starts on the query tile kt - 1 has just done, so the chain costs about one tile's time
  * per block, and the heaviest tiles (the first keys) still start first. */
-template <int DM, int NW, int NB, int MR, int WT, bool FQ = false>
-__global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float *dout, float *dk, float *dv, const float *Di, int vec,
+template <int DM, int NW, int NB, int MR, int WT, bool FQ = false, int MINB = 1>
+__global__ void __launch_bounds__(32 * NW, MINB) attn_mma_dkv_k(cu_attn a, const float *dout, float *dk, float *dv, const float *Di, int vec,
                                                           float *dq, int *sync, int dq2) {
     typedef Mma<DM, NW, MR, WT> M;
     constexpr int S = M::S, NS = WT / 8, NO = DM / 8, NTH = M::NTH, RB = M::RB;
@@ -549,17 +549,24 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dkv_k(cu_attn a, const float
         long st = (long)j0 - a.causal_offset;
         istart = st >= a.Lq ? a.Lq : st < 0 ? 0 : (int)(st / WT) * WT;
     }
-    /* the walked tiles: the query tiles from istart of each head of the group, in turn */
-    const int nqt = (a.Lq - istart + WT - 1) / WT, ntiles = group * nqt;
+    /* the walked tiles: the query tiles from istart of each head of the group, in turn; with
+     * FQ from the last query tile down to istart, each tile for every head of the group, so
+     * that a key tile walks its query tiles in step with the key tile before it (which has one
+     * more, the lowest): it waits for that one's additions to a tile only about as long as
+     * they take, not for it to reach the tile (ascending, each key tile would start one tile
+     * behind the one before, and a chain of key tiles running at once would idle) */
+    const int nqt = (a.Lq - istart + WT - 1) / WT, ntiles = group * nqt, h_0 = hk * group;
+    const int ilast = istart + (nqt - 1) * WT;
+    int h = h_0, i0 = FQ ? ilast : istart;    /* tile it */
     if (ntiles > 0) {
-        load_q_side_mma<DM, NTH>(a, dout, Di, b, hk * group, istart, min(WT, a.Lq - istart), WT, Qs, dOs, lse_s,
-                                 di_s, vec);
+        load_q_side_mma<DM, NTH>(a, dout, Di, b, h, i0, min(WT, a.Lq - i0), WT, Qs, dOs, lse_s, di_s, vec);
         cp_commit();
     }
-    int h = hk * group, i0 = istart;  /* tile it */
     for (int it = 0; it < ntiles; it++) {
         const int nq = min(WT, a.Lq - i0), buf = NB == 2 ? it & 1 : 0;
-        const int i1 = i0 + WT < a.Lq ? i0 + WT : istart, h1 = i0 + WT < a.Lq ? h : h + 1;   /* tile it + 1 */
+        int i1, h1;                   /* tile it + 1 */
+        if (FQ) { h1 = h + 1 < h_0 + group ? h + 1 : h_0; i1 = h + 1 < h_0 + group ? i0 : i0 - WT; }
+        else { i1 = i0 + WT < a.Lq ? i0 + WT : istart; h1 = i0 + WT < a.Lq ? h : h + 1; }
         if (NB == 2 && it + 1 < ntiles) {     /* the next query tile's copy runs under this one's math */
             const int o = (buf ^ 1) * WT;
             load_q_side_mma<DM, NTH>(a, dout, Di, b, h1, i1, min(WT, a.Lq - i1), WT, Qs + o * S, dOs + o * S,
@@ -703,12 +710,12 @@ static int walk_buffers(const cu_attn *a, int &nb_max, F opt_in, size_t bytes1, 
     return a->stages == 1 ? 1 : nb_max;
 }
 
-template <int DM, int NW, int MR, int WT>
+template <int DM, int NW, int MR, int WT, int MINB = 1>
 static int mma_fwd(const cu_attn *a) {
     typedef Mma<DM, NW, MR, WT> M;
     typedef void (*K)(cu_attn, int);
     static int nb_max = 0;
-    const K kern[2] = {attn_mma_fwd_k<DM, NW, 1, MR, WT>, attn_mma_fwd_k<DM, NW, 2, MR, WT>};
+    const K kern[2] = {attn_mma_fwd_k<DM, NW, 1, MR, WT, MINB>, attn_mma_fwd_k<DM, NW, 2, MR, WT, MINB>};
     const int nb = walk_buffers(a, nb_max, [&](int n, size_t bytes) { return smem_opt_in((const void *)kern[n - 1], bytes); },
                                 M::fwd(1), M::fwd(2));
     if (nb < 0) return -nb;
@@ -731,10 +738,15 @@ static int mma_bwd(const cu_attn *a, const float *dout, float *dq, float *dk, fl
     static int nb_max = 0;
     const Kq kdq[2] = {attn_mma_dq_k<DM, NW, 1, MRQ, WTQ>, attn_mma_dq_k<DM, NW, 2, MRQ, WTQ>};
     const Kkv kdkv[2] = {attn_mma_dkv_k<DM, NW, 1, MRK, WTK>, attn_mma_dkv_k<DM, NW, 2, MRK, WTK>};
+    /* the fused kernel fits 3 blocks per SM up to head size 64 (registers capped at 168, a
+     * few spills; at head size 128 the shared memory allows 1): on an H200 that took the
+     * backward at B=1 x T=16384 from 135.7 to 116.8 ms, and the B=8 x 1024 step from 24.1 to
+     * 23.3 ms, against the 254 registers and 2 blocks the compiler picks unasked */
+    constexpr int FMINB = DM <= 64 ? 3 : 1;
     Kkv kfused[2] = {NULL, NULL};
     if constexpr (CAN_FUSE) {
-        kfused[0] = attn_mma_dkv_k<DM, NW, 1, MRK, WTK, true>;
-        kfused[1] = attn_mma_dkv_k<DM, NW, 2, MRK, WTK, true>;
+        kfused[0] = attn_mma_dkv_k<DM, NW, 1, MRK, WTK, true, FMINB>;
+        kfused[1] = attn_mma_dkv_k<DM, NW, 2, MRK, WTK, true, FMINB>;
     }
     const size_t ds_bytes = CAN_FUSE ? sizeof(uint16_t) * MK::RB * (WTK + 8) : 0;   /* the fused kernel's dS^T */
     auto most = [&](int n) {
@@ -779,6 +791,10 @@ template <int DM>
 static int mma_fwd_w(const cu_attn *a) {
     if (a->mma_warps == 8) return mma_fwd<DM, 8, 1, 64>(a);
     if (a->mma_rows == 32) return mma_fwd<DM, 4, 2, MR2_FWD_WT>(a);
+    /* up to head size 64, 4 blocks per SM (registers capped at 128, a few spills, 46 KiB of
+     * shared memory each): on an H200 the forward at B=1 x T=16384 went from 36.6 to 32.3 ms
+     * (the 166 registers the compiler picks unasked leave 3 blocks) */
+    if (DM <= 64) return mma_fwd<DM, 4, 1, 64, 4>(a);
     return mma_fwd<DM, 4, 1, 64>(a);
 }
 template <int DM>

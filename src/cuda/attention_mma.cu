@@ -323,7 +323,10 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_mma_fwd_k(cu_attn a, int v
  * dQ kernel, key rows in the dK/dV kernel, which therefore computes S^T = K Q^T and
  * dP^T = V dO^T, so that P^T and dS^T come out of the accumulators already as the A
  * fragments of dV's and dK's products. The A fragments of the resident tiles are read from
- * shared memory at each use (ldmatrix), which keeps head size 128 within the registers. */
+ * shared memory at each use (ldmatrix), which keeps head size 128 within the registers.
+ * With 4 warps of 16 rows the default is one kernel for all three (FQ, the fused backward,
+ * at attn_mma_dkv_k): the dK/dV kernel also adds dQ, in key-tile order; the dQ kernel stays
+ * for the other block shapes and cu_attn.bwd_split. */
 
 /* the A fragment of rows r0..r0+15, columns 16kd.. of a resident tile */
 template <int DM>

@@ -56,6 +56,17 @@ build() {
     [ -x $B ] || { say "make cuda failed"; exit 1; }
 }
 bench() { run $B bench --device cuda --preset gpt2 "$@"; }
+# benv VAR=VALUE ARGS...: the same with one setting in the environment
+benv() { local e=$1; shift; benv "$e" "$@"; }
+# llmc B STEPS: llm.c's train_gpt2cu (.bench/llmc, prepared; its random-token data made once)
+# at batch B, T=1024: its total average iteration time, and steps 2 and STEPS
+LLMC=.bench/llmc
+llmc() {
+    [ -f $LLMC/data/rand_train.bin ] ||
+        (cd $LLMC && mkdir -p data && python3 make_data.py data/rand 2000000 --val-tokens 40000 --seed 1337) >/dev/null 2>&1
+    run bash -c "cd $LLMC && ./train_gpt2cu -e d12 -b $1 -t 1024 -x $2 -i data/rand_train.bin -j data/rand_val.bin \
+        -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|^step +(2|$2)/|rror'"
+}
 summary() {
     say "summary ($phase)"
     tail -n +"$1" "$LOG" | grep -E '^(FAIL|torch:|fp32: |bf16 - fp32|step +(2|30)/|\$ .*bench|\$ .*train|device:|train:|generate:|prefill:|total average|[0-9]+ passed|sample:|!! |profile:|decoding, per token|  all recorded ops)|GPU memory in use|max rel diff' |
@@ -111,30 +122,24 @@ final)
     build
     PY=${PY:-$(command -v python3)}
     pk="--peak-tflops ${PEAK_BF16:-989}"
-    R32="env SKIPLM_CUDA_MMA_ROWS=32"
     L="--block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen"
     export TMO=60
     for sla in "" --sla; do
         bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk $sla
-        run $R32 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk $sla
+        benv SKIPLM_CUDA_MMA_ROWS=32 --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk $sla
     done
     for sla in "" --sla; do
         bench $L --bf16 $pk $sla --profile 1
-        run $R32 $B bench --device cuda --preset gpt2 $L --bf16 $pk $sla
+        benv SKIPLM_CUDA_MMA_ROWS=32 $L --bf16 $pk $sla
     done
-    d=.bench/llmc
-    if [ -x $d/train_gpt2cu ]; then
-        (cd $d && mkdir -p data && python3 make_data.py data/rand 2000000 --val-tokens 40000 --seed 1337) >/dev/null 2>&1
-        run bash -c "cd $d && ./train_gpt2cu -e d12 -b 8 -t 1024 -x 30 -i data/rand_train.bin -j data/rand_val.bin \
-            -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|^step +(2|30)/|rror'"
-    fi
+    [ -x $LLMC/train_gpt2cu ] && llmc 8 30
     run python3 bench/torch_gpu_bench.py --batch 8 --seq 1024
     TMO=120 run env SKIPLM="$PWD/$B" PY="$PY" bash tests/cuda/test_cuda_cli.sh
     bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
-    run $R32 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
+    benv SKIPLM_CUDA_MMA_ROWS=32 --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
     for sla in "" --sla; do bench $L --tf32 $sla; done
     for sla in "" --sla; do bench --batch 8 --seq 1024 --steps 10 --no-gen --tf32 $sla; done
-    run env SKIPLM_CUDA_ATTN_MERGE=0 $B bench --device cuda --preset gpt2 $L --bf16 --sla
+    benv SKIPLM_CUDA_ATTN_MERGE=0 $L --bf16 --sla
     TMO=120 run ./build-cuda/tests/cuda/test_cuda_parity
     TMO=90 run ./build-cuda/tests/cuda/test_cuda_infer
     if [ -f data/sotu-gpt2/train.bin ]; then
@@ -148,39 +153,34 @@ final)
         done
     fi
     bench --batch 32 --seq 1024 --steps 10 --no-gen --bf16 $pk
-    [ -x $d/train_gpt2cu ] && run bash -c "cd $d && ./train_gpt2cu -e d12 -b 32 -t 1024 -x 20 -i data/rand_train.bin \
-        -j data/rand_val.bin -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|rror'"
+    [ -x $LLMC/train_gpt2cu ] && llmc 32 20
     run python3 bench/torch_gpu_bench.py --batch 8 --seq 1024 --compile
     unset TMO
     ;;
 fused)
     # the fused attention backward (dQ added by the dK/dV kernel in key-tile order) against the
     # split one (SKIPLM_CUDA_ATTN_BWD=split), alternated; its tests first; llm.c bracketed by
-    # ours; the other tests; then bf16check's curves (~8 min in all)
+    # ours; the other tests (~2.5 min); then bf16check's curves and the mpi phase when carried
     say "fused: $(date -u)"
     build
     PY=${PY:-$(command -v python3)}
     pk="--peak-tflops ${PEAK_BF16:-989}"
-    SPLIT="env SKIPLM_CUDA_ATTN_BWD=split"
     L="--block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen"
     TMO=90 run ./build-cuda/tests/cuda/test_cuda_parity "tc attention"
     export TMO=60
     for rep in 1 2; do
         bench --batch 8 --seq 1024 --steps 20 --no-gen --bf16 $pk
-        run $SPLIT $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 20 --no-gen --bf16 $pk
+        benv SKIPLM_CUDA_ATTN_BWD=split --batch 8 --seq 1024 --steps 20 --no-gen --bf16 $pk
     done
     bench --batch 8 --seq 1024 --steps 20 --no-gen --bf16 $pk --sla
     bench $L --bf16 $pk --profile 1
-    run $SPLIT $B bench --device cuda --preset gpt2 $L --bf16 $pk --profile 1
+    benv SKIPLM_CUDA_ATTN_BWD=split $L --bf16 $pk --profile 1
     bench $L --bf16 $pk --sla
     bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
-    d=.bench/llmc
-    if [ -x $d/train_gpt2cu ]; then
-        (cd $d && mkdir -p data && python3 make_data.py data/rand 2000000 --val-tokens 40000 --seed 1337) >/dev/null 2>&1
+    if [ -x $LLMC/train_gpt2cu ]; then
         for bb in 8 32; do          # each bracketed by ours
             bench --batch $bb --seq 1024 --steps 20 --no-gen --bf16 $pk
-            run bash -c "cd $d && ./train_gpt2cu -e d12 -b $bb -t 1024 -x 20 -i data/rand_train.bin \
-                -j data/rand_val.bin -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|rror'"
+            llmc $bb 20
             bench --batch $bb --seq 1024 --steps 20 --no-gen --bf16 $pk
         done
     fi
@@ -229,17 +229,17 @@ train)
     done
     # what the tensor-core attention buys at the paper's length: the same bf16 step on the fp32
     # kernels, and on the older wmma kernels (the per-op table shows the attention's share)
-    run env SKIPLM_CUDA_TC_ATTN=0 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
+    benv SKIPLM_CUDA_TC_ATTN=0 --block_size 16384 --batch 1 --seq 16384 \
         --steps 5 --no-gen --bf16
-    run env SKIPLM_CUDA_TC_ATTN=wmma $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
+    benv SKIPLM_CUDA_TC_ATTN=wmma --block_size 16384 --batch 1 --seq 16384 \
         --steps 5 --no-gen --bf16 --profile 2
-    run env SKIPLM_CUDA_TC_ATTN=wmma $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16
+    benv SKIPLM_CUDA_TC_ATTN=wmma --batch 8 --seq 1024 --steps 10 --no-gen --bf16
     # the mma.sync attention with blocks of 8 warps (128-row tiles) instead of 4 (64 rows)
-    run env SKIPLM_CUDA_MMA_WARPS=8 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
+    benv SKIPLM_CUDA_MMA_WARPS=8 --block_size 16384 --batch 1 --seq 16384 \
         --steps 5 --no-gen --bf16 --profile 2
-    run env SKIPLM_CUDA_MMA_WARPS=8 $B bench --device cuda --preset gpt2 --batch 8 --seq 1024 --steps 10 --no-gen --bf16
+    benv SKIPLM_CUDA_MMA_WARPS=8 --batch 8 --seq 1024 --steps 10 --no-gen --bf16
     # one buffer per walked attention tile (the copy of the next tile no longer under this one's math)
-    run env SKIPLM_CUDA_ATTN_STAGES=1 $B bench --device cuda --preset gpt2 --block_size 16384 --batch 1 --seq 16384 \
+    benv SKIPLM_CUDA_ATTN_STAGES=1 --block_size 16384 --batch 1 --seq 16384 \
         --steps 5 --no-gen --bf16 --profile 2
     ;;
 gen)
@@ -252,17 +252,17 @@ gen)
         bench --block_size 16384 --no-train --gen 256 --seq 16000 --bf16 $sla   # a bf16 KV cache
     done
     # the bf16 model with an fp32 KV cache: what the bf16 cache buys at a long context
-    run env SKIPLM_CUDA_KV16=0 $B bench --device cuda --preset gpt2 --block_size 16384 --no-train --gen 256 --seq 16000 --bf16
+    benv SKIPLM_CUDA_KV16=0 --block_size 16384 --no-train --gen 256 --seq 16000 --bf16
     # Llama with GQA (12 query heads on 3 KV heads: a decoding block serves 4 query heads), and
     # with one query head per block, at a long and at a short context
     for seq in 16000 512; do
         bench --family llama --bias 0 --n_kv_head 3 --block_size 16384 --no-train --gen 256 --seq $seq --bf16
-        run env SKIPLM_CUDA_DECODE_HEADS=1 $B bench --device cuda --preset gpt2 --family llama --bias 0 --n_kv_head 3 \
+        benv SKIPLM_CUDA_DECODE_HEADS=1 --family llama --bias 0 --n_kv_head 3 \
             --block_size 16384 --no-train --gen 256 --seq $seq --bf16
     done
     # decoding steps as CUDA graphs (the default) against plain launches
-    run env SKIPLM_CUDA_GRAPHS=0 $B bench --device cuda --preset gpt2 --no-train --gen 256 --seq 768
-    run env SKIPLM_CUDA_GRAPHS=0 $B bench --device cuda --preset gpt2 --no-train --gen 256 --seq 768 --bf16
+    benv SKIPLM_CUDA_GRAPHS=0 --no-train --gen 256 --seq 768
+    benv SKIPLM_CUDA_GRAPHS=0 --no-train --gen 256 --seq 768 --bf16
     run $B bench --preset gpt2 --no-train --gen 64           # the CPU's figure, for the ratio
     # a short real training run on the default corpus (data/sotu-char: the device has no
     # network, so carry it from a machine where scripts/setup.sh prepared it), then GPU vs
@@ -283,13 +283,11 @@ gen)
     ;;
 llmc)
     say "llmc: $(date -u)"
-    d=.bench/llmc
-    [ -f $d/train_gpt2.cu ] && [ -f $d/make_data.py ] || { say "no llm.c copy in $d (docs/cuda.md)"; exit 1; }
-    run bash -c "cd $d && mkdir -p data && nvcc -O3 -t=0 --use_fast_math -std=c++17 -DENABLE_BF16 -arch=sm_90 \
-        train_gpt2.cu -lcublas -lcublasLt -o train_gpt2cu && python3 make_data.py data/rand 2000000 --val-tokens 20000 --seed 1337"
+    [ -f $LLMC/train_gpt2.cu ] && [ -f $LLMC/make_data.py ] || { say "no llm.c copy in $LLMC (docs/cuda.md)"; exit 1; }
+    run bash -c "cd $LLMC && nvcc -O3 -t=0 --use_fast_math -std=c++17 -DENABLE_BF16 -arch=sm_90 \
+        train_gpt2.cu -lcublas -lcublasLt -o train_gpt2cu"
     for rep in 1 2; do
-        run bash -c "cd $d && ./train_gpt2cu -e d12 -b 8 -t 1024 -x 30 -i data/rand_train.bin -j data/rand_val.bin \
-            -v 100000 -m 0 -s 0 -n 0 -h 0 | grep -E 'total average iteration time|^step +(2|30)/'"
+        llmc 8 30
         bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16       # ours, alternated with llm.c's
     done
     ;;

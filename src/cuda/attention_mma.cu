@@ -141,6 +141,88 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+/* the A fragment of rows r0..r0+15, columns 16kd.. of a resident tile */
+template <int DM>
+__device__ __forceinline__ void lda(uint32_t (&f)[4], const uint16_t *X, int r0, int kd, int lane) {
+    ldsm_x4(f, X + (r0 + (lane & 15)) * (DM + 8) + kd * 16 + 8 * (lane >> 4));
+}
+/* B fragments of two 8-column tiles (columns = rows 16np.. of Y, k = columns 16kd..) for X Y^T */
+template <int DM>
+__device__ __forceinline__ void ldb_t(uint32_t (&f)[4], const uint16_t *Y, int np, int kd, int lane) {
+    ldsm_x4(f, Y + (np * 16 + (lane & 7) + 8 * (lane >> 4)) * (DM + 8) + kd * 16 + 8 * ((lane >> 3) & 1));
+}
+/* B fragments of two 8-column tiles (columns 16dp.. of Y, k = rows 16kk..) for X Y */
+template <int DM>
+__device__ __forceinline__ void ldb(uint32_t (&f)[4], const uint16_t *Y, int kk, int dp, int lane) {
+    ldsm_x4_trans(f, Y + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * (DM + 8) + dp * 16 + 8 * (lane >> 4));
+}
+
+/* C[mr] (16 x WT) = X Y^T for the warp's row tiles r0 + 16 mr of X and the WT rows of Y
+ * (k = head dims); each B fragment of Y serves the MR row tiles */
+template <int DM, int MR, int WT>
+__device__ __forceinline__ void product_xyT(float (&c)[MR][WT / 8][4], const uint16_t *X, int r0, const uint16_t *Y,
+                                            int lane) {
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++) zero(c[mr]);
+#pragma unroll
+    for (int kd = 0; kd < DM / 16; kd++) {
+        uint32_t xf[MR][4];
+#pragma unroll
+        for (int mr = 0; mr < MR; mr++) lda<DM>(xf[mr], X, r0 + 16 * mr, kd, lane);
+#pragma unroll
+        for (int np = 0; np < WT / 16; np++) {
+            uint32_t yf[4];
+            ldb_t<DM>(yf, Y, np, kd, lane);
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++) {
+                mma_bf16_16816(c[mr][2 * np], xf[mr], yf[0], yf[1]);
+                mma_bf16_16816(c[mr][2 * np + 1], xf[mr], yf[2], yf[3]);
+            }
+        }
+    }
+}
+
+/* A fragment (16 x 16, k = columns 16kk..) from the accumulators of two adjacent 8-column tiles
+ * of a 16 x WT product, rounded to bf16: mma.cuh's C layout is its A layout */
+template <int N>
+__device__ __forceinline__ void a_frag(uint32_t (&f)[4], const float (&x)[N][4], int kk) {
+    f[0] = pack_bf16x2(x[2 * kk][0], x[2 * kk][1]);
+    f[1] = pack_bf16x2(x[2 * kk][2], x[2 * kk][3]);
+    f[2] = pack_bf16x2(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+    f[3] = pack_bf16x2(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+}
+
+/* acc[mr] (16 x DM) += af[mr] (16 x 16) times rows 16kk..16kk+15 of a resident (., DM) tile Y;
+ * each B fragment of Y serves the MR row tiles */
+template <int DM, int MR>
+__device__ __forceinline__ void mma_rows_y(float (&acc)[MR][DM / 8][4], const uint32_t (&af)[MR][4],
+                                           const uint16_t *Y, int kk, int lane) {
+#pragma unroll
+    for (int dp = 0; dp < DM / 16; dp++) {          /* head dims 16dp.. as two 8-column tiles */
+        uint32_t yf[4];
+        ldb<DM>(yf, Y, kk, dp, lane);
+#pragma unroll
+        for (int mr = 0; mr < MR; mr++) {
+            mma_bf16_16816(acc[mr][2 * dp], af[mr], yf[0], yf[1]);
+            mma_bf16_16816(acc[mr][2 * dp + 1], af[mr], yf[2], yf[3]);
+        }
+    }
+}
+
+/* acc[mr] (16 x DM) += A[mr] Y, A[mr] (16 x WT) in accumulator layout (rounded to bf16 here),
+ * Y a resident (WT, DM) tile */
+template <int DM, int MR, int WT>
+__device__ __forceinline__ void product_acc(float (&acc)[MR][DM / 8][4], const float (&A)[MR][WT / 8][4],
+                                            const uint16_t *Y, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < WT / 16; kk++) {
+        uint32_t af[MR][4];
+#pragma unroll
+        for (int mr = 0; mr < MR; mr++) a_frag(af[mr], A[mr], kk);
+        mma_rows_y<DM, MR>(acc, af, Y, kk, lane);
+    }
+}
+
 template <int DM, int NW, int NB, int MR, int WT, int MINB = 1>
 __global__ void __launch_bounds__(32 * NW, MINB) attn_mma_fwd_k(cu_attn a, int vec) {
     typedef Mma<DM, NW, MR, WT> M;
@@ -267,28 +349,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_mma_fwd_k(cu_attn a, int v
             for (int n = 0; n < NO; n++) { o[mr][n][2 * hi] *= alpha; o[mr][n][2 * hi + 1] *= alpha; }
         }
 
-        /* O += P V, P straight from the accumulators */
-#pragma unroll
-        for (int kk = 0; kk < WT / 16; kk++) {
-            uint32_t pf[MR][4];
-#pragma unroll
-            for (int mr = 0; mr < MR; mr++) {
-                pf[mr][0] = pack_bf16x2(s[mr][2 * kk][0], s[mr][2 * kk][1]);
-                pf[mr][1] = pack_bf16x2(s[mr][2 * kk][2], s[mr][2 * kk][3]);
-                pf[mr][2] = pack_bf16x2(s[mr][2 * kk + 1][0], s[mr][2 * kk + 1][1]);
-                pf[mr][3] = pack_bf16x2(s[mr][2 * kk + 1][2], s[mr][2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int dp = 0; dp < DM / 16; dp++) {         /* head dims 16dp.. as two 8-column tiles */
-                uint32_t vf[4];
-                ldsm_x4_trans(vf, Vt + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + dp * 16 + 8 * (lane >> 4));
-#pragma unroll
-                for (int mr = 0; mr < MR; mr++) {
-                    mma_bf16_16816(o[mr][2 * dp], pf[mr], vf[0], vf[1]);
-                    mma_bf16_16816(o[mr][2 * dp + 1], pf[mr], vf[2], vf[3]);
-                }
-            }
-        }
+        product_acc<DM, MR, WT>(o, s, Vt, lane);   /* O += P V, P straight from the accumulators */
         __syncthreads();              /* every warp is done with tile it's buffers */
         if (NB == 1 && it + 1 < ntiles) {
             load_kv<DM, NTH>(a, Ks, Vs, b, hk, j0 + WT, min(WT, jend - j0 - WT), WT, vec);
@@ -328,74 +389,6 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_mma_fwd_k(cu_attn a, int v
  * at attn_mma_dkv_k): the dK/dV kernel also adds dQ, in key-tile order; the dQ kernel stays
  * for the other block shapes and cu_attn.bwd_split. */
 
-/* the A fragment of rows r0..r0+15, columns 16kd.. of a resident tile */
-template <int DM>
-__device__ __forceinline__ void lda(uint32_t (&f)[4], const uint16_t *X, int r0, int kd, int lane) {
-    ldsm_x4(f, X + (r0 + (lane & 15)) * (DM + 8) + kd * 16 + 8 * (lane >> 4));
-}
-/* B fragments of two 8-column tiles (columns = rows 16np.. of Y, k = columns 16kd..) for X Y^T */
-template <int DM>
-__device__ __forceinline__ void ldb_t(uint32_t (&f)[4], const uint16_t *Y, int np, int kd, int lane) {
-    ldsm_x4(f, Y + (np * 16 + (lane & 7) + 8 * (lane >> 4)) * (DM + 8) + kd * 16 + 8 * ((lane >> 3) & 1));
-}
-/* B fragments of two 8-column tiles (columns 16dp.. of Y, k = rows 16kk..) for X Y */
-template <int DM>
-__device__ __forceinline__ void ldb(uint32_t (&f)[4], const uint16_t *Y, int kk, int dp, int lane) {
-    ldsm_x4_trans(f, Y + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * (DM + 8) + dp * 16 + 8 * (lane >> 4));
-}
-
-/* C[mr] (16 x WT) = X Y^T for the warp's row tiles r0 + 16 mr of X and the WT rows of Y
- * (k = head dims); each B fragment of Y serves the MR row tiles */
-template <int DM, int MR, int WT>
-__device__ __forceinline__ void product_xyT(float (&c)[MR][WT / 8][4], const uint16_t *X, int r0, const uint16_t *Y,
-                                            int lane) {
-#pragma unroll
-    for (int mr = 0; mr < MR; mr++) zero(c[mr]);
-#pragma unroll
-    for (int kd = 0; kd < DM / 16; kd++) {
-        uint32_t xf[MR][4];
-#pragma unroll
-        for (int mr = 0; mr < MR; mr++) lda<DM>(xf[mr], X, r0 + 16 * mr, kd, lane);
-#pragma unroll
-        for (int np = 0; np < WT / 16; np++) {
-            uint32_t yf[4];
-            ldb_t<DM>(yf, Y, np, kd, lane);
-#pragma unroll
-            for (int mr = 0; mr < MR; mr++) {
-                mma_bf16_16816(c[mr][2 * np], xf[mr], yf[0], yf[1]);
-                mma_bf16_16816(c[mr][2 * np + 1], xf[mr], yf[2], yf[3]);
-            }
-        }
-    }
-}
-
-/* acc[mr] (16 x DM) += A[mr] Y, A[mr] (16 x WT) in accumulator layout (rounded to bf16 here),
- * Y a resident (WT, DM) tile */
-template <int DM, int MR, int WT>
-__device__ __forceinline__ void product_acc(float (&acc)[MR][DM / 8][4], const float (&A)[MR][WT / 8][4],
-                                            const uint16_t *Y, int lane) {
-#pragma unroll
-    for (int kk = 0; kk < WT / 16; kk++) {
-        uint32_t af[MR][4];
-#pragma unroll
-        for (int mr = 0; mr < MR; mr++) {
-            af[mr][0] = pack_bf16x2(A[mr][2 * kk][0], A[mr][2 * kk][1]);
-            af[mr][1] = pack_bf16x2(A[mr][2 * kk][2], A[mr][2 * kk][3]);
-            af[mr][2] = pack_bf16x2(A[mr][2 * kk + 1][0], A[mr][2 * kk + 1][1]);
-            af[mr][3] = pack_bf16x2(A[mr][2 * kk + 1][2], A[mr][2 * kk + 1][3]);
-        }
-#pragma unroll
-        for (int dp = 0; dp < DM / 16; dp++) {
-            uint32_t yf[4];
-            ldb<DM>(yf, Y, kk, dp, lane);
-#pragma unroll
-            for (int mr = 0; mr < MR; mr++) {
-                mma_bf16_16816(acc[mr][2 * dp], af[mr], yf[0], yf[1]);
-                mma_bf16_16816(acc[mr][2 * dp + 1], af[mr], yf[2], yf[3]);
-            }
-        }
-    }
-}
 /* Q (scaled) and dO tiles in bf16 (`rows` rows), lse and Di of query rows [i0, i0 + nq) of
  * head h (padded rows: lse = +inf, so their P is 0, and Di = 0), as copies of the thread's
  * open cp.async group where they can be */
@@ -517,9 +510,9 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_dq_k(cu_attn a, const float 
  * per head and query tile, released by kt - 1 once its additions are done: sems below). So
  * that a block never waits for one that cannot run, blocks take their (key tile, kv head,
  * batch) from a ticket in the order they start, key tile slowest: the block a block waits
- * for started before it and waits only for earlier ones. Under the causal rule key tile kt
- * starts on the query tile kt - 1 has just done, so the chain costs about one tile's time
- * per block, and the heaviest tiles (the first keys) still start first. */
+ * for started before it and waits only for earlier ones, and the heaviest causal tiles (the
+ * first keys) still start first. The query tiles are walked downwards (below), so that key
+ * tile kt meets each one in step with kt - 1. */
 template <int DM, int NW, int NB, int MR, int WT, bool FQ = false, int MINB = 1>
 __global__ void __launch_bounds__(32 * NW, MINB) attn_mma_dkv_k(cu_attn a, const float *dout, float *dk, float *dv, const float *Di, int vec,
                                                           float *dq, int *sync, int dq2) {
@@ -616,25 +609,18 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_mma_dkv_k(cu_attn a, const
         int *sem = NULL;
         if (FQ) {
             __syncthreads();          /* dS^T whole */
-            float aq[NO][4];          /* dQ += dS K for query rows i0 + 16 warp.. */
-            zero(aq);
+            float aq[1][NO][4];       /* dQ += dS K for query rows i0 + 16 warp.. */
+            zero(aq[0]);
 #pragma unroll
             for (int kk = 0; kk < RB / 16; kk++) {
-                uint32_t af[4];       /* dS's A fragment: dS^T's tile, transposed as it is read */
-                ldsm_x4_trans(af, dSs + (kk * 16 + (lane & 7) + 8 * (lane >> 4)) * (WT + 8) + warp * 16 +
-                                      8 * ((lane >> 3) & 1));
-#pragma unroll
-                for (int dp = 0; dp < DM / 16; dp++) {
-                    uint32_t yf[4];
-                    ldb<DM>(yf, Ks, kk, dp, lane);
-                    mma_bf16_16816(aq[2 * dp], af, yf[0], yf[1]);
-                    mma_bf16_16816(aq[2 * dp + 1], af, yf[2], yf[3]);
-                }
+                uint32_t af[1][4];    /* dS's A fragment: dS^T's tile, transposed as it is read */
+                ldsm_x4_trans(af[0], dSs + (kk * 16 + (lane & 7) + 8 * (lane >> 4)) * (WT + 8) + warp * 16 +
+                                         8 * ((lane >> 3) & 1));
+                mma_rows_y<DM, 1>(aq, af, Ks, kk, lane);
             }
             sem = sync + 1 + ((size_t)b * a.H + h) * nqt_all + i0 / WT;
             if (lane == 0) flag_wait_ge(sem, kt);    /* key tiles 0 .. kt - 1 have added theirs */
             __syncwarp();
-            const int nq = min(WT, a.Lq - i0);
 #pragma unroll
             for (int hi = 0; hi < 2; hi++) {
                 const int r = warp * 16 + g + 8 * hi;
@@ -643,7 +629,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_mma_dkv_k(cu_attn a, const
 #pragma unroll
                 for (int n = 0; n < NO; n++) {
                     const int d = 8 * n + 2 * t;
-                    const float x = a.scale * aq[n][2 * hi], y = a.scale * aq[n][2 * hi + 1];
+                    const float x = a.scale * aq[0][n][2 * hi], y = a.scale * aq[0][n][2 * hi + 1];
                     if (dq2 && d + 1 < a.D) red_add2(row + d, x, y);
                     else {
                         if (d < a.D) red_add(row + d, x);
@@ -752,10 +738,7 @@ static int mma_bwd(const cu_attn *a, const float *dout, float *dq, float *dk, fl
         kfused[1] = attn_mma_dkv_k<DM, NW, 2, MRK, WTK, true, FMINB>;
     }
     const size_t ds_bytes = CAN_FUSE ? sizeof(uint16_t) * MK::RB * (WTK + 8) : 0;   /* the fused kernel's dS^T */
-    auto most = [&](int n) {
-        size_t x = MQ::bwd(n) > MK::bwd(n) ? MQ::bwd(n) : MK::bwd(n);
-        return x > MK::bwd(n) + ds_bytes ? x : MK::bwd(n) + ds_bytes;
-    };
+    auto most = [&](int n) { return MQ::bwd(n) > MK::bwd(n) + ds_bytes ? MQ::bwd(n) : MK::bwd(n) + ds_bytes; };
     const int nb = walk_buffers(a, nb_max, [&](int n, size_t) {
         cudaError_t e = smem_opt_in((const void *)kdq[n - 1], MQ::bwd(n));
         if (e == cudaSuccess) e = smem_opt_in((const void *)kdkv[n - 1], MK::bwd(n));

@@ -1031,6 +1031,26 @@ __device__ __forceinline__ void ce_combine(float &m, float &s, float mo, float s
     s = ce_rescale(s, m, M) + ce_rescale(so, mo, M);
     m = M;
 }
+#define CE_X(q, e) ((e) & 1 ? bf16_hi(q[(e) >> 1]) : bf16_lo(q[(e) >> 1]))
+/* f(x) for each logit x of the row in shared memory that this thread copied (its groups of 8
+ * columns j = threadIdx.x + k T, T = blockDim.x) and that is below V, in order */
+template <int NV, typename F>
+__device__ __forceinline__ void ce_each(const uint16_t *zs, int T, int nvec, int vfull, int V, F f) {
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int j = threadIdx.x + k * T;
+        if (j >= nvec || j * 8 >= V) break;
+        uint32_t q[4];
+        ld_words<4>(zs + (size_t)j * 8, q);
+        if (j < vfull) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) f(CE_X(q, e));
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) if (j * 8 + e < V) f(CE_X(q, e));
+        }
+    }
+}
 template <int NV>
 __global__ void __launch_bounds__(1024, 2) crossentropy16_k(uint16_t *z16, float *losses, const int32_t *targets,
                                                             int V, int Vp, float row_scale, int backward) {
@@ -1049,38 +1069,11 @@ __global__ void __launch_bounds__(1024, 2) crossentropy16_k(uint16_t *z16, float
     }
     cp_commit();
     cp_wait<0>();                              /* this thread's copies landed: all it reads */
-#define CE_X(q, e) ((e) & 1 ? bf16_hi(q[(e) >> 1]) : bf16_lo(q[(e) >> 1]))
     float m = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < NV; k++) {
-        const int j = threadIdx.x + k * T;
-        if (j >= nvec || j * 8 >= V) break;
-        uint32_t q[4];
-        ld_words<4>(zs + (size_t)j * 8, q);
-        if (j < vfull) {
-#pragma unroll
-            for (int e = 0; e < 8; e++) m = fmaxf(m, CE_X(q, e));
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; e++) if (j * 8 + e < V) m = fmaxf(m, CE_X(q, e));
-        }
-    }
+    ce_each<NV>(zs, T, nvec, vfull, V, [&](float x) { m = fmaxf(m, x); });
     const float ms = ce_safe(m);
     float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < NV; k++) {
-        const int j = threadIdx.x + k * T;
-        if (j >= nvec || j * 8 >= V) break;
-        uint32_t q[4];
-        ld_words<4>(zs + (size_t)j * 8, q);
-        if (j < vfull) {
-#pragma unroll
-            for (int e = 0; e < 8; e++) s += exp2f((CE_X(q, e) - ms) * CE_LOG2E);
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; e++) if (j * 8 + e < V) s += exp2f((CE_X(q, e) - ms) * CE_LOG2E);
-        }
-    }
+    ce_each<NV>(zs, T, nvec, vfull, V, [&](float x) { s += exp2f((x - ms) * CE_LOG2E); });
     for (int o = 16; o > 0; o >>= 1) {
         const float mo = __shfl_xor_sync(0xffffffffu, m, o), so = __shfl_xor_sync(0xffffffffu, s, o);
         ce_combine(m, s, mo, so);

@@ -21,7 +21,7 @@ OPT     := -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,unde
 endif
 
 # -fno-trapping-math: nothing here reads floating-point exception flags, and without it gcc
-# keeps the selects of src/vmath.h (exp/erf/tanh for GELU, softmax) as branches, which it
+# keeps the selects of src/core/vmath.h (exp/erf/tanh for GELU, softmax) as branches, which it
 # vectorises only with AVX-512's masks: on AVX2 those loops ran scalar. Values are unchanged
 # (no reassociation, no finite-math assumptions).
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc $(OMP) $(OPT) -fno-trapping-math
@@ -66,8 +66,12 @@ CFLAGS  += -DSK_HAVE_BLAS $(BLAS_CFLAGS)
 LDLIBS  += $(BLAS_LIBS)
 endif
 
-LIB_SRC  := $(wildcard src/*.c)
+# The library, one folder a layer (docs/architecture.md): base <- core <- io, train; text
+# beside them on base (and io for file paths); src/cuda/ is the GPU backend (make cuda).
+LAYERS   := base core io train text
+LIB_SRC  := $(foreach d,$(LAYERS),$(wildcard src/$(d)/*.c))
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/src/%.o)
+LIB_HDR  := $(wildcard include/*.h $(LAYERS:%=src/%/*.h))
 
 # CUDA=1 (set by `make cuda`): the same library and CLI plus src/cuda/ (kernels in .cu by
 # nvcc, the device model in C), compiled with -DSKIPLM_CUDA into build-cuda/.
@@ -117,10 +121,10 @@ TEST_BIN += $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
 
 all: $(BUILD)/libskiplm.a $(BUILD)/skiplm $(TEST_BIN)
 
-$(BUILD)/src/%.o: src/%.c $(wildcard include/*.h src/*.h)
+$(BUILD)/src/%.o: src/%.c $(LIB_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(BUILD)/src/cuda/%.o: src/cuda/%.c $(wildcard include/*.h src/*.h src/cuda/*.h)
+$(BUILD)/src/cuda/%.o: src/cuda/%.c $(LIB_HDR) $(wildcard src/cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 $(BUILD)/src/cuda/%.emu.o: src/cuda/%.cu src/cuda/cuda_kernels.h $(wildcard src/cuda/*.cuh) $(wildcard tests/cuda/emu/*.h)
@@ -135,7 +139,7 @@ $(BUILD)/emu/nccl_emu.o: tests/cuda/emu/nccl_emu.c tests/cuda/emu/nccl.h
 $(BUILD)/src/cuda/%.cu.o: src/cuda/%.cu src/cuda/cuda_kernels.h $(wildcard src/cuda/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-$(BUILD)/cli/%.o: cli/%.c $(wildcard include/*.h src/*.h cli/*.h)
+$(BUILD)/cli/%.o: cli/%.c $(LIB_HDR) $(wildcard cli/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 $(BUILD)/libskiplm.a: $(LIB_OBJ)

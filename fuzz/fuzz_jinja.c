@@ -5,7 +5,7 @@
  * Build and run (from the repository root): make FUZZ=1 build-fuzz/fuzz/fuzz_jinja &&
  *   build-fuzz/fuzz/fuzz_jinja -max_len=8192 fuzz/corpus/jinja
  */
-#include "jinja.h"
+#include "text/jinja.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -3,10 +3,10 @@
  *
  * Build and run (from the repository root):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc fuzz/fuzz_json.c \
- *       src/json.c -lm -o fuzz_json
+ *       src/base/json.c -lm -o fuzz_json
  *   ./fuzz_json -max_len=4096 fuzz/corpus/json
  */
-#include "json.h"
+#include "base/json.h"
 
 #include <stdint.h>
 #include <stdlib.h>

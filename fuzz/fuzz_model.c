@@ -3,7 +3,7 @@
  * model files and a checkpoint. Models are capped at 16 MB by sk_set_memory_limit, so a
  * config asking for more must be refused up front. An accepted model runs a forward pass
  * and sk_train_cfg_from_st / sk_trainer_resume see the same image as a checkpoint. */
-#include "fileio.h"
+#include "base/fileio.h"
 #include "fuzz_util.h"
 #include "skiplm.h"
 

@@ -4,10 +4,10 @@
  *
  * Build and run (from the repository root):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc fuzz/fuzz_safetensors.c \
- *       src/safetensors.c src/json.c src/fileio.c src/error.c -lm -o fuzz_safetensors
+ *       src/io/safetensors.c src/base/json.c src/base/fileio.c src/base/error.c -lm -o fuzz_safetensors
  *   ./fuzz_safetensors -max_len=4096 fuzz/corpus/safetensors
  */
-#include "fileio.h"
+#include "base/fileio.h"
 #include "skiplm.h"
 
 #include <stdlib.h>

@@ -33,7 +33,7 @@ typedef struct {
     int relu;                /* 1: two-layer ReLU MLP, replacing GELU (gpt2) or SwiGLU (llama) */
     int untied_head;         /* 1: lm_head is its own (vocab, n_embd) matrix; 0: tied to the embedding */
     char routing[200];       /* general K/V routing table (overrides n_skip_*); "" = paper SLA
-                                or none. Grammar: src/config.c, README */
+                                or none. Grammar: src/core/config.c, README */
     /* Llama family (SPEC §3) */
     float rope_theta;
     int ffn_hidden;          /* SwiGLU hidden size; 0 = derive */
@@ -63,7 +63,7 @@ void sk_rope_freqs(const sk_config *cfg, int hs, double *freq);
 /* One-line human description. */
 void sk_config_describe(const sk_config *cfg, char *buf, size_t n);
 
-/* Skip-Layer routing, the one place that decides who reads whose K/V (src/config.c):
+/* Skip-Layer routing, the one place that decides who reads whose K/V (src/core/config.c):
  * the paper's rule from n_skip_layer/n_skip_head, or the general table `routing`. */
 typedef struct { int h0, nh, src; } sk_route;   /* query heads [h0, h0+nh) read layer src */
 /* The runs of equal source of layer l in head order (at most n_head); returns the count. */

@@ -69,7 +69,7 @@ const char *sk_tok_decode_one(const sk_tokenizer *tok, int32_t id, size_t *len);
 
 /* ------------------------------------------------------------ chat templates
  *
- * A Hugging Face folder's chat template (Jinja, rendered by src/jinja.c as transformers'
+ * A Hugging Face folder's chat template (Jinja, rendered by src/text/jinja.c as transformers'
  * apply_chat_template renders it: messages, add_generation_prompt, tools = documents = none,
  * and the special tokens of tokenizer_config.json). Encode the text with sk_tok_encode: the
  * template writes the special tokens itself (apply_chat_template tokenizes without adding
@@ -100,7 +100,7 @@ int sk_chat_render_json(const sk_chat *c, const char *messages_json, const char 
 
 /* ------------------------------------------------------------- BPE training
  *
- * Byte-level BPE trainer (src/bpe_train.c, docs/tokenizer.md). Each text is split with the
+ * Byte-level BPE trainer (src/text/bpe_train.c, docs/tokenizer.md). Each text is split with the
  * GPT-2 encoder's pre-tokenizer, so no merge crosses a pre-token (a space+word, a number, a
  * punctuation run, whitespace) or a text boundary. Ids 0..255 are the bytes in GPT-2's order
  * (display code point order, equal to GPT-2's own first 256 ids), merge i makes id 256 + i,

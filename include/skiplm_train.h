@@ -189,7 +189,7 @@ uint64_t sk_dropout_seed(uint64_t seed, long step, int micro);
 
 /* ------------------------------------------------------------ distributed
  *
- * Data parallelism over MPI (src/dist.c, docs/distributed.md). Built with `make MPI=1`
+ * Data parallelism over MPI (src/train/dist.c, docs/distributed.md). Built with `make MPI=1`
  * (mpicc, -DSK_HAVE_MPI); the plain build has the same functions for one process (rank 0
  * of 1, every collective a copy). An MPI build started without mpirun does not initialise
  * MPI and runs as one process too.

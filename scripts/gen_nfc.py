@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate src/nfc_tables.h: what Unicode normalization form C needs (UAX #15), from
+"""Generate src/text/nfc_tables.h: what Unicode normalization form C needs (UAX #15), from
 Python's unicodedata: canonical combining classes, full canonical decompositions, and the
 primary composites (pairs that compose). Hangul syllables are algorithmic and not listed.
 
@@ -21,7 +21,7 @@ def hangul(cp):
 
 
 def main():
-    out_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "src", "nfc_tables.h")
+    out_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "src", "text", "nfc_tables.h")
     ccc, decomp, comp = [], [], []
     for cp in range(0x110000):
         if 0xD800 <= cp <= 0xDFFF:
@@ -53,7 +53,7 @@ def main():
          % (sys.version.split()[0], ud.unidata_version),
          " * Unicode normalization form C: canonical combining classes (ranges), full canonical",
          " * decompositions (index into a pool of code points) and primary composites, sorted.",
-         " * Hangul syllables are algorithmic (src/nfc.c). */",
+         " * Hangul syllables are algorithmic (src/text/nfc.c). */",
          "#ifndef SK_NFC_TABLES_H", "#define SK_NFC_TABLES_H", "#include <stdint.h>",
          '#define SK_NFC_UNICODE_VERSION "%s"' % ud.unidata_version,
          "#define SK_NFC_MAX_DECOMP %d" % maxlen]

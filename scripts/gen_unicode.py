@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate src/unicode_tables.h: the code point ranges of JavaScript's \\p{L}, \\p{N} and \\s
+"""Generate src/text/unicode_tables.h: the code point ranges of JavaScript's \\p{L}, \\p{N} and \\s
 (regex with the `u` flag), exactly as the local Node.js evaluates them.
 
 GPT-2's reference JS encoder (gpt-3-encoder) pre-tokenizes with
@@ -31,7 +31,7 @@ console.log(JSON.stringify(out));
 
 
 def main():
-    out_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "src", "unicode_tables.h")
+    out_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "src", "text", "unicode_tables.h")
     import json
     data = json.loads(subprocess.check_output(["node", "-e", JS]))
     lines = [

@@ -2,7 +2,7 @@
  * differences, dropout statistics, thread-count independence, masks, error messages. */
 #include "skiplm.h"
 #include "test.h"
-#include "attention_internal.h"   /* sk_attn_bwd_path */
+#include "core/attention_internal.h"   /* sk_attn_bwd_path */
 #include <omp.h>
 #include <stdint.h>
 

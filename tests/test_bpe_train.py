@@ -1,4 +1,4 @@
-"""skiplm tokenizer train (src/bpe_train.c, cli/cmd_tokenizer.c):
+"""skiplm tokenizer train (src/text/bpe_train.c, cli/cmd_tokenizer.c):
  - merges and ids equal the naive recount-every-merge reference (tests/ref/bpe_ref.py) on
    small hand-made corpora (ties, overlaps, several documents, specials, running out of pairs);
  - a 4096-token vocabulary trained on the whole default corpus loads with the GPT-2 loader,

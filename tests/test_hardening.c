@@ -2,7 +2,7 @@
  * problem (truncated, bit-flipped and wrong-dtype weights, shards, tokenizer files, config
  * values), memory requests over the limit are refused up front with their byte count,
  * stale temp files of dead writers are removed, and regressions of fuzzer findings. */
-#include "fileio.h"
+#include "base/fileio.h"
 #include "skiplm.h"
 #include "test.h"
 

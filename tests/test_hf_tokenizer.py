@@ -383,7 +383,7 @@ def nfc_random(n, seed):
 
 def nfc_chain(s, tmp, enc, merges, corpus):
     """Qwen2's whole chain: the NFC normalizer, Split with Qwen2's regex, ByteLevel. Each stretch
-    between added tokens is normalized on its own (src/nfc.c, tested alone in test_nfc.py)."""
+    between added tokens is normalized on its own (src/text/nfc.c, tested alone in test_nfc.py)."""
     qa = [added(50256, "<|endoftext|>"), added(50257, "<|im_start|>"), added(50258, "<|im_end|>")]
     qwen = os.path.join(tmp, "qwen2_nfc.json")
     json.dump(hf_json(enc, merges, qa, split=QWEN2_RE, use_regex=False, nfc=True), open(qwen, "w", encoding="utf-8"),

@@ -4,7 +4,7 @@
  * weights rounded to bf16. Also checks the cache saving of SLA and sampling. */
 #include "test.h"
 #include "skiplm.h"
-#include "ops.h"
+#include "core/ops.h"
 #include <omp.h>
 
 /* Decode seq[0..T): the prompt in one call, then one token per call; logits of every call

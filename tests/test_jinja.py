@@ -1,4 +1,4 @@
-"""Jinja2 chat-template renderer (src/jinja.c) against the JS port @huggingface/jinja (the engine
+"""Jinja2 chat-template renderer (src/text/jinja.c) against the JS port @huggingface/jinja (the engine
 transformers.js uses; node tests/ref/jinja_render.mjs) and hand-written Python-jinja2 results:
 
 1. real chat templates (tests/ref/chat_templates/) x conversations (system or not, multi-turn,

@@ -1,5 +1,5 @@
-/* Tests for the strict JSON reader/writer in src/json.c. */
-#include "json.h"
+/* Tests for the strict JSON reader/writer in src/base/json.c. */
+#include "base/json.h"
 #include "test.h"
 
 #include <time.h>

@@ -5,8 +5,8 @@
 #include <limits.h>
 #include "test.h"
 #include "skiplm.h"
-#include "ops.h"
-#include "vmath.h"
+#include "core/ops.h"
+#include "core/vmath.h"
 #include <omp.h>
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-"""Unicode normalization form C (src/nfc.c, the NFC normalizer of tokenizer.json files such as
+"""Unicode normalization form C (src/text/nfc.c, the NFC normalizer of tokenizer.json files such as
 Qwen2's) against Python's unicodedata.normalize("NFC"), whose tables scripts/gen_nfc.py took:
 
 1. every code point alone (1,112,064 of them);

@@ -1,6 +1,6 @@
-/* Tests for src/safetensors.c and src/fileio.c: round trips, strict validation of
+/* Tests for src/io/safetensors.c and src/base/fileio.c: round trips, strict validation of
  * corrupt files, and the atomic-write guarantee. */
-#include "fileio.h"
+#include "base/fileio.h"
 #include "skiplm.h"
 #include "test.h"
 

@@ -1,6 +1,6 @@
 /* Helper for tests/test_nfc.py: tool_nfc IN OUT. IN holds records (uint32 byte count, then
- * the bytes, little-endian); OUT gets each record's NFC (src/nfc.c) the same way. */
-#include "nfc.h"
+ * the bytes, little-endian); OUT gets each record's NFC (src/text/nfc.c) the same way. */
+#include "text/nfc.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Fused attention on the GPU, FlashAttention-2 style, in fp32: the twin of
- * src/attention_flash.c (same tiles in spirit, same math, same dropout hash).
+ * src/core/attention_flash.c (same tiles in spirit, same math, same dropout hash).
  *
  *   forward    : one block per (query tile, head, batch); keys in increasing tiles with an
  *                online softmax; saves lse = m + log(l) per query row. O(T) memory.

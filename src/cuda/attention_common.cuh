@@ -1,6 +1,6 @@
 /* What the two fused attention implementations share (attention.cu: fp32 on CUDA cores;
  * attention_tc.cu: bf16 operands on tensor cores): the dropout hash of
- * src/attention_internal.h, the causal rule, the half-warp reductions of the 16 x 16 thread
+ * src/core/attention_internal.h, the causal rule, the half-warp reductions of the 16 x 16 thread
  * grid, and the elementwise part of the backward pass. */
 #ifndef SK_ATTENTION_COMMON_CUH
 #define SK_ATTENTION_COMMON_CUH

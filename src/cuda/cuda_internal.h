@@ -4,7 +4,7 @@
 #ifndef SK_CUDA_INTERNAL_H
 #define SK_CUDA_INTERNAL_H
 #include "skiplm_cuda.h"
-#include "model.h"
+#include "core/model.h"
 #include "cuda_kernels.h"
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -38,7 +38,7 @@ struct sk_cuda_model {
     /* activations for (B, T) */
     int B, T;
     float *acts_mem;
-    sk_acts a;                        /* device views, src/model.h's layout names */
+    sk_acts a;                        /* device views, src/core/model.h's layout names */
     /* SK_CUDA_BF16: the activations that are only GEMM inputs, kept in bf16 instead of fp32
      * (a.ln1, a.atty, a.ln2, a.fch_act and a.lnf are then NULL): written so by their kernels,
      * read as they are by the forward GEMM and again by the weight-gradient GEMM (and the

@@ -1,5 +1,5 @@
 /* CUDA kernels of skiplm, as plain launch functions callable from C (src/cuda/model_cuda.c).
- * Every op mirrors its CPU twin in src/ops.c / src/attention_flash.c: same arguments, same
+ * Every op mirrors its CPU twin in src/core/ops.c / src/core/attention_flash.c: same arguments, same
  * math, same conventions (backward ops ACCUMULATE into gradients unless said otherwise).
  * All pointers are device pointers; all launches go to sk_cu_stream (the legacy default
  * stream but while a decoding step is captured) and return without synchronising: the caller checks cudaGetLastError() after each launch
@@ -134,7 +134,7 @@ void cu_span_sq(double *part, const float *g, const cu_span *spans, int n_spans,
  * Fused causal/non-causal attention over strided (B, H, L, D) views, the layout of sk_attn:
  * element (b, h, t, d) of q is q[b*q_sb + h*q_sh + t*q_st + d]. GQA: head h reads kv head
  * h / (H / Hkv). lse (B, H, Lq) contiguous. Dropout regenerates the CPU's hash
- * (src/attention_internal.h) exactly. D from 1 to 128.
+ * (src/core/attention_internal.h) exactly. D from 1 to 128.
  *
  * SLA in one launch: with nruns > 0 the kv heads come in runs, each with its own K/V
  * source (run[r]: from kv head hk0 up to the next run's hk0). A run's k, v (k16, v16, and

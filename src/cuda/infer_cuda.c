@@ -1,4 +1,4 @@
-/* Cached generation on the GPU: the device twin of src/infer.c.
+/* Cached generation on the GPU: the device twin of src/core/infer.c.
  *
  * The KV cache has sk_kvcache's layout and slot map: per layer, K and V of the KV heads that
  * some layer reads (sk_kv_read), (max_T, n_store, hs) each, K stored after RoPE. An SLA
@@ -136,7 +136,7 @@ static int kvcache_new(sk_cuda_kvcache *kv, const sk_model *m, int max_T, int ch
     if (!kv->n_store || !kv->slot || !kv->k || !kv->v || !kv->k16 || !kv->v16)
         return sk_error(SK_ENOMEM, "out of memory for the KV cache");
     for (int l = 0; l < m->L; l++) {
-        /* the CPU cache's slot map (src/infer.c): only the KV heads some layer reads */
+        /* the CPU cache's slot map (src/core/infer.c): only the KV heads some layer reads */
         for (int j = 0; j < m->Hkv; j++)
             kv->slot[l * m->Hkv + j] = sk_kv_read(&m->cfg, l, j, 0) ? kv->n_store[l]++ : -1;
         kv->elems += 2 * (size_t)max_T * kv->n_store[l] * m->hs;
@@ -252,7 +252,7 @@ static int attn_rc(int rc, const char *what, int l, int part) {
 
 /* ------------------------------------------------------------- decoding */
 
-/* The work of n (<= kv->chunk) tokens at positions pos0..pos0+n-1 (src/infer.c's
+/* The work of n (<= kv->chunk) tokens at positions pos0..pos0+n-1 (src/core/infer.c's
  * decode_chunk, op by op), after io_h (pos0, tokens) was filled: uploads it, runs the layers,
  * and with `out` set leaves the last token's logits there (host memory). The position is
  * read on the device (kv->tok[0]) by every kernel that needs it, so that a single-token step

@@ -1,7 +1,7 @@
 /* CUDA kernels for every layer op except attention (src/cuda/attention.cu): embeddings,
  * LayerNorm/RMSNorm, bias, GELU/ReLU/SwiGLU, RoPE, residual, dropout, the fused softmax
- * cross-entropy, AdamW and the gradient norm. Each mirrors its CPU twin in src/ops.c,
- * src/model.c or src/optim.c; see src/cuda/cuda_kernels.h for the contracts.
+ * cross-entropy, AdamW and the gradient norm. Each mirrors its CPU twin in src/core/ops.c,
+ * src/core/model.c or src/train/optim.c; see src/cuda/cuda_kernels.h for the contracts.
  *
  * Determinism: no atomics anywhere. Every reduction over rows runs in a fixed order that
  * depends only on the shapes (row chunks, then the chunks in order), so a run is
@@ -950,7 +950,7 @@ extern "C" void cu_to_bf16(uint16_t *dst, const float *src, size_t rows, int col
     if (n) LAUNCH(to_bf16_k, blocks_for(n, BS), BS, 0, dst, src, n, cols, ld);
 }
 
-/* sk_hash32 of src/ops.h, bit for bit */
+/* sk_hash32 of src/core/ops.h, bit for bit */
 __device__ __forceinline__ uint32_t hash32(uint64_t seed, uint64_t stream, uint64_t i) {
     uint64_t z = seed ^ (stream * 0x9E3779B97F4A7C15ULL) ^ (i * 0xD1B54A32D192ED03ULL);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -1150,7 +1150,7 @@ extern "C" void cu_crossentropy(float *logits, uint16_t *z16, float *losses, con
 
 /* ------------------------------------------------------------------- optimizer */
 
-/* __f*_rn: no contraction into FMA, so each operation rounds as on the CPU (src/optim.c) */
+/* __f*_rn: no contraction into FMA, so each operation rounds as on the CPU (src/train/optim.c) */
 __global__ void adamw_k(float *p, uint16_t *p16, const float *g, float *m, float *v, const cu_span *spans, float decay,
                         float b1, float b2, float a1, float a2, float step_size, float bc2_sqrt, float eps,
                         int wd, float clip_coef) {

@@ -1,6 +1,6 @@
-/* The device model: the decoder-only transformer of src/model.c on a CUDA GPU, in fp32.
+/* The device model: the decoder-only transformer of src/core/model.c on a CUDA GPU, in fp32.
  *
- * The call sequence of layer_forward / backward_blocks below is src/model.c's, line for
+ * The call sequence of layer_forward / backward_blocks below is src/core/model.c's, line for
  * line, with each op replaced by its kernel (src/cuda/kernels.cu, attention.cu) and each
  * GEMM by cuBLAS. The parameter buffer has sk_model's layout (the views come from the same
  * sk_params_views), so weights move with one cudaMemcpy. Skip-Layer routing comes from
@@ -17,7 +17,7 @@
  * (KCHECK), and with SKIPLM_CUDA_SYNC=1 also synchronised, so an asynchronous fault is
  * reported with the name of the kernel that caused it. */
 #include "cuda_internal.h"
-#include "ops.h"
+#include "core/ops.h"
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -411,7 +411,7 @@ static int bf16_operand(sk_cuda_model *cm, int slot, const float *X, int rows, i
     return SK_OK;
 }
 
-/* Row-major C (M, N) = alpha op(A) op(B) + beta C, the contract of sk_gemm (src/ops.h).
+/* Row-major C (M, N) = alpha op(A) op(B) + beta C, the contract of sk_gemm (src/core/ops.h).
  * cuBLAS is column-major: a row-major X (r x c, ld) is the column-major X^T with the same
  * ld, so we ask for C^T (N x M) = op(B)^T op(A)^T, i.e. swap the operands and the sizes. */
 /* A16 (with lda16) and B16 (ldb16), when given, are A and B already in bf16 (SK_CUDA_BF16
@@ -565,13 +565,13 @@ static uint16_t *at16(const sk_cuda_model *cm, uint16_t *base, int l, size_t wid
     return base ? base + (size_t)l * cm->B * cm->T * width : NULL;
 }
 
-/* the dropout seed of layer l's attention call `part` (src/model.c's) */
+/* the dropout seed of layer l's attention call `part` (src/core/model.c's) */
 static uint64_t attn_seed(uint64_t seed, int l, int part) {
     return sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) |
            ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
 }
 
-/* The attention call `part` of layer l: src/model.c's attn_desc, same views, same seed. */
+/* The attention call `part` of layer l: src/core/model.c's attn_desc, same views, same seed. */
 static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int B, int T, float dropout,
                       uint64_t seed, int training, const sk_layer_acts *la) {
     const sk_model *m = cm->m;

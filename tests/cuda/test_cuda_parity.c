@@ -8,7 +8,7 @@
  *      (the tolerance of the engine's PyTorch tests);
  *   3. gradient norm of the GPU gradients: GPU vs sk_grad_norm (1e-9 relative);
  *   4. one AdamW step with clipping from the same (GPU) gradients: parameters, m and v
- *      bit-identical to sk_adamw_step (the kernel rounds op by op as src/optim.c);
+ *      bit-identical to sk_adamw_step (the kernel rounds op by op as src/train/optim.c);
  *   5. three more training steps each on its own side: losses within 1e-4 relative, final
  *      parameters within 1e-4 absolute (lr 1e-3);
  * and the trainer (sk_trainer with the CUDA backend vs the CPU trainer, on a token shard):

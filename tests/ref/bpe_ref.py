@@ -1,5 +1,5 @@
 """Reference byte-level BPE trainer for tests/test_bpe_train.py: the straightforward
-algorithm that recounts every pair before every merge. Same rules as src/bpe_train.c:
+algorithm that recounts every pair before every merge. Same rules as src/text/bpe_train.c:
 
 - pre-tokenization: GPT-2's regex; here written with Python's `re` over bytes with ASCII
   classes, which equals the JS regex (with \\p{L}, \\p{N}) only for ASCII text, so callers

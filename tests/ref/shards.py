@@ -1,4 +1,4 @@
-"""Token shards for the shell tests, in src/data.c's layout: a header of 256 little-endian
+"""Token shards for the shell tests, in src/train/data.c's layout: a header of 256 little-endian
 int32 (magic 20240520, version 1, token count, zeros), then the tokens as uint16.
 
     python3 tests/ref/shards.py DIR N_TRAIN N_VAL

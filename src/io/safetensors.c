@@ -18,8 +18,8 @@
  * The writer writes tensors in insertion order, the header padded with spaces to a multiple
  * of 8 bytes (as the official writer does), and streams the caller's buffers through
  * sk_write_atomic_chunks: a 3 GB model is never copied. */
-#include "fileio.h"
-#include "json.h"
+#include "base/fileio.h"
+#include "base/json.h"
 #include "skiplm.h"
 
 #include <errno.h>

@@ -7,17 +7,17 @@
  *
  * The GPT-2 encoder reproduces npm gpt-3-encoder's encode() id for id, quirks included:
  *  - pre-tokenization is its regex with the `u` flag, so \s, \p{L} and \p{N} are
- *    JavaScript's classes (src/unicode_tables.h, generated from Node);
+ *    JavaScript's classes (src/text/unicode_tables.h, generated from Node);
  *  - a pair's merge rank is looked up under the string key first + "," + second (a JS
  *    object keyed by an array), so a pair such as ("\",", "\"") shares the rank of the
  *    merge ("\"", ",\""). Eleven such pairs exist in GPT-2's vocab.bpe;
  *  - among pairs of equal rank the last one in the word is merged (all its occurrences,
  *    left to right). */
 #include "skiplm.h"
-#include "fileio.h"
-#include "json.h"
-#include "nfc.h"
-#include "unicode_tables.h"
+#include "base/fileio.h"
+#include "base/json.h"
+#include "text/nfc.h"
+#include "text/unicode_tables.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -564,7 +564,7 @@ static size_t split_next(const uint8_t *s, size_t n, size_t i, int max_digits) {
     return e == n || last == i ? e : last;
 }
 
-/* Exposed for src/bpe_train.c (not in the public header), so the trainer splits text
+/* Exposed for src/text/bpe_train.c (not in the public header), so the trainer splits text
  * exactly as the encoder does: end of the pre-token starting at s[i], and GPT-2's display
  * code point of each byte. */
 size_t sk_tok_pretok_next_(const uint8_t *s, size_t n, size_t i) { return pretok_next(s, n, i); }
@@ -1362,7 +1362,7 @@ static int sp_stretch(sk_tokenizer *t, const uint8_t *s, size_t n, int first, in
     return rc;
 }
 
-/* A stretch between added tokens through the normalizer (NFC, src/nfc.c), then hf_stretch:
+/* A stretch between added tokens through the normalizer (NFC, src/text/nfc.c), then hf_stretch:
  * the `tokenizers` library normalizes each such stretch on its own, after cutting the added
  * tokens out of the raw text (those with normalized: false, as all of Qwen2's). Or, for a
  * sentencepiece-style file, sp_stretch; first: the stretch starts the input. */

@@ -27,7 +27,7 @@
  * Limits (errors, never hangs or crashes): nesting 256 (parse, macro calls, printed values),
  * evaluation depth 1500, strings and output 256 MiB, live memory 1 GiB, total work (bytes
  * allocated or scanned) 1 GiB, 10 million loop iterations plus macro calls, range() 100000. */
-#include "jinja.h"
+#include "text/jinja.h"
 
 #include <math.h>
 #include <setjmp.h>

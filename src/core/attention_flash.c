@@ -12,8 +12,8 @@
  *               group and all query tiles in order; no atomics, no cross-thread sums.
  */
 #include "skiplm.h"
-#include "attention_internal.h"
-#include "vmath.h"
+#include "core/attention_internal.h"
+#include "core/vmath.h"
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -33,7 +33,7 @@ int sk_attn_bwd_path = 0;   /* 0 auto, 1 two passes (dq; dk+dv), 2 fused (see sk
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 
-/* sk_fexp (vectorisable expf) is in src/vmath.h. */
+/* sk_fexp (vectorisable expf) is in src/core/vmath.h. */
 
 /* Register tile: C[i..i+R, c..c+W) = (acc_in ? C : 0) + sum over k = 0..K-1, in increasing
  * order, of A(r, k) * Bm[k, c..c+W), where A(r, k) = A[(i + r) * ars + k * aks]. R and W are

@@ -11,7 +11,7 @@
  * If path is a symbolic link, the link is replaced by a regular file.
  * Before step 1, temp files "<path>.tmp.<pid>" of dead processes (a writer killed mid-write)
  * are removed, so crashes do not pile up half-written checkpoints next to the real one. */
-#include "fileio.h"
+#include "base/fileio.h"
 #include "skiplm.h"
 
 #include <dirent.h>

@@ -1,4 +1,4 @@
-/* Unicode normalization form C (src/nfc.c). */
+/* Unicode normalization form C (src/text/nfc.c). */
 #ifndef SK_NFC_H
 #define SK_NFC_H
 #include <stddef.h>

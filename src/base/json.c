@@ -13,7 +13,7 @@
  *    like the safetensors reader, check for them.
  * Parsing is one pass, O(n): arrays and objects grow their item arrays by doubling.
  * Error messages look like "offset 123: expected ':' after object key". */
-#include "json.h"
+#include "base/json.h"
 
 #include <errno.h>
 #include <math.h>

@@ -8,9 +8,9 @@
  * skiplm metadata, GPT-2's blocks may lack the "transformer." prefix (GPT2Model's names,
  * those of the Hub's "gpt2"), and GPT-2's four Linear weights may be stored (in, out), as
  * HF's Conv1D holds them (y = x W + b); they are transposed on load. */
-#include "fileio.h"
-#include "json.h"
-#include "model.h"
+#include "base/fileio.h"
+#include "base/json.h"
+#include "core/model.h"
 #include <math.h>
 #include <sys/stat.h>
 #include <stdio.h>

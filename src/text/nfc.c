@@ -1,10 +1,10 @@
 /* Unicode normalization form C (UAX #15), for tokenizer.json's NFC normalizer (Qwen2's):
  * full canonical decomposition, canonical ordering of combining marks, then canonical
- * composition. Tables: src/nfc_tables.h (scripts/gen_nfc.py); Hangul syllables are
+ * composition. Tables: src/text/nfc_tables.h (scripts/gen_nfc.py); Hangul syllables are
  * computed. Bytes that are not UTF-8 pass through unchanged: each is a starter that composes
  * with nothing. */
-#include "nfc.h"
-#include "nfc_tables.h"
+#include "text/nfc.h"
+#include "text/nfc_tables.h"
 #include "skiplm.h"
 #include <stdlib.h>
 #include <string.h>

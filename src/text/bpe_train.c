@@ -3,7 +3,7 @@
  * Sections: distinct pre-tokens ("words") | pairs and their word lists | the max-heap |
  * learning the merges | writing GPT-2's files | the entry point.
  *
- * The texts are split with the GPT-2 encoder's own pre-tokenizer (src/tokenizer.c), so a
+ * The texts are split with the GPT-2 encoder's own pre-tokenizer (src/text/tokenizer.c), so a
  * merge never crosses a pre-token. Training works on the distinct pre-tokens with their
  * frequencies. The count of a pair is the number of adjacent positions holding it, summed over
  * the words times their frequency (what a full recount gives; tests/ref/bpe_ref.py is that
@@ -18,8 +18,8 @@
  * whose count is current is the true maximum. Pairs with the new token are pushed once per step,
  * with their final counts. */
 #include "skiplm.h"
-#include "fileio.h"
-#include "json.h"
+#include "base/fileio.h"
+#include "base/json.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -27,7 +27,7 @@
 #include <string.h>
 #include <time.h>
 
-/* from src/tokenizer.c */
+/* from src/text/tokenizer.c */
 size_t sk_tok_pretok_next_(const uint8_t *s, size_t n, size_t i);
 void sk_tok_byte_alphabet_(uint32_t enc[256]);
 

@@ -8,7 +8,7 @@
  * makes exp(s - lse) = 0 everywhere, so the backward pass gives zero gradients there).
  */
 #include "skiplm.h"
-#include "attention_internal.h"
+#include "core/attention_internal.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Chat templates: a Hugging Face folder's chat_template (chat_template.jinja, else the
- * "chat_template" of tokenizer_config.json), rendered by src/jinja.c with the variables
+ * "chat_template" of tokenizer_config.json), rendered by src/text/jinja.c with the variables
  * transformers' apply_chat_template gives it: messages, add_generation_prompt, tools and
  * documents (none), and the tokenizer's special tokens (bos_token, eos_token, ...). The
  * rendered text is then encoded as apply_chat_template(tokenize=True) does, without adding
@@ -8,9 +8,9 @@
 #include "skiplm.h"
 #include "skiplm_model.h"
 #include "skiplm_tok.h"
-#include "fileio.h"
-#include "jinja.h"
-#include "json.h"
+#include "base/fileio.h"
+#include "text/jinja.h"
+#include "base/json.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /* The decoder-only transformer: GPT-2/nanoGPT and Llama/minimind families with
  * Skip-Layer Attention. The call sequence in forward() and backward() is the model. */
-#include "model.h"
+#include "core/model.h"
 #include <errno.h>
-#include "ops.h"
-#include "vmath.h"
+#include "core/ops.h"
+#include "core/vmath.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

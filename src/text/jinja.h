@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <time.h>
 
-#include "json.h"
+#include "base/json.h"
 
 typedef struct sk_jinja sk_jinja;
 

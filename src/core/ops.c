@@ -1,8 +1,8 @@
 /* Layer ops: linear (BLAS), LayerNorm, GELU, embeddings, dropout, reductions.
  * Reductions over rows run column-parallel with rows in a fixed order, so every result
  * is independent of the thread count. */
-#include "ops.h"
-#include "vmath.h"
+#include "core/ops.h"
+#include "core/vmath.h"
 #include <math.h>
 #include <string.h>
 #include <time.h>

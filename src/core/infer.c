@@ -1,8 +1,8 @@
 /* Cached inference: decode tokens one chunk at a time against a KV cache, and sampling.
  * The layer sequence mirrors forward_blocks() in model.c; the Skip-Layer routing comes
  * from the same sk_sla_* functions. */
-#include "model.h"
-#include "ops.h"
+#include "core/model.h"
+#include "core/ops.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

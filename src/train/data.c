@@ -1,7 +1,7 @@
 /* Token shards (llm.c layout, raw nanoGPT uint16 files) and the training data loader.
  * Formats and guarantees: docs/data.md. */
 #include "skiplm.h"
-#include "fileio.h"
+#include "base/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,5 @@
-# skiplm build. `make` builds the library and the CLI, `make test` runs the suite.
+# skiplm build. `make` builds the library and the CLI, `make test` runs the suite,
+# `make check-layers` checks that src/'s folders include only the layers below them.
 # Options: make SAN=1 (ASan+UBSan build in build-san/), make BLAS=openblas|none, BLAS_PKG=<pkg-config name>,
 # make MPI=1 (data-parallel training over MPI: mpicc, -DSK_HAVE_MPI, in build-mpi/).
 # make fuzz: libFuzzer harnesses (clang, build-fuzz/), each run FUZZ_SECONDS (scripts/fuzz.sh).
@@ -142,7 +143,9 @@ $(BUILD)/src/cuda/%.cu.o: src/cuda/%.cu src/cuda/cuda_kernels.h $(wildcard src/c
 $(BUILD)/cli/%.o: cli/%.c $(LIB_HDR) $(wildcard cli/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+# made anew each time: `ar r` on an old archive would keep members whose source is gone
 $(BUILD)/libskiplm.a: $(LIB_OBJ)
+	rm -f $@
 	ar rcs $@ $^
 $(BUILD)/skiplm: $(CLI_OBJ) $(BUILD)/libskiplm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
@@ -161,6 +164,11 @@ clean:
 	rm -rf build build-san build-san-native build-mpi build-mpi-san build-fuzz build-cuda build-cuda-mpi build-cuda-emu build-cuda-emu-mpi build-cuda-emu-san
 
 .PHONY: all test clean
+
+# The layering of src/ (docs/architecture.md): the core never includes a text header, ...
+check-layers:
+	@bash scripts/check_layers.sh
+.PHONY: check-layers
 
 # Fuzz harnesses (fuzz/fuzz_*.c), linked with libFuzzer: make FUZZ=1 fuzz-build; `make fuzz`
 # builds them and runs each for FUZZ_SECONDS (default 20) on its seed corpus.

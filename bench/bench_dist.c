@@ -8,6 +8,7 @@
  * data parallelism does) and per reduce-scatter + all-gather of ZeRO-1's shards, median of 20
  * after 3 warm-ups, a barrier before each call so that no rank's wait for another is counted. */
 #include "skiplm.h"
+#include "train/dist.h"
 #include <stdio.h>
 #include <stdlib.h>
 #ifdef SK_HAVE_MPI

@@ -4,6 +4,7 @@
  * An accepted config must give every layer a routing whose runs cover its heads in order
  * with sources at or below the layer, and whose KV groups share their source. */
 #include "cli.h"
+#include "core/config.h"
 
 #include <stdlib.h>
 

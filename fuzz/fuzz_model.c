@@ -6,6 +6,7 @@
 #include "base/fileio.h"
 #include "fuzz_util.h"
 #include "skiplm.h"
+#include "io/io.h"
 
 #include <math.h>
 #include <string.h>

@@ -4,11 +4,13 @@
  *
  * Build and run (from the repository root):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc fuzz/fuzz_safetensors.c \
- *       src/io/safetensors.c src/base/json.c src/base/fileio.c src/base/error.c -lm -o fuzz_safetensors
+ *       src/io/safetensors.c src/base/json.c src/base/utf8.c src/base/fileio.c src/base/error.c -lm \
+ *       -o fuzz_safetensors
  *   ./fuzz_safetensors -max_len=4096 fuzz/corpus/safetensors
  */
 #include "base/fileio.h"
 #include "skiplm.h"
+#include "io/io.h"
 
 #include <stdlib.h>
 #include <string.h>

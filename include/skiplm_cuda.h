@@ -15,7 +15,7 @@
  * Not a part of skiplm.h: include it where the build defines SKIPLM_CUDA. */
 #ifndef SKIPLM_CUDA_H
 #define SKIPLM_CUDA_H
-#include "skiplm.h"
+#include "skiplm_train.h"
 #include <stdio.h>
 
 #ifdef __cplusplus
@@ -87,20 +87,11 @@ int sk_cuda_select_device(void);
 /* Collective: what the gradient mean needs (the NCCL communicator, or the pinned host
  * buffer); a no-op on one process. */
 int sk_cuda_dist_init(sk_cuda_model *cm);
-/* Collective: every rank's device gradients replaced by their mean over the ranks (the same
- * bits on every rank): ncclAllReduce when built with NCCL, else through host memory and
- * MPI. sk_cuda_dist_init must have run. */
-int sk_cuda_grads_mean(sk_cuda_model *cm);
-/* ZeRO-1 over the ranks (sk_train_backend.shard's contract, called by the trainer with
- * zero = 1): keeps only this rank's shard of AdamW's m and v on the device; from then on
- * sk_cuda_grads_mean is a reduce-scatter, sk_cuda_grad_norm all-gathers the per-span
- * squares, sk_cuda_adamw_step updates this rank's range and all-gathers the parameters,
- * and sk_cuda_upload_adam / sk_cuda_download_adam move the shard. Collective. */
-int sk_cuda_shard(sk_cuda_model *cm, const size_t *starts, const int *span_counts, const int *span_displs);
 /* 1 when the gradient mean uses NCCL (built with it and SKIPLM_NCCL is not 0). */
 int sk_cuda_nccl_enabled(void);
 
-/* The trainer backend over this device model (sk_trainer_set_backend); it has grads_mean. */
+/* The trainer backend over this device model (sk_trainer_set_backend); it has grads_mean
+ * and shard (src/cuda/cuda_internal.h: sk_cuda_grads_mean, sk_cuda_shard). */
 void sk_cuda_train_backend(sk_cuda_model *cm, sk_train_backend *be);
 
 /* ----------------------------------------------------------- generation

@@ -1,9 +1,12 @@
-/* skiplm public API: model configuration, the decoder-only transformer, its weights.
- * Included from skiplm.h. */
+/* skiplm model: the configuration (GPT-2 and Llama families, Skip-Layer routing), the
+ * decoder-only transformer (one parameter buffer with named views; forward, backward),
+ * cached decoding with a KV cache that stores only the K/V some layer reads, and sampling.
+ * Included by skiplm.h; docs/architecture.md. */
 #ifndef SKIPLM_MODEL_H
 #define SKIPLM_MODEL_H
 #include <stddef.h>
 #include <stdint.h>
+#include "skiplm_base.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,7 +37,7 @@ typedef struct {
     int untied_head;         /* 1: lm_head is its own (vocab, n_embd) matrix; 0: tied to the embedding */
     char routing[200];       /* general K/V routing table (overrides n_skip_*); "" = paper SLA
                                 or none. Grammar: src/core/config.c, README */
-    /* Llama family (SPEC §3) */
+    /* Llama family */
     float rope_theta;
     int ffn_hidden;          /* SwiGLU hidden size; 0 = derive */
     int qkv_bias;            /* 1: biases on the q, k, v projections (Qwen2) */
@@ -57,9 +60,6 @@ void sk_config_sla_default(sk_config *cfg);
 int sk_config_check(sk_config *cfg);
 /* Set a field by name from a string ("n_layer", "gelu" = erf|tanh, "bias" = 0|1, ...). */
 int sk_config_set(sk_config *cfg, const char *key, const char *value);
-/* RoPE's inverse frequencies freq[j], j < hs/2: theta^(-2j/hs), rescaled as rope_scaling says
- * (Hugging Face's definitions; computed in double). */
-void sk_rope_freqs(const sk_config *cfg, int hs, double *freq);
 /* One-line human description. */
 void sk_config_describe(const sk_config *cfg, char *buf, size_t n);
 
@@ -68,14 +68,8 @@ void sk_config_describe(const sk_config *cfg, char *buf, size_t n);
 typedef struct { int h0, nh, src; } sk_route;   /* query heads [h0, h0+nh) read layer src */
 /* The runs of equal source of layer l in head order (at most n_head); returns the count. */
 int sk_route_runs(const sk_config *cfg, int layer, sk_route *runs);
-/* Validate the routing (part of sk_config_check). */
-int sk_route_check(const sk_config *cfg);
-/* The layer whose own K/V query head h of layer l reads. */
-int sk_sla_source(const sk_config *cfg, int layer, int head);
 /* 1 if some other layer reads this layer's K/V. */
 int sk_sla_lends(const sk_config *cfg, int layer);
-/* 1 if KV head kv_head of layer l is read by some layer (by_others_only: other than l). */
-int sk_kv_read(const sk_config *cfg, int layer, int kv_head, int by_others_only);
 
 /* ------------------------------------------------------------------- model */
 
@@ -117,16 +111,6 @@ int sk_model_reserve(sk_model *m, int B, int T, int with_grads);
 void sk_model_set_recompute(sk_model *m, int mode);
 /* Bytes of activations per token for training (forward saved + backward scratch). */
 size_t sk_model_activation_bytes(const sk_model *m, int B, int T, int with_grads);
-/* Memory limit for up-front refusals: sk_set_memory_limit(bytes) (0 = unset), else the
- * environment variable SKIPLM_MEM_LIMIT ("512M", "8G", plain bytes), else physical memory.
- * Parameters (sk_model_new), activations (sk_model_reserve; with_grads also counts the
- * gradients and AdamW's m and v that training holds), the KV cache (sk_kvcache_new) and the
- * CLI's large buffers are checked against it. */
-void sk_set_memory_limit(size_t bytes);
-size_t sk_memory_limit(void);
-/* SK_ENOMEM "<what> needs N bytes (x GiB) but the memory limit is M bytes" if bytes > limit. */
-int sk_mem_check(size_t bytes, const char *what);
-
 /* Forward. inputs (B, T) token ids; targets (B, T) or NULL; a target < 0 is ignored.
  * *loss = mean cross-entropy over the non-ignored targets (NaN if there are none).
  * logits: NULL, or (B, T, vocab_size) to receive them. Inference mode: no dropout. */
@@ -139,37 +123,6 @@ int sk_model_forward_backward(sk_model *m, const int32_t *inputs, const int32_t 
                               int B, int T, float grad_scale, uint64_t dropout_seed,
                               float *loss);
 void sk_model_zero_grad(sk_model *m);
-
-/* Weights as safetensors (SPEC §4): nanoGPT/HF names, config in __metadata__.
- * lm_head.weight is tied to transformer.wte.weight and not stored twice. */
-int sk_model_save(const sk_model *m, const char *path);
-/* Load a file, or a folder holding model.safetensors (as Hugging Face writes it). Config
- * comes from the metadata, or for a file without skiplm metadata from HF's config.json
- * beside it (model_type gpt2 or llama), else from the shapes; fields given in override
- * (non-NULL) take precedence. HF GPT-2 files load as they are: names with or without
- * "transformer.", Linear weights stored (in, out) by Conv1D transposed on load. */
-int sk_model_load(sk_model **m, const char *path, const sk_config *override);
-/* Write dir/model.safetensors and dir/config.json as Hugging Face's transformers writes
- * GPT2LMHeadModel or LlamaForCausalLM, so that from_pretrained(dir) computes what skiplm
- * does (dir must exist). Refused for what those models lack: Skip-Layer routing,
- * sinusoidal positions, Llama with a ReLU MLP. */
-int sk_model_save_hf(const sk_model *m, const char *dir);
-/* The weights file a path names: path itself, or path/model.safetensors for a folder
- * (malloc'd; NULL when out of memory). */
-char *sk_weights_file(const char *path);
-/* The same, with extra tensors and metadata already added to `extra` by the caller (a
- * checkpoint adds its optimizer state); the writer is not freed. */
-int sk_model_save_with(const sk_model *m, const char *path, sk_st_writer *extra);
-/* Build the model from an already parsed file (path is for messages). */
-int sk_model_load_st(sk_model **m, const sk_safetensors *st, const char *path, const sk_config *override);
-/* Read just the config of a weights file or folder, as sk_model_load does. */
-int sk_config_from_file(sk_config *cfg, const char *path);
-/* The end-of-sequence ids of a Hugging Face folder (or of the weights file inside one):
- * eos_token_id of generation_config.json, else of config.json (a number or a list), at most
- * max of them into ids; *n = 0 when neither file gives one (skiplm's own files: the caller
- * decides). A file that exists but is not valid JSON, or an eos_token_id that is not a whole
- * number >= 0 or a list of them, is an error naming the file. */
-int sk_hf_eos_ids(const char *path, int32_t *ids, int max, int *n);
 
 /* Per-phase timers (seconds, accumulated since the last reset). */
 typedef struct { double matmul, attention, norm, elementwise, classifier; } sk_phase_times;

@@ -1,13 +1,80 @@
-/* skiplm public API: the optimizer (AdamW, schedule, clipping) and the trainer (step,
- * validation, checkpoints with exact resume). Included from skiplm.h; see docs/training.md. */
+/* skiplm training: token shards and the data loader (exact positions for resume), AdamW
+ * with nanoGPT's schedule and clipping, the trainer (steps, validation, checkpoints that
+ * resume bit for bit, a device backend) and data parallelism over MPI. Included by
+ * skiplm.h; docs/training.md, docs/distributed.md. */
 #ifndef SKIPLM_TRAIN_H
 #define SKIPLM_TRAIN_H
 #include <stddef.h>
 #include <stdint.h>
+#include "skiplm_io.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ------------------------------------------------------------------ shards
+ *
+ * llm.c layout: 256 little-endian int32 header (magic 20240520, version 1, token count at
+ * [2], rest 0), then count uint16 tokens. Raw headerless uint16 files (nanoGPT) are read
+ * too: an even-sized file that does not start with the magic. */
+#define SK_SHARD_MAGIC 20240520
+#define SK_SHARD_VERSION 1
+#define SK_SHARD_HEADER_INTS 256
+
+typedef struct {
+    char *path;
+    const uint16_t *tokens;  /* n tokens (read-only mapping) */
+    size_t n;
+    int headerless;          /* 1: raw uint16 file */
+    void *map_;              /* internal */
+    size_t map_len_;
+} sk_shard;
+
+/* Write ids (each 0..65535) as a headered shard, atomically. */
+int sk_shard_write(const char *path, const int32_t *ids, size_t n);
+int sk_shard_open(sk_shard *s, const char *path);
+void sk_shard_close(sk_shard *s);
+/* 0 if every token is < vocab_size; else SK_EFORMAT naming the first bad token, whose
+ * position and value go to *pos and *value (either may be NULL). */
+int sk_shard_check_vocab(const sk_shard *s, int vocab_size, size_t *pos, int *value);
+
+/* ------------------------------------------------------------------ loader
+ *
+ * Windows of T+1 tokens for next-token prediction: window k of a shard is tokens
+ * [k*T, k*T + T] (neighbours share one token), so a shard of n tokens has (n-1)/T windows.
+ * All windows of all shards form one list of N windows. An epoch visits each window once,
+ * in list order (shuffle = 0) or in a seeded pseudo-random permutation that is different
+ * for each epoch (shuffle = 1). The epochs are concatenated into one stream; a step takes
+ * the next B * world_size windows of that stream and rank r gets the r-th block of B, so
+ * the ranks together read exactly what one process with batch B * world_size reads. */
+typedef struct {
+    int B, T;
+    uint64_t seed;
+    int shuffle;
+    int rank, world_size;    /* world_size 0 or 1: single process */
+    int vocab_size;          /* > 0: check every shard's tokens at open */
+} sk_loader_cfg;
+
+/* The position to store in a checkpoint; restoring checks that it fits the data. */
+typedef struct {
+    uint64_t consumed;       /* windows consumed by all ranks together */
+    uint64_t seed;
+    uint64_t n_windows;
+    int64_t T;
+} sk_loader_pos;
+
+typedef struct sk_loader sk_loader;
+
+int sk_loader_open(sk_loader **L, const char *const *paths, int n_paths, const sk_loader_cfg *cfg);
+void sk_loader_free(sk_loader *L);
+/* Next batch as B rows of T+1 tokens: inputs are [:, :T], targets [:, 1:]. */
+int sk_loader_next(sk_loader *L, int32_t *batch);
+/* Same, split llm.c-style into inputs x (B, T) and targets y (B, T). */
+int sk_loader_next_xy(sk_loader *L, int32_t *x, int32_t *y);
+uint64_t sk_loader_n_windows(const sk_loader *L);
+uint64_t sk_loader_epoch(const sk_loader *L);       /* epochs completed so far */
+void sk_loader_get_pos(const sk_loader *L, sk_loader_pos *pos);
+int sk_loader_set_pos(sk_loader *L, const sk_loader_pos *pos);
 
 /* ------------------------------------------------------------- optimizer
  *
@@ -184,9 +251,6 @@ int sk_trainer_set_backend(sk_trainer *tr, const sk_train_backend *be);
  * in float, or 1 when that is not below 1. */
 float sk_clip_coef(double norm, float max_norm);
 
-/* Stateless 64-bit seed for micro-step `micro` of step `step` of a run seeded `seed`. */
-uint64_t sk_dropout_seed(uint64_t seed, long step, int micro);
-
 /* ------------------------------------------------------------ distributed
  *
  * Data parallelism over MPI (src/train/dist.c, docs/distributed.md). Built with `make MPI=1`
@@ -206,16 +270,12 @@ uint64_t sk_dropout_seed(uint64_t seed, long step, int micro);
  * The loss (and the validation loss) is averaged over the ranks. Errors inside a step,
  * an evaluation or a save are agreed: every rank returns the failing rank's message.
  * Only rank 0 writes checkpoints (ZeRO gathers m and v to it first: the file is the one a
- * single process writes); every rank reads them on resume. */
+ * single process writes); every rank reads them on resume. The collectives the trainer
+ * uses inside a step are internal (src/train/dist.h). */
 int sk_dist_init(void);          /* MPI_Init when started by mpirun (idempotent) */
 void sk_dist_finalize(void);
 int sk_dist_rank(void);
 int sk_dist_size(void);          /* 1 without MPI */
-/* This rank's index among the ranks on its node, and their number (0 and 1 without MPI):
- * which GPU a rank takes. */
-int sk_dist_local_rank(void);
-int sk_dist_local_size(void);
-int sk_dist_built_with_mpi(void);
 /* Stop every rank now (MPI_Abort; exit() in one process). For errors outside the agreed
  * points, after the message is printed. */
 void sk_dist_abort(int status);
@@ -223,23 +283,14 @@ void sk_dist_abort(int status);
  * rank returns the lowest failing rank's code, with its message as
  * "rank R: <message>" (the failing rank's own message unchanged when world_size is 1). */
 int sk_dist_agree(int rc);
-/* In-place sums / mean over the ranks. */
-int sk_dist_sum_f64(double *x, int n);
+/* In-place maximum over the ranks. */
 int sk_dist_max_f64(double *x, int n);
-int sk_dist_mean_f32(float *x, size_t n);
-/* Reduce-scatter in place: afterwards x[starts[r] .. starts[r+1]) of rank r holds the mean
- * over the ranks of that range; the rest of x is clobbered (starts has size+1 entries). */
-int sk_dist_reduce_scatter_mean(float *x, const size_t *starts);
-/* All-gather in place: rank r contributes x[starts[r] .. starts[r+1]). */
-int sk_dist_allgather_f32(float *x, const size_t *starts);
-/* Gather the shards (each rank's x_shard of starts[r+1]-starts[r] floats) into full on root. */
-int sk_dist_gather_f32(const float *x_shard, float *full, const size_t *starts, int root);
 /* All-gather variable-length double arrays: rank r contributes counts[r] values into
  * all[displs[r] ..]. */
 int sk_dist_allgather_f64(const double *mine, double *all, const int *counts, const int *displs);
-int sk_dist_bcast(void *buf, size_t bytes, int root);
 /* Seconds spent inside collectives since the start (for the benchmark). */
 double sk_dist_comm_seconds(void);
+
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-"""Jinja2 chat-template renderer (src/text/jinja.c) against the JS port @huggingface/jinja (the engine
+"""Jinja2 chat-template renderer (src/text/jinja_*.c) against the JS port @huggingface/jinja (the engine
 transformers.js uses; node tests/ref/jinja_render.mjs) and hand-written Python-jinja2 results:
 
 1. real chat templates (tests/ref/chat_templates/) x conversations (system or not, multi-turn,
@@ -438,6 +438,9 @@ FEATURES = [
      "2.0 3.14 3.0 3 2.67", "no round filter in the JS port"),
     ("{{ 'a\\nb\\n\\nc'|indent(2) }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent('> ', blank=true) }}", {},
      "a\n  b\n\n  c|  a\n  b|a\n> \n> b", "the JS port's indent takes no string width"),
+    # whole characters, never bytes inside one: U+00E2's second byte is U+0085's (a line break)
+    ("{{ x.splitlines() }}|{{ y|indent(2, true) }}", {"x": "\u00e2E", "y": "\u1085x"}, "['\u00e2E']|  \u1085x",
+     "no str.splitlines() in the JS port"),
     ("{{ 'Hello, world! foo_bar 42'|wordcount }}", {}, "4", "no wordcount in the JS port"),
     ("{{ [1,2,3]|sum }} {{ [3,1,2]|min }} {{ [3,1,2]|max }} {{ xs|sum(attribute='n') }} {{ ['b','A']|max }}",
      {"xs": [{"n": 1}, {"n": 2}]}, "6 1 3 3 b", "no sum in the JS port"),

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include "test.h"
 #include "skiplm.h"
+#include "core/config.h"
 #include "core/ops.h"
 #include "core/vmath.h"
 #include <omp.h>

@@ -3,6 +3,7 @@
  * mask, padded (span-less) floats left alone, and a gradient norm that is bit-identical
  * for any thread count. */
 #include "skiplm.h"
+#include "train/trainer.h"
 #include "test.h"
 #include <omp.h>
 

@@ -2,6 +2,7 @@
  * corrupt files, and the atomic-write guarantee. */
 #include "base/fileio.h"
 #include "skiplm.h"
+#include "io/io.h"
 #include "test.h"
 
 #include <dirent.h>

@@ -11,6 +11,7 @@
  *         out     out [w] dxq [dxkv] gwq gwk gwv gwo [gbq gbk gbv gbo]
  */
 #include "skiplm.h"
+#include "core/attention_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

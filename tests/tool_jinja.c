@@ -1,5 +1,5 @@
 /* tool_jinja TEMPLATE_FILE CONTEXT_JSON_FILE [NOW_UNIX]: renders a Jinja chat template with
- * src/text/jinja.c and prints the result to stdout; on error prints it to stderr and exits 1.
+ * src/text/jinja_*.c and prints the result to stdout; on error prints it to stderr and exits 1.
  * tool_jinja --batch CASES_FILE OUT_FILE: CASES_FILE holds records of
  * <u32 template length><template><u32 context length><context JSON><i64 now>; OUT_FILE gets per
  * record <u8 status: 0 ok, 1 error><u32 length><rendering or error message> (tests/test_jinja.py). */

@@ -10,13 +10,12 @@
  *                                    for each: uint32 byte count, then the decoded bytes
  *   tool_tok info TOK                 "kind vocab_size eot" */
 #include "skiplm.h"
+#include "text/tokenizer_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-int sk_tok_unicode_class_(uint32_t cp);
-const char *sk_tok_unicode_version_(void);
 
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");

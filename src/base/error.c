@@ -1,5 +1,5 @@
 /* Error reporting: a thread-local message and a return code. */
-#include "skiplm.h"
+#include "skiplm_base.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>

@@ -12,7 +12,7 @@
  * Before step 1, temp files "<path>.tmp.<pid>" of dead processes (a writer killed mid-write)
  * are removed, so crashes do not pile up half-written checkpoints next to the real one. */
 #include "base/fileio.h"
-#include "skiplm.h"
+#include "skiplm_base.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -196,4 +196,15 @@ int sk_read_file(const char *path, uint8_t **data, size_t *n) {
     *data = buf;
     *n = size;
     return SK_OK;
+}
+
+/* A path as given: a weights file, or a folder holding model.safetensors (HF's layout). */
+char *sk_weights_file(const char *path) {
+    struct stat sb;
+    int dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    size_t n = strlen(path) + 20;
+    char *f = malloc(n);
+    if (!f) { sk_error(SK_ENOMEM, "out of memory"); return NULL; }
+    snprintf(f, n, dir ? "%s/model.safetensors" : "%s", path);
+    return f;
 }

@@ -1,12 +1,12 @@
-/* Internal file helpers (fileio.c) and the in-memory safetensors parser (safetensors.c).
- * Public: sk_write_atomic and sk_st_* in skiplm.h. */
+/* Internal file helpers (fileio.c). Public: sk_write_atomic and sk_weights_file in
+ * skiplm_base.h. */
 #ifndef SK_FILEIO_H
 #define SK_FILEIO_H
 #include <stdlib.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "skiplm.h"
+#include "skiplm_base.h"
 
 /* One piece of a file written by sk_write_atomic_chunks. */
 typedef struct { const void *data; size_t n; } sk_chunk;
@@ -31,10 +31,6 @@ int sk_read_full(int fd, const char *path, void *buf, size_t n, const char *what
 /* Read a whole regular file into a fresh malloc'ed buffer (NUL-terminated, *n excludes
  * the NUL). SK_EIO on open/read errors, SK_ENOMEM if it cannot be allocated. */
 int sk_read_file(const char *path, uint8_t **data, size_t *n);
-
-/* Parse a safetensors image held in memory (internal; used by sk_st_read's tests and the
- * fuzzer). name is used in error messages. The data section is copied. */
-int sk_st_read_mem(const void *buf, size_t n, const char *name, sk_safetensors *st);
 
 /* Grow *p (an array of elem-byte items with *cap allocated) to hold at least need items,
  * doubling from 64. Returns 1 (leaving *p as it was) when out of memory. */

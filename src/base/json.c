@@ -14,6 +14,7 @@
  * Parsing is one pass, O(n): arrays and objects grow their item arrays by doubling.
  * Error messages look like "offset 123: expected ':' after object key". */
 #include "base/json.h"
+#include "base/utf8.h"
 
 #include <errno.h>
 #include <math.h>
@@ -67,44 +68,6 @@ static const char *describe(parser *p, char buf[16]) {
     if (c >= 0x20 && c < 0x7f) snprintf(buf, 16, "'%c'", c);
     else snprintf(buf, 16, "byte 0x%02x", c);
     return buf;
-}
-
-/* Length of a valid UTF-8 sequence starting at s[0] (n bytes available), or 0 if invalid
- * (truncated, overlong, surrogate, > U+10FFFF). */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned char c = s[0];
-    if (c < 0x80) return 1;
-    if (c < 0xC2) return 0;                       /* continuation byte or overlong 2-byte */
-    if (c < 0xE0) {
-        return (n >= 2 && (s[1] & 0xC0) == 0x80) ? 2 : 0;
-    }
-    if (c < 0xF0) {
-        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-        if (c == 0xE0 && s[1] < 0xA0) return 0;   /* overlong */
-        if (c == 0xED && s[1] >= 0xA0) return 0;  /* UTF-16 surrogate */
-        return 3;
-    }
-    if (c < 0xF5) {
-        if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-            return 0;
-        if (c == 0xF0 && s[1] < 0x90) return 0;   /* overlong */
-        if (c == 0xF4 && s[1] >= 0x90) return 0;  /* > U+10FFFF */
-        return 4;
-    }
-    return 0;
-}
-
-static size_t put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F)); return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F)); return 4;
 }
 
 static int hex4(parser *p, size_t at, uint32_t *out) {
@@ -172,7 +135,7 @@ static int parse_string(parser *p, char **out, size_t *out_len) {
                 } else {
                     i += 6;
                 }
-                o += put_utf8(buf + o, cp);
+                o += sk_utf8_encode(cp, buf + o);
                 break;
             }
             default:
@@ -182,7 +145,8 @@ static int parse_string(parser *p, char **out, size_t *out_len) {
             }
             continue;
         }
-        size_t n = utf8_seq(p->s + i, p->len - i);
+        uint32_t cp;
+        size_t n = sk_utf8_decode(p->s + i, p->len - i, &cp);
         if (!n) { free(buf); return fail(p, i, "invalid UTF-8 in string"); }
         memcpy(buf + o, p->s + i, n);
         o += n; i += n;
@@ -402,7 +366,8 @@ int sk_json_write_str(char **buf, size_t *len, size_t *cap, const char *s, size_
         unsigned char c = u[i];
         if (c < 0x20 || c == 0x7f) { need += 6; i++; continue; }
         if (c == '"' || c == '\\') { need += 2; i++; continue; }
-        size_t n = utf8_seq(u + i, slen - i);
+        uint32_t cp;
+        size_t n = sk_utf8_decode(u + i, slen - i, &cp);
         if (!n) return 2;
         need += n; i += n;
     }

@@ -1,4 +1,4 @@
-/* Scaled dot-product attention (SPEC §2): descriptor helpers, validation, dropout hash,
+/* Scaled dot-product attention (PyTorch's contract): descriptor helpers, validation, dropout hash,
  * and the plain materialising reference. The fused tiled kernels are in attention_flash.c.
  *
  *   out[b,h,i,:] = sum_j W[b,h,i,j] v[b,hk,j,:],   hk = h / (H / Hkv)
@@ -7,7 +7,8 @@
  * A row whose keys are all masked has out = 0, W = 0, lse = +INFINITY (a sentinel that
  * makes exp(s - lse) = 0 everywhere, so the backward pass gives zero gradients there).
  */
-#include "skiplm.h"
+#include "skiplm_base.h"
+#include "skiplm_attention.h"
 #include "core/attention_internal.h"
 #include <math.h>
 #include <stdlib.h>

@@ -11,7 +11,8 @@
  *   backward 2: dk, dv, items (b, kv head, key tile), looping over the query heads of the
  *               group and all query tiles in order; no atomics, no cross-thread sums.
  */
-#include "skiplm.h"
+#include "skiplm_base.h"
+#include "skiplm_attention.h"
 #include "core/attention_internal.h"
 #include "core/vmath.h"
 #include <limits.h>

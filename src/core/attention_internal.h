@@ -2,7 +2,7 @@
  * (attention_flash.c): the resolved options of one call and the dropout hash. */
 #ifndef SK_ATTENTION_INTERNAL_H
 #define SK_ATTENTION_INTERNAL_H
-#include "skiplm.h"
+#include "skiplm_attention.h"
 #include <math.h>
 #include <stdint.h>
 
@@ -37,6 +37,11 @@ static inline void sk_attn_plan_init(sk_attn_plan *P, const sk_attn *a) {
     P->inv_keep = P->dropout ? 1.0f / (1.0f - a->dropout_p) : 1.0f;
     P->seed = a->seed;
 }
+
+/* Plain reference (materialises the Lq x Lk scores); the same contract as sk_attn_forward /
+ * sk_attn_backward, for tests. */
+int sk_attn_forward_ref(const sk_attn *a);
+int sk_attn_backward_ref(const sk_attn *a, const float *dout, float *dq, float *dk, float *dv);
 
 /* Backward strategy of the fused kernel: 0 chooses, 1 forces the two-pass path, 2 the fused
  * one (for tests: both must give bit-identical gradients). */

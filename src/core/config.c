@@ -1,5 +1,5 @@
 /* Model configuration: defaults, presets, validation, parsing, and the Skip-Layer routing. */
-#include "skiplm.h"
+#include "core/config.h"
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -243,7 +243,7 @@ void sk_rope_freqs(const sk_config *c, int hs, double *freq) {
 /* ------------------------------------------------------ Skip-Layer routing
  * The one place that decides which layer's K/V each query head reads.
  *
- * Paper SLA (SPEC §1, the listing): layer l >= n_skip_layer sends its last n_skip_head
+ * Paper SLA (Chen et al., the listing): layer l >= n_skip_layer sends its last n_skip_head
  * query heads to the OWN K/V of layer l - n_skip_layer (borrowing never chains).
  *
  * General table (config field `routing`, beyond the paper): rules "LAYERS:HEADS=SRC"

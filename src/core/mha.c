@@ -5,7 +5,8 @@
  *   out = att Wo^T + bo  (B, Lq, E)
  * Q/K/V/att are stored token-major, and the attention kernels read the heads as strided
  * views of them (no transposes). The projections use cblas_sgemm when built with BLAS. */
-#include "skiplm.h"
+#include "skiplm_base.h"
+#include "skiplm_attention.h"
 #include <stdlib.h>
 #include <string.h>
 #ifdef SK_HAVE_BLAS

@@ -1,6 +1,7 @@
 /* The decoder-only transformer: GPT-2/nanoGPT and Llama/minimind families with
  * Skip-Layer Attention. The call sequence in forward() and backward() is the model. */
 #include "core/model.h"
+#include "core/config.h"
 #include <errno.h>
 #include "core/ops.h"
 #include "core/vmath.h"
@@ -141,46 +142,6 @@ static void init_weights(sk_model *m, uint64_t seed) {
     (void)c;
 }
 
-/* The memory limit: set by sk_set_memory_limit, else the environment variable
- * SKIPLM_MEM_LIMIT (bytes, with an optional K/M/G/T suffix, powers of 1024), else the
- * machine's physical memory. Every large allocation is checked against it up front, so a
- * request that cannot fit is refused with its byte count instead of meeting the OOM killer. */
-static size_t g_mem_limit = 0;
-void sk_set_memory_limit(size_t bytes) { g_mem_limit = bytes; }
-
-static size_t env_mem_limit(void) {
-    const char *e = getenv("SKIPLM_MEM_LIMIT");
-    if (!e || !*e) return 0;
-    char *end;
-    errno = 0;
-    double v = strtod(e, &end);
-    double mult = 1;
-    switch (*end) {
-    case 'k': case 'K': mult = 1024.0; end++; break;
-    case 'm': case 'M': mult = 1048576.0; end++; break;
-    case 'g': case 'G': mult = 1073741824.0; end++; break;
-    case 't': case 'T': mult = 1099511627776.0; end++; break;
-    }
-    if (*end == 'B' || *end == 'b') end++;
-    if (errno || end == e || *end || !(v > 0) || v * mult >= 1.8e19) return 0;   /* ignored if malformed */
-    return (size_t)(v * mult);
-}
-
-size_t sk_memory_limit(void) {
-    if (g_mem_limit) return g_mem_limit;
-    size_t env = env_mem_limit();
-    if (env) return env;
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    return pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : (size_t)1 << 40;
-}
-
-int sk_mem_check(size_t bytes, const char *what) {
-    size_t lim = sk_memory_limit();
-    if (bytes > lim)
-        return sk_error(SK_ENOMEM, "%s needs %zu bytes (%.2f GiB) but the memory limit is %zu bytes (%.2f GiB)",
-                        what, bytes, bytes / 1073741824.0, lim, lim / 1073741824.0);
-    return SK_OK;
-}
 #define check_alloc sk_mem_check
 
 /* init: the random initialisation from seed; else all weights 0 (lazily zeroed pages),
@@ -294,7 +255,7 @@ void sk_model_phase_times(const sk_model *m, sk_phase_times *t, int reset) {
 
 /* ----------------------------------------------------------- activations */
 
-static int n_lenders(const sk_model *m) {
+int sk_model_n_lenders(const sk_model *m) {
     int k = 0;
     for (int l = 0; l < m->L; l++) k += m->lend_index[l] >= 0;
     return k;
@@ -313,7 +274,7 @@ static size_t acts_layout(const sk_model *m, int B, int T, int grads, int recomp
     size_t Ffc = m->gated ? 2 * F : F;
     int gpt = m->cfg.family == SK_GPT2;
     size_t L = recompute ? 1 : (size_t)m->L;                     /* per-layer workspaces */
-    size_t Lq = recompute ? (size_t)n_lenders(m) + 1 : (size_t)m->L;   /* qkv slots */
+    size_t Lq = recompute ? (size_t)sk_model_n_lenders(m) + 1 : (size_t)m->L;   /* qkv slots */
     size_t sizes[32]; float **ptrs[32]; int n = 0;
 #define A(ptr, size) do { ptrs[n] = &a->ptr; sizes[n++] = (size); } while (0)
     A(encoded, BT * C);
@@ -332,7 +293,7 @@ static size_t acts_layout(const sk_model *m, int B, int T, int grads, int recomp
     if (grads) {
         A(dres, BT * C); A(dbtc, BT * C); A(dbtc2, BT * C);
         A(dfch, BT * Ffc); A(dfch_act, BT * F);
-        A(dqkv_lend, (size_t)n_lenders(m) * BT * m->QKV);
+        A(dqkv_lend, (size_t)sk_model_n_lenders(m) * BT * m->QKV);
         A(dqkv_own, BT * m->QKV);
     }
 #undef A
@@ -358,7 +319,7 @@ void sk_model_set_recompute(sk_model *m, int mode) {
 /* The views of layer l's activations (the shared workspace when recomputing). */
 static size_t qkv_slot(const sk_model *m, int l) {
     if (!m->recompute_on) return (size_t)l;
-    return m->lend_index[l] >= 0 ? (size_t)m->lend_index[l] : (size_t)n_lenders(m);
+    return m->lend_index[l] >= 0 ? (size_t)m->lend_index[l] : (size_t)sk_model_n_lenders(m);
 }
 static float *qkv_of(const sk_model *m, int l) {
     return m->a.qkv + qkv_slot(m, l) * (size_t)m->B * m->T * m->QKV;
@@ -686,7 +647,7 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
     memset(a->dres, 0, BT * C * sizeof(float));
     TIMED(norm, norm_backward(m, a->dres, g->lnfw, g->lnfb, a->dbtc, a->res3 + (size_t)(L - 1) * BT * C,
                               p->lnfw, a->lnf_mean, a->lnf_rstd, N));
-    if (a->dqkv_lend) memset(a->dqkv_lend, 0, (size_t)n_lenders(m) * BT * m->QKV * sizeof(float));
+    if (a->dqkv_lend) memset(a->dqkv_lend, 0, (size_t)sk_model_n_lenders(m) * BT * m->QKV * sizeof(float));
     for (int l = L - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C;
         sk_layer_acts la;

@@ -2,7 +2,8 @@
  * buffer with the same views, and activations planned up front for (B, T). */
 #ifndef SK_MODEL_INTERNAL_H
 #define SK_MODEL_INTERNAL_H
-#include "skiplm.h"
+#include "skiplm_model.h"
+#include "skiplm_attention.h"
 
 /* Stacked per-layer tensors: (L, ...) so one pointer + layer offset reaches any layer.
  * GPT-2:  fc = c_fc (F, C),               fcproj = c_proj (C, F)
@@ -78,6 +79,8 @@ typedef struct {
 
 /* act (N, F) = the MLP activation of h (N, F or 2F), for the model's kind. */
 void sk_mlp_act_forward(const sk_model *m, float *act, const float *h, int N);
+/* Layers whose K/V some other layer reads (lend_index >= 0): the slots of dqkv_lend. */
+int sk_model_n_lenders(const sk_model *m);
 /* Views of the parameter/gradient buffers (set by the model, used by checkpoints). */
 void sk_params_views(const sk_model *m, float *base, sk_params *p);
 #endif

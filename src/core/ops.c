@@ -14,12 +14,6 @@
 #include <cblas.h>
 #endif
 
-double sk_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------------ GEMM */
 
 void sk_gemm(int transA, int transB, int M, int N, int K, float alpha,

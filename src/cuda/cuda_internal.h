@@ -5,6 +5,8 @@
 #define SK_CUDA_INTERNAL_H
 #include "skiplm_cuda.h"
 #include "core/model.h"
+#include "core/config.h"
+#include "train/dist.h"
 #include "cuda_kernels.h"
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -121,6 +123,17 @@ int sk_cu_linear_res(sk_cuda_model *cm, float *out, const float *res, const floa
 
 /* cudaMallocHost (pinned memory) with the message of sk_cu_alloc. */
 int sk_cu_alloc_host(void *p, size_t bytes, const char *what);
+/* The trainer backend's grads_mean and shard (dist_cuda.c). */
+/* Collective: every rank's device gradients replaced by their mean over the ranks (the same
+ * bits on every rank): ncclAllReduce when built with NCCL, else through host memory and
+ * MPI. sk_cuda_dist_init must have run. */
+int sk_cuda_grads_mean(sk_cuda_model *cm);
+/* ZeRO-1 over the ranks (sk_train_backend.shard's contract, called by the trainer with
+ * zero = 1): keeps only this rank's shard of AdamW's m and v on the device; from then on
+ * sk_cuda_grads_mean is a reduce-scatter, sk_cuda_grad_norm all-gathers the per-span
+ * squares, sk_cuda_adamw_step updates this rank's range and all-gathers the parameters,
+ * and sk_cuda_upload_adam / sk_cuda_download_adam move the shard. Collective. */
+int sk_cuda_shard(sk_cuda_model *cm, const size_t *starts, const int *span_counts, const int *span_displs);
 /* ZeRO-1: after this rank's AdamW update, every rank's parameters from their owners
  * (dist_cuda.c). */
 int sk_cu_params_allgather(sk_cuda_model *cm);

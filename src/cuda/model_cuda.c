@@ -28,85 +28,6 @@ _Static_assert(sizeof(cu_span) == sizeof(sk_span), "cu_span must mirror sk_span"
 _Static_assert(offsetof(cu_span, n) == offsetof(sk_span, n), "cu_span must mirror sk_span");
 _Static_assert(offsetof(cu_span, decay) == offsetof(sk_span, decay), "cu_span must mirror sk_span");
 
-/* ------------------------------------------------------------------ errors */
-
-int sk_cu_fail(cudaError_t e, const char *what, const char *file, int line) {
-    return sk_error(SK_EIO, "CUDA: %s failed at %s:%d: %s (%s)", what, file, line, cudaGetErrorString(e),
-                    cudaGetErrorName(e));
-}
-int sk_cu_blas_fail(cublasStatus_t s, const char *what, const char *file, int line) {
-    return sk_error(SK_EIO, "cuBLAS: %s failed at %s:%d: %s", what, file, line, cublasGetStatusString(s));
-}
-
-/* SKIPLM_CUDA_SYNC=1: synchronise after every kernel (debugging: names the failing one) */
-static int sync_each(void) {
-    static int v = -1;
-    if (v < 0) { const char *e = getenv("SKIPLM_CUDA_SYNC"); v = e && *e && *e != '0'; }
-    return v;
-}
-int sk_cu_sync_each(void) { return sync_each(); }
-int sk_cu_kcheck(const char *name, const char *file, int line) {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess && sync_each()) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) return sk_cu_fail(e, name, file, line);
-    return SK_OK;
-}
-
-int sk_cuda_sync(void) {
-    CU(cudaDeviceSynchronize());
-    return SK_OK;
-}
-
-int sk_cuda_memory(size_t *used, size_t *total) {
-    size_t fr = 0, tot = 0;
-    CU(cudaMemGetInfo(&fr, &tot));
-    *used = tot - fr; *total = tot;
-    return SK_OK;
-}
-
-int sk_cuda_device_info(char *buf, size_t n) {
-    int count = 0, dev = 0;
-    CU(cudaGetDeviceCount(&count));
-    if (count < 1) return sk_error(SK_EIO, "CUDA: no GPU found");
-    CU(cudaGetDevice(&dev));
-    struct cudaDeviceProp pr;
-    CU(cudaGetDeviceProperties(&pr, dev));
-    snprintf(buf, n, "%s, %.1f GiB, sm_%d%d, %d SMs", pr.name, pr.totalGlobalMem / 1073741824.0, pr.major, pr.minor,
-             pr.multiProcessorCount);
-    return SK_OK;
-}
-
-/* cudaMalloc with a message that names what and how much, and the free memory */
-int sk_cu_alloc(void *p, size_t bytes, const char *what) {
-    void **pp = (void **)p;
-    *pp = NULL;
-    if (bytes == 0) return SK_OK;
-    cudaError_t e = cudaMalloc(pp, bytes);
-    if (e != cudaSuccess) {
-        size_t fr = 0, tot = 0;
-        cudaGetLastError();
-        cudaMemGetInfo(&fr, &tot);
-        *pp = NULL;
-        return sk_error(SK_ENOMEM, "CUDA: %s needs %zu bytes (%.2f GiB) but the GPU has %.2f GiB free of %.2f GiB (%s)",
-                        what, bytes, bytes / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0, cudaGetErrorString(e));
-    }
-    return SK_OK;
-}
-
-int sk_cu_alloc_host(void *p, size_t bytes, const char *what) {
-    void **pp = (void **)p;
-    *pp = NULL;
-    if (bytes == 0) return SK_OK;
-    cudaError_t e = cudaMallocHost(pp, bytes);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        *pp = NULL;
-        return sk_error(SK_ENOMEM, "CUDA: %s needs %zu bytes (%.2f GiB) of pinned host memory (%s)", what, bytes,
-                        bytes / 1073741824.0, cudaGetErrorString(e));
-    }
-    return SK_OK;
-}
-
 /* ------------------------------------------------------------ the model */
 
 
@@ -292,11 +213,6 @@ int sk_cuda_zero_grad(sk_cuda_model *cm) {
 
 /* ----------------------------------------------------------- activations */
 
-static int n_lenders(const sk_model *m) {
-    int k = 0;
-    for (int l = 0; l < m->L; l++) k += m->lend_index[l] >= 0;
-    return k;
-}
 static int imax(int a, int b) { return a > b ? a : b; }
 
 /* Lays out (or counts, base == NULL) the activations of (B, T): sk_acts with every layer
@@ -339,7 +255,7 @@ static size_t acts_layout(const sk_cuda_model *cm, int B, int T, float *base, sk
     /* dbtc2: the attention's dO and c_fc's input gradient, both in dx16 with q16 */
     A(a->dres, BT * C); A(a->dbtc, BT * C); A(a->dbtc2, (1 - q16) * BT * C);
     A(a->dfch, f32 * BT * Ffc); A(a->dfch_act, f32 * BT * F);
-    A(a->dqkv_lend, (size_t)n_lenders(m) * BT * m->QKV);
+    A(a->dqkv_lend, (size_t)sk_model_n_lenders(m) * BT * m->QKV);
     A(a->dqkv_own, BT * m->QKV);
     A(*part, 2 * R * (size_t)imax(imax(m->QKV, (int)Ffc), m->C));
     A(*Di, cu_attn_scratch(B, m->H, T));
@@ -941,7 +857,7 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
     CU(cudaMemset(a->dres, 0, BT * C * sizeof(float)));
     TRY(norm_backward(cm, a->dres, g->lnfw, g->lnfb, a->dbtc, dx16, a->res3 + (size_t)(L - 1) * BT * C, p->lnfw,
                       a->lnf_mean, a->lnf_rstd, N));
-    if (a->dqkv_lend) CU(cudaMemset(a->dqkv_lend, 0, (size_t)n_lenders(m) * BT * m->QKV * sizeof(float)));
+    if (a->dqkv_lend) CU(cudaMemset(a->dqkv_lend, 0, (size_t)sk_model_n_lenders(m) * BT * m->QKV * sizeof(float)));
     for (int l = L - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C;
         sk_layer_acts la;

@@ -20,7 +20,8 @@
  * sk_write_atomic_chunks: a 3 GB model is never copied. */
 #include "base/fileio.h"
 #include "base/json.h"
-#include "skiplm.h"
+#include "base/utf8.h"
+#include "io/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -426,13 +427,8 @@ void sk_st_writer_free(sk_st_writer *w) {
     free(w);
 }
 
-/* Would s survive a trip through the JSON writer? (valid UTF-8) */
-static int valid_utf8(const char *s) {
-    char *b = NULL; size_t l = 0, c = 0;
-    int rc = sk_json_write_str(&b, &l, &c, s, strlen(s));
-    free(b);
-    return rc == 0;
-}
+/* Would s survive a trip through the JSON writer? (well-formed UTF-8) */
+static int valid_utf8(const char *s) { return sk_utf8_valid(s, strlen(s), NULL); }
 
 int sk_st_add(sk_st_writer *w, const char *name, sk_dtype dtype, int ndim, const int64_t *shape, const void *data) {
     if (!w || !name) return sk_error(SK_EINVAL, "sk_st_add: NULL writer or name");

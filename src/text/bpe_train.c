@@ -17,19 +17,17 @@
  * is stale is pushed again with the current count when it reaches the top, and the first entry
  * whose count is current is the true maximum. Pairs with the new token are pushed once per step,
  * with their final counts. */
-#include "skiplm.h"
+#include "skiplm_text.h"
 #include "base/fileio.h"
 #include "base/json.h"
+#include "base/utf8.h"
+#include "text/tokenizer_internal.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* from src/text/tokenizer.c */
-size_t sk_tok_pretok_next_(const uint8_t *s, size_t n, size_t i);
-void sk_tok_byte_alphabet_(uint32_t enc[256]);
 
 #define EOT_STR "<|endoftext|>"
 
@@ -299,13 +297,8 @@ static int put(buf *B, const void *p, size_t n) {
 /* GPT-2's display form of bytes: each byte as its printable stand-in, UTF-8 encoded. */
 static int put_display(buf *B, const uint32_t enc[256], const uint8_t *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        uint32_t cp = enc[s[i]];                         /* < 324 */
-        uint8_t u[2];
-        if (cp < 0x80) { u[0] = (uint8_t)cp; if (put(B, u, 1)) return 1; }
-        else {
-            u[0] = (uint8_t)(0xC0 | (cp >> 6)); u[1] = (uint8_t)(0x80 | (cp & 0x3F));
-            if (put(B, u, 2)) return 1;
-        }
+        uint8_t u[4];                                    /* enc[] < 324: 1 or 2 bytes */
+        if (put(B, u, sk_utf8_encode(enc[s[i]], u))) return 1;
     }
     return 0;
 }

@@ -1,16 +1,16 @@
 /* Chat templates: a Hugging Face folder's chat_template (chat_template.jinja, else the
- * "chat_template" of tokenizer_config.json), rendered by src/text/jinja.c with the variables
+ * "chat_template" of tokenizer_config.json), rendered by src/text/jinja_*.c with the variables
  * transformers' apply_chat_template gives it: messages, add_generation_prompt, tools and
  * documents (none), and the tokenizer's special tokens (bos_token, eos_token, ...). The
  * rendered text is then encoded as apply_chat_template(tokenize=True) does, without adding
  * special tokens: the template writes them. strftime_now reads the clock, or
  * SOURCE_DATE_EPOCH when it is set (reproducible prompts). */
-#include "skiplm.h"
-#include "skiplm_model.h"
-#include "skiplm_tok.h"
+#include "skiplm_base.h"
+#include "skiplm_text.h"
 #include "base/fileio.h"
 #include "text/jinja.h"
 #include "base/json.h"
+#include "base/utf8.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,26 +169,12 @@ void sk_chat_free(sk_chat *c) {
 
 const char *sk_chat_eos_token(const sk_chat *c) { return c->eos; }
 
-/* The length of the valid UTF-8 sequence at s[0..n), or of its maximal invalid subpart
- * (negated, at least 1 byte): the unit that decoders replace by one U+FFFD (Unicode's
- * "best practice", which Python's errors="replace", Rust's from_utf8_lossy and the WHATWG
- * decoder all follow). */
+/* The length of the well-formed UTF-8 sequence at s[0..n), or of its maximal ill-formed subpart
+ * (negated, at least 1 byte): the unit that decoders replace by one U+FFFD (base/utf8.h). */
 static int utf8_unit(const unsigned char *s, size_t n) {
-    unsigned char c = s[0];
-    if (c < 0x80) return 1;
-    int len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (!len) return -1;
-    for (int i = 1; i < len; i++) {
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (i == 1) {
-            if (c == 0xE0) lo = 0xA0;
-            else if (c == 0xED) hi = 0x9F;
-            else if (c == 0xF0) lo = 0x90;
-            else if (c == 0xF4) hi = 0x8F;
-        }
-        if ((size_t)i >= n || s[i] < lo || s[i] > hi) return -i;
-    }
-    return len;
+    uint32_t cp;
+    size_t len = sk_utf8_decode(s, n, &cp);
+    return len ? (int)len : -(int)sk_utf8_subpart(s, n);
 }
 
 /* append s as a JSON string, each invalid UTF-8 unit as U+FFFD (a reply cut inside a

@@ -1,8 +1,8 @@
 /* Jinja2 template renderer (internal), enough for Hugging Face chat templates: renders a
  * tokenizer's `chat_template` as transformers' apply_chat_template does (jinja2's
  * ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the loopcontrols extension,
- * raise_exception/strftime_now globals and json.dumps-style tojson). See jinja.c for what is
- * supported and what is not. */
+ * raise_exception/strftime_now globals and json.dumps-style tojson), in src/text/jinja_*.c. See
+ * jinja_internal.h for what is supported and what is not. */
 #ifndef SK_JINJA_H
 #define SK_JINJA_H
 #include <stddef.h>

@@ -5,7 +5,8 @@
  * with nothing. */
 #include "text/nfc.h"
 #include "text/nfc_tables.h"
-#include "skiplm.h"
+#include "base/utf8.h"
+#include "skiplm_base.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,31 +68,16 @@ static uint32_t compose(uint32_t a, uint32_t b) {
 
 /* one unit from s[i..n): a code point of a well-formed UTF-8 sequence, or the byte | RAW */
 static uint32_t next_unit(const uint8_t *s, size_t n, size_t *i) {
-    uint8_t b = s[*i];
-    int len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
-    uint32_t cp = len == 1 ? b : len == 2 ? b & 0x1Fu : len == 3 ? b & 0x0Fu : b & 0x07u;
-    if (len == 0 || *i + (size_t)len > n) { (*i)++; return b | RAW; }
-    for (int k = 1; k < len; k++) {
-        if ((s[*i + k] & 0xC0) != 0x80) { (*i)++; return b | RAW; }
-        cp = cp << 6 | (s[*i + k] & 0x3Fu);
-    }
-    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) { (*i)++; return b | RAW; }
-    *i += (size_t)len;
+    uint32_t cp;
+    size_t len = sk_utf8_decode(s + *i, n - *i, &cp);
+    if (!len) return s[(*i)++] | RAW;
+    *i += len;
     return cp;
 }
 
 static size_t put_unit(uint32_t u, uint8_t *o) {
     if (u & RAW) { o[0] = (uint8_t)u; return 1; }
-    if (u < 0x80) { o[0] = (uint8_t)u; return 1; }
-    if (u < 0x800) { o[0] = (uint8_t)(0xC0 | u >> 6); o[1] = (uint8_t)(0x80 | (u & 0x3F)); return 2; }
-    if (u < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | u >> 12); o[1] = (uint8_t)(0x80 | (u >> 6 & 0x3F)); o[2] = (uint8_t)(0x80 | (u & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | u >> 18); o[1] = (uint8_t)(0x80 | (u >> 12 & 0x3F));
-    o[2] = (uint8_t)(0x80 | (u >> 6 & 0x3F)); o[3] = (uint8_t)(0x80 | (u & 0x3F));
-    return 4;
+    return sk_utf8_encode(u, o);
 }
 
 int sk_nfc(const uint8_t *s, size_t n, uint8_t **out, size_t *out_n) {

@@ -13,10 +13,12 @@
  *    merge ("\"", ",\""). Eleven such pairs exist in GPT-2's vocab.bpe;
  *  - among pairs of equal rank the last one in the word is merged (all its occurrences,
  *    left to right). */
-#include "skiplm.h"
+#include "skiplm_text.h"
 #include "base/fileio.h"
 #include "base/json.h"
+#include "base/utf8.h"
 #include "text/nfc.h"
+#include "text/tokenizer_internal.h"
 #include "text/unicode_tables.h"
 
 #include <limits.h>
@@ -29,39 +31,13 @@
 /* ------------------------------------------------- UTF-8 and character classes */
 
 enum { CL_O = 0, CL_L = 1, CL_N = 2, CL_S = 3 };   /* other, letter, number, JS \s */
-#define CP_INVALID 0xFFFFFFFFu
+#define CP_INVALID SK_UTF8_INVALID
 
-/* Decode one code point at s[0..n) (n >= 1). Returns its byte length; an invalid or
- * truncated sequence, an overlong form, a surrogate or a value > 0x10FFFF gives length 1
- * and CP_INVALID. */
-static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
-    uint8_t c = s[0];
-    if (c < 0x80) { *cp = c; return 1; }
-    size_t len; uint32_t v, min;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; v = c & 0x1F; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; v = c & 0x0F; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; v = c & 0x07; min = 0x10000; }
-    else { *cp = CP_INVALID; return 1; }
-    if (n < len) { *cp = CP_INVALID; return 1; }
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) { *cp = CP_INVALID; return 1; }
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) { *cp = CP_INVALID; return 1; }
-    *cp = v;
-    return len;
-}
-
-static size_t utf8_encode(uint32_t cp, uint8_t *o) {
-    if (cp < 0x80) { o[0] = (uint8_t)cp; return 1; }
-    if (cp < 0x800) { o[0] = (uint8_t)(0xC0 | (cp >> 6)); o[1] = (uint8_t)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | (cp >> 12)); o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (uint8_t)(0x80 | (cp & 0x3F)); return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | (cp >> 18)); o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
+/* The character at s[0..n) (n >= 1): its byte length and code point; an ill-formed or truncated
+ * sequence is a character of one byte, CP_INVALID. */
+static inline size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
+    size_t len = sk_utf8_decode(s, n, cp);
+    return len ? len : 1;
 }
 
 static int in_ranges(const uint32_t (*r)[2], int n, uint32_t cp) {
@@ -97,8 +73,7 @@ static int class_at(const uint8_t *s, size_t n, size_t i, size_t *next) {
     return cp_class(cp);
 }
 
-/* Exposed for tests/tool_tok.c (not in the public header): class of a code point,
- * 0 other, 1 letter, 2 number, 3 space. */
+/* For tests/tool_tok.c (text/tokenizer_internal.h) */
 int sk_tok_unicode_class_(uint32_t cp) { return cp_class(cp); }
 const char *sk_tok_unicode_version_(void) { return SK_UNICODE_VERSION; }
 
@@ -292,7 +267,7 @@ static int find_byte_ids(sk_tokenizer *t, const char *path, const char *where) {
         if (t->byte_id[b] < 0) {
             char sh[16];
             return sk_error(SK_EFORMAT, "%s: %sno token for byte 0x%02x (\"%s\"; byte-level BPE needs all 256 single bytes)",
-                            path, where, b, show((const char *)shown, utf8_encode(enc[b], shown), sh, sizeof sh));
+                            path, where, b, show((const char *)shown, sk_utf8_encode(enc[b], shown), sh, sizeof sh));
         }
     }
     return SK_OK;
@@ -564,7 +539,7 @@ static size_t split_next(const uint8_t *s, size_t n, size_t i, int max_digits) {
     return e == n || last == i ? e : last;
 }
 
-/* Exposed for src/text/bpe_train.c (not in the public header), so the trainer splits text
+/* Exposed for src/text/bpe_train.c (text/tokenizer_internal.h), so the trainer splits text
  * exactly as the encoder does: end of the pre-token starting at s[i], and GPT-2's display
  * code point of each byte. */
 size_t sk_tok_pretok_next_(const uint8_t *s, size_t n, size_t i) { return pretok_next(s, n, i); }
@@ -1422,7 +1397,7 @@ static int char_index(sk_tokenizer *t, const char *what) {
     for (int i = 0; i < 128; i++) t->ascii_id[i] = -1;
     for (int i = 0; i < V; i++) {
         uint8_t b[4];
-        size_t bl = utf8_encode(t->cps[i], b);
+        size_t bl = sk_utf8_encode(t->cps[i], b);
         if (pool_set(t, i, b, bl)) return sk_error(SK_ENOMEM, "%s: out of memory", what);
         t->sorted[i][0] = t->cps[i]; t->sorted[i][1] = (uint32_t)i;
         if (t->cps[i] < 128) t->ascii_id[t->cps[i]] = i;

@@ -1,6 +1,6 @@
 /* Token shards (llm.c layout, raw nanoGPT uint16 files) and the training data loader.
  * Formats and guarantees: docs/data.md. */
-#include "skiplm.h"
+#include "skiplm_train.h"
 #include "base/fileio.h"
 
 #include <errno.h>

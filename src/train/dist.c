@@ -8,7 +8,7 @@
  * floats: each element is then summed by exactly one rank and copied to the others, so
  * the replicas hold identical bits whatever algorithm the library picks. MPI counts are
  * int: a shard of more than INT_MAX floats is refused with a message. */
-#include "skiplm.h"
+#include "train/dist.h"
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * SK_SPAN_FLOATS floats, see skiplm_train.h). The span list is fixed by the model layout,
  * so the gradient norm, summed as one double per span in span order, does not depend on
  * the number of OpenMP threads. */
-#include "skiplm.h"
+#include "skiplm_train.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,10 @@
  * m, v, step, Adam step count, loader position) or a pure function of (seed, step)
  * (dropout masks, the data order, the learning rate). Nothing else carries state, so a
  * resumed run performs the same float operations as an uninterrupted one. */
-#include "skiplm.h"
+#include "skiplm_train.h"
+#include "io/io.h"
+#include "train/dist.h"
+#include "train/trainer.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-"""PyTorch references for skiplm's attention (SPEC section 2).
+"""PyTorch references for skiplm's attention (PyTorch's SDPA contract).
 
 math_sdpa   : explicit softmax(q k^T * scale + mask) v, any dtype, with optional fixed
               dropout keep-mask; used in float64 as the "exact" reference.

@@ -1,4 +1,4 @@
-"""PyTorch reference of nanoGPT with the paper's Skip-Layer Attention (SPEC §1, §3).
+"""PyTorch reference of nanoGPT with the paper's Skip-Layer Attention (Chen et al.).
 
 Written for Debian's PyTorch 1.13 (no fused SDPA): attention is explicit math.
 CausalSelfSkipLayerAttention follows the paper's listing: every layer computes its own

@@ -1,4 +1,4 @@
-"""PyTorch references of the Llama family (SPEC §3), written from the formulas:
+"""PyTorch references of the Llama family, written from the formulas:
 
 - MiniMind: minimind-style model; RoPE through the complex-number view of adjacent pairs
   (x[2j], x[2j+1]) rotated by pos * theta^(-2j/d); RMSNorm; GQA by repeating K/V heads;
@@ -8,7 +8,7 @@
   halves (x[j], x[j + d/2]). A file with HF names holds q/k rows permuted for this
   convention; MiniMind un-permutes them on load.
 
-Skip-Layer Attention in KV-head groups (SPEC §1): layer l >= n_skip_layer takes the K/V of
+Skip-Layer Attention in KV-head groups: layer l >= n_skip_layer takes the K/V of
 its last n_skip_head / group KV heads from the OWN K/V of layer l - n_skip_layer.
 """
 import math

@@ -1,8 +1,9 @@
-/* skiplm data layer: tokenizers, token shards and the training data loader.
- * Included by skiplm.h; see docs/data.md for formats and guarantees. */
-#ifndef SKIPLM_TOK_H
-#define SKIPLM_TOK_H
-
+/* skiplm text: tokenizers (GPT-2 byte-level BPE, Hugging Face tokenizer.json, characters),
+ * chat templates (a Jinja interpreter rendering them as transformers does) and a byte-level
+ * BPE trainer. Nothing in the model or the trainer depends on this part. Included by
+ * skiplm.h; docs/tokenizer.md, docs/data.md. */
+#ifndef SKIPLM_TEXT_H
+#define SKIPLM_TEXT_H
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,7 +70,7 @@ const char *sk_tok_decode_one(const sk_tokenizer *tok, int32_t id, size_t *len);
 
 /* ------------------------------------------------------------ chat templates
  *
- * A Hugging Face folder's chat template (Jinja, rendered by src/text/jinja.c as transformers'
+ * A Hugging Face folder's chat template (Jinja, rendered by src/text/jinja_*.c as transformers'
  * apply_chat_template renders it: messages, add_generation_prompt, tools = documents = none,
  * and the special tokens of tokenizer_config.json). Encode the text with sk_tok_encode: the
  * template writes the special tokens itself (apply_chat_template tokenizes without adding
@@ -124,70 +125,6 @@ typedef struct {
 
 int sk_bpe_train(const char *const *texts, const size_t *lens, int n_texts, int vocab_size,
                  const char *const *specials, int n_specials, const char *out_dir, sk_bpe_stats *stats);
-
-/* ------------------------------------------------------------------ shards
- *
- * llm.c layout: 256 little-endian int32 header (magic 20240520, version 1, token count at
- * [2], rest 0), then count uint16 tokens. Raw headerless uint16 files (nanoGPT) are read
- * too: an even-sized file that does not start with the magic. */
-#define SK_SHARD_MAGIC 20240520
-#define SK_SHARD_VERSION 1
-#define SK_SHARD_HEADER_INTS 256
-
-typedef struct {
-    char *path;
-    const uint16_t *tokens;  /* n tokens (read-only mapping) */
-    size_t n;
-    int headerless;          /* 1: raw uint16 file */
-    void *map_;              /* internal */
-    size_t map_len_;
-} sk_shard;
-
-/* Write ids (each 0..65535) as a headered shard, atomically. */
-int sk_shard_write(const char *path, const int32_t *ids, size_t n);
-int sk_shard_open(sk_shard *s, const char *path);
-void sk_shard_close(sk_shard *s);
-/* 0 if every token is < vocab_size; else SK_EFORMAT naming the first bad token, whose
- * position and value go to *pos and *value (either may be NULL). */
-int sk_shard_check_vocab(const sk_shard *s, int vocab_size, size_t *pos, int *value);
-
-/* ------------------------------------------------------------------ loader
- *
- * Windows of T+1 tokens for next-token prediction: window k of a shard is tokens
- * [k*T, k*T + T] (neighbours share one token), so a shard of n tokens has (n-1)/T windows.
- * All windows of all shards form one list of N windows. An epoch visits each window once,
- * in list order (shuffle = 0) or in a seeded pseudo-random permutation that is different
- * for each epoch (shuffle = 1). The epochs are concatenated into one stream; a step takes
- * the next B * world_size windows of that stream and rank r gets the r-th block of B, so
- * the ranks together read exactly what one process with batch B * world_size reads. */
-typedef struct {
-    int B, T;
-    uint64_t seed;
-    int shuffle;
-    int rank, world_size;    /* world_size 0 or 1: single process */
-    int vocab_size;          /* > 0: check every shard's tokens at open */
-} sk_loader_cfg;
-
-/* The position to store in a checkpoint; restoring checks that it fits the data. */
-typedef struct {
-    uint64_t consumed;       /* windows consumed by all ranks together */
-    uint64_t seed;
-    uint64_t n_windows;
-    int64_t T;
-} sk_loader_pos;
-
-typedef struct sk_loader sk_loader;
-
-int sk_loader_open(sk_loader **L, const char *const *paths, int n_paths, const sk_loader_cfg *cfg);
-void sk_loader_free(sk_loader *L);
-/* Next batch as B rows of T+1 tokens: inputs are [:, :T], targets [:, 1:]. */
-int sk_loader_next(sk_loader *L, int32_t *batch);
-/* Same, split llm.c-style into inputs x (B, T) and targets y (B, T). */
-int sk_loader_next_xy(sk_loader *L, int32_t *x, int32_t *y);
-uint64_t sk_loader_n_windows(const sk_loader *L);
-uint64_t sk_loader_epoch(const sk_loader *L);       /* epochs completed so far */
-void sk_loader_get_pos(const sk_loader *L, sk_loader_pos *pos);
-int sk_loader_set_pos(sk_loader *L, const sk_loader_pos *pos);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,5 @@
-/* Option parsing shared by the subcommands. */
+/* What the subcommands share (cli.h): option parsing, errors, --device, files and folders,
+ * the model and its tokenizer. */
 #include "cli.h"
 #include <errno.h>
 #include <limits.h>
@@ -196,10 +197,31 @@ void cli_docs_free(cli_docs *docs) {
 
 int cli_mkdir_p(const char *dir) {
     char buf[4096];
+    struct stat st;
     if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) { errno = ENAMETOOLONG; return -1; }
     for (char *p = buf + 1; *p; p++)
         if (*p == '/') { *p = 0; if (mkdir(buf, 0777) && errno != EEXIST) return -1; *p = '/'; }
-    return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
+    if (!mkdir(buf, 0777)) return 0;
+    if (errno != EEXIST) return -1;
+    return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;   /* a file there: EEXIST */
+}
+
+int cli_device(const char *cmd, const char *device) {
+    if (!strcmp(device, "cuda") || !strcmp(device, "gpu")) return 1;
+    if (!strcmp(device, "cpu")) return 0;
+    fprintf(stderr, "skiplm %s: --device must be cpu or cuda (got '%s')\n", cmd, device);
+    return -1;
+}
+
+int cli_cuda_built(const char *cmd) {
+#ifdef SKIPLM_CUDA
+    (void)cmd;
+    return 1;
+#else
+    fprintf(stderr, "skiplm %s: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "
+            "then run build-cuda/skiplm)\n", cmd);
+    return 0;
+#endif
 }
 
 int cli_read_file(const char *path, char **data, size_t *len) {

@@ -1,5 +1,8 @@
-/* The skiplm command-line tool: a thin client of the library, one file per subcommand.
- * Shared option parsing; every command returns its exit status. */
+/* The skiplm command-line tool: a thin client of the library, one file per subcommand
+ * (cmd_*.c; main.c's table lists them). What several commands share is here (cli.c): option
+ * parsing, errors, --device, files and folders, loading a model, finding and copying its
+ * tokenizer; what sample and chat share is in generate.h. Every command returns its exit
+ * status. */
 #ifndef SK_CLI_H
 #define SK_CLI_H
 #include "skiplm.h"
@@ -32,8 +35,14 @@ int cli_fail(const char *cmd);
 typedef struct { char **v; int n, cap; } cli_docs;
 int cli_list_docs(const char *input, int is_default, cli_docs *docs);
 void cli_docs_free(cli_docs *docs);
-/* mkdir -p: creates dir and its missing parents (0 or -1 with errno). */
+/* mkdir -p: creates dir and its missing parents; 0 when dir is a directory then, else -1
+ * with errno (EEXIST where a file is in the way, ENAMETOOLONG past 4095 bytes). */
 int cli_mkdir_p(const char *dir);
+/* --device: 1 for cuda (or gpu), 0 for cpu; anything else is said ("skiplm CMD: --device must
+ * be cpu or cuda (got 'X')") and gives -1. */
+int cli_device(const char *cmd, const char *device);
+/* 1 in a CUDA build; else says that --device cuda needs one (make cuda) and gives 0. */
+int cli_cuda_built(const char *cmd);
 /* sk_model_load with the head count given on the command line (n_head > 0), for files that
  * do not say it (PyTorch-written weights without metadata or config.json). */
 int cli_load_model(sk_model **m, const char *path, int n_head);

@@ -28,6 +28,29 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The median of times[0..n) (sorted in place). */
+static double median(double *times, int n) {
+    qsort(times, n, sizeof(double), cmp_double);
+    return times[n / 2];
+}
+
+/* GFLOP/s of a training step of B x T tokens in sec seconds: 6 flops per token and parameter
+ * that takes part in a matmul (wte as the classifier, not wpe), and attention's 6 L T C. */
+static double step_gflops(const sk_model *m, int B, int T, double sec) {
+    const sk_config *c = sk_model_config(m);
+    int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
+    double n_matmul = 0;
+    for (int i = 0; i < nt; i++) if (ts[i].ndim == 2 && !strstr(ts[i].name, "wpe")) n_matmul += ts[i].numel;
+    double flops = (6.0 * n_matmul + 6.0 * c->n_layer * T * c->n_embd) * (B * T);
+    return flops / sec / 1e9;
+}
+
+/* The training batch: N inputs and targets below V, the same in every run. */
+static void random_batch(int32_t *x, int32_t *y, int N, int V) {
+    uint64_t r = 42;
+    for (int i = 0; i < N; i++) { r = r * 6364136223846793005ULL + 1; x[i] = (int32_t)((r >> 33) % V); y[i] = (int32_t)((r >> 13) % V); }
+}
+
 /* GFLOP/s of C (M, N) = A (M, K) B^T, best of a few runs. */
 static double sgemm_rate(int M, int N, int K) {
     float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * N * K), *C = malloc(sizeof(float) * M * N);
@@ -49,6 +72,12 @@ static double sgemm_rate(int M, int N, int K) {
 }
 
 #ifdef SKIPLM_CUDA
+static void print_gpu_memory(void) {
+    size_t used = 0, total = 0;
+    if (!sk_cuda_memory(&used, &total))
+        printf("  GPU memory in use %.2f GiB of %.2f GiB\n", used / 1073741824.0, total / 1073741824.0);
+}
+
 /* The training benchmark on the GPU: the same step as the CPU one (forward + backward,
  * gradient norm, clipping, AdamW), timed from the host with the device synchronised. */
 static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup, sk_cuda_precision prec, double peak_tflops,
@@ -58,9 +87,6 @@ static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup,
     printf("device: cuda: %s, %s\n", dev, sk_cuda_precision_name(prec));
     sk_model *m;
     if (sk_model_new(&m, cfg, 1)) return cli_fail("bench");
-    int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
-    double n_matmul = 0;
-    for (int i = 0; i < nt; i++) if (ts[i].ndim == 2 && !strstr(ts[i].name, "wpe")) n_matmul += ts[i].numel;
     printf("parameters: %.2fM\n", sk_model_num_params(m) / 1e6);
     if ((long long)B * T > INT_MAX) { fprintf(stderr, "skiplm bench: --batch x --seq is too many tokens\n"); return 2; }
     int N = B * T, C = cfg->n_embd;
@@ -76,8 +102,7 @@ static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup,
     int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
     double *times = malloc(sizeof(double) * steps);
     if (!x || !y || !times) { fprintf(stderr, "skiplm bench: out of memory\n"); return 1; }
-    uint64_t r = 42;
-    for (int i = 0; i < N; i++) { r = r * 6364136223846793005ULL + 1; x[i] = (int32_t)((r >> 33) % cfg->vocab_size); y[i] = (int32_t)((r >> 13) % cfg->vocab_size); }
+    random_batch(x, y, N, cfg->vocab_size);
     sk_adamw_cfg ac;
     sk_adamw_default(&ac);
     double t_prof = 0;
@@ -94,17 +119,12 @@ static int bench_cuda(const sk_config *cfg, int B, int T, int steps, int warmup,
         if (s == 1 - warmup || s == steps) printf("  step %d: loss %.4f, grad norm %.4f\n", s, loss, norm);
     }
     if (profile) t_prof = sk_now() - t_prof;
-    qsort(times, steps, sizeof(double), cmp_double);
-    double med = times[steps / 2];
-    double flops = (6.0 * n_matmul + 6.0 * cfg->n_layer * T * C) * N;
-    double gf = flops / med / 1e9;
+    double med = median(times, steps), gf = step_gflops(m, B, T, med);
     printf("train: B=%d T=%d: %.2f ms/step (median of %d), %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% of the sgemm rate",
            B, T, med * 1e3, steps, N / med, gf / 1e3, 100.0 * gf / ref);
     if (peak_tflops > 0) printf(", %.1f%% of %.0f TFLOP/s", 100.0 * gf / (peak_tflops * 1e3), peak_tflops);
     printf("\n");
-    size_t used = 0, total = 0;
-    if (!sk_cuda_memory(&used, &total))
-        printf("  GPU memory in use %.2f GiB of %.2f GiB\n", used / 1073741824.0, total / 1073741824.0);
+    print_gpu_memory();
     if (profile && sk_cuda_profile_report(stdout, profile, med * 1e3, t_prof / profile * 1e3)) return cli_fail("bench");
     free(x); free(y); free(times);
     sk_cuda_model_free(cm);
@@ -161,9 +181,7 @@ static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precisio
            "KV cache (%s) %.2f MiB for %d positions (%.2f MiB without SLA)\n", P, tp * 1e3, P / tp, n, P, P + n - 1,
            n / tg, sk_cuda_kvcache_bf16(kv) ? "bf16" : "fp32", sk_cuda_kvcache_bytes(kv) / 1048576.0, P + n,
            sk_cuda_kvcache_bytes_full(kv) / 1048576.0);
-    size_t used = 0, total = 0;
-    if (!sk_cuda_memory(&used, &total))
-        printf("  GPU memory in use %.2f GiB of %.2f GiB\n", used / 1073741824.0, total / 1073741824.0);
+    print_gpu_memory();
     if (profile) {       /* decoding after a 1-token prompt, per op: unprofiled, then profiled */
         double tp2, tg2;
         sk_cuda_kvcache_set_graphs(kv, 0);      /* a profiled step has no graph: compare like with like */
@@ -181,6 +199,92 @@ static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precisio
     return 0;
 }
 #endif
+
+/* The training benchmark on the CPU: warm-up steps, then timed ones (forward + backward,
+ * gradient norm, clipping, AdamW), with the time of each phase. */
+static int bench_train(sk_model *m, int B, int T, int steps, int warmup, int recompute) {
+    /* refuse up front what cannot fit (parameters, gradients, AdamW m and v, activations)
+     * before the sgemm probe allocates its matrices */
+    if ((long long)B * T > INT_MAX) { fprintf(stderr, "skiplm bench: --batch x --seq = %lld tokens is too many\n", (long long)B * T); return 2; }
+    if (sk_model_reserve(m, B, T, 1)) return cli_fail("bench");
+    const sk_config *cfg = sk_model_config(m);
+    int N = B * T, C = cfg->n_embd;
+    double g1 = sgemm_rate(N, 4 * C, C), g2 = sgemm_rate(N, C, 4 * C), g3 = sgemm_rate(N, 3 * C, C);
+    double peak = fmax(g1, fmax(g2, g3));
+    printf("sgemm (OpenBLAS) on this model's shapes: %.1f / %.1f / %.1f GFLOP/s -> reference rate %.1f GFLOP/s\n", g1, g2, g3, peak);
+    int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
+    random_batch(x, y, N, cfg->vocab_size);
+    int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
+    sk_span *spans; int ns;
+    sk_spans_build(ts, nt, &spans, &ns);
+    size_t P = sk_model_num_params(m);
+    float *mom = calloc(P, sizeof(float)), *vel = calloc(P, sizeof(float));
+    sk_adamw_cfg ac;
+    sk_adamw_default(&ac);
+    double *times = malloc(sizeof(double) * steps), t_opt = 0;
+    sk_phase_times ph;
+    for (int s = 1 - warmup; s <= steps; s++) {
+        if (s == 1) { sk_model_phase_times(m, &ph, 1); t_opt = 0; }
+        double t0 = sk_now();
+        float loss;
+        sk_model_zero_grad(m);
+        if (sk_model_forward_backward(m, x, y, B, T, 1.0f, (uint64_t)s, &loss)) return cli_fail("bench");
+        double t1 = sk_now();
+        float *g = sk_model_grads(m);
+        double norm = sk_grad_norm(g, spans, ns);
+        sk_clip_grads(g, spans, ns, norm, 1.0f);
+        sk_adamw_step(sk_model_params(m), g, mom, vel, spans, ns, &ac, 1e-4, s + warmup);
+        double t2 = sk_now();
+        if (s > 0) { times[s - 1] = t2 - t0; t_opt += t2 - t1; }
+    }
+    sk_model_phase_times(m, &ph, 1);
+    double med = median(times, steps), gf = step_gflops(m, B, T, med);
+    printf("train: B=%d T=%d: %.1f ms/step (median of %d), %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of the sgemm rate\n",
+           B, T, med * 1e3, steps, N / med, gf, 100.0 * gf / peak);
+    double tot = ph.matmul + ph.attention + ph.norm + ph.elementwise + ph.classifier + t_opt;
+    printf("  per step: matmul %.1f ms, attention %.1f ms, norms %.1f ms, elementwise %.1f ms, classifier+loss %.1f ms, adamw %.1f ms (other %.1f ms)\n",
+           ph.matmul / steps * 1e3, ph.attention / steps * 1e3, ph.norm / steps * 1e3, ph.elementwise / steps * 1e3,
+           ph.classifier / steps * 1e3, t_opt / steps * 1e3, (med * steps - tot) / steps * 1e3);
+    printf("  recompute %s; activations %.1f MiB (%zu bytes/token), peak RSS %.1f MiB\n",
+           recompute == 1 ? "on" : recompute == 0 ? "off" : "auto",
+           sk_model_activation_bytes(m, B, T, 1) / 1048576.0, sk_model_activation_bytes(m, B, T, 1) / (size_t)N, peak_rss_mib());
+    free(x); free(y); free(spans); free(mom); free(vel); free(times);
+    return 0;
+}
+
+/* The generation benchmark on the CPU: gen tokens (at most block_size - 1) for each of S
+ * sequences side by side from one start token (as sample --samples); bf16: bf16 weights. */
+static int bench_gen(sk_model *m, int gen, int S, int bf16) {
+    const sk_config *cfg = sk_model_config(m);
+    int n = gen < cfg->block_size ? gen : cfg->block_size - 1, V = cfg->vocab_size;
+    sk_kvcache *kv = NULL;
+    float *logits = malloc(sizeof(float) * (size_t)S * V);
+    int32_t *tok = calloc(S, sizeof(int32_t));
+    int *seqs = malloc(sizeof(int) * S);
+    int bad = !logits || !tok || !seqs ? sk_error(SK_ENOMEM, "out of memory") : sk_kvcache_new_seqs(&kv, m, n + 1, S, bf16);
+    bad = bad || sk_model_decode(m, kv, tok, 1, logits);
+    for (int s = 0; s < S && !bad; s++) {
+        seqs[s] = s;
+        if (s) { sk_kvcache_seq_copy(kv, s, 0); memcpy(logits + (size_t)s * V, logits, sizeof(float) * V); }
+    }
+    uint64_t rng = 7;
+    double t0 = sk_now();
+    for (int i = 0; i < n && !bad; i++) {
+        /* greedy for one sequence; sampled for several, or they would stay equal */
+        for (int s = 0; s < S; s++) tok[s] = sk_sample_token(logits + (size_t)s * V, V, S > 1 ? 1.0f : 0.0f, 0, 1, &rng);
+        bad = sk_model_decode_batch(m, kv, seqs, tok, S, logits);
+    }
+    double dt = sk_now() - t0;
+    if (!bad) {
+        double bytes = (bf16 ? 2.0 : 4.0) * sk_model_num_params(m);
+        printf("generate: %d tokens x %d sequence%s, %.1f tok/s (%s weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
+               n, S, S > 1 ? "s" : "", (double)n * S / dt, bf16 ? "bf16" : "fp32", bytes * n / dt / 1e9,
+               sk_kvcache_bytes(kv) / 1048576.0, sk_kvcache_bytes_full(kv) / 1048576.0);
+    }
+    free(logits); free(tok); free(seqs);
+    sk_kvcache_free(kv);
+    return bad ? cli_fail("bench") : 0;
+}
 
 int cmd_bench(int argc, char **argv) {
     int gen_seqs = 1;
@@ -216,121 +320,34 @@ int cmd_bench(int argc, char **argv) {
     if (B < 1 || steps < 1 || gen < 0 || warmup < 0 || profile < 0 || T > cfg.block_size) { fprintf(stderr, "skiplm bench: bad --batch/--seq/--steps/--gen/--warmup/--profile\n"); return 2; }
     char desc[256];
     sk_config_describe(&cfg, desc, sizeof desc);
-    int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
-    if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm bench: --device must be cpu or cuda (got '%s')\n", device); return 2; }
+    const int use_cuda = cli_device("bench", device);
+    if (use_cuda < 0) return 2;
     if (tf32 && bf16) { fprintf(stderr, "skiplm bench: --tf32 and --bf16 exclude each other\n"); return 2; }
     if (gen_seqs < 1 || gen_seqs > SK_KV_MAX_SEQS) { fprintf(stderr, "skiplm bench: --gen-seqs must be in [1, %d]\n", SK_KV_MAX_SEQS); return 2; }
     if (gen_seqs > 1 && use_cuda) { fprintf(stderr, "skiplm bench: --gen-seqs is for the CPU (the CUDA decoder runs one sequence)\n"); return 2; }
     if (profile && !use_cuda) { fprintf(stderr, "skiplm bench: --profile needs --device cuda\n"); return 2; }
     if (tf32 && !use_cuda) { fprintf(stderr, "skiplm bench: --tf32 needs --device cuda\n"); return 2; }
     if (bf16 && !use_cuda && (no_gen || gen == 0)) { fprintf(stderr, "skiplm bench: on the CPU, --bf16 applies to the generation benchmark only\n"); return 2; }
-    if (use_cuda) {
+    if (use_cuda && !cli_cuda_built("bench")) return 2;
 #ifdef SKIPLM_CUDA
+    if (use_cuda) {
         const sk_cuda_precision prec = bf16 ? SK_CUDA_BF16 : tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
         printf("bench: %s\n", desc);
         if (!no_train && (rc = bench_cuda(&cfg, B, T, steps, warmup, prec, peak_tflops, profile))) return rc;
         if (!no_gen && gen > 0) return bench_cuda_gen(&cfg, T, gen, prec, profile);
         return 0;
-#else
-        fprintf(stderr, "skiplm bench: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "
-                "then run build-cuda/skiplm)\n");
-        return 2;
-#endif
     }
+#endif
     (void)tf32; (void)peak_tflops;
     printf("bench: %s\nthreads: %d OpenMP\n", desc, omp_get_max_threads());
 
     sk_model *m;
     if (sk_model_new(&m, &cfg, 1)) return cli_fail("bench");
     sk_model_set_recompute(m, recompute);
-    int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
-    double n_matmul = 0;      /* parameters that take part in matmuls (wte as the classifier) */
-    for (int i = 0; i < nt; i++) if (ts[i].ndim == 2 && !strstr(ts[i].name, "wpe")) n_matmul += ts[i].numel;
     printf("parameters: %.2fM\n", sk_model_num_params(m) / 1e6);
-
-    if (!no_train) {
-        /* refuse up front what cannot fit (parameters, gradients, AdamW m and v, activations)
-         * before the sgemm probe allocates its matrices */
-        if ((long long)B * T > INT_MAX) { fprintf(stderr, "skiplm bench: --batch x --seq = %lld tokens is too many\n", (long long)B * T); return 2; }
-        if (sk_model_reserve(m, B, T, 1)) return cli_fail("bench");
-        int N = B * T, C = cfg.n_embd;
-        double g1 = sgemm_rate(N, 4 * C, C), g2 = sgemm_rate(N, C, 4 * C), g3 = sgemm_rate(N, 3 * C, C);
-        double peak = fmax(g1, fmax(g2, g3));
-        printf("sgemm (OpenBLAS) on this model's shapes: %.1f / %.1f / %.1f GFLOP/s -> reference rate %.1f GFLOP/s\n", g1, g2, g3, peak);
-        int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
-        uint64_t r = 42;
-        for (int i = 0; i < N; i++) { r = r * 6364136223846793005ULL + 1; x[i] = (int32_t)((r >> 33) % cfg.vocab_size); y[i] = (int32_t)((r >> 13) % cfg.vocab_size); }
-        sk_span *spans; int ns;
-        sk_spans_build(ts, nt, &spans, &ns);
-        size_t P = sk_model_num_params(m);
-        float *mom = calloc(P, sizeof(float)), *vel = calloc(P, sizeof(float));
-        sk_adamw_cfg ac;
-        sk_adamw_default(&ac);
-        double *times = malloc(sizeof(double) * steps), t_opt = 0;
-        sk_phase_times ph;
-        for (int s = 1 - warmup; s <= steps; s++) {
-            if (s == 1) { sk_model_phase_times(m, &ph, 1); t_opt = 0; }
-            double t0 = sk_now();
-            float loss;
-            sk_model_zero_grad(m);
-            if (sk_model_forward_backward(m, x, y, B, T, 1.0f, (uint64_t)s, &loss)) return cli_fail("bench");
-            double t1 = sk_now();
-            float *g = sk_model_grads(m);
-            double norm = sk_grad_norm(g, spans, ns);
-            sk_clip_grads(g, spans, ns, norm, 1.0f);
-            sk_adamw_step(sk_model_params(m), g, mom, vel, spans, ns, &ac, 1e-4, s + warmup);
-            double t2 = sk_now();
-            if (s > 0) { times[s - 1] = t2 - t0; t_opt += t2 - t1; }
-        }
-        sk_model_phase_times(m, &ph, 1);
-        qsort(times, steps, sizeof(double), cmp_double);
-        double med = times[steps / 2];
-        double flops = (6.0 * n_matmul + 6.0 * cfg.n_layer * T * C) * N;
-        double gf = flops / med / 1e9;
-        printf("train: B=%d T=%d: %.1f ms/step (median of %d), %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of the sgemm rate\n",
-               B, T, med * 1e3, steps, N / med, gf, 100.0 * gf / peak);
-        double tot = ph.matmul + ph.attention + ph.norm + ph.elementwise + ph.classifier + t_opt;
-        printf("  per step: matmul %.1f ms, attention %.1f ms, norms %.1f ms, elementwise %.1f ms, classifier+loss %.1f ms, adamw %.1f ms (other %.1f ms)\n",
-               ph.matmul / steps * 1e3, ph.attention / steps * 1e3, ph.norm / steps * 1e3, ph.elementwise / steps * 1e3,
-               ph.classifier / steps * 1e3, t_opt / steps * 1e3, (med * steps - tot) / steps * 1e3);
-        printf("  recompute %s; activations %.1f MiB (%zu bytes/token), peak RSS %.1f MiB\n",
-               recompute == 1 ? "on" : recompute == 0 ? "off" : "auto",
-               sk_model_activation_bytes(m, B, T, 1) / 1048576.0, sk_model_activation_bytes(m, B, T, 1) / (size_t)N, peak_rss_mib());
-        free(x); free(y); free(spans); free(mom); free(vel); free(times);
-    }
-    if (!no_gen && gen > 0) {
-        /* gen_seqs sequences side by side from one start token (as sample --samples) */
-        int n = gen < cfg.block_size ? gen : cfg.block_size - 1, S = gen_seqs, V = cfg.vocab_size;
-        sk_kvcache *kv = NULL;
-        float *logits = malloc(sizeof(float) * (size_t)S * V);
-        int32_t *tok = calloc(S, sizeof(int32_t));
-        int *seqs = malloc(sizeof(int) * S);
-        int bad = !logits || !tok || !seqs ? sk_error(SK_ENOMEM, "out of memory") : sk_kvcache_new_seqs(&kv, m, n + 1, S, bf16);
-        bad = bad || sk_model_decode(m, kv, tok, 1, logits);
-        for (int s = 0; s < S && !bad; s++) {
-            seqs[s] = s;
-            if (s) { sk_kvcache_seq_copy(kv, s, 0); memcpy(logits + (size_t)s * V, logits, sizeof(float) * V); }
-        }
-        uint64_t rng = 7;
-        double t0 = sk_now();
-        for (int i = 0; i < n && !bad; i++) {
-            /* greedy for one sequence; sampled for several, or they would stay equal */
-            for (int s = 0; s < S; s++) tok[s] = sk_sample_token(logits + (size_t)s * V, V, S > 1 ? 1.0f : 0.0f, 0, 1, &rng);
-            bad = sk_model_decode_batch(m, kv, seqs, tok, S, logits);
-        }
-        double dt = sk_now() - t0;
-        if (bad) {
-            free(logits); free(tok); free(seqs);
-            sk_kvcache_free(kv);
-            sk_model_free(m);
-            return cli_fail("bench");
-        }
-        double bytes = (bf16 ? 2.0 : 4.0) * sk_model_num_params(m);
-        printf("generate: %d tokens x %d sequence%s, %.1f tok/s (%s weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
-               n, S, S > 1 ? "s" : "", (double)n * S / dt, bf16 ? "bf16" : "fp32", bytes * n / dt / 1e9,
-               sk_kvcache_bytes(kv) / 1048576.0, sk_kvcache_bytes_full(kv) / 1048576.0);
-        free(logits); free(tok); free(seqs);
-        sk_kvcache_free(kv);
+    if ((!no_train && (rc = bench_train(m, B, T, steps, warmup, recompute))) || (!no_gen && gen > 0 && (rc = bench_gen(m, gen, gen_seqs, bf16)))) {
+        sk_model_free(m);
+        return rc;
     }
     printf("peak RSS %.1f MiB\n", peak_rss_mib());
     sk_model_free(m);

@@ -31,17 +31,11 @@ int cmd_eval(int argc, char **argv) {
     if (B < 1) { fprintf(stderr, "skiplm eval: --batch must be >= 1\n"); return 2; }
     if (T < 0) { fprintf(stderr, "skiplm eval: --seq must be >= 1 (0 = the model's block_size)\n"); return 2; }
     if (max_batches < 0) { fprintf(stderr, "skiplm eval: --max-batches must be >= 0\n"); return 2; }
-    const int use_cuda = !strcmp(device, "cuda") || !strcmp(device, "gpu");
-    if (!use_cuda && strcmp(device, "cpu")) { fprintf(stderr, "skiplm eval: --device must be cpu or cuda (got '%s')\n", device); return 2; }
+    const int use_cuda = cli_device("eval", device);
+    if (use_cuda < 0) return 2;
     if (tf32 && bf16) { fprintf(stderr, "skiplm eval: --tf32 and --bf16 exclude each other\n"); return 2; }
     if ((tf32 || bf16) && !use_cuda) { fprintf(stderr, "skiplm eval: --%s needs --device cuda\n", tf32 ? "tf32" : "bf16"); return 2; }
-#ifndef SKIPLM_CUDA
-    if (use_cuda) {
-        fprintf(stderr, "skiplm eval: --device cuda: this skiplm was built without CUDA (build it with `make cuda`, "
-                "then run build-cuda/skiplm)\n");
-        return 2;
-    }
-#endif
+    if (use_cuda && !cli_cuda_built("eval")) return 2;
     sk_model *m;
     if (cli_load_model(&m, pos[0], n_head)) return cli_fail("eval");
     const sk_config *c = sk_model_config(m);

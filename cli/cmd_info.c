@@ -1,4 +1,7 @@
-/* skiplm info / init: describe a config or a weights file; write a fresh model. */
+/* skiplm info: describe a model config (a preset and model options, or the config of a
+ * weights file): the config line, the parameter count, the training memory at a batch and
+ * sequence length, and the skip-layer routing of every layer (which layer each run of query
+ * heads takes its K/V from). */
 #include "cli.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,22 +56,5 @@ int cmd_info(int argc, char **argv) {
     if (cfg.vocab_size == 0) cfg.vocab_size = 50257;
     if (sk_config_check(&cfg)) return cli_fail("info");
     describe(&cfg, B, T > 0 ? T : cfg.block_size);
-    return 0;
-}
-
-int cmd_init(int argc, char **argv) {
-    uint64_t seed = 1337;
-    cli_opt opts[] = {{"seed", 'u', &seed, "initialisation seed (1337)"}, {0}};
-    sk_config cfg;
-    sk_config_default(&cfg);
-    char *pos[1]; int np, given;
-    int rc = cli_parse(argc, argv, "init", "OUT.safetensors [model options]", opts, pos, 1, &np, &cfg, &given);
-    if (rc) return rc == 1 ? 0 : rc;
-    if (np != 1) { fprintf(stderr, "skiplm init: give the output path\n"); return 2; }
-    if (cfg.vocab_size == 0) { fprintf(stderr, "skiplm init: give --vocab_size (or a gpt2 preset)\n"); return 2; }
-    sk_model *m;
-    if (sk_model_new(&m, &cfg, seed) || sk_model_save(m, pos[0])) return cli_fail("init");
-    printf("wrote %s (%zu parameters)\n", pos[0], sk_model_num_params(m));
-    sk_model_free(m);
     return 0;
 }

@@ -9,16 +9,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #define MAX_SPECIALS 256
-
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const char *SYNOPSIS =
     "train [TEXT_FILE_OR_FOLDER] --vocab-size N --out DIR [--special TOKEN]...\n"
@@ -57,7 +49,7 @@ static int cmd_tokenizer_train(int argc, char **argv) {
     if (!out) { fprintf(stderr, "skiplm tokenizer train: --out DIR is required\n"); cli_usage("tokenizer", SYNOPSIS, opts, 0); return 2; }
     if (vocab <= 0) { fprintf(stderr, "skiplm tokenizer train: --vocab-size N is required (e.g. 4096)\n"); return 2; }
 
-    double t0 = now_s();
+    double t0 = sk_now();
     const char *input = np ? pos[0] : CLI_DEFAULT_CORPUS;
     cli_docs files = {0};
     char **text = NULL;
@@ -80,7 +72,7 @@ static int cmd_tokenizer_train(int argc, char **argv) {
         cli_fail("tokenizer train");
         goto done;
     }
-    double t1 = now_s();
+    double t1 = sk_now();
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     int n_sp = s.vocab_size - 256 - s.n_merges;

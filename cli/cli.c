@@ -183,7 +183,7 @@ int cli_list_docs(const char *input, int is_default, cli_docs *docs) {
     if (S_ISDIR(st.st_mode)) {
         list_files(input, docs, 1);
         if (docs->n == 0) list_files(input, docs, 0);
-        qsort(docs->v, docs->n, sizeof(char *), cmp_str);
+        if (docs->n > 1) qsort(docs->v, docs->n, sizeof(char *), cmp_str);   /* no NULL to qsort */
     } else docs_push(docs, input);
     if (docs->n == 0) return sk_error(SK_EINVAL, "%s holds no files", input);
     return SK_OK;

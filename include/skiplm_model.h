@@ -36,7 +36,7 @@ typedef struct {
     int relu;                /* 1: two-layer ReLU MLP, replacing GELU (gpt2) or SwiGLU (llama) */
     int untied_head;         /* 1: lm_head is its own (vocab, n_embd) matrix; 0: tied to the embedding */
     char routing[200];       /* general K/V routing table (overrides n_skip_*); "" = paper SLA
-                                or none. Grammar: src/core/config.c, README */
+                                or none. Grammar: src/core/config.c, docs/models.md */
     /* Llama family */
     float rope_theta;
     int ffn_hidden;          /* SwiGLU hidden size; 0 = derive */

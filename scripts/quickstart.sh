@@ -3,7 +3,7 @@
 # (the State of the Union addresses, character level), train a small Skip-Layer Attention
 # model, sample from it, and say where the model is and what to try next.
 #   bash scripts/quickstart.sh          400 steps of a Llama-family model (RoPE): about 3 minutes
-#                                       on 2 AVX-512 cores, 6 on 2 slower AVX2 ones; val ~1.23
+#                                       on 2 AVX-512 cores, 5.5 on 2 slower AVX2 ones; val ~1.23
 #   bash scripts/quickstart.sh --full   the long run: 1200 steps of a GPT-2-family model (learned
 #                                       positions), 9-16 minutes; val ~1.21
 #   QUICKSTART_STEPS=N bash scripts/quickstart.sh   the short run's model for N steps
@@ -50,6 +50,6 @@ The model and its optimizer state: $run/ckpt.safetensors (the loss curve: $run/l
 Next, try:
   ./build/skiplm sample $run/ckpt.safetensors --prompt "My fellow Americans" --tokens 300 --temperature 0.7
   ./build/skiplm eval $run/ckpt.safetensors data/sotu-char/val.bin
-  ./build/skiplm prepare my_text.txt --out data/mine && ./build/skiplm train --data data/mine --out runs/mine --sla
+  ./build/skiplm prepare my_text.txt --out data/mine && ./build/skiplm train --data data/mine --out runs/mine --preset small --sla --steps 2000
 (train --resume continues a run; docs/training.md has every option)
 EOF

@@ -243,6 +243,19 @@ int cli_read_file(const char *path, char **data, size_t *len) {
     return SK_OK;
 }
 
+int cli_read_docs(const char *cmd, const char *input, int is_default, cli_docs *docs, char ***text, size_t **len,
+                  size_t *total) {
+    if (cli_list_docs(input, is_default, docs)) return cli_fail(cmd);
+    *text = calloc(docs->n, sizeof(char *));
+    *len = calloc(docs->n, sizeof(size_t));
+    if (!*text || !*len) { sk_error(SK_ENOMEM, "out of memory"); return cli_fail(cmd); }
+    for (int i = 0; i < docs->n; i++) {
+        if (cli_read_file(docs->v[i], &(*text)[i], &(*len)[i])) return cli_fail(cmd);
+        *total += (*len)[i];
+    }
+    return 0;
+}
+
 int cli_tokenizer_of(const char *weights, char *out, size_t n) {
     char *file = sk_weights_file(weights);
     sk_safetensors st;

@@ -35,6 +35,11 @@ int cli_fail(const char *cmd);
 typedef struct { char **v; int n, cap; } cli_docs;
 int cli_list_docs(const char *input, int is_default, cli_docs *docs);
 void cli_docs_free(cli_docs *docs);
+/* cli_list_docs, then every document read: (*text)[i], (*len)[i] for docs->v[i] (calloc'd
+ * arrays; the caller frees each text, both arrays and the docs, also after an error), *total
+ * their bytes. 0, or 1 with the message said as "skiplm CMD: ...". */
+int cli_read_docs(const char *cmd, const char *input, int is_default, cli_docs *docs, char ***text, size_t **len,
+                  size_t *total);
 /* mkdir -p: creates dir and its missing parents; 0 when dir is a directory then, else -1
  * with errno (EEXIST where a file is in the way, ENAMETOOLONG past 4095 bytes). */
 int cli_mkdir_p(const char *dir);

@@ -80,13 +80,7 @@ static int parse_opts(prepare_opts *o, int argc, char **argv) {
 
 /* Every document of the input. 0, or 1 (said). */
 static int read_texts(prepare_run *p, const prepare_opts *o) {
-    if (cli_list_docs(o->input, o->is_default, &p->files)) return cli_fail("prepare");
-    p->text = calloc(p->files.n, sizeof(char *));
-    p->len = calloc(p->files.n, sizeof(size_t));
-    for (int i = 0; i < p->files.n; i++) {
-        if (cli_read_file(p->files.v[i], &p->text[i], &p->len[i])) return cli_fail("prepare");
-        p->total_bytes += p->len[i];
-    }
+    if (cli_read_docs("prepare", o->input, o->is_default, &p->files, &p->text, &p->len, &p->total_bytes)) return 1;
     if (p->total_bytes == 0) { fprintf(stderr, "skiplm prepare: %s is empty\n", o->input); return 1; }
     return 0;
 }

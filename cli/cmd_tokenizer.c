@@ -83,13 +83,7 @@ static int parse_opts(bpe_opts *o, int argc, char **argv) {
 
 /* Every document of the input, and the output folder. 0, or 1 (said). */
 static int read_texts(bpe_run *b, const bpe_opts *o) {
-    if (cli_list_docs(o->input, o->is_default, &b->files)) return cli_fail("tokenizer train");
-    b->text = calloc(b->files.n, sizeof(char *));
-    b->len = calloc(b->files.n, sizeof(size_t));
-    for (int i = 0; i < b->files.n; i++) {
-        if (cli_read_file(b->files.v[i], &b->text[i], &b->len[i])) return cli_fail("tokenizer train");
-        b->total += b->len[i];
-    }
+    if (cli_read_docs("tokenizer train", o->input, o->is_default, &b->files, &b->text, &b->len, &b->total)) return 1;
     if (b->total == 0) { fprintf(stderr, "skiplm tokenizer train: %s: the training text is empty\n", o->input); return 1; }
     if (cli_mkdir_p(o->out)) { fprintf(stderr, "skiplm tokenizer train: %s: %s\n", o->out, strerror(errno)); return 1; }
     return 0;

@@ -2,14 +2,12 @@
  * Skip-Layer Attention. The call sequence in forward() and backward() is the model. */
 #include "core/model.h"
 #include "core/config.h"
-#include <errno.h>
 #include "core/ops.h"
 #include "core/vmath.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* ------------------------------------------------------------ parameters */
 

@@ -5,7 +5,6 @@
 #include "core/vmath.h"
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 /* Fork a thread team only for enough work: tiny regions (decoding one token) cost more
  * in wake-ups than they save. */

@@ -151,7 +151,11 @@ void sk_kvcache_reset(sk_kvcache *kv);
  * go at position n (a chat re-uses the cache up to where the new prompt differs). */
 void sk_kvcache_truncate(sk_kvcache *kv, int n);
 /* Append n tokens at positions pos..pos+n-1 (pos = tokens already cached) and write the
- * logits (vocab_size) of the last one. */
+ * logits (vocab_size) of the last one. They are decoded SK_DECODE_CHUNK at a time: a cache
+ * truncated to a multiple of SK_DECODE_CHUNK of a prompt decoded from there (or from 0), then
+ * decoded on with another prompt sharing that prefix, gives the bits of decoding the other
+ * prompt anew (a prompt cache that changes nothing). */
+#define SK_DECODE_CHUNK 64
 int sk_model_decode(sk_model *m, sk_kvcache *kv, const int32_t *tokens, int n, float *logits);
 
 /* Several sequences decoded side by side (skiplm sample --samples N): a cache for n_seq
@@ -169,8 +173,9 @@ int sk_kvcache_seq_copy(sk_kvcache *kv, int dst, int src);
 /* As sk_model_decode, for sequence s. */
 int sk_model_decode_seq(sk_model *m, sk_kvcache *kv, int s, const int32_t *tokens, int n, float *logits);
 /* One token for each of n distinct sequences seqs[i] (tokens[i] at position
- * sk_kvcache_seq_pos(seqs[i])): logits (n, vocab_size), row i for seqs[i]. Equal to decoding
- * each sequence alone up to summation order (the matrix products take n rows at once). */
+ * sk_kvcache_seq_pos(seqs[i])): logits (n, vocab_size), row i for seqs[i]. The bits of decoding
+ * each sequence alone: a row never depends on the others (the matrix products stream each
+ * weight row once for all n rows, each row summed as it would be alone). */
 int sk_model_decode_batch(sk_model *m, sk_kvcache *kv, const int *seqs, const int32_t *tokens, int n, float *logits);
 
 /* Sampling from logits (vocab_size): temperature 0 = greedy (argmax, lowest id on ties);

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SK_DECODE_CHUNK 64   /* tokens per decode pass (longer prompts go in chunks) */
 
 struct sk_kvcache {
     int L, max_T, hs, n_seq;
@@ -148,15 +147,17 @@ static void norm(const sk_model *m, float *out, const float *x, const float *w, 
 
 /* out (n, OC) = inp (n, IC) @ w^T + b, from the cache's bf16 copy of w if it has one: a few
  * rows read it directly; more widen it back to fp32 (exactly: bf16 -> fp32 is lossless), a
- * block of w32's rows at a time, for the GEMM, which is compute-bound there. */
-static void linear(const sk_kvcache *kv, float *out, const float *inp, const float *w, const float *b, int n, int IC, int OC) {
-    if (!kv->w16) {
-        if (n <= SK_ROWS_MAX) sk_linear_forward_rows(out, inp, w, b, n, IC, OC);
-        else sk_linear_forward(out, inp, w, b, n, IC, OC);
+ * block of w32's rows at a time, for the GEMM, which is compute-bound there. rows: the row
+ * kernel whatever n is, so that each row's result is what it would be alone (a batch of
+ * sequences, whose every row must not depend on the others). */
+static void linear(const sk_kvcache *kv, float *out, const float *inp, const float *w, const float *b, int n, int IC, int OC, int rows) {
+    const uint16_t *w16 = kv->w16 ? kv->w16 + (w - kv->w16_base) : NULL;
+    if (rows || n <= SK_ROWS_MAX) {
+        if (w16) sk_linear_forward_bf16(out, inp, w16, b, n, IC, OC);
+        else sk_linear_forward_rows(out, inp, w, b, n, IC, OC);
         return;
     }
-    const uint16_t *w16 = kv->w16 + (w - kv->w16_base);
-    if (n <= SK_ROWS_MAX) { sk_linear_forward_bf16(out, inp, w16, b, n, IC, OC); return; }
+    if (!w16) { sk_linear_forward(out, inp, w, b, n, IC, OC); return; }
     int blk = (int)(kv->w32_floats / IC);
     for (int o = 0; o < OC; o += blk) {
         int nb = OC - o < blk ? OC - o : blk;
@@ -180,8 +181,9 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
         rs[i] = seqs ? seqs[i] : s;
         rp[i] = seqs ? kv->pos[rs[i]] : kv->pos[s] + i;
     }
-    /* contiguous: the rows are consecutive positions of one sequence (a prompt chunk) */
-    const int contig = !seqs || n == 1;
+    /* contiguous: the rows are consecutive positions of one sequence (a prompt chunk); rows:
+     * the rows are distinct sequences, each computed as it would be alone */
+    const int contig = !seqs || n == 1, rows = seqs != NULL;
     const float *wpe = p->wpe ? p->wpe : m->sinus;
     float stat[2 * SK_DECODE_CHUNK];
     for (int i = 0; i < n; i++) {
@@ -200,7 +202,7 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
         norm(m, kv->ln, kv->x, p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, n, stat);
         /* q for all heads; k and v only for the stored heads, written straight into the cache
          * when the rows are its consecutive positions and the heads all of its slots */
-        linear(kv, kv->q, kv->ln, qkvw, qkvb, n, C, H * hs);
+        linear(kv, kv->q, kv->ln, qkvw, qkvb, n, C, H * hs, rows);
         float *kc = kv_at(kv, kv->k, l, rs[0], rp[0]), *vc = kv_at(kv, kv->v, l, rs[0], rp[0]);
         const int *slot = kv->slot + l * Hkv;
         for (int j = 0; j < Hkv;) {
@@ -210,8 +212,8 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
             while (e < Hkv && slot[e] >= 0) e++;
             int w = (e - j) * hs, direct = contig && ns == e - j;
             float *kt = direct ? kc : kv->tmp, *vt = direct ? vc : kv->tmp + (size_t)n * w;
-            linear(kv, kt, kv->ln, qkvw + (size_t)(H + j) * hs * C, qkvb ? qkvb + (H + j) * hs : NULL, n, C, w);
-            linear(kv, vt, kv->ln, qkvw + (size_t)(H + Hkv + j) * hs * C, qkvb ? qkvb + (H + Hkv + j) * hs : NULL, n, C, w);
+            linear(kv, kt, kv->ln, qkvw + (size_t)(H + j) * hs * C, qkvb ? qkvb + (H + j) * hs : NULL, n, C, w, rows);
+            linear(kv, vt, kv->ln, qkvw + (size_t)(H + Hkv + j) * hs * C, qkvb ? qkvb + (H + Hkv + j) * hs : NULL, n, C, w, rows);
             if (!direct)
                 for (int i = 0; i < n; i++) {
                     memcpy(kv_at(kv, kv->k, l, rs[i], rp[i]) + (size_t)slot[j] * hs, kt + (size_t)i * w, sizeof(float) * w);
@@ -259,12 +261,12 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
             }
             i = e;
         }
-        linear(kv, kv->tmp, kv->att, p->attprojw + (size_t)l * C * C, p->attprojb ? p->attprojb + (size_t)l * C : NULL, n, C, C);
+        linear(kv, kv->tmp, kv->att, p->attprojw + (size_t)l * C * C, p->attprojb ? p->attprojb + (size_t)l * C : NULL, n, C, C, rows);
         sk_add_inplace(kv->x, kv->tmp, (size_t)n * C);
         norm(m, kv->ln, kv->x, p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, n, stat);
-        linear(kv, kv->fch, kv->ln, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n, C, Ffc);
+        linear(kv, kv->fch, kv->ln, p->fcw + (size_t)l * Ffc * C, p->fcb ? p->fcb + (size_t)l * F : NULL, n, C, Ffc, rows);
         sk_mlp_act_forward(m, kv->act, kv->fch, n);
-        linear(kv, kv->tmp, kv->act, p->fcprojw + (size_t)l * C * F, p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F, C);
+        linear(kv, kv->tmp, kv->act, p->fcprojw + (size_t)l * C * F, p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, n, F, C, rows);
         sk_add_inplace(kv->x, kv->tmp, (size_t)n * C);
     }
     for (int i = 0; i < n; i++) kv->pos[rs[i]] = rp[i] + 1;
@@ -272,7 +274,7 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
         /* a prompt chunk needs only its last token's logits, a batch every row's */
         int r0 = seqs ? 0 : n - 1, nr = n - r0, OC = kv->w16 ? c->vocab_size : m->Vp;
         norm(m, kv->ln, kv->x + (size_t)r0 * C, p->lnfw, p->lnfb, nr, stat);
-        linear(kv, kv->logits_all, kv->ln, p->lmhead, NULL, nr, C, OC);
+        linear(kv, kv->logits_all, kv->ln, p->lmhead, NULL, nr, C, OC, rows);
         for (int i = 0; i < nr; i++)
             memcpy(logits + (size_t)i * c->vocab_size, kv->logits_all + (size_t)i * OC, sizeof(float) * c->vocab_size);
     }

@@ -67,6 +67,15 @@ CFLAGS  += -DSK_HAVE_BLAS $(BLAS_CFLAGS)
 LDLIBS  += $(BLAS_LIBS)
 endif
 
+# skiplm serve's HTTP library, libmicrohttpd (Debian: libmicrohttpd-dev), when pkg-config finds
+# it; without it `skiplm serve` says how to get it. MHD=0 leaves it out.
+MHD ?= $(shell pkg-config --exists libmicrohttpd 2>/dev/null && echo 1 || echo 0)
+ifeq ($(MHD),1)
+CFLAGS  += -DSK_HAVE_MHD $(shell pkg-config --cflags libmicrohttpd)
+LDLIBS  += $(shell pkg-config --libs libmicrohttpd)
+endif
+LDLIBS  += -pthread
+
 # The library, one folder a layer (docs/architecture.md): base <- core <- io, train; text
 # beside them on base (and io for file paths); src/cuda/ is the GPU backend (make cuda).
 LAYERS   := base core io train text

@@ -73,6 +73,7 @@ int cmd_prepare(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);

@@ -22,6 +22,7 @@ static const command COMMANDS[] = {
     {"eval", cmd_eval, "loss and perplexity of a weights file on a token shard"},
     {"sample", cmd_sample, "generate text from a model (KV cache)"},
     {"chat", cmd_chat, "converse with a chat model (its chat template; one message per line)"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server (completions, chat, streaming, batching)"},
     {"init", cmd_init, "write a randomly initialised model"},
     {"export", cmd_export, "write a model as a Hugging Face folder (transformers' from_pretrained)"},
     {"info", cmd_info, "describe a preset, a config or a weights file"},

@@ -1,0 +1,128 @@
+/* skiplm serve: a model behind an OpenAI-compatible HTTP API (docs/serving.md): the
+ * completions, chat completions and models endpoints, streamed or not, with continuous
+ * batching of --parallel sequences and a prompt cache (serve.h has the parts). */
+#include "serve.h"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* 0, or the exit status (1 --help, then 0; 2 a bad option) */
+static int parse_opts(serve_opts *o, int argc, char **argv) {
+    *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .queue = 256, .max_body = 4 << 20, .grace = 10, .device = "cpu"};
+    cli_opt opts[] = {
+        {"host", 's', &o->host, "address to listen on: a name, an IPv4 or an IPv6 address (127.0.0.1; 0.0.0.0 for every interface)"},
+        {"port", 'i', &o->port, "TCP port; 0 picks a free one, said on stderr (8080)"},
+        {"parallel", 'i', &o->parallel, "sequences decoded side by side, in one batch per step (the KV cache holds this many); more requests wait in the queue (4 on the CPU, 1 on a GPU)"},
+        {"ctx", 'i', &o->ctx, "positions of each sequence's KV cache: prompt + reply, at most the model's block_size (block_size, at most 4096)"},
+        {"bf16", 'b', &o->bf16, "bf16 copy of the weights for the matrix products (half the bytes a step reads), fp32 everything else"},
+        {"api-key", 's', &o->api_key, "requests must carry 'Authorization: Bearer KEY' (GET /health excepted); also read from SKIPLM_API_KEY"},
+        {"alias", 's', &o->alias, "the model's name in the API (default: the last part of MODEL's path)"},
+        {"tokenizer", 's', &o->tok_path, "the tokenizer (default: the checkpoint's, or beside the weights)"},
+        {"chat-template", 's', &o->chat_tpl, "a .jinja file or a tokenizer_config.json for /v1/chat/completions (default: the model folder's)"},
+        {"queue", 'i', &o->queue, "requests that may wait for a slot; past it a request gets 503 (256)"},
+        {"max-body", 'i', &o->max_body, "largest request body in bytes; past it 413 (4194304)"},
+        {"grace", 'i', &o->grace, "seconds running requests get to end after SIGINT or SIGTERM (10)"},
+        {"quiet", 'b', &o->quiet, "log only the requests that fail"},
+        {"device", 's', &o->device, "cpu, or cuda in a CUDA build (one sequence at a time) (cpu)"},
+        {"n_head", 'i', &o->n_head, CLI_N_HEAD_HELP},
+        {0},
+    };
+    char *pos[1]; int np;
+    int rc = cli_parse(argc, argv, "serve", "MODEL [options]   (MODEL: a checkpoint, a weights file or a Hugging Face folder)", opts, pos, 1,
+                       &np, NULL, NULL);
+    if (rc) return rc;
+    if (np != 1) { fprintf(stderr, "skiplm serve: give a model (a checkpoint, a weights file or a Hugging Face folder)\n"); return 2; }
+    o->model = pos[0];
+    if (!o->api_key && getenv("SKIPLM_API_KEY") && *getenv("SKIPLM_API_KEY")) o->api_key = getenv("SKIPLM_API_KEY");
+    if ((o->use_cuda = cli_device("serve", o->device)) < 0) return 2;
+    if (o->use_cuda && !cli_cuda_built("serve")) return 2;
+    if (!o->parallel) o->parallel = o->use_cuda ? 1 : 4;
+    if (o->port < 0 || o->port > 65535 || o->parallel < 1 || o->parallel > SK_KV_MAX_SEQS || o->ctx < 0 || o->queue < 0 ||
+        o->max_body < 1 || o->grace < 0) {
+        fprintf(stderr, "skiplm serve: need 0 <= --port <= 65535, 1 <= --parallel <= %d, --ctx >= 0, --queue >= 0, --max-body >= 1, "
+                "--grace >= 0\n", SK_KV_MAX_SEQS);
+        return 2;
+    }
+    if (o->use_cuda && o->parallel != 1) { fprintf(stderr, "skiplm serve: --device cuda decodes one sequence at a time: --parallel 1\n"); return 2; }
+    if (o->api_key && !*o->api_key) { fprintf(stderr, "skiplm serve: --api-key is empty\n"); return 2; }
+    return 0;
+}
+
+/* the name the API shows: --alias, else the model path's last part */
+static const char *model_name(const serve_opts *o) {
+    if (o->alias) return o->alias;
+    const char *p = o->model, *e = p + strlen(p);
+    while (e > p + 1 && e[-1] == '/') e--;
+    static char name[256];
+    const char *b = e;
+    while (b > p && b[-1] != '/') b--;
+    snprintf(name, sizeof name, "%.*s", (int)(e - b), b);
+    return name;
+}
+
+/* the stop tokens and the chat template before the weights (a bad file is refused first),
+ * then the model, its tokenizer and the engine */
+static int start(serve *s, serve_opts *o) {
+    if (sk_hf_eos_ids(o->model, s->eos, GEN_MAX_EOS, &s->n_eos)) return 1;
+    if (gen_load_chat(&s->chat, o->model, o->chat_tpl, o->tok_path)) {
+        if (o->chat_tpl) return 1;
+        if (!o->quiet) fprintf(stderr, "[no chat template (%s): /v1/chat/completions refuses; give --chat-template]\n", sk_last_error());
+        s->chat = NULL;
+    }
+    if (gen_load(&s->m, &s->tok, o->model, o->n_head, o->tok_path)) return 1;
+    memcpy(s->chat_eos, s->eos, sizeof s->eos);
+    s->n_chat_eos = s->n_eos;
+    if (s->chat) gen_chat_eos(s->tok, s->chat, s->chat_eos, &s->n_chat_eos, GEN_MAX_EOS, o->quiet);
+    const sk_config *c = sk_model_config(s->m);
+    s->V = c->vocab_size;
+    const int dflt = c->block_size < 4096 ? c->block_size : 4096;
+    if (o->ctx > c->block_size) {
+        fprintf(stderr, "[--ctx %d is past the model's block_size: %d]\n", o->ctx, c->block_size);
+        o->ctx = c->block_size;
+    }
+    s->ctx = o->ctx ? o->ctx : dflt;
+    if (s->ctx < 2) return sk_error(SK_EINVAL, "--ctx %d leaves no room for a prompt and a reply", s->ctx);
+    s->name = model_name(o);
+    s->started = (long)time(NULL);
+    pthread_mutex_init(&s->text_mu, NULL);
+    if (srv_engine_start(s)) return 1;
+    size_t kv, full;
+    const char *kind = srv_kv_bytes(s, &kv, &full);
+    if (!o->quiet)
+        fprintf(stderr, "[model %s: %s, %d layers, vocabulary %d; KV cache (%s) %.1f MiB for %d x %d positions, %.1f MiB without SLA's saving%s]\n",
+                s->name, c->family == SK_LLAMA ? "llama" : "gpt2", c->n_layer, s->V, kind, kv / 1048576.0, o->parallel, s->ctx,
+                full / 1048576.0, s->chat ? "; chat template loaded" : "");
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    serve_opts o;
+    int rc = parse_opts(&o, argc, argv);
+    if (rc) return rc == 1 ? 0 : rc;
+#ifndef SK_HAVE_MHD
+    fprintf(stderr, "skiplm serve: this skiplm was built without libmicrohttpd: install it (apt-get install libmicrohttpd-dev, "
+            "or bash scripts/install_deps.sh) and rebuild (make)\n");
+    return 1;
+#endif
+    serve s;
+    memset(&s, 0, sizeof s);
+    s.o = &o;
+    /* SIGINT and SIGTERM go to serve_http's sigwait: blocked before any thread starts, so every
+     * thread inherits the mask; a client gone mid-write is an error, not SIGPIPE */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    rc = start(&s, &o) || serve_http(&s);
+    if (rc) cli_fail("serve");
+    srv_engine_free(&s);
+    if (s.name) pthread_mutex_destroy(&s.text_mu);
+    sk_chat_free(s.chat);
+    sk_tok_free(s.tok);
+    sk_model_free(s.m);
+    return rc ? 1 : 0;
+}

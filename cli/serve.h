@@ -1,0 +1,157 @@
+/* skiplm serve: an OpenAI-compatible HTTP server (docs/serving.md). Four parts:
+ *   cmd_serve.c     the command: options, the model, signals, shutdown;
+ *   serve_http.c    HTTP through libmicrohttpd: routes, the API key, bodies, server-sent events,
+ *                   the access log;
+ *   serve_api.c     OpenAI's request and response shapes: a request's JSON becomes a job, a
+ *                   job's state becomes a response, a chunk, or an error object;
+ *   serve_engine.c  continuous batching: a queue, --parallel slots of one KV cache, one batched
+ *                   decoding step for every running sequence, the prompt cache.
+ * A job is shared by its connection's thread and the engine's thread; everything in it past
+ * "the engine's part" is read and written under the engine's lock. */
+#ifndef SK_CLI_SERVE_H
+#define SK_CLI_SERVE_H
+#include "generate.h"
+#include <pthread.h>
+
+#define SRV_MAX_STOP 4          /* stop strings, as OpenAI's API */
+#define SRV_MAX_TOP 20          /* top_logprobs */
+
+typedef struct {
+    const char *model, *host, *alias, *api_key, *tok_path, *chat_tpl, *device;
+    int port, parallel, ctx, bf16, n_head, queue, max_body, grace, quiet, use_cuda;
+} serve_opts;
+
+/* a sampled token's log-probability (log-softmax of the model's logits) and the most likely
+ * alternatives; end: the byte length of the sequence's text after it */
+typedef struct {
+    int32_t id;
+    float lp;
+    int n_top;
+    int32_t top_id[SRV_MAX_TOP];
+    float top_lp[SRV_MAX_TOP];
+    size_t end;
+} srv_lp;
+
+enum { SRV_GOING, SRV_STOP, SRV_LENGTH };              /* why a sequence ended */
+enum { SRV_QUEUED, SRV_RUNNING, SRV_DONE };            /* a job's state */
+
+/* One sequence of a job: a choice (n per prompt). */
+typedef struct {
+    int prompt, index;          /* its prompt; its index in the response's choices */
+    int slot;                   /* its KV-cache sequence while it runs, else -1 */
+    int32_t *ids;               /* the prompt's ids, then the new ones */
+    size_t n, cap, n_prompt;
+    uint64_t rng;
+    int made, finish;
+    char *text;                 /* the new tokens' text (special tokens left out of a chat reply) */
+    size_t len, text_cap, sent; /* its bytes; those streamed */
+    srv_lp *lps;                /* with logprobs: one per new token */
+    int n_lp, lp_cap, lp_sent;
+    int role_sent;              /* a chat stream's first chunk (the role) went out */
+} srv_seq;
+
+typedef struct srv_job {
+    /* the request (serve_api.c), fixed once submitted */
+    int chat, stream, include_usage, echo;
+    int n_prompts, n;           /* prompts, and choices of each: n_prompts * n sequences */
+    int32_t **prompts;
+    size_t *prompt_n;
+    char **prompt_text;         /* echo */
+    sk_sampling sp;
+    uint64_t seed;
+    int max_tokens;
+    char *stop[SRV_MAX_STOP];
+    size_t stop_len[SRV_MAX_STOP];
+    int n_stop;
+    float presence, frequency;  /* OpenAI's penalties, on the new tokens' counts */
+    int n_bias;                 /* logit_bias */
+    int32_t *bias_id;
+    float *bias;
+    int logprobs;               /* -1: none; else the alternatives wanted (0..SRV_MAX_TOP) */
+    char id[48];
+    long created;
+    /* the engine's part */
+    int n_seq;
+    srv_seq *seqs;
+    int state, cancelled, failed;
+    char err[256];
+    int prompt_tokens, completion_tokens, cached_tokens;   /* cached: prompt tokens the prompt cache kept */
+    double t_submit, t_first;
+    pthread_cond_t cv;          /* signalled when the job's output grows or it ends */
+    int refs;                   /* the connection's and the engine's */
+    struct srv_job *next;
+} srv_job;
+
+typedef struct srv_engine srv_engine;
+
+/* The model, its text side and the engine, shared by every connection. Templates and the
+ * tokenizer's encoder run under text_mu (the tokenizer caches as it encodes). */
+typedef struct {
+    serve_opts *o;
+    const char *name;           /* the model's name in the API (--alias, else MODEL's last part) */
+    sk_model *m;
+    sk_tokenizer *tok;
+    sk_chat *chat;              /* NULL: no chat template, /v1/chat/completions refuses */
+    int32_t eos[GEN_MAX_EOS], chat_eos[GEN_MAX_EOS];
+    int n_eos, n_chat_eos;
+    int V, ctx;
+    pthread_mutex_t text_mu;
+    srv_engine *eng;
+    long started;
+    int requests;               /* requests begun and not yet logged */
+} serve;
+
+/* ------------------------------------------------------------- serve_engine.c */
+/* The engine's thread, its slots (gen_dec_new with --parallel sequences) and its queue. */
+int srv_engine_start(serve *s);
+/* Queues the job (its engine reference taken): 0; -1 when the queue is full or the server
+ * stops (nothing taken). */
+int srv_submit(serve *s, srv_job *j);
+/* The caller's reference is dropped; the last one frees the job. */
+void srv_release(serve *s, srv_job *j);
+void srv_lock(serve *s);
+void srv_unlock(serve *s);
+/* Under the lock: waits up to ms milliseconds for the job to change. */
+void srv_wait(serve *s, srv_job *j, int ms);
+/* Under the lock: the job stops (a client gone); its slots free at the next step. */
+void srv_cancel(serve *s, srv_job *j);
+/* Under the lock: running sequences and queued jobs. */
+void srv_load(serve *s, int *running, int *queued, int *slots);
+/* Shutdown: queued jobs fail now, running ones get grace seconds to end (a second signal, or
+ * grace 0, ends them at once), then the thread stops. */
+void srv_engine_stop(serve *s, int grace);
+void srv_engine_free(serve *s);
+/* the KV cache's bytes (and without SLA's saving) and their kind, as gen_dec_bytes */
+const char *srv_kv_bytes(serve *s, size_t *bytes, size_t *full);
+/* A new job with its sequences' arrays (n_prompts * n), or NULL. */
+srv_job *srv_job_new(int n_prompts, int n);
+void srv_job_free(srv_job *j);
+
+/* -------------------------------------------------------------- serve_api.c */
+/* An API error: HTTP status, OpenAI's type and code, the parameter, a message. */
+typedef struct {
+    int status;
+    const char *type, *code;
+    char param[64], msg[512];
+} api_err;
+int api_fail(api_err *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* A request body (JSON text) for /v1/completions (chat 0) or /v1/chat/completions (chat 1)
+ * as a job ready to submit: 0, or 1 with the error in *e. */
+int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api_err *e);
+/* Under the engine's lock, once the job is done: the whole response (JSON). */
+int api_response(serve *s, const srv_job *j, char **buf, size_t *len);
+/* Under the engine's lock: the server-sent events for what the job made since the last call
+ * (its text, logprobs, the finish, usage and "data: [DONE]" once done) appended to buf. */
+int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap);
+/* {"error": {...}} */
+int api_error_body(const api_err *e, char **buf, size_t *len);
+/* GET /v1/models, GET /v1/models/ID (NULL when id is not this model), GET /health */
+char *api_models(serve *s, const char *id);
+char *api_health(serve *s);
+
+/* -------------------------------------------------------------- serve_http.c */
+/* Listens on --host:--port until SIGINT or SIGTERM; then stops as srv_engine_stop says. 0, or
+ * 1 with the error said. */
+int serve_http(serve *s);
+#endif

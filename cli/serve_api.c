@@ -1,0 +1,657 @@
+/* skiplm serve's API (serve.h): OpenAI's request and response shapes. A request's JSON is
+ * checked field by field (a wrong type or value names the field) and becomes a job: its
+ * prompts tokenized (a chat's messages rendered by the model's chat template first), its
+ * sampling options, stop strings and limits. A job's state becomes a response, or server-sent
+ * events as it grows. The JSON reader is the library's own (src/base/json.h). */
+#include "serve.h"
+#include "base/json.h"
+#include "base/utf8.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int api_fail(api_err *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
+    e->status = status; e->type = type; e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+#define BAD(e, param, ...) api_fail(e, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
+
+/* ------------------------------------------------------------ writing JSON */
+
+typedef struct { char *s; size_t len, cap; int oom; } jbuf;
+
+static void jraw(jbuf *b, const char *s, size_t n) {
+    if (!b->oom && sk_json_write_raw(&b->s, &b->len, &b->cap, s, n)) b->oom = 1;
+}
+static void jputs(jbuf *b, const char *s) { jraw(b, s, strlen(s)); }
+__attribute__((format(printf, 2, 3))) static void jprintf(jbuf *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0) jraw(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+/* s as a JSON string, each ill-formed UTF-8 subpart as U+FFFD (a token may end inside a
+ * character) */
+static void jstr(jbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (sk_utf8_valid(s, n, NULL)) { if (sk_json_write_str(&b->s, &b->len, &b->cap, s, n)) b->oom = 1; return; }
+    char *t = malloc(n * 3 + 1);
+    if (!t) { b->oom = 1; return; }
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t k = sk_utf8_decode(s + i, n - i, &cp);
+        if (k) { memcpy(t + o, s + i, k); o += k; i += k; }
+        else { memcpy(t + o, "\xEF\xBF\xBD", 3); o += 3; i += sk_utf8_subpart(s + i, n - i); }
+    }
+    if (sk_json_write_str(&b->s, &b->len, &b->cap, t, o)) b->oom = 1;
+    free(t);
+}
+static void jcstr(jbuf *b, const char *s) { jstr(b, s, strlen(s)); }
+static void jnum(jbuf *b, double v) {
+    if (!isfinite(v)) v = v < 0 ? -9999.0 : 9999.0;      /* JSON has no infinities (OpenAI's floor is -9999) */
+    jprintf(b, "%.7g", v);
+}
+
+/* a parsed value written back as JSON text (messages and tools go to the chat template so) */
+static void jdump(jbuf *b, const sk_json *v) {
+    switch (v->type) {
+    case SK_JSON_NULL: jputs(b, "null"); break;
+    case SK_JSON_BOOL: jputs(b, v->boolean ? "true" : "false"); break;
+    case SK_JSON_NUM:
+        if (v->num == floor(v->num) && fabs(v->num) < 9.007199254740992e15) jprintf(b, "%.0f", v->num);
+        else jprintf(b, "%.17g", v->num);
+        break;
+    case SK_JSON_STR: jstr(b, v->str, v->str_len); break;
+    case SK_JSON_ARR:
+        jputs(b, "[");
+        for (int i = 0; i < v->n; i++) { if (i) jputs(b, ","); jdump(b, &v->items[i]); }
+        jputs(b, "]");
+        break;
+    case SK_JSON_OBJ:
+        jputs(b, "{");
+        for (int i = 0; i < v->n; i++) {
+            if (i) jputs(b, ",");
+            jstr(b, v->keys[i], v->key_lens[i]);
+            jputs(b, ":");
+            jdump(b, &v->items[i]);
+        }
+        jputs(b, "}");
+        break;
+    }
+}
+
+int api_error_body(const api_err *e, char **buf, size_t *len) {
+    jbuf b = {0};
+    jputs(&b, "{\"error\":{\"message\":");
+    jcstr(&b, e->msg);
+    jputs(&b, ",\"type\":");
+    jcstr(&b, e->type ? e->type : "invalid_request_error");
+    jputs(&b, ",\"param\":");
+    if (e->param[0]) jcstr(&b, e->param); else jputs(&b, "null");
+    jputs(&b, ",\"code\":");
+    if (e->code) jcstr(&b, e->code); else jputs(&b, "null");
+    jputs(&b, "}}");
+    if (b.oom) { free(b.s); return 1; }
+    *buf = b.s; *len = b.len;
+    return 0;
+}
+
+char *api_models(serve *s, const char *id) {
+    if (id && strcmp(id, s->name)) return NULL;
+    jbuf b = {0};
+    if (!id) jputs(&b, "{\"object\":\"list\",\"data\":[");
+    jputs(&b, "{\"id\":");
+    jcstr(&b, s->name);
+    jprintf(&b, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"skiplm\",\"context_length\":%d}", s->started, s->ctx);
+    if (!id) jputs(&b, "]}");
+    if (b.oom) { free(b.s); return NULL; }
+    return b.s;
+}
+
+char *api_health(serve *s) {
+    int running, queued, slots;
+    srv_lock(s);
+    srv_load(s, &running, &queued, &slots);
+    srv_unlock(s);
+    jbuf b = {0};
+    jputs(&b, "{\"status\":\"ok\",\"model\":");
+    jcstr(&b, s->name);
+    jprintf(&b, ",\"slots\":%d,\"slots_busy\":%d,\"queued\":%d}", slots, running, queued);
+    if (b.oom) { free(b.s); return NULL; }
+    return b.s;
+}
+
+/* ------------------------------------------------------------ reading a request */
+
+static const char *type_name(sk_json_type t) {
+    static const char *const n[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
+    return n[t];
+}
+
+/* the member, or NULL when absent or null */
+static const sk_json *field(const sk_json *o, const char *k) {
+    const sk_json *v = sk_json_get(o, k);
+    return v && v->type != SK_JSON_NULL ? v : NULL;
+}
+
+static int get_num(const sk_json *o, const char *k, double lo, double hi, float *out, api_err *e) {
+    const sk_json *v = field(o, k);
+    if (!v) return 0;
+    if (v->type != SK_JSON_NUM) return BAD(e, k, "'%s' must be a number, not %s", k, type_name(v->type));
+    if (!(v->num >= lo && v->num <= hi)) return BAD(e, k, "'%s' must be in [%g, %g] (got %g)", k, lo, hi, v->num);
+    *out = (float)v->num;
+    return 0;
+}
+
+static int get_int(const sk_json *o, const char *k, double lo, double hi, long long *out, api_err *e) {
+    const sk_json *v = field(o, k);
+    if (!v) return 0;
+    if (v->type != SK_JSON_NUM || v->num != floor(v->num))
+        return BAD(e, k, "'%s' must be an integer, not %s", k, v->type == SK_JSON_NUM ? "a fraction" : type_name(v->type));
+    if (!(v->num >= lo && v->num <= hi)) return BAD(e, k, "'%s' must be in [%.0f, %.0f] (got %.0f)", k, lo, hi, v->num);
+    *out = (long long)v->num;
+    return 0;
+}
+
+static int get_bool(const sk_json *o, const char *k, int *out, api_err *e) {
+    const sk_json *v = field(o, k);
+    if (!v) return 0;
+    if (v->type != SK_JSON_BOOL) return BAD(e, k, "'%s' must be true or false, not %s", k, type_name(v->type));
+    *out = v->boolean;
+    return 0;
+}
+
+/* stop: a string or a list of up to 4 */
+static int get_stop(const sk_json *o, srv_job *j, api_err *e) {
+    const sk_json *v = field(o, "stop");
+    if (!v) return 0;
+    const int arr = v->type == SK_JSON_ARR, n = arr ? v->n : 1;
+    if (!arr && v->type != SK_JSON_STR) return BAD(e, "stop", "'stop' must be a string or a list of strings, not %s", type_name(v->type));
+    if (n > SRV_MAX_STOP) return BAD(e, "stop", "'stop' holds at most %d strings (got %d)", SRV_MAX_STOP, n);
+    for (int i = 0; i < n; i++) {
+        const sk_json *t = arr ? &v->items[i] : v;
+        if (t->type != SK_JSON_STR) return BAD(e, "stop", "'stop' must hold strings, not %s", type_name(t->type));
+        if (!t->str_len) return BAD(e, "stop", "a stop string must not be empty");
+        if (!(j->stop[j->n_stop] = malloc(t->str_len + 1))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(j->stop[j->n_stop], t->str, t->str_len + 1);
+        j->stop_len[j->n_stop++] = t->str_len;
+    }
+    return 0;
+}
+
+/* logit_bias: {"token id": bias in [-100, 100]} */
+static int get_bias(const sk_json *o, srv_job *j, int V, api_err *e) {
+    const sk_json *v = field(o, "logit_bias");
+    if (!v) return 0;
+    if (v->type != SK_JSON_OBJ) return BAD(e, "logit_bias", "'logit_bias' must be an object of token ids and biases");
+    j->bias_id = malloc(sizeof(int32_t) * (v->n ? v->n : 1));
+    j->bias = malloc(sizeof(float) * (v->n ? v->n : 1));
+    if (!j->bias_id || !j->bias) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (int i = 0; i < v->n; i++) {
+        char *end;
+        long id = strtol(v->keys[i], &end, 10);
+        if (!v->keys[i][0] || *end || id < 0 || id >= V)
+            return BAD(e, "logit_bias", "logit_bias: '%s' is not a token id in [0, %d)", v->keys[i], V);
+        const sk_json *b = &v->items[i];
+        if (b->type != SK_JSON_NUM || !(b->num >= -100 && b->num <= 100))
+            return BAD(e, "logit_bias", "logit_bias: the bias of token %ld must be a number in [-100, 100]", id);
+        j->bias_id[j->n_bias] = (int32_t)id;
+        j->bias[j->n_bias++] = (float)b->num;
+    }
+    return 0;
+}
+
+static unsigned long long seed_counter;
+
+/* what both endpoints take */
+static int common_fields(serve *s, const sk_json *o, srv_job *j, int *n_out, long long *max_tokens, api_err *e) {
+    const sk_json *model = field(o, "model");
+    if (model && model->type != SK_JSON_STR) return BAD(e, "model", "'model' must be a string");
+    if (model && strcmp(model->str, s->name))
+        return api_fail(e, 404, "invalid_request_error", "model_not_found", "model",
+                        "The model '%s' does not exist: this server serves '%s' (GET /v1/models)", model->str, s->name);
+    j->sp = (sk_sampling){.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+    long long n = 1, seed = -1, top_k = 0;
+    const sk_json *so = field(o, "stream_options");
+    if (so && so->type != SK_JSON_OBJ) return BAD(e, "stream_options", "'stream_options' must be an object");
+    if (get_bool(o, "stream", &j->stream, e) || (so && get_bool(so, "include_usage", &j->include_usage, e)) ||
+        get_num(o, "temperature", 0, 1e6, &j->sp.temperature, e) || get_num(o, "top_p", 0, 1, &j->sp.top_p, e) ||
+        get_int(o, "top_k", 0, 1e9, &top_k, e) || get_num(o, "min_p", 0, 1, &j->sp.min_p, e) ||
+        get_num(o, "repetition_penalty", 1e-6, 1e6, &j->sp.repetition_penalty, e) ||
+        get_num(o, "presence_penalty", -2, 2, &j->presence, e) || get_num(o, "frequency_penalty", -2, 2, &j->frequency, e) ||
+        get_int(o, "n", 1, 128, &n, e) || get_int(o, "seed", -9.0e15, 9.0e15, &seed, e) ||
+        get_int(o, "max_tokens", 0, 1e9, max_tokens, e) || get_stop(o, j, e) || get_bias(o, j, s->V, e))
+        return 1;
+    if (j->sp.top_p <= 0.0f) return BAD(e, "top_p", "'top_p' must be in (0, 1]");
+    if (n > s->o->parallel)
+        return BAD(e, "n", "'n' is %lld, and this server decodes at most %d sequences at once (--parallel)", n, s->o->parallel);
+    j->sp.top_k = (int)top_k;
+    const sk_json *sd = field(o, "seed");
+    if (sd) j->seed = sd->num < 0 ? (uint64_t)(long long)sd->num : (uint64_t)sd->num;
+    else j->seed = (uint64_t)time(NULL) * 1000003ull + __atomic_add_fetch(&seed_counter, 1, __ATOMIC_RELAXED) * 7919ull;
+    *n_out = (int)n;
+    return 0;
+}
+
+/* the prompt's ids and their checks; under text_mu */
+static int encode(serve *s, const char *text, size_t len, int32_t **ids, size_t *n, api_err *e) {
+    size_t cap = 0;
+    *ids = NULL; *n = 0;
+    pthread_mutex_lock(&s->text_mu);
+    int rc = sk_tok_encode(s->tok, text, len, ids, n, &cap);
+    pthread_mutex_unlock(&s->text_mu);
+    if (rc) return BAD(e, "prompt", "the text cannot be tokenized: %s", sk_last_error());
+    return 0;
+}
+
+/* a completion's prompt: a string, a list of strings, a list of token ids or of such lists */
+static int completion_prompts(serve *s, const sk_json *o, int32_t ***ids, size_t **ns, char ***texts, int *np, api_err *e) {
+    const sk_json *p = field(o, "prompt");
+    static const sk_json empty = {.type = SK_JSON_STR, .str = "", .str_len = 0};
+    if (!p) p = &empty;
+    const sk_json *items = p;
+    int count = 1, tokens = 0;
+    if (p->type == SK_JSON_ARR) {
+        if (!p->n) return BAD(e, "prompt", "'prompt' is an empty list");
+        tokens = p->items[0].type == SK_JSON_NUM;
+        if (tokens) count = 1;
+        else { items = p->items; count = p->n; }
+    } else if (p->type != SK_JSON_STR) {
+        return BAD(e, "prompt", "'prompt' must be a string, a list of strings or a list of token ids, not %s", type_name(p->type));
+    }
+    *ids = calloc(count, sizeof **ids); *ns = calloc(count, sizeof **ns); *texts = calloc(count, sizeof **texts);
+    *np = count;
+    if (!*ids || !*ns || !*texts) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (int i = 0; i < count; i++) {
+        const sk_json *t = tokens ? p : &items[i];
+        if (t->type == SK_JSON_ARR) {                 /* token ids */
+            if (!t->n) return BAD(e, "prompt", "prompt %d is an empty list of token ids", i);
+            if (!((*ids)[i] = malloc(sizeof(int32_t) * t->n))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            for (int k = 0; k < t->n; k++) {
+                const sk_json *x = &t->items[k];
+                if (x->type != SK_JSON_NUM || x->num != floor(x->num) || x->num < 0 || x->num >= s->V)
+                    return BAD(e, "prompt", "prompt %d: item %d is not a token id in [0, %d)", i, k, s->V);
+                (*ids)[i][k] = (int32_t)x->num;
+            }
+            (*ns)[i] = (size_t)t->n;
+            int32_t *tk = (*ids)[i];
+            char *txt; size_t len;
+            if (sk_tok_decode(s->tok, tk, (*ns)[i], &txt, &len))
+                return BAD(e, "prompt", "prompt %d: %s", i, sk_last_error());
+            (*texts)[i] = txt;
+            continue;
+        }
+        if (t->type != SK_JSON_STR) return BAD(e, "prompt", "prompt %d must be a string or a list of token ids, not %s", i, type_name(t->type));
+        if (!((*texts)[i] = malloc(t->str_len + 1))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy((*texts)[i], t->str, t->str_len + 1);
+        if (t->str_len) {
+            if (encode(s, t->str, t->str_len, &(*ids)[i], &(*ns)[i], e)) return 1;
+        } else {                                       /* as skiplm sample: the end-of-text token, else a newline */
+            int32_t eot = sk_tok_eot(s->tok);
+            if (eot >= 0) {
+                if (!((*ids)[i] = malloc(sizeof(int32_t)))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+                (*ids)[i][0] = eot; (*ns)[i] = 1;
+            } else if (encode(s, "\n", 1, &(*ids)[i], &(*ns)[i], e)) {
+                return 1;
+            }
+        }
+        if (!(*ns)[i]) return BAD(e, "prompt", "prompt %d makes no tokens", i);
+    }
+    return 0;
+}
+
+/* a message's content: a string, or a list of text parts (joined) */
+static int chat_content(const sk_json *c, int i, jbuf *b, api_err *e) {
+    if (c->type == SK_JSON_STR || c->type == SK_JSON_NULL) { jdump(b, c); return 0; }
+    if (c->type != SK_JSON_ARR) return BAD(e, "messages", "messages[%d].content must be a string or a list of parts, not %s", i, type_name(c->type));
+    jbuf t = {0};
+    for (int k = 0; k < c->n; k++) {
+        const sk_json *part = &c->items[k], *ty = part->type == SK_JSON_OBJ ? field(part, "type") : NULL;
+        const sk_json *tx = part->type == SK_JSON_OBJ ? field(part, "text") : NULL;
+        if (!ty || ty->type != SK_JSON_STR || strcmp(ty->str, "text") || !tx || tx->type != SK_JSON_STR) {
+            free(t.s);
+            return BAD(e, "messages", "messages[%d].content[%d]: only text parts ({\"type\": \"text\", \"text\": ...}) are supported", i, k);
+        }
+        jraw(&t, tx->str, tx->str_len);
+    }
+    jstr(b, t.s ? t.s : "", t.len);
+    free(t.s);
+    return 0;
+}
+
+/* a chat's prompt: the messages (content parts joined) and tools through the chat template */
+static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
+    if (!s->chat)
+        return BAD(e, "messages", "this model has no chat template (give skiplm serve --chat-template, or use /v1/completions)");
+    const sk_json *m = field(o, "messages"), *tools = field(o, "tools"), *rf = field(o, "response_format");
+    if (!m || m->type != SK_JSON_ARR || !m->n) return BAD(e, "messages", "'messages' must be a non-empty list of messages");
+    if (tools && tools->type != SK_JSON_ARR) return BAD(e, "tools", "'tools' must be a list of tool schemas");
+    if (rf) {
+        const sk_json *t = rf->type == SK_JSON_OBJ ? field(rf, "type") : NULL;
+        if (!t || t->type != SK_JSON_STR || strcmp(t->str, "text"))
+            return BAD(e, "response_format", "only response_format {\"type\": \"text\"} is supported");
+    }
+    jbuf b = {0}, tb = {0};
+    jputs(&b, "[");
+    for (int i = 0; i < m->n; i++) {
+        const sk_json *msg = &m->items[i], *role = msg->type == SK_JSON_OBJ ? field(msg, "role") : NULL;
+        if (!role || role->type != SK_JSON_STR) { free(b.s); return BAD(e, "messages", "messages[%d] must be an object with a 'role' string", i); }
+        jputs(&b, i ? ",{" : "{");
+        for (int k = 0; k < msg->n; k++) {
+            if (k) jputs(&b, ",");
+            jstr(&b, msg->keys[k], msg->key_lens[k]);
+            jputs(&b, ":");
+            if (!strcmp(msg->keys[k], "content")) { if (chat_content(&msg->items[k], i, &b, e)) { free(b.s); return 1; } }
+            else jdump(&b, &msg->items[k]);
+        }
+        jputs(&b, "}");
+    }
+    jputs(&b, "]");
+    if (tools) jdump(&tb, tools);
+    if (b.oom || tb.oom) { free(b.s); free(tb.s); return api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
+    char *text = NULL; size_t len = 0;
+    pthread_mutex_lock(&s->text_mu);
+    int rc = sk_chat_render_json(s->chat, b.s, tools ? tb.s : NULL, 1, &text, &len);
+    char why[400];
+    if (rc) snprintf(why, sizeof why, "%s", sk_last_error());
+    pthread_mutex_unlock(&s->text_mu);
+    free(b.s); free(tb.s);
+    if (rc) return BAD(e, "messages", "the chat template refused the messages: %s", why);
+    j->prompt_text[0] = text;
+    if (encode(s, text, len, &j->prompts[0], &j->prompt_n[0], e)) return 1;
+    if (!j->prompt_n[0]) return BAD(e, "messages", "the chat template made an empty prompt");
+    return 0;
+}
+
+static void job_id(srv_job *j, const char *prefix) {
+    static unsigned long long counter;
+    unsigned long long k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    j->created = (long)time(NULL);
+    snprintf(j->id, sizeof j->id, "%s-%lx%04llx", prefix, (unsigned long)j->created, k);
+}
+
+int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api_err *e) {
+    sk_json o;
+    char perr[200];
+    *out = NULL;
+    if (sk_json_parse(body, len, &o, perr, sizeof perr)) return BAD(e, NULL, "the body is not valid JSON: %s", perr);
+    if (o.type != SK_JSON_OBJ) { sk_json_free(&o); return BAD(e, NULL, "the body must be a JSON object"); }
+    int32_t **ids = NULL; size_t *ns = NULL; char **texts = NULL;
+    int np = 1, n = 1, rc = 1, echo = 0, lp_on = 0;
+    long long max_tokens = -1, logprobs = -1, top = 0, best_of = 1;
+    srv_job tmp = {0}, *j = NULL;                      /* fields read before the job's size is known */
+    if (common_fields(s, &o, &tmp, &n, &max_tokens, e)) goto out;
+    if (chat) {
+        long long mct = -1;
+        if (get_int(&o, "max_completion_tokens", 0, 1e9, &mct, e) || get_bool(&o, "logprobs", &lp_on, e) ||
+            get_int(&o, "top_logprobs", 0, SRV_MAX_TOP, &top, e))
+            goto out;
+        if (mct >= 0) max_tokens = mct;
+        if (field(&o, "top_logprobs") && !lp_on) { BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true"); goto out; }
+        logprobs = lp_on ? top : -1;
+    } else {
+        const sk_json *sfx = field(&o, "suffix");
+        if (get_bool(&o, "echo", &echo, e) || get_int(&o, "logprobs", 0, 5, &logprobs, e) || get_int(&o, "best_of", 1, 128, &best_of, e))
+            goto out;
+        if (sfx && (sfx->type != SK_JSON_STR || sfx->str_len)) { BAD(e, "suffix", "'suffix' (insertion) is not supported"); goto out; }
+        if (best_of != 1 && best_of != n) { BAD(e, "best_of", "'best_of' other than 'n' is not supported"); goto out; }
+        if (completion_prompts(s, &o, &ids, &ns, &texts, &np, e)) goto out;
+    }
+    if ((long long)np * n > s->o->parallel) {
+        BAD(e, "n", "%d prompts x n = %d make %lld sequences, and this server decodes at most %d at once (--parallel)", np, n,
+            (long long)np * n, s->o->parallel);
+        goto out;
+    }
+    if (!(j = srv_job_new(np, n))) { api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+    for (int p = 0; p < np && !chat; p++) {
+        j->prompts[p] = ids[p]; j->prompt_n[p] = ns[p]; j->prompt_text[p] = texts[p];
+        ids[p] = NULL; texts[p] = NULL;
+    }
+    j->chat = chat; j->stream = tmp.stream; j->include_usage = tmp.include_usage; j->echo = echo;
+    j->sp = tmp.sp; j->seed = tmp.seed; j->presence = tmp.presence; j->frequency = tmp.frequency;
+    memcpy(j->stop, tmp.stop, sizeof tmp.stop); memcpy(j->stop_len, tmp.stop_len, sizeof tmp.stop_len);
+    j->n_stop = tmp.n_stop; tmp.n_stop = 0;
+    j->n_bias = tmp.n_bias; j->bias_id = tmp.bias_id; j->bias = tmp.bias; tmp.bias_id = NULL; tmp.bias = NULL;
+    j->logprobs = (int)logprobs;
+    if (chat && chat_prompt(s, &o, j, e)) goto out;
+    /* the context: every prompt, and the reply's room */
+    size_t longest = 0;
+    for (int p = 0; p < np; p++) longest = j->prompt_n[p] > longest ? j->prompt_n[p] : longest;
+    if (longest >= (size_t)s->ctx) {
+        api_fail(e, 400, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt",
+                 "the prompt has %zu tokens, and the context holds %d (--ctx): nothing is left for a reply", longest, s->ctx);
+        goto out;
+    }
+    const long long room = (long long)s->ctx - (long long)longest;
+    if (max_tokens > room) {
+        api_fail(e, 400, "invalid_request_error", "context_length_exceeded", chat && field(&o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+                 "the context holds %d tokens (--ctx), and %lld were asked for (%zu in the prompt, %lld for the reply)", s->ctx,
+                 (long long)longest + max_tokens, longest, max_tokens);
+        goto out;
+    }
+    j->max_tokens = (int)(max_tokens >= 0 ? max_tokens : chat ? room : room < 16 ? room : 16);   /* OpenAI's defaults */
+    job_id(j, chat ? "chatcmpl" : "cmpl");
+    *out = j; j = NULL;
+    rc = 0;
+out:
+    for (int p = 0; ids && p < np; p++) free(ids[p]);
+    for (int p = 0; texts && p < np; p++) free(texts[p]);
+    free(ids); free(ns); free(texts);
+    for (int i = 0; i < tmp.n_stop; i++) free(tmp.stop[i]);
+    free(tmp.bias_id); free(tmp.bias);
+    srv_job_free(j);
+    sk_json_free(&o);
+    return rc;
+}
+
+/* ------------------------------------------------------------ responses */
+
+static const char *finish_name(int f) { return f == SRV_STOP ? "\"stop\"" : f == SRV_LENGTH ? "\"length\"" : "null"; }
+
+static void token_bytes(jbuf *b, serve *s, int32_t id) {
+    size_t len = 0;
+    const char *t = sk_tok_decode_one(s->tok, id, &len);
+    jputs(b, "\"bytes\":[");
+    for (size_t i = 0; t && i < len; i++) jprintf(b, i ? ",%u" : "%u", (unsigned char)t[i]);
+    jputs(b, "]");
+}
+static void token_str(jbuf *b, serve *s, int32_t id) {
+    size_t len = 0;
+    const char *t = sk_tok_decode_one(s->tok, id, &len);
+    jstr(b, t ? t : "", t ? len : 0);
+}
+
+/* logprobs of tokens [from, to) of q: the chat shape ({"content": [...]}) or the completions
+ * one (tokens, token_logprobs, top_logprobs, text_offset; base: the text's offset) */
+static void logprobs_json(jbuf *b, serve *s, const srv_job *j, const srv_seq *q, int from, int to, size_t base) {
+    if (j->logprobs < 0) { jputs(b, "null"); return; }
+    if (j->chat) {
+        jputs(b, "{\"content\":[");
+        for (int i = from; i < to; i++) {
+            const srv_lp *l = &q->lps[i];
+            jputs(b, i > from ? ",{\"token\":" : "{\"token\":");
+            token_str(b, s, l->id);
+            jputs(b, ",\"logprob\":"); jnum(b, l->lp); jputs(b, ",");
+            token_bytes(b, s, l->id);
+            jputs(b, ",\"top_logprobs\":[");
+            for (int k = 0; k < l->n_top; k++) {
+                jputs(b, k ? ",{\"token\":" : "{\"token\":");
+                token_str(b, s, l->top_id[k]);
+                jputs(b, ",\"logprob\":"); jnum(b, l->top_lp[k]); jputs(b, ",");
+                token_bytes(b, s, l->top_id[k]);
+                jputs(b, "}");
+            }
+            jputs(b, "]}");
+        }
+        jputs(b, "],\"refusal\":null}");
+        return;
+    }
+    jputs(b, "{\"tokens\":[");
+    for (int i = from; i < to; i++) { if (i > from) jputs(b, ","); token_str(b, s, q->lps[i].id); }
+    jputs(b, "],\"token_logprobs\":[");
+    for (int i = from; i < to; i++) { if (i > from) jputs(b, ","); jnum(b, q->lps[i].lp); }
+    jputs(b, "],\"top_logprobs\":[");
+    for (int i = from; i < to; i++) {
+        const srv_lp *l = &q->lps[i];
+        jputs(b, i > from ? ",{" : "{");
+        for (int k = 0; k < l->n_top; k++) {
+            if (k) jputs(b, ",");
+            token_str(b, s, l->top_id[k]);
+            jputs(b, ":"); jnum(b, l->top_lp[k]);
+        }
+        jputs(b, "}");
+    }
+    jputs(b, "],\"text_offset\":[");
+    for (int i = from; i < to; i++) jprintf(b, i > from ? ",%zu" : "%zu", base + (i ? q->lps[i - 1].end : 0));
+    jputs(b, "]}");
+}
+
+static void usage_json(jbuf *b, const srv_job *j) {
+    jprintf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+            "\"prompt_tokens_details\":{\"cached_tokens\":%d}}", j->prompt_tokens, j->completion_tokens,
+            j->prompt_tokens + j->completion_tokens, j->cached_tokens);
+}
+
+static void head_json(jbuf *b, serve *s, const srv_job *j, const char *object) {
+    jputs(b, "{\"id\":");
+    jcstr(b, j->id);
+    jprintf(b, ",\"object\":\"%s\",\"created\":%ld,\"model\":", object, j->created);
+    jcstr(b, s->name);
+    jputs(b, ",\"system_fingerprint\":\"skiplm\",\"choices\":[");
+}
+
+int api_response(serve *s, const srv_job *j, char **buf, size_t *len) {
+    jbuf b = {0};
+    head_json(&b, s, j, j->chat ? "chat.completion" : "text_completion");
+    for (int i = 0; i < j->n_seq; i++) {
+        const srv_seq *q = &j->seqs[i];
+        const char *pt = j->prompt_text[q->prompt];
+        jprintf(&b, "%s{\"index\":%d,", i ? "," : "", q->index);
+        if (j->chat) {
+            jputs(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
+            jstr(&b, q->text ? q->text : "", q->len);
+            jputs(&b, "},");
+        } else {
+            jputs(&b, "\"text\":");
+            if (j->echo && pt) {
+                jbuf t = {0};
+                jraw(&t, pt, strlen(pt));
+                jraw(&t, q->text ? q->text : "", q->len);
+                jstr(&b, t.s ? t.s : "", t.len);
+                b.oom |= t.oom;
+                free(t.s);
+            } else {
+                jstr(&b, q->text ? q->text : "", q->len);
+            }
+            jputs(&b, ",");
+        }
+        jputs(&b, "\"logprobs\":");
+        logprobs_json(&b, s, j, q, 0, q->n_lp, j->echo && pt ? strlen(pt) : 0);
+        jprintf(&b, ",\"finish_reason\":%s}", finish_name(q->finish));
+    }
+    jputs(&b, "],");
+    usage_json(&b, j);
+    jputs(&b, "}");
+    if (b.oom) { free(b.s); return 1; }
+    *buf = b.s; *len = b.len;
+    return 0;
+}
+
+/* the bytes of q's text that can go out now: all once it ended; before, none that a stop
+ * string might still claim, and no character cut in two */
+static size_t sendable(const srv_job *j, const srv_seq *q) {
+    if (q->finish) return q->len;
+    size_t hold = 0;
+    for (int k = 0; k < j->n_stop; k++)
+        for (size_t m = j->stop_len[k] - 1; m > hold; m--)
+            if (m <= q->len && !memcmp(q->text + q->len - m, j->stop[k], m)) { hold = m; break; }
+    size_t end = q->len - hold;
+    for (size_t back = 1; back <= 3 && back <= end; back++) {
+        unsigned char c = (unsigned char)q->text[end - back];
+        if ((c & 0xC0) == 0x80) continue;              /* a continuation byte: look further back */
+        size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        if (need > back) end -= back;                  /* an incomplete character waits */
+        break;
+    }
+    return end;
+}
+
+static void chunk(jbuf *b, serve *s, const srv_job *j) {
+    jputs(b, "data: ");
+    head_json(b, s, j, j->chat ? "chat.completion.chunk" : "text_completion");
+}
+
+int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap) {
+    jbuf b = {*buf, *len, *cap, 0};
+    int all_sent = 1;
+    for (int i = 0; i < j->n_seq; i++) {
+        srv_seq *q = &j->seqs[i];
+        const size_t end = sendable(j, q);
+        int lp_to = q->lp_sent;
+        while (lp_to < q->n_lp && q->lps[lp_to].end <= end) lp_to++;
+        if (q->finish) lp_to = q->n_lp;
+        const int first = j->chat && !q->role_sent, text = end > q->sent || lp_to > q->lp_sent || (j->echo && !q->role_sent);
+        if (first || text) {
+            chunk(&b, s, j);
+            jprintf(&b, "{\"index\":%d,", q->index);
+            if (j->chat) {
+                jputs(&b, first ? "\"delta\":{\"role\":\"assistant\",\"content\":" : "\"delta\":{\"content\":");
+                jstr(&b, q->text ? q->text + q->sent : "", end - q->sent);
+                jputs(&b, "},");
+            } else {
+                jbuf t = {0};
+                const char *pt = j->prompt_text[q->prompt];
+                if (j->echo && !q->role_sent && pt) jraw(&t, pt, strlen(pt));
+                jraw(&t, q->text ? q->text + q->sent : "", end - q->sent);
+                jputs(&b, "\"text\":");
+                jstr(&b, t.s ? t.s : "", t.len);
+                b.oom |= t.oom;
+                free(t.s);
+                jputs(&b, ",");
+            }
+            jputs(&b, "\"logprobs\":");
+            logprobs_json(&b, s, j, q, q->lp_sent, lp_to, 0);
+            jputs(&b, ",\"finish_reason\":null}]}\n\n");
+            q->role_sent = 1;
+            q->sent = end; q->lp_sent = lp_to;
+        }
+        if (q->finish && j->state == SRV_DONE && !j->failed && q->role_sent != 2) {
+            chunk(&b, s, j);
+            jprintf(&b, "{\"index\":%d,%s\"logprobs\":null,\"finish_reason\":%s}],", q->index, j->chat ? "\"delta\":{}," : "\"text\":\"\",",
+                    finish_name(q->finish));
+            usage_json(&b, j);
+            jputs(&b, "}\n\n");
+            q->role_sent = 2;
+        }
+        all_sent &= q->role_sent == 2;
+    }
+    int done = 0;
+    if (j->state == SRV_DONE && (all_sent || j->failed)) {
+        if (j->failed) {
+            api_err e;
+            char *eb; size_t el;
+            api_fail(&e, j->cancelled ? 499 : 503, "server_error", NULL, NULL, "%s", j->err);
+            if (!api_error_body(&e, &eb, &el)) { jputs(&b, "data: "); jraw(&b, eb, el); jputs(&b, "\n\n"); free(eb); }
+        } else if (j->include_usage) {
+            chunk(&b, s, j);
+            jputs(&b, "],");
+            usage_json(&b, j);
+            jputs(&b, "}\n\n");
+        }
+        jputs(&b, "data: [DONE]\n\n");
+        done = 1;
+    }
+    *buf = b.s; *len = b.len; *cap = b.cap;
+    return b.oom ? -1 : done;
+}

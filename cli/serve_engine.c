@@ -1,0 +1,490 @@
+/* skiplm serve's engine (serve.h): one thread owns the model and a KV cache of --parallel
+ * sequences (slots). Jobs wait in a queue; at each step the engine admits what fits in the
+ * free slots (first come, first served), decodes each new prompt, samples one token for every
+ * running sequence, and decodes all of those tokens in one batched pass (each weight matrix
+ * read once for all of them). A sequence that ends frees its slot for the next job at the next
+ * step. sk_model_decode_batch gives every row the bits of its sequence decoded alone, so a
+ * reply depends only on its own prompt and seed, never on the batch.
+ *
+ * The prompt cache: a slot remembers the prompt it last decoded; a new prompt goes to the free
+ * slot that shares the longest prefix with it and decodes from there, kept to a multiple of
+ * SK_DECODE_CHUNK inside the old prompt, which gives the bits of decoding it anew. */
+#include "serve.h"
+#include <malloc.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct srv_engine {
+    gen_decoder dec;
+    int n_slots, V;
+    srv_job **slot_job;           /* the job running in each slot, or NULL */
+    srv_seq **slot_seq;
+    int32_t **slot_tok;           /* the prompt each slot decoded last */
+    size_t *slot_n, *slot_exact;  /* its length; the prefix a new prompt may keep */
+    long *slot_used, stamp;       /* when each slot was last given out */
+    float *logits;                /* n_slots x V: each slot's next-token logits */
+    float *lgb;                   /* a batch's logits */
+    float *raw;                   /* the model's logits of one sequence, for its logprobs */
+    int *act;
+    int32_t *nexts;
+    srv_job **running;            /* the jobs holding slots */
+    int n_running;
+    srv_job *head, *tail;         /* the queue */
+    int queued;
+    int stop;                     /* 1: draining, 2: ending every job now */
+    double deadline;              /* when draining turns into ending */
+    pthread_mutex_t mu;
+    pthread_cond_t work;
+    pthread_t th;
+    int th_started;
+};
+
+srv_job *srv_job_new(int n_prompts, int n) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->n_prompts = n_prompts; j->n = n; j->n_seq = n_prompts * n;
+    j->prompts = calloc(n_prompts, sizeof *j->prompts);
+    j->prompt_n = calloc(n_prompts, sizeof *j->prompt_n);
+    j->prompt_text = calloc(n_prompts, sizeof *j->prompt_text);
+    j->seqs = calloc(j->n_seq, sizeof *j->seqs);
+    j->logprobs = -1;
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    if (!j->prompts || !j->prompt_n || !j->prompt_text || !j->seqs) { srv_job_free(j); return NULL; }
+    for (int i = 0; i < j->n_seq; i++) {
+        j->seqs[i].prompt = i / n; j->seqs[i].index = i; j->seqs[i].slot = -1;
+    }
+    return j;
+}
+
+void srv_job_free(srv_job *j) {
+    if (!j) return;
+    for (int p = 0; p < j->n_prompts; p++) {
+        if (j->prompts) free(j->prompts[p]);
+        if (j->prompt_text) free(j->prompt_text[p]);
+    }
+    for (int i = 0; j->seqs && i < j->n_seq; i++) { free(j->seqs[i].ids); free(j->seqs[i].text); free(j->seqs[i].lps); }
+    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->prompts); free(j->prompt_n); free(j->prompt_text); free(j->seqs); free(j->bias_id); free(j->bias);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+void srv_lock(serve *s) { pthread_mutex_lock(&s->eng->mu); }
+void srv_unlock(serve *s) { pthread_mutex_unlock(&s->eng->mu); }
+
+void srv_wait(serve *s, srv_job *j, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L; ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&j->cv, &s->eng->mu, &ts);
+}
+
+void srv_release(serve *s, srv_job *j) {
+    srv_lock(s);
+    int last = --j->refs == 0;
+    srv_unlock(s);
+    if (last) srv_job_free(j);
+}
+
+/* under the lock: the job is over (its slots free); the engine's reference goes */
+static void job_end(srv_engine *e, srv_job *j) {
+    for (int i = 0; i < j->n_seq; i++) {
+        srv_seq *q = &j->seqs[i];
+        if (q->slot >= 0) { e->slot_job[q->slot] = NULL; e->slot_seq[q->slot] = NULL; q->slot = -1; }
+        if (!q->finish) q->finish = SRV_LENGTH;
+        j->completion_tokens += q->made;
+    }
+    for (int r = 0; r < e->n_running; r++)
+        if (e->running[r] == j) { e->running[r] = e->running[--e->n_running]; break; }
+    j->state = SRV_DONE;
+    pthread_cond_broadcast(&j->cv);
+    if (--j->refs == 0) srv_job_free(j);
+}
+
+static void job_fail(srv_engine *e, srv_job *j, const char *msg) {
+    j->failed = 1;
+    snprintf(j->err, sizeof j->err, "%s", msg);
+    job_end(e, j);
+}
+
+static int free_slots(const srv_engine *e);
+
+int srv_submit(serve *s, srv_job *j) {
+    srv_engine *e = s->eng;
+    srv_lock(s);
+    /* --queue: how many may wait for a slot, beyond those that take a free one now */
+    if (e->stop || e->queued >= s->o->queue + free_slots(e)) { srv_unlock(s); return -1; }
+    j->refs++;
+    j->state = SRV_QUEUED;
+    j->t_submit = sk_now();
+    if (e->tail) e->tail->next = j; else e->head = j;
+    e->tail = j;
+    e->queued++;
+    pthread_cond_signal(&e->work);
+    srv_unlock(s);
+    return 0;
+}
+
+/* under the lock: the job leaves the queue */
+static void unqueue(srv_engine *e, srv_job *j) {
+    srv_job **p = &e->head, *prev = NULL;
+    while (*p && *p != j) { prev = *p; p = &(*p)->next; }
+    if (!*p) return;
+    *p = j->next;
+    if (e->tail == j) e->tail = prev;
+    j->next = NULL;
+    e->queued--;
+}
+
+void srv_cancel(serve *s, srv_job *j) {
+    srv_engine *e = s->eng;
+    if (j->state == SRV_DONE) return;
+    j->cancelled = 1;
+    if (j->state == SRV_QUEUED) { unqueue(e, j); job_fail(e, j, "cancelled: the client went away"); return; }
+    pthread_cond_signal(&e->work);                     /* running: its slots free at the next step */
+}
+
+void srv_load(serve *s, int *running, int *queued, int *slots) {
+    srv_engine *e = s->eng;
+    int busy = 0;
+    for (int a = 0; a < e->n_slots; a++) busy += e->slot_seq[a] != NULL;
+    *running = busy; *queued = e->queued; *slots = e->n_slots;
+}
+
+/* ------------------------------------------------------------ admission */
+
+/* how much of slot a's cache a new prompt p[0..n) can keep, bit for bit */
+static size_t reusable(const srv_engine *e, int a, const int32_t *p, size_t n) {
+    size_t i = 0, lim = e->slot_exact[a];
+    while (i < lim && i < n && e->slot_tok[a][i] == p[i]) i++;
+    if (i >= n) i = n - 1;                             /* the last token runs, for its logits */
+    return i / SK_DECODE_CHUNK * SK_DECODE_CHUNK;
+}
+
+/* a free slot: the one keeping most of p (when p is given), else the least recently used */
+static int pick_slot(srv_engine *e, const int32_t *p, size_t n) {
+    int best = -1;
+    size_t keep = 0;
+    for (int a = 0; a < e->n_slots; a++) {
+        if (e->slot_job[a]) continue;
+        size_t k = p ? reusable(e, a, p, n) : 0;
+        if (best < 0 || k > keep || (k == keep && e->slot_used[a] < e->slot_used[best])) { best = a; keep = k; }
+    }
+    return best;
+}
+
+static int free_slots(const srv_engine *e) {
+    int f = 0;
+    for (int a = 0; a < e->n_slots; a++) f += e->slot_job[a] == NULL;
+    return f;
+}
+
+/* under the lock: the queue's first jobs while they fit (in order: none jumps the queue) */
+static int admit(srv_engine *e, srv_job **out) {
+    int n = 0;
+    while (e->head && !e->stop && e->head->n_seq <= free_slots(e)) {
+        srv_job *j = e->head;
+        unqueue(e, j);
+        for (int i = 0; i < j->n_seq; i++) {
+            srv_seq *q = &j->seqs[i];
+            int first = i % j->n == 0;
+            int a = pick_slot(e, first ? j->prompts[q->prompt] : NULL, j->prompt_n[q->prompt]);
+            q->slot = a;
+            e->slot_job[a] = j; e->slot_seq[a] = q;
+            e->slot_used[a] = ++e->stamp;
+        }
+        j->state = SRV_RUNNING;
+        e->running[e->n_running++] = j;
+        out[n++] = j;
+    }
+    return n;
+}
+
+/* outside the lock: each prompt decoded in its first sequence's slot (from the prefix it keeps)
+ * and copied to the others; each sequence's ids start with its prompt */
+static int prefill(serve *s, srv_job *j) {
+    srv_engine *e = s->eng;
+    const int V = e->V;
+    for (int p = 0; p < j->n_prompts; p++) {
+        const int32_t *ids = j->prompts[p];
+        const size_t n = j->prompt_n[p];
+        srv_seq *q0 = &j->seqs[p * j->n];
+        const int a = q0->slot;
+        size_t keep = reusable(e, a, ids, n);
+        if (keep < (size_t)gen_dec_pos(&e->dec, a)) gen_dec_truncate(&e->dec, a, (int)keep);
+        if (gen_dec_run(&e->dec, a, ids + keep, (int)(n - keep), e->logits + (size_t)a * V)) return 1;
+        int32_t *t = realloc(e->slot_tok[a], sizeof(int32_t) * (n ? n : 1));
+        if (!t) return sk_error(SK_ENOMEM, "out of memory");
+        memcpy(t, ids, sizeof(int32_t) * n);
+        e->slot_tok[a] = t; e->slot_n[a] = n; e->slot_exact[a] = n / SK_DECODE_CHUNK * SK_DECODE_CHUNK;
+        for (int k = 0; k < j->n; k++) {
+            srv_seq *q = &j->seqs[p * j->n + k];
+            q->cap = n + (size_t)j->max_tokens + 1;
+            if (!(q->ids = malloc(sizeof(int32_t) * q->cap))) return sk_error(SK_ENOMEM, "out of memory");
+            memcpy(q->ids, ids, sizeof(int32_t) * n);
+            q->n = q->n_prompt = n;
+            q->rng = j->seed + (uint64_t)k;           /* choice k draws as sample --seed SEED+k */
+            if (k == 0) continue;
+            const int b = q->slot;
+            if (sk_kvcache_seq_copy(e->dec.kv, b, a)) return 1;
+            memcpy(e->logits + (size_t)b * V, e->logits + (size_t)a * V, sizeof(float) * V);
+            int32_t *tb = realloc(e->slot_tok[b], sizeof(int32_t) * (n ? n : 1));
+            if (!tb) return sk_error(SK_ENOMEM, "out of memory");
+            memcpy(tb, ids, sizeof(int32_t) * n);
+            e->slot_tok[b] = tb; e->slot_n[b] = n; e->slot_exact[b] = e->slot_exact[a];
+        }
+        j->prompt_tokens += (int)n;
+        j->cached_tokens += (int)keep;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ sampling */
+
+/* log-softmax of the model's logits at id, and the top most likely ids */
+static void logprobs_of(const float *lg, int V, int32_t id, int top, srv_lp *out) {
+    float mx = lg[0];
+    for (int v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += exp((double)lg[v] - mx);
+    const double lse = mx + log(sum);
+    out->id = id;
+    out->lp = (float)(lg[id] - lse);
+    out->n_top = 0;
+    for (int v = 0; v < V && top > 0; v++) {           /* insertion into the top list, ties to the lower id */
+        int k = out->n_top;
+        if (k == top && !(lg[v] > lg[out->top_id[k - 1]])) continue;
+        if (k < top) out->n_top++;
+        else k--;
+        while (k > 0 && lg[v] > lg[out->top_id[k - 1]]) { out->top_id[k] = out->top_id[k - 1]; k--; }
+        out->top_id[k] = v;
+    }
+    for (int k = 0; k < out->n_top; k++) out->top_lp[k] = (float)(lg[out->top_id[k]] - lse);
+}
+
+/* logit_bias, then the presence and frequency penalties over the new tokens, in place */
+static void adjust(const srv_job *j, const srv_seq *q, float *lg, int V) {
+    for (int b = 0; b < j->n_bias; b++) lg[j->bias_id[b]] += j->bias[b];
+    if (j->presence == 0.0f && j->frequency == 0.0f) return;
+    for (size_t i = q->n_prompt; i < q->n; i++) {
+        int32_t t = q->ids[i];
+        int seen = 0;
+        for (size_t k = q->n_prompt; k < i && !seen; k++) seen = q->ids[k] == t;
+        lg[t] -= j->frequency + (seen ? 0.0f : j->presence);
+    }
+    (void)V;
+}
+
+static int grow_text(srv_seq *q, size_t more) {
+    if (q->len + more + 1 <= q->text_cap) return 0;
+    size_t nc = (q->len + more + 1) * 2;
+    char *t = realloc(q->text, nc);
+    if (!t) return 1;
+    q->text = t; q->text_cap = nc;
+    return 0;
+}
+
+/* under the lock: the token's text joins the sequence; a stop string ends it there */
+static int add_text(serve *s, srv_job *j, srv_seq *q, int32_t next) {
+    size_t len = 0;
+    const char *t = j->chat && sk_tok_is_special(s->tok, next) ? NULL : sk_tok_decode_one(s->tok, next, &len);
+    if (!t) len = 0;
+    if (grow_text(q, len)) return 1;
+    const size_t old = q->len;
+    memcpy(q->text + q->len, t ? t : "", len);
+    q->len += len;
+    q->text[q->len] = 0;
+    size_t cut = (size_t)-1;
+    for (int k = 0; k < j->n_stop; k++) {
+        size_t from = old + 1 > j->stop_len[k] ? old + 1 - j->stop_len[k] : 0;
+        char *hit = memmem(q->text + from, q->len - from, j->stop[k], j->stop_len[k]);
+        if (hit && (size_t)(hit - q->text) < cut) cut = (size_t)(hit - q->text);
+    }
+    if (cut != (size_t)-1) { q->len = cut; q->text[cut] = 0; q->finish = SRV_STOP; }
+    return 0;
+}
+
+/* under the lock: one token for every running sequence; those that go on are listed in act */
+static int sample_all(serve *s) {
+    srv_engine *e = s->eng;
+    const int V = e->V;
+    int na = 0;
+    for (int a = 0; a < e->n_slots; a++) {
+        srv_job *j = e->slot_job[a];
+        srv_seq *q = e->slot_seq[a];
+        if (!j || q->finish || j->cancelled) continue;
+        float *lg = e->logits + (size_t)a * V;
+        srv_lp lp;
+        const float *model_lg = lg;                     /* logprobs: the model's own distribution */
+        if (j->logprobs >= 0 && (j->n_bias || j->presence != 0.0f || j->frequency != 0.0f)) {
+            memcpy(e->raw, lg, sizeof(float) * V);
+            model_lg = e->raw;
+        }
+        adjust(j, q, lg, V);
+        int32_t next = sk_sample(lg, V, &j->sp, q->ids, q->n, &q->rng);
+        if (next >= sk_tok_vocab_size(s->tok)) next = 0;   /* padded rows of a wider model */
+        const int32_t *eos = j->chat ? s->chat_eos : s->eos;
+        const int n_eos = j->chat ? s->n_chat_eos : s->n_eos;
+        for (int k = 0; k < n_eos; k++)
+            if (next == eos[k]) q->finish = SRV_STOP;     /* not part of the text, as sample */
+        if (q->finish) continue;
+        if (j->logprobs >= 0) logprobs_of(model_lg, V, next, j->logprobs, &lp);
+        q->ids[q->n++] = next;
+        q->made++;
+        if (!j->t_first) j->t_first = sk_now();
+        if (add_text(s, j, q, next)) return sk_error(SK_ENOMEM, "out of memory for a reply");
+        if (j->logprobs >= 0) {
+            if (q->n_lp == q->lp_cap) {
+                int nc = q->lp_cap ? 2 * q->lp_cap : 32;
+                srv_lp *g = realloc(q->lps, sizeof *g * nc);
+                if (!g) return sk_error(SK_ENOMEM, "out of memory for logprobs");
+                q->lps = g; q->lp_cap = nc;
+            }
+            lp.end = q->len;
+            q->lps[q->n_lp++] = lp;
+        }
+        if (!q->finish && (q->made >= j->max_tokens || q->n >= (size_t)s->ctx)) q->finish = SRV_LENGTH;
+        if (q->finish) continue;
+        e->act[na] = a; e->nexts[na++] = next;
+    }
+    return na;
+}
+
+/* under the lock: jobs whose sequences all ended, or that were cancelled, end; the others
+ * hear that their output grew */
+static void settle(srv_engine *e) {
+    for (int r = 0; r < e->n_running;) {
+        srv_job *j = e->running[r];
+        int going = 0;
+        for (int i = 0; i < j->n_seq; i++) going += !j->seqs[i].finish;
+        if (j->cancelled || e->stop == 2) {
+            job_fail(e, j, j->cancelled ? "cancelled: the client went away" : "the server is shutting down");
+            continue;                                   /* job_end moved the last job here */
+        }
+        if (!going) { job_end(e, j); continue; }
+        pthread_cond_broadcast(&j->cv);
+        r++;
+    }
+}
+
+/* ------------------------------------------------------------ the thread */
+
+static void *engine_main(void *arg) {
+    serve *s = arg;
+    srv_engine *e = s->eng;
+    srv_job **fresh = malloc(sizeof *fresh * (size_t)e->n_slots);
+    int trimmed = 1;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        if (e->stop == 1 && sk_now() >= e->deadline) e->stop = 2;
+        settle(e);
+        while (!e->n_running && !e->head && !e->stop) {
+            if (!trimmed) { malloc_trim(0); trimmed = 1; }   /* idle: what the requests took goes back */
+            pthread_cond_wait(&e->work, &e->mu);
+        }
+        if (e->stop && !e->n_running) { pthread_mutex_unlock(&e->mu); break; }
+        trimmed = 0;
+        int nf = fresh ? admit(e, fresh) : 0;
+        pthread_mutex_unlock(&e->mu);
+        for (int i = 0; i < nf; i++)
+            if (prefill(s, fresh[i])) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "decoding the prompt failed: %s", sk_last_error());
+                pthread_mutex_lock(&e->mu);
+                job_fail(e, fresh[i], msg);
+                pthread_mutex_unlock(&e->mu);
+            }
+        pthread_mutex_lock(&e->mu);
+        int na = sample_all(s);
+        if (na < 0) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", sk_last_error());
+            while (e->n_running) job_fail(e, e->running[0], msg);
+        }
+        settle(e);
+        pthread_mutex_unlock(&e->mu);
+        if (na <= 0) continue;
+        /* one batched pass: every running sequence's token; each row lands in its slot's logits */
+        if (gen_dec_batch(&e->dec, e->act, e->nexts, na, e->lgb)) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "decoding failed: %s", sk_last_error());
+            pthread_mutex_lock(&e->mu);
+            for (int i = 0; i < na; i++)
+                if (e->slot_job[e->act[i]]) job_fail(e, e->slot_job[e->act[i]], msg);
+            pthread_mutex_unlock(&e->mu);
+            continue;
+        }
+        for (int i = 0; i < na; i++)
+            memcpy(e->logits + (size_t)e->act[i] * e->V, e->lgb + (size_t)i * e->V, sizeof(float) * e->V);
+    }
+    free(fresh);
+    return NULL;
+}
+
+int srv_engine_start(serve *s) {
+    srv_engine *e = calloc(1, sizeof *e);
+    if (!e) return sk_error(SK_ENOMEM, "out of memory");
+    s->eng = e;
+    const int n = e->n_slots = s->o->parallel, V = e->V = s->V;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work, NULL);
+    if (sk_mem_check(sizeof(float) * 2 * (size_t)n * V, "the logits of --parallel sequences")) return 1;
+    e->slot_job = calloc(n, sizeof *e->slot_job);
+    e->slot_seq = calloc(n, sizeof *e->slot_seq);
+    e->slot_tok = calloc(n, sizeof *e->slot_tok);
+    e->slot_n = calloc(n, sizeof *e->slot_n);
+    e->slot_exact = calloc(n, sizeof *e->slot_exact);
+    e->slot_used = calloc(n, sizeof *e->slot_used);
+    e->logits = malloc(sizeof(float) * (size_t)n * V);
+    e->lgb = malloc(sizeof(float) * (size_t)n * V);
+    e->raw = malloc(sizeof(float) * (size_t)V);
+    e->act = malloc(sizeof(int) * n);
+    e->nexts = malloc(sizeof(int32_t) * n);
+    e->running = calloc(n, sizeof *e->running);
+    if (!e->slot_job || !e->slot_seq || !e->slot_tok || !e->slot_n || !e->slot_exact || !e->slot_used || !e->logits ||
+        !e->lgb || !e->raw || !e->act || !e->nexts || !e->running)
+        return sk_error(SK_ENOMEM, "out of memory");
+    if (gen_dec_new(&e->dec, s->m, s->o->use_cuda, s->o->bf16 ? 2 : 0, s->ctx, 1, n)) return 1;
+    if (pthread_create(&e->th, NULL, engine_main, s)) return sk_error(SK_EIO, "cannot start the engine's thread");
+    e->th_started = 1;
+    return 0;
+}
+
+const char *srv_kv_bytes(serve *s, size_t *bytes, size_t *full) { return gen_dec_bytes(&s->eng->dec, bytes, full); }
+
+void srv_engine_stop(serve *s, int grace) {
+    srv_engine *e = s->eng;
+    if (!e) return;
+    srv_lock(s);
+    while (e->head) {                                  /* the queue fails now */
+        srv_job *j = e->head;
+        unqueue(e, j);
+        job_fail(e, j, "the server is shutting down");
+    }
+    if (e->stop < 1) { e->stop = 1; e->deadline = sk_now() + grace; }
+    if (grace <= 0) e->stop = 2;
+    pthread_cond_signal(&e->work);
+    srv_unlock(s);
+}
+
+void srv_engine_free(serve *s) {
+    srv_engine *e = s->eng;
+    if (!e) return;
+    if (e->th_started) {
+        srv_engine_stop(s, 0);
+        pthread_join(e->th, NULL);
+    }
+    for (int a = 0; a < e->n_slots && e->slot_tok; a++) free(e->slot_tok[a]);
+    free(e->slot_job); free(e->slot_seq); free(e->slot_tok); free(e->slot_n); free(e->slot_exact); free(e->slot_used);
+    free(e->logits); free(e->lgb); free(e->raw); free(e->act); free(e->nexts); free(e->running);
+    gen_dec_free(&e->dec);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->work);
+    free(e);
+    s->eng = NULL;
+}

@@ -2,7 +2,7 @@
 # System packages skiplm needs to build and test (Debian/Ubuntu, run as root or with sudo):
 # a C compiler with OpenMP, OpenBLAS, PyTorch (the test oracle), Node.js + npm (corpus and
 # GPT-2 vocabulary packages, reference encoder), clang with libFuzzer (make fuzz), Open MPI
-# (make MPI=1, tests/test_mpi.sh), g++ (the CUDA emulator test). Skips the install when all are present.
+# (make MPI=1, tests/test_mpi.sh), g++ (the CUDA emulator test), libmicrohttpd and curl (skiplm serve and its test). Skips the install when all are present.
 set -euo pipefail
 need=()
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
@@ -18,6 +18,9 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 # make fuzz: clang with libFuzzer and the sanitizer runtimes (libclang-rt-dev)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 || need+=(libclang-rt-dev)
+# skiplm serve: libmicrohttpd (HTTP), found by pkg-config; curl for tests/test_serve.py
+pkg-config --exists libmicrohttpd 2>/dev/null || need+=(libmicrohttpd-dev)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 # make MPI=1 (data-parallel training) and tests/test_mpi.sh: Open MPI's mpicc and mpirun
 command -v mpicc >/dev/null 2>&1 && [ -f /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h -o -f /usr/lib/aarch64-linux-gnu/openmpi/include/mpi.h ] ||
     need+=(libopenmpi-dev)

@@ -318,6 +318,7 @@ static int sample_all(serve *s) {
         srv_job *j = e->slot_job[a];
         srv_seq *q = e->slot_seq[a];
         if (!j || q->finish || j->cancelled) continue;
+        if (q->made >= j->max_tokens) { q->finish = SRV_LENGTH; continue; }   /* max_tokens 0 */
         float *lg = e->logits + (size_t)a * V;
         srv_lp lp;
         const float *model_lg = lg;                     /* logprobs: the model's own distribution */

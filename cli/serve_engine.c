@@ -27,7 +27,10 @@ struct srv_engine {
     long *slot_used, stamp;       /* when each slot was last given out */
     float *logits;                /* n_slots x V: each slot's next-token logits */
     float *lgb;                   /* a batch's logits */
-    float *raw;                   /* the model's logits of one sequence, for its logprobs */
+    float **raw;                  /* per slot, when asked: the model's logits before logit_bias and penalties */
+    int32_t *draw;                /* a step's draws, and their logprobs */
+    srv_lp *draw_lp;
+    int *cand;
     int *act;
     int32_t *nexts;
     srv_job **running;            /* the jobs holding slots */
@@ -309,32 +312,58 @@ static int add_text(serve *s, srv_job *j, srv_seq *q, int32_t next) {
     return 0;
 }
 
-/* under the lock: one token for every running sequence; those that go on are listed in act */
-static int sample_all(serve *s) {
+/* One draw for every running sequence, in parallel (each sequence has its own random stream,
+ * so the draws are the same on any number of threads). Outside the lock: only the engine
+ * touches a sequence's ids, random state and logits. The candidates are listed in cand, their
+ * draws in e->draw (-1: max_tokens already reached, e.g. 0). */
+static int draw_all(serve *s, int *cand) {
     srv_engine *e = s->eng;
-    const int V = e->V;
-    int na = 0;
-    for (int a = 0; a < e->n_slots; a++) {
+    const int V = e->V, tok_v = sk_tok_vocab_size(s->tok);
+    int n = 0;
+    for (int a = 0; a < e->n_slots; a++)
+        if (e->slot_job[a] && !e->slot_seq[a]->finish) cand[n++] = a;
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) {
+        const int a = cand[i];
         srv_job *j = e->slot_job[a];
         srv_seq *q = e->slot_seq[a];
-        if (!j || q->finish || j->cancelled) continue;
-        if (q->made >= j->max_tokens) { q->finish = SRV_LENGTH; continue; }   /* max_tokens 0 */
+        e->draw[i] = -1;
+        if (q->made >= j->max_tokens) continue;
         float *lg = e->logits + (size_t)a * V;
-        srv_lp lp;
         const float *model_lg = lg;                     /* logprobs: the model's own distribution */
         if (j->logprobs >= 0 && (j->n_bias || j->presence != 0.0f || j->frequency != 0.0f)) {
-            memcpy(e->raw, lg, sizeof(float) * V);
-            model_lg = e->raw;
+            if (!e->raw[a] && !(e->raw[a] = malloc(sizeof(float) * V))) { e->draw[i] = -2; continue; }
+            memcpy(e->raw[a], lg, sizeof(float) * V);
+            model_lg = e->raw[a];
         }
         adjust(j, q, lg, V);
         int32_t next = sk_sample(lg, V, &j->sp, q->ids, q->n, &q->rng);
-        if (next >= sk_tok_vocab_size(s->tok)) next = 0;   /* padded rows of a wider model */
+        if (next < 0) { e->draw[i] = -2; continue; }
+        if (next >= tok_v) next = 0;                    /* padded rows of a wider model */
+        e->draw[i] = next;
+        if (j->logprobs >= 0) logprobs_of(model_lg, V, next, j->logprobs, &e->draw_lp[i]);
+    }
+    return n;
+}
+
+/* under the lock: each draw joins its sequence (an end-of-sequence token, max_tokens or a stop
+ * string ends it); those that go on are listed in act, their tokens in nexts */
+static int take_draws(serve *s, const int *cand, int n) {
+    srv_engine *e = s->eng;
+    int na = 0;
+    for (int i = 0; i < n; i++) {
+        const int a = cand[i];
+        srv_job *j = e->slot_job[a];
+        srv_seq *q = e->slot_seq[a];
+        if (!j || j->cancelled || q->finish) continue;
+        const int32_t next = e->draw[i];
+        if (next == -2) return sk_error(SK_ENOMEM, "out of memory while sampling");
+        if (next == -1) { q->finish = SRV_LENGTH; continue; }
         const int32_t *eos = j->chat ? s->chat_eos : s->eos;
         const int n_eos = j->chat ? s->n_chat_eos : s->n_eos;
         for (int k = 0; k < n_eos; k++)
             if (next == eos[k]) q->finish = SRV_STOP;     /* not part of the text, as sample */
         if (q->finish) continue;
-        if (j->logprobs >= 0) logprobs_of(model_lg, V, next, j->logprobs, &lp);
         q->ids[q->n++] = next;
         q->made++;
         if (!j->t_first) j->t_first = sk_now();
@@ -346,8 +375,8 @@ static int sample_all(serve *s) {
                 if (!g) return sk_error(SK_ENOMEM, "out of memory for logprobs");
                 q->lps = g; q->lp_cap = nc;
             }
-            lp.end = q->len;
-            q->lps[q->n_lp++] = lp;
+            q->lps[q->n_lp] = e->draw_lp[i];
+            q->lps[q->n_lp++].end = q->len;
         }
         if (!q->finish && (q->made >= j->max_tokens || q->n >= (size_t)s->ctx)) q->finish = SRV_LENGTH;
         if (q->finish) continue;
@@ -400,8 +429,9 @@ static void *engine_main(void *arg) {
                 job_fail(e, fresh[i], msg);
                 pthread_mutex_unlock(&e->mu);
             }
+        const int nd = draw_all(s, e->cand);
         pthread_mutex_lock(&e->mu);
-        int na = sample_all(s);
+        int na = take_draws(s, e->cand, nd);
         if (na < 0) {
             char msg[256];
             snprintf(msg, sizeof msg, "%s", sk_last_error());
@@ -443,12 +473,15 @@ int srv_engine_start(serve *s) {
     e->slot_used = calloc(n, sizeof *e->slot_used);
     e->logits = malloc(sizeof(float) * (size_t)n * V);
     e->lgb = malloc(sizeof(float) * (size_t)n * V);
-    e->raw = malloc(sizeof(float) * (size_t)V);
+    e->raw = calloc(n, sizeof *e->raw);
+    e->draw = malloc(sizeof(int32_t) * n);
+    e->draw_lp = malloc(sizeof(srv_lp) * n);
+    e->cand = malloc(sizeof(int) * n);
     e->act = malloc(sizeof(int) * n);
     e->nexts = malloc(sizeof(int32_t) * n);
     e->running = calloc(n, sizeof *e->running);
     if (!e->slot_job || !e->slot_seq || !e->slot_tok || !e->slot_n || !e->slot_exact || !e->slot_used || !e->logits ||
-        !e->lgb || !e->raw || !e->act || !e->nexts || !e->running)
+        !e->lgb || !e->raw || !e->draw || !e->draw_lp || !e->cand || !e->act || !e->nexts || !e->running)
         return sk_error(SK_ENOMEM, "out of memory");
     if (gen_dec_new(&e->dec, s->m, s->o->use_cuda, s->o->bf16 ? 2 : 0, s->ctx, 1, n)) return 1;
     if (pthread_create(&e->th, NULL, engine_main, s)) return sk_error(SK_EIO, "cannot start the engine's thread");
@@ -481,8 +514,9 @@ void srv_engine_free(serve *s) {
         pthread_join(e->th, NULL);
     }
     for (int a = 0; a < e->n_slots && e->slot_tok; a++) free(e->slot_tok[a]);
+    for (int a = 0; a < e->n_slots && e->raw; a++) free(e->raw[a]);
     free(e->slot_job); free(e->slot_seq); free(e->slot_tok); free(e->slot_n); free(e->slot_exact); free(e->slot_used);
-    free(e->logits); free(e->lgb); free(e->raw); free(e->act); free(e->nexts); free(e->running);
+    free(e->logits); free(e->lgb); free(e->raw); free(e->draw); free(e->draw_lp); free(e->cand); free(e->act); free(e->nexts); free(e->running);
     gen_dec_free(&e->dec);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);

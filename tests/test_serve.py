@@ -8,8 +8,9 @@
    logprobs; the prompt cache (a second chat sharing a long system message reuses its cache
    and still replies what a fresh `sample --chat` does);
 2. curl: the raw server-sent events (data: lines of JSON, data: [DONE]);
-3. load: 32 concurrent streaming clients through 8 slots: each reply equals the same request
-   served alone; the server's memory returns to its idle level;
+3. load: 32 concurrent streaming clients through 8 slots, some with prompts long enough to be
+   decoded in pieces between the others' steps (--prefill-chunk 64): each reply equals the
+   same request served alone; the server's memory returns to its idle level;
 4. bad input, each followed by a good request that succeeds: malformed JSON, wrong types,
    unknown model, max_tokens past the context, a prompt longer than the context, a body over
    --max-body, unknown path, wrong method, no or a wrong API key, a full queue, a client gone
@@ -229,8 +230,9 @@ def load(srv):
         params = {"max_tokens": 20 + k % 7, "stream": True, "seed": 1000 + k, "temperature": 0 if k % 3 == 0 else 0.8}
         if k % 2:
             reqs.append({"kind": "chat", "params": {"messages": [{"role": "user", "content": f"Question {k}: what happened?"}], **params}})
-        else:
-            reqs.append({"kind": "completion", "params": {"prompt": f"Item {k}: the Congress", **params}})
+        else:                                         # some long prompts: decoded in pieces between the others' steps
+            long = " and the Congress assembled" * (40 if k % 8 == 0 else 0)
+            reqs.append({"kind": "completion", "params": {"prompt": f"Item {k}: the Congress{long}", **params}})
     alone = client(srv, reqs)                          # one at a time: the reference
     client(srv, reqs, mode="concurrent")               # the warm-up: the threads' malloc arenas, once
     time.sleep(0.5)
@@ -357,7 +359,8 @@ def main():
     ok = ok and make_model(slow, "--n_layer", "4", "--n_head", "4", "--n_embd", "256", "--block_size", "1024", chars=True)
     if not check(ok, "models for the server"):
         finish()
-    srv = Server(model, "--parallel", "8", "--ctx", "512", "--alias", "m")
+    # prompts past 64 tokens are decoded in pieces, with the running requests' steps between them
+    srv = Server(model, "--parallel", "8", "--ctx", "512", "--alias", "m", "--prefill-chunk", "64")
     if not check(srv.port is not None, f"serve starts on a free port ({srv.log()[-300:]})"):
         finish()
     try:

@@ -24,6 +24,7 @@ static const command COMMANDS[] = {
     {"chat", cmd_chat, "converse with a chat model (its chat template; one message per line)"},
     {"init", cmd_init, "write a randomly initialised model"},
     {"export", cmd_export, "write a model as a Hugging Face folder (transformers' from_pretrained)"},
+    {"quantize", cmd_quantize, "write a model with 8-bit weights (q8_0) for faster CPU decoding"},
     {"info", cmd_info, "describe a preset, a config or a weights file"},
     {"bench", cmd_bench, "measure training and generation speed"},
     {"plot", cmd_plot, "draw loss curves of one or more runs as SVG"},

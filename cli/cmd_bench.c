@@ -282,6 +282,11 @@ static int bench_gen(sk_model *m, int gen, int S, sk_weights w) {
         printf("generate: %d tokens x %d sequence%s, %.1f tok/s (%s weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
                n, S, S > 1 ? "s" : "", (double)n * S / dt, w == SK_WEIGHTS_BF16 ? "bf16" : w == SK_WEIGHTS_Q8 ? "q8_0" : "fp32", bytes * n / dt / 1e9,
                sk_kvcache_bytes(kv) / 1048576.0, sk_kvcache_bytes_full(kv) / 1048576.0);
+        /* not built: K and V stay fp32; in q8_0 blocks (an int8 a value, an fp16 scale per 32)
+         * they would take 34 bytes per 128 */
+        if (w == SK_WEIGHTS_Q8)
+            printf("an 8-bit KV cache (q8_0 blocks, not built) would hold it in %.2f MiB, %.2f MiB less\n",
+                   sk_kvcache_bytes(kv) * (34.0 / 128) / 1048576.0, sk_kvcache_bytes(kv) * (94.0 / 128) / 1048576.0);
     }
     free(logits); free(tok); free(seqs);
     sk_kvcache_free(kv);

@@ -169,9 +169,9 @@ static void norm(const sk_model *m, float *out, const float *x, const float *w, 
  * 16 (bench --gen-seqs N). */
 #define SK_ROWS_MAX 12
 
-/* out (n, OC) = inp (n, IC) @ w^T + b, from the cache's bf16 copy of w if it has one: a few
- * rows read it directly; more widen it back to fp32 (exactly: bf16 -> fp32 is lossless), a
- * block of w32's rows at a time, for the GEMM, which is compute-bound there. */
+/* out (n, OC) = inp (n, IC) @ w^T + b, from the cache's 8-bit or bf16 copy of w if it has one:
+ * a few rows read it directly; more widen it back to fp32 (exactly: bf16 -> fp32 and q * d are
+ * lossless), a block of w32's rows at a time, for the GEMM, which is compute-bound there. */
 static void linear(const sk_kvcache *kv, float *out, const float *inp, const float *w, const float *b, int n, int IC, int OC) {
     if (kv->q8) {
         /* 8-bit weights: a few rows read them directly; more widen a block of rows to fp32 (exact:

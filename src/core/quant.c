@@ -58,7 +58,10 @@ void sk_q8_quantize(int8_t *q, uint16_t *d, const float *w, size_t n) {
         const float *x = w + b * SK_Q8_BLOCK;
         int8_t *o = q + b * SK_Q8_BLOCK;
         float amax = 0.0f;
-        for (int k = 0; k < SK_Q8_BLOCK; k++) amax = fmaxf(amax, fabsf(x[k]));
+        for (int k = 0; k < SK_Q8_BLOCK; k++) {      /* (fmaxf stays a call: NaN rules) */
+            float a = fabsf(x[k]);
+            amax = a > amax ? a : amax;
+        }
         /* the scale rounded up to fp16, so that no weight is clipped: each is within half a
          * step of its 8-bit value (rounding to nearest could put max|w| / d above 127, and in
          * fp16's subnormal range, below 2^-14, by a lot) */

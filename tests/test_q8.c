@@ -99,6 +99,28 @@ static void kernel_cases(void) {
         }
     CHECK(ok, "kernel: x . (q d) + b equals the double-precision sum over 24 shapes and 1-12 rows (worst |diff| / sum|terms| %.2e)", worst);
 
+    /* a row gives the same bits alone as in a batch of 1-12 rows (the weights are widened once
+     * for several rows, each row summed in the one order) */
+    {
+        const int OC = 40, IC = 160, NMAX = 12;
+        float *w = malloc(sizeof(float) * OC * IC), *x = malloc(sizeof(float) * NMAX * IC);
+        float *ob = malloc(sizeof(float) * NMAX * OC), *o1 = malloc(sizeof(float) * OC);
+        int8_t *q = malloc((size_t)OC * IC);
+        uint16_t *d = malloc(sizeof(uint16_t) * OC * IC / 32);
+        fill_uniform(w, (size_t)OC * IC, &s); fill_uniform(x, (size_t)NMAX * IC, &s);
+        sk_q8_quantize(q, d, w, (size_t)OC * IC);
+        int same = 1;
+        for (int N = 1; N <= NMAX; N++) {
+            sk_linear_forward_q8(ob, x, q, d, NULL, N, IC, OC);
+            for (int n = 0; n < N; n++) {
+                sk_linear_forward_q8(o1, x + (size_t)n * IC, q, d, NULL, 1, IC, OC);
+                same &= !memcmp(o1, ob + (size_t)n * OC, sizeof(float) * OC);
+            }
+        }
+        CHECK(same, "kernel: each row of a batch of 1-12 rows has the bits it has alone");
+        free(w); free(x); free(ob); free(o1); free(q); free(d);
+    }
+
     /* the same bits on 1 and 2 threads, with enough work to fork */
     const int OC = 512, IC = 768, N = 3;
     float *w = malloc(sizeof(float) * OC * IC), *x = malloc(sizeof(float) * N * IC);

@@ -14,6 +14,8 @@ bench/vs_ref.sh (a measured comparison on identical weights):
       the RoPE cos/sin although recent run.c ignores them), then wcls if unshared.
       run.c rotates adjacent pairs (2i, 2i+1); skiplm's files hold the q/k rows in Hugging
       Face's rotate-half order, so each head's rows are put back into pair order.
+  llama2.c's runq.c: its int8 file (export.py --version 2), the same tensors quantized in
+      groups of 64 with float32 scales (export_llama2c_q8 below).
   llama2.c's tokenizer.bin: int32 max_token_length, then per token float32 score,
       int32 length, bytes. Token i > 0 gets the one-character piece chr(0xF0000 + i)
       (Unicode private use plane 15: printable by run.c, never a space or a <0xNN> byte
@@ -24,7 +26,7 @@ bench/vs_ref.sh (a measured comparison on identical weights):
       the same text for the same ids.
 
 Usage:
-  export_ref.py WEIGHTS.safetensors [--llmc OUT.bin] [--llama2c OUT.bin]
+  export_ref.py WEIGHTS.safetensors [--llmc OUT.bin] [--llama2c OUT.bin] [--llama2c-q8 OUT.bin]
                 [--tokenizer OUT_TOK.bin] [--char-vocab OUT.json]
 helpers used by bench/vs_ref.sh:
   export_ref.py ids TEXT_FILE            token ids of a text made of the pieces above
@@ -244,7 +246,9 @@ def hf_to_pairs(w, n_heads):
     return np.asarray(w).reshape(n_heads, 2, d1 // n_heads // 2, d2).transpose(0, 2, 1, 3).reshape(d1, d2)
 
 
-def export_llama2c(st, c, out):
+def llama2c_parts(st, c):
+    """The tensors llama2.c's run.c and runq.c read, checked, in skiplm's names' order:
+    the q/k rows put back in adjacent-pair order, the classifier None when tied."""
     r = common_refusals(c, st)
     if c.family != "llama":
         r.append(f"family '{c.family}' (run.c is Llama: RMSNorm, RoPE, SwiGLU)")
@@ -268,51 +272,94 @@ def export_llama2c(st, c, out):
     if c.untied and not has_head:
         die(f"{st.path}: untied_head 1 but no lm_head.weight")
 
-    def layer(suffix, shape):
-        def get(l):
+    def layers(suffix, shape, fix=None):
+        out = []
+        for l in range(L):
             name = f"{p}layers.{l}.{suffix}"
             a = st.get(name)
             if a.shape != shape:
                 die(f"{st.path}: {name} has shape {list(a.shape)}, expected {list(shape)}")
-            return a
-        return get
+            out.append(fix(a) if fix else a)
+        return out
 
     emb = st.get(p + "embed_tokens.weight")
     if emb.shape[0] < c.V or emb.shape[1] != C:
         die(f"{st.path}: embed_tokens has shape {list(emb.shape)}, expected [{c.V}, {C}]")
+    return {
+        "emb": emb[: c.V],
+        "att_norm": layers("input_layernorm.weight", (C,)),
+        "wq": layers("self_attn.q_proj.weight", (C, C), lambda a: hf_to_pairs(a, c.H)),
+        "wk": layers("self_attn.k_proj.weight", (kv, C), lambda a: hf_to_pairs(a, c.Hkv)),
+        "wv": layers("self_attn.v_proj.weight", (kv, C)),
+        "wo": layers("self_attn.o_proj.weight", (C, C)),
+        "ffn_norm": layers("post_attention_layernorm.weight", (C,)),
+        "w1": layers("mlp.gate_proj.weight", (F, C)),
+        "w2": layers("mlp.down_proj.weight", (C, F)),
+        "w3": layers("mlp.up_proj.weight", (F, C)),
+        "norm": st.get(p + "norm.weight"),
+        "head": st.get("lm_head.weight")[: c.V] if c.untied else None,
+    }
+
+
+def export_llama2c(st, c, out):
+    t = llama2c_parts(st, c)
+    L, C, F, hs = c.L, c.C, c.F, c.C // c.H
     cfg = np.array([C, F, L, c.H, c.Hkv, -c.V if c.untied else c.V, c.T], dtype="<i4")
     with open(out, "wb") as f:
         cfg.tofile(f)
-        write_f32(f, emb[: c.V])
-        for l in range(L):
-            write_f32(f, layer("input_layernorm.weight", (C,))(l))
-        for l in range(L):
-            write_f32(f, hf_to_pairs(layer("self_attn.q_proj.weight", (C, C))(l), c.H))
-        for l in range(L):
-            write_f32(f, hf_to_pairs(layer("self_attn.k_proj.weight", (kv, C))(l), c.Hkv))
-        for l in range(L):
-            write_f32(f, layer("self_attn.v_proj.weight", (kv, C))(l))
-        for l in range(L):
-            write_f32(f, layer("self_attn.o_proj.weight", (C, C))(l))
-        for l in range(L):
-            write_f32(f, layer("post_attention_layernorm.weight", (C,))(l))
-        for l in range(L):
-            write_f32(f, layer("mlp.gate_proj.weight", (F, C))(l))
-        for l in range(L):
-            write_f32(f, layer("mlp.down_proj.weight", (C, F))(l))
-        for l in range(L):
-            write_f32(f, layer("mlp.up_proj.weight", (F, C))(l))
-        write_f32(f, st.get(p + "norm.weight"))
+        write_f32(f, t["emb"])
+        for k in ("att_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2", "w3"):
+            for a in t[k]:
+                write_f32(f, a)
+        write_f32(f, t["norm"])
         # freq_cis (seq_len, head_size/2): cos and sin of pos * theta^(-2j/hs)
         freqs = 1.0 / (10000.0 ** (np.arange(0, hs, 2, dtype=np.float64) / hs))
         ang = np.outer(np.arange(c.T, dtype=np.float64), freqs)
         write_f32(f, np.cos(ang))
         write_f32(f, np.sin(ang))
         if c.untied:
-            head = st.get("lm_head.weight")
-            write_f32(f, head[: c.V])
+            write_f32(f, t["head"])
     print(f"wrote {out}: llama2.c model, dim {C} hidden {F} layers {L} heads {c.H} kv_heads {c.Hkv} "
           f"vocab {c.V}{' (unshared classifier)' if c.untied else ''} seq_len {c.T}")
+
+
+def export_llama2c_q8(st, c, out, group=64):
+    """llama2.c's int8 file for runq.c (its export.py --version 2): a 256-byte header (uint32
+    magic "ak42", int32 version 2, the 7 config ints, uint8 shared classifier, int32 group
+    size, zeros), float32 RMSNorm weights (attention, MLP, final), then each matrix as int8
+    values and float32 scales, one per group of `group` consecutive values (max|w| / 127;
+    halved until it divides dim and hidden_dim): embedding, wq, wk, wv, wo, w1, w2, w3 of every layer, and
+    the classifier if unshared. The same weights as --llama2c, quantized the way runq.c's
+    exporter does (round half to even, no clipping)."""
+    t = llama2c_parts(st, c)
+    L, C, F = c.L, c.C, c.F
+    while C % group or F % group:       # runq.c's products and activations go in whole groups
+        group //= 2
+
+    def quantized(a):
+        w = np.asarray(a, dtype=np.float32).reshape(-1, group)
+        scale = np.abs(w).max(axis=1) / 127.0
+        safe = np.where(scale > 0, scale, 1.0).astype(np.float32)
+        q = np.round(w / safe[:, None]).astype(np.int8)
+        return q, scale.astype(np.float32)
+
+    with open(out, "wb") as f:
+        head = struct.pack("<Ii", 0x616B3432, 2) + struct.pack("<7i", C, F, L, c.H, c.Hkv, c.V, c.T)
+        head += struct.pack("<Bi", 0 if c.untied else 1, group)
+        f.write(head + b"\0" * (256 - len(head)))
+        for k in ("att_norm", "ffn_norm"):
+            for a in t[k]:
+                write_f32(f, a)
+        write_f32(f, t["norm"])
+        mats = [t["emb"]] + [a for k in ("wq", "wk", "wv", "wo", "w1", "w2", "w3") for a in t[k]]
+        if c.untied:
+            mats.append(t["head"])
+        for a in mats:
+            q, s = quantized(a)
+            f.write(q.tobytes())
+            write_f32(f, s)
+    print(f"wrote {out}: llama2.c int8 model (runq.c, group {group}), dim {C} hidden {F} layers {L} heads {c.H} "
+          f"kv_heads {c.Hkv} vocab {c.V}{' (unshared classifier)' if c.untied else ''} seq_len {c.T}")
 
 
 def piece(i):
@@ -442,7 +489,7 @@ def main(argv):
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in ("--llmc", "--llama2c", "--tokenizer", "--char-vocab", "--vocab"):
+        if a in ("--llmc", "--llama2c", "--llama2c-q8", "--tokenizer", "--char-vocab", "--vocab"):
             if i + 1 >= len(argv):
                 die(f"{a} needs a value")
             outs[a] = argv[i + 1]
@@ -458,8 +505,8 @@ def main(argv):
         usage()
     st = SafeTensors(weights) if weights else None
     c = Config(st) if st else None
-    if c is None and ("--llmc" in outs or "--llama2c" in outs):
-        die("--llmc / --llama2c need a weights file")
+    if c is None and ("--llmc" in outs or "--llama2c" in outs or "--llama2c-q8" in outs):
+        die("--llmc / --llama2c / --llama2c-q8 need a weights file")
     V = c.V if c else int(outs.get("--vocab", 0))
     if "--vocab" in outs and c and int(outs["--vocab"]) != c.V:
         die(f"--vocab {outs['--vocab']} contradicts the model's vocab_size {c.V}")
@@ -469,6 +516,8 @@ def main(argv):
         export_llmc(st, c, outs["--llmc"])
     if "--llama2c" in outs:
         export_llama2c(st, c, outs["--llama2c"])
+    if "--llama2c-q8" in outs:
+        export_llama2c_q8(st, c, outs["--llama2c-q8"])
     if "--tokenizer" in outs:
         export_tokenizer(V, outs["--tokenizer"])
     if "--char-vocab" in outs:

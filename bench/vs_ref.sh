@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # skiplm against two reference C programs on identical weights:
-#   llm.c's CPU trainer (train_gpt2.c, GPT-2 124M, B=4 T=64) and llama2.c's run.c (fp32 generation).
+#   llm.c's CPU trainer (train_gpt2.c, GPT-2 124M, B=4 T=64), llama2.c's run.c (fp32 generation)
+#   and runq.c (int8 generation).
 #
 # usage: bash bench/vs_ref.sh LLMC_DIR LLAMA2C_DIR [runs]
 #   LLMC_DIR     a directory with llm.c's built `train_gpt2`  (make train_gpt2, or
 #                gcc -Ofast -march=native -fopenmp -DOMP train_gpt2.c -lm -lgomp -o train_gpt2)
-#   LLAMA2C_DIR  a directory with llama2.c's built `run`      (make runomp, or
-#                gcc -Ofast -fopenmp -march=native run.c -lm -o run)
+#   LLAMA2C_DIR  a directory with llama2.c's built `run` and `runq` (make runomp, or
+#                gcc -Ofast -fopenmp -march=native run.c -lm -o run, and the same for runq.c)
 #   runs         timing runs of each program, alternated (default 3); 0 = correctness checks only
 #
 # Both programs get the same thread count: OMP_NUM_THREADS (default: all cores).
@@ -27,6 +28,10 @@
 #    `skiplm sample --greedy` on the same weights (same prompt, 253 new tokens), per shape of
 #    llama2.c's stories models with random weights; and of `skiplm sample --bf16` (the weights
 #    streamed as bf16, arithmetic fp32: a different precision, which llama2.c's run.c lacks).
+#  - llama2.c's runq.c: the same, on the same weights quantized to its int8 file (groups of 64,
+#    fp32 scales; bench/export_ref.py --llama2c-q8, as its export.py --version 2 writes it),
+#    against `skiplm sample --q8` (groups of 32, fp16 scales, quantized from the same fp32
+#    weights at load). Both read about a byte a weight; runq.c also quantizes the activations.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; fi
@@ -44,6 +49,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 
 [ -x "$SK" ] || { echo "build skiplm first (make)"; exit 1; }
 [ -x "$L2C_DIR/run" ] || { echo "no executable $L2C_DIR/run"; exit 1; }
+[ -x "$L2C_DIR/runq" ] || { echo "no executable $L2C_DIR/runq (llama2.c's make runomp builds it)"; exit 1; }
 [ "$SKIP_LLMC" = 1 ] || [ -x "$LLMC_DIR/train_gpt2" ] || { echo "no executable $LLMC_DIR/train_gpt2"; exit 1; }
 "$PY" -c "import numpy" 2>/dev/null || { echo "$PY lacks numpy (apt-get install python3-numpy)"; exit 1; }
 
@@ -99,6 +105,18 @@ EOF
         "$PY" "$EX" dump-check "$d/dump.safetensors" 3 | tail -1 | sed 's/^/  /' &&
         pass "llama2.c greedy: each run.c token is the argmax of skiplm eval's logits" ||
         fail "llama2.c greedy: run.c's tokens are not skiplm eval's argmax"
+    # 8-bit: runq.c on its int8 file and skiplm --q8 (different quantizations of the same
+    # weights) continue as run.c does until a near tie (this model's smallest top-1/top-2 margin
+    # is about 0.005) turns one of them; a misread file would differ from the first tokens
+    "$PY" "$EX" "$m" --llama2c-q8 "$d/mq.bin" >/dev/null
+    "$L2C_DIR/runq" "$d/mq.bin" -z "$d/tok.bin" -t 0 -n $n -i "$prompt" > "$d/runq.txt" 2>/dev/null || { fail "llama2.c check: runq.c failed"; return; }
+    "$SK" sample "$m" --tokenizer "$d/vocab.json" --prompt "$(piece 1) $prompt" --tokens $gen --greedy --quiet --q8 > "$d/skq.txt" 2>/dev/null
+    local rq sq nq ns
+    rq=$("$PY" "$EX" ids "$d/runq.txt" | cut -d' ' -f3-); sq=$("$PY" "$EX" ids "$d/skq.txt")
+    same() { "$PY" -c "import sys; a, b = sys.argv[1].split(), sys.argv[2].split(); print(next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))" "$1" "$2"; }
+    nq=$(same "$rq" "$r"); ns=$(same "$sq" "$r")
+    if [ "$nq" -ge 8 ] && [ "$ns" -ge 8 ]; then pass "llama2.c greedy, 8-bit: runq.c follows run.c for $nq tokens, skiplm sample --q8 for $ns (of $gen)"
+    else fail "llama2.c greedy, 8-bit: runq.c [$rq] ($nq tokens as run.c) skiplm --q8 [$sq] ($ns) vs run.c [$r]"; fi
 }
 
 # ------------------------------------------------------------------ llm.c: step-0 loss check
@@ -171,7 +189,7 @@ check_llama2c
 [ "$RUNS" -gt 0 ] || { [ $FAIL = 0 ] && echo "all checks passed"; exit $FAIL; }
 
 echo "== timing ($RUNS runs each, alternated; OMP_NUM_THREADS=$OMP_NUM_THREADS)"
-ROWS=()
+ROWS=(); Q8ROWS=()
 if [ "$SKIP_LLMC" != 1 ]; then
     ref_all=""; sk_all=""
     for r in $(seq 1 "$RUNS"); do
@@ -190,8 +208,8 @@ for shape in $SHAPES; do
     d=$W/$shape; mkdir -p "$d"
     # shellcheck disable=SC2086
     "$SK" init "$d/m.safetensors" --family llama --bias 0 --vocab_size 32000 --norm_eps 1e-5 --rope_theta 10000 $cfg > /dev/null
-    "$PY" "$EX" "$d/m.safetensors" --llama2c "$d/m.bin" --tokenizer "$d/tok.bin" --char-vocab "$d/vocab.json" > /dev/null
-    ref_all=""; sk_all=""; bf_all=""
+    "$PY" "$EX" "$d/m.safetensors" --llama2c "$d/m.bin" --llama2c-q8 "$d/mq.bin" --tokenizer "$d/tok.bin" --char-vocab "$d/vocab.json" > /dev/null
+    ref_all=""; sk_all=""; bf_all=""; rq_all=""; q8_all=""
     for r in $(seq 1 "$RUNS"); do
         "$L2C_DIR/run" "$d/m.bin" -z "$d/tok.bin" -t 0 -n 256 -i "$(piece 2)" > "$d/run.txt" 2> "$d/run_err.txt"
         ntok=$("$PY" "$EX" ids "$d/run.txt" | wc -w)
@@ -204,14 +222,27 @@ for shape in $SHAPES; do
         bf=$("$SK" sample "$d/m.safetensors" --tokenizer "$d/vocab.json" --prompt "$(piece 1) $(piece 2)" --tokens 253 --greedy --bf16 2>&1 >/dev/null |
              sed -n 's/.*new tokens at \([0-9.]*\) tok\/s.*/\1/p')
         bf_all="$bf_all $bf"
-        echo "  run $r: $shape llama2.c run $ts tok/s, skiplm sample $sk tok/s, skiplm sample --bf16 $bf tok/s"
+        "$L2C_DIR/runq" "$d/mq.bin" -z "$d/tok.bin" -t 0 -n 256 -i "$(piece 2)" > "$d/runq.txt" 2> "$d/runq_err.txt"
+        tq=$(sed -n 's/^achieved tok\/s: \([0-9.]*\).*/\1/p' "$d/runq_err.txt")
+        rq_all="$rq_all $tq"
+        q8=$("$SK" sample "$d/m.safetensors" --tokenizer "$d/vocab.json" --prompt "$(piece 1) $(piece 2)" --tokens 253 --greedy --q8 2>&1 >/dev/null |
+             sed -n 's/.*new tokens at \([0-9.]*\) tok\/s.*/\1/p')
+        q8_all="$q8_all $q8"
+        echo "  run $r: $shape llama2.c run $ts tok/s, skiplm sample $sk tok/s, skiplm sample --bf16 $bf tok/s, llama2.c runq $tq tok/s, skiplm sample --q8 $q8 tok/s"
     done
+    ratio() { awk -v a="$(echo "$1" | median)" -v b="$(echo "$2" | median)" 'BEGIN {printf "%.2fx", b/a}'; }
     ROWS+=("$(printf '%-34s %14s %14s %8s %14s %8s' "$shape generate (tok/s)" "$(echo "$ref_all" | median)" "$(echo "$sk_all" | median)" \
-        "$(awk -v a="$(echo "$ref_all" | median)" -v b="$(echo "$sk_all" | median)" 'BEGIN {printf "%.2fx", b/a}')" \
-        "$(echo "$bf_all" | median)" "$(awk -v a="$(echo "$ref_all" | median)" -v b="$(echo "$bf_all" | median)" 'BEGIN {printf "%.2fx", b/a}')")")
+        "$(ratio "$ref_all" "$sk_all")" "$(echo "$bf_all" | median)" "$(ratio "$ref_all" "$bf_all")")")
+    Q8ROWS+=("$(printf '%-34s %14s %14s %8s %14s %8s' "$shape generate (tok/s)" "$(echo "$rq_all" | median)" "$(echo "$q8_all" | median)" \
+        "$(ratio "$rq_all" "$q8_all")" "$(echo "$bf_all" | median)" "$(ratio "$bf_all" "$q8_all")")")
 done
 echo
 printf '%-34s %14s %14s %8s %14s %8s\n' "medians, OMP_NUM_THREADS=$OMP_NUM_THREADS" "reference" "skiplm" "speedup" "skiplm bf16" "speedup"
 for row in "${ROWS[@]}"; do echo "$row"; done
+if [ ${#Q8ROWS[@]} -gt 0 ]; then
+    echo
+    printf '%-34s %14s %14s %8s %14s %8s\n' "8-bit weights, medians" "runq.c" "skiplm --q8" "speedup" "skiplm bf16" "q8/bf16"
+    for row in "${Q8ROWS[@]}"; do echo "$row"; done
+fi
 [ $FAIL = 0 ] || echo "some correctness checks FAILED"
 exit $FAIL

@@ -78,4 +78,5 @@ int cmd_bench(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 #endif

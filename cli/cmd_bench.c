@@ -253,15 +253,16 @@ static int bench_train(sk_model *m, int B, int T, int steps, int warmup, int rec
 }
 
 /* The generation benchmark on the CPU: gen tokens (at most block_size - 1) for each of S
- * sequences side by side from one start token (as sample --samples); bf16: bf16 weights. */
-static int bench_gen(sk_model *m, int gen, int S, int bf16) {
+ * sequences side by side from one start token (as sample --samples), with weights w (fp32, bf16
+ * or 8-bit). */
+static int bench_gen(sk_model *m, int gen, int S, sk_weights w) {
     const sk_config *cfg = sk_model_config(m);
     int n = gen < cfg->block_size ? gen : cfg->block_size - 1, V = cfg->vocab_size;
     sk_kvcache *kv = NULL;
     float *logits = malloc(sizeof(float) * (size_t)S * V);
     int32_t *tok = calloc(S, sizeof(int32_t));
     int *seqs = malloc(sizeof(int) * S);
-    int bad = !logits || !tok || !seqs ? sk_error(SK_ENOMEM, "out of memory") : sk_kvcache_new_seqs(&kv, m, n + 1, S, bf16);
+    int bad = !logits || !tok || !seqs ? sk_error(SK_ENOMEM, "out of memory") : sk_kvcache_new_seqs(&kv, m, n + 1, S, w);
     bad = bad || sk_model_decode(m, kv, tok, 1, logits);
     for (int s = 0; s < S && !bad; s++) {
         seqs[s] = s;
@@ -276,10 +277,16 @@ static int bench_gen(sk_model *m, int gen, int S, int bf16) {
     }
     double dt = sk_now() - t0;
     if (!bad) {
-        double bytes = (bf16 ? 2.0 : 4.0) * sk_model_num_params(m);
+        /* q8_0: a byte per weight and an fp16 scale per 32 */
+        double bytes = (w == SK_WEIGHTS_BF16 ? 2.0 : w == SK_WEIGHTS_Q8 ? 34.0 / 32.0 : 4.0) * sk_model_num_params(m);
         printf("generate: %d tokens x %d sequence%s, %.1f tok/s (%s weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
-               n, S, S > 1 ? "s" : "", (double)n * S / dt, bf16 ? "bf16" : "fp32", bytes * n / dt / 1e9,
+               n, S, S > 1 ? "s" : "", (double)n * S / dt, w == SK_WEIGHTS_BF16 ? "bf16" : w == SK_WEIGHTS_Q8 ? "q8_0" : "fp32", bytes * n / dt / 1e9,
                sk_kvcache_bytes(kv) / 1048576.0, sk_kvcache_bytes_full(kv) / 1048576.0);
+        /* not built: K and V stay fp32; in q8_0 blocks (an int8 a value, an fp16 scale per 32)
+         * they would take 34 bytes per 128 */
+        if (w == SK_WEIGHTS_Q8)
+            printf("an 8-bit KV cache (q8_0 blocks, not built) would hold it in %.2f MiB, %.2f MiB less\n",
+                   sk_kvcache_bytes(kv) * (34.0 / 128) / 1048576.0, sk_kvcache_bytes(kv) * (94.0 / 128) / 1048576.0);
     }
     free(logits); free(tok); free(seqs);
     sk_kvcache_free(kv);
@@ -289,7 +296,7 @@ static int bench_gen(sk_model *m, int gen, int S, int bf16) {
 int cmd_bench(int argc, char **argv) {
     int gen_seqs = 1;
     int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1, tf32 = 0, bf16 = 0,
-        profile = 0;
+        q8 = 0, profile = 0;
     const char *device = "cpu";
     float peak_tflops = 0;
     cli_opt opts[] = {
@@ -305,6 +312,7 @@ int cmd_bench(int argc, char **argv) {
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &bf16, "with --device cuda: bf16 mixed precision (bf16 GEMMs, fp32 master weights); on the CPU: generation with bf16 weights"},
+        {"q8", 'b', &q8, "on the CPU: generation with 8-bit weights (q8_0, as sample --q8)"},
         {"peak-tflops", 'f', &peak_tflops, "with --device cuda: also report MFU against this peak (e.g. 989 for H100 SXM bf16 dense)"},
         {"profile", 'i', &profile, "with --device cuda: N more training steps (and the decoding steps) timed per op with CUDA events, as a table (0)"},
         {0},
@@ -323,6 +331,10 @@ int cmd_bench(int argc, char **argv) {
     const int use_cuda = cli_device("bench", device);
     if (use_cuda < 0) return 2;
     if (tf32 && bf16) { fprintf(stderr, "skiplm bench: --tf32 and --bf16 exclude each other\n"); return 2; }
+    if (q8 && (bf16 || use_cuda || no_gen || gen == 0)) {
+        fprintf(stderr, "skiplm bench: --q8 applies to the CPU's generation benchmark, without --bf16\n");
+        return 2;
+    }
     if (gen_seqs < 1 || gen_seqs > SK_KV_MAX_SEQS) { fprintf(stderr, "skiplm bench: --gen-seqs must be in [1, %d]\n", SK_KV_MAX_SEQS); return 2; }
     if (gen_seqs > 1 && use_cuda) { fprintf(stderr, "skiplm bench: --gen-seqs is for the CPU (the CUDA decoder runs one sequence)\n"); return 2; }
     if (profile && !use_cuda) { fprintf(stderr, "skiplm bench: --profile needs --device cuda\n"); return 2; }
@@ -345,7 +357,7 @@ int cmd_bench(int argc, char **argv) {
     if (sk_model_new(&m, &cfg, 1)) return cli_fail("bench");
     sk_model_set_recompute(m, recompute);
     printf("parameters: %.2fM\n", sk_model_num_params(m) / 1e6);
-    if ((!no_train && (rc = bench_train(m, B, T, steps, warmup, recompute))) || (!no_gen && gen > 0 && (rc = bench_gen(m, gen, gen_seqs, bf16)))) {
+    if ((!no_train && (rc = bench_train(m, B, T, steps, warmup, recompute))) || (!no_gen && gen > 0 && (rc = bench_gen(m, gen, gen_seqs, q8 ? SK_WEIGHTS_Q8 : bf16 ? SK_WEIGHTS_BF16 : SK_WEIGHTS_F32)))) {
         sk_model_free(m);
         return rc;
     }

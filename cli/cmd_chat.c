@@ -13,7 +13,7 @@
 /* The command line. */
 typedef struct {
     const char *model, *tok_path, *device, *system, *chat_tpl, *tools_file;
-    int n_head, n_new, greedy, quiet, tf32, bf16, max_ctx, use_cuda;
+    int n_head, n_new, greedy, quiet, tf32, bf16, q8, max_ctx, use_cuda;
     sk_sampling sp;
     uint64_t seed;
 } chat_opts;
@@ -143,6 +143,7 @@ static int parse_opts(chat_opts *o, int argc, char **argv) {
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
         {"bf16", 'b', &o->bf16, "bf16 copy of the weights for the matrix products (CPU or --device cuda)"},
+        {"q8", 'b', &o->q8, "8-bit weights (q8_0: int8 in blocks of 32, one fp16 scale each) for the matrix products, fp32 everything else (CPU; implied by a quantized file, skiplm quantize)"},
         {"n_head", 'i', &o->n_head, CLI_N_HEAD_HELP},
         {0},
     };
@@ -159,6 +160,7 @@ static int parse_opts(chat_opts *o, int argc, char **argv) {
     }
     if ((o->use_cuda = cli_device("chat", o->device)) < 0) return 2;
     if (o->tf32 && (o->bf16 || !o->use_cuda)) { fprintf(stderr, "skiplm chat: --tf32 needs --device cuda, without --bf16\n"); return 2; }
+    if (o->q8 && (o->bf16 || o->use_cuda)) { fprintf(stderr, "skiplm chat: --q8 is for the CPU, without --bf16\n"); return 2; }
     if (o->use_cuda && !cli_cuda_built("chat")) return 2;
     return 0;
 }
@@ -188,7 +190,7 @@ static int start(chatter *c, const chat_opts *o) {
     c->tty = isatty(0);
     c->view = malloc(sizeof *c->view * 2);
     if (!c->logits || !c->cached || !c->view) return sk_error(SK_ENOMEM, "out of memory"), 1;
-    if (gen_dec_new(&c->dec, c->m, o->use_cuda, o->bf16 ? 2 : o->tf32 ? 1 : 0, c->ctx, o->quiet, 1)) return 1;
+    if (gen_dec_new(&c->dec, c->m, o->use_cuda, o->q8 ? 3 : o->bf16 ? 2 : o->tf32 ? 1 : 0, c->ctx, o->quiet, 1)) return 1;
     if (c->tty && !o->quiet)
         fprintf(stderr, "[%d positions of context; /reset starts over, /quit ends; end a line with \\ to go on]\n", c->ctx);
     /* older turns are dropped to leave a reply this much room */

@@ -15,7 +15,7 @@
 typedef struct {
     const char *weights, *dump, *device;
     char **shards;
-    int n_shards, n_head, B, T, max_batches, tf32, bf16, use_cuda;
+    int n_shards, n_head, B, T, max_batches, tf32, bf16, q8, use_cuda;
 } eval_opts;
 
 /* An evaluation: the model, its loader and the inputs, targets (and logits) of every batch
@@ -45,6 +45,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &o->bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
+        {"q8", 'b', &o->q8, "the model with its 2-D weights quantized to 8 bits (q8_0, as sample --q8 decodes; fp32 activations), on the CPU; implied by a quantized file"},
         {"n_head", 'i', &o->n_head, CLI_N_HEAD_HELP},
         {0},
     };
@@ -63,6 +64,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
         fprintf(stderr, "skiplm eval: --%s needs --device cuda\n", o->tf32 ? "tf32" : "bf16");
         return 2;
     }
+    if (o->q8 && (o->use_cuda || o->bf16 || o->tf32)) { fprintf(stderr, "skiplm eval: --q8 is for the CPU, without --bf16 or --tf32\n"); return 2; }
     if (o->use_cuda && !cli_cuda_built("eval")) return 2;
     return 0;
 }
@@ -86,6 +88,14 @@ static int check_memory(const eval_run *e, const eval_opts *o) {
 static int open_eval(eval_run *e, eval_opts *o) {
     if (cli_load_model(&e->m, o->weights, o->n_head)) return cli_fail("eval");
     e->c = sk_model_config(e->m);
+    /* 8-bit weights: the fp32 forward pass of their dequantized values, which is what 8-bit
+     * decoding computes (its activations stay fp32) */
+    if (sk_model_q8(e->m) && o->use_cuda) {
+        fprintf(stderr, "skiplm eval: %s holds 8-bit weights: evaluate it on the CPU\n", o->weights);
+        return 2;
+    }
+    if (o->q8 && sk_model_quantize_q8(e->m)) return cli_fail("eval");
+    if (sk_model_q8(e->m)) fprintf(stderr, "skiplm eval: weights in 8 bits (q8_0)%s\n", o->q8 ? "" : ", as the file holds them");
     if (o->T <= 0) o->T = e->c->block_size;
     if (o->T > e->c->block_size) {
         fprintf(stderr, "skiplm eval: --seq %d exceeds the model's block_size %d\n", o->T, e->c->block_size);

@@ -23,6 +23,11 @@ int cmd_export(int argc, char **argv) {
     if (np != 1 || !out) { fprintf(stderr, "skiplm export: give the weights and --out DIR\n"); return 2; }
     sk_model *m;
     if (cli_load_model(&m, pos[0], n_head)) return cli_fail("export");
+    if (sk_model_q8(m)) {
+        fprintf(stderr, "skiplm export: %s holds 8-bit weights (skiplm quantize): export needs the fp32 weights it was quantized from\n", pos[0]);
+        sk_model_free(m);
+        return 1;
+    }
     if (cli_mkdir_p(out)) {
         fprintf(stderr, "skiplm export: %s: %s\n", out, strerror(errno));
         sk_model_free(m);

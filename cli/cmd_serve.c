@@ -18,6 +18,7 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
         {"parallel", 'i', &o->parallel, "sequences decoded side by side, in one batch per step (the KV cache holds this many); more requests wait in the queue (4 on the CPU, 1 on a GPU)"},
         {"ctx", 'i', &o->ctx, "positions of each sequence's KV cache: prompt + reply, at most the model's block_size (block_size, at most 4096)"},
         {"bf16", 'b', &o->bf16, "bf16 copy of the weights for the matrix products (half the bytes a step reads), fp32 everything else"},
+        {"q8", 'b', &o->q8, "8-bit weights (q8_0) for the matrix products, a quarter of fp32's bytes (CPU; implied by a quantized file, skiplm quantize)"},
         {"api-key", 's', &o->api_key, "requests must carry 'Authorization: Bearer KEY' (GET /health excepted); also read from SKIPLM_API_KEY"},
         {"alias", 's', &o->alias, "the model's name in the API (default: the last part of MODEL's path)"},
         {"tokenizer", 's', &o->tok_path, "the tokenizer (default: the checkpoint's, or beside the weights)"},
@@ -47,6 +48,7 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
                 "--grace >= 0, --prefill-chunk a multiple of %d\n", SK_KV_MAX_SEQS, SK_DECODE_CHUNK);
         return 2;
     }
+    if (o->q8 && (o->bf16 || o->use_cuda)) { fprintf(stderr, "skiplm serve: --q8 is for the CPU, without --bf16\n"); return 2; }
     if (o->use_cuda && o->parallel != 1) { fprintf(stderr, "skiplm serve: --device cuda decodes one sequence at a time: --parallel 1\n"); return 2; }
     if (o->api_key && !*o->api_key) { fprintf(stderr, "skiplm serve: --api-key is empty\n"); return 2; }
     return 0;

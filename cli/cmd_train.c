@@ -155,6 +155,8 @@ static int open_start(train_run *r, int argc, char **argv) {
         snprintf(r->ckpt_path, sizeof r->ckpt_path, is_dir(r->resume) ? "%s/ckpt.safetensors" : "%s", r->resume);
         if (sk_st_read(r->ckpt_path, &r->ck) || sk_model_load_st(&r->m, &r->ck, r->ckpt_path, NULL))
             return fail("cannot resume: %s", sk_last_error());
+        if (sk_model_q8(r->m))
+            return fail("cannot resume: %s holds 8-bit weights (skiplm quantize), not a training checkpoint", r->ckpt_path);
         if (!sk_st_meta(&r->ck, "train.step"))
             return fail("cannot resume: %s is a weights file, not a training checkpoint (use --init to start from it)", r->ckpt_path);
         r->cfg = *sk_model_config(r->m);
@@ -163,6 +165,8 @@ static int open_start(train_run *r, int argc, char **argv) {
         if (cli_load_model(&r->m, init, nh ? atoi(nh) : 0)) return cli_fail("train");
         r->cfg = *sk_model_config(r->m);
     }
+    if (r->m && sk_model_q8(r->m))
+        return fail("%s holds 8-bit weights (skiplm quantize): training needs the fp32 weights it was quantized from", init);
     return 0;
 }
 

@@ -25,6 +25,7 @@ static const command COMMANDS[] = {
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server (completions, chat, streaming, batching)"},
     {"init", cmd_init, "write a randomly initialised model"},
     {"export", cmd_export, "write a model as a Hugging Face folder (transformers' from_pretrained)"},
+    {"quantize", cmd_quantize, "write a model with 8-bit weights (q8_0) for faster CPU decoding"},
     {"info", cmd_info, "describe a preset, a config or a weights file"},
     {"bench", cmd_bench, "measure training and generation speed"},
     {"plot", cmd_plot, "draw loss curves of one or more runs as SVG"},

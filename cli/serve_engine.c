@@ -532,7 +532,7 @@ int srv_engine_start(serve *s) {
     if (!e->slot_job || !e->slot_seq || !e->slot_tok || !e->slot_n || !e->slot_exact || !e->slot_used || !e->logits ||
         !e->lgb || !e->raw || !e->draw || !e->draw_lp || !e->cand || !e->act || !e->nexts || !e->running)
         return sk_error(SK_ENOMEM, "out of memory");
-    if (gen_dec_new(&e->dec, s->m, s->o->use_cuda, s->o->bf16 ? 2 : 0, s->ctx, 1, n)) return 1;
+    if (gen_dec_new(&e->dec, s->m, s->o->use_cuda, s->o->q8 ? 3 : s->o->bf16 ? 2 : 0, s->ctx, 1, n)) return 1;
     if (pthread_create(&e->th, NULL, engine_main, s)) return sk_error(SK_EIO, "cannot start the engine's thread");
     e->th_started = 1;
     return 0;

@@ -2,7 +2,8 @@
  * safetensors image (sk_st_read_mem: the same checks as a file), seeded with small valid
  * model files and a checkpoint. Models are capped at 16 MB by sk_set_memory_limit, so a
  * config asking for more must be refused up front. An accepted model runs a forward pass
- * and sk_train_cfg_from_st / sk_trainer_resume see the same image as a checkpoint. */
+ * and sk_train_cfg_from_st / sk_trainer_resume see the same image as a checkpoint; an 8-bit
+ * (quantized) one also decodes two tokens with its 8-bit weights. */
 #include "base/fileio.h"
 #include "fuzz_util.h"
 #include "skiplm.h"
@@ -41,6 +42,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     const sk_config *c = sk_model_config(m);
     int T = fuzz_forward(m);
+    /* an 8-bit file: its int8 values and scales through the decoding kernel */
+    if (sk_model_q8(m)) {
+        sk_kvcache *kv;
+        float *lg = malloc(sizeof(float) * c->vocab_size);
+        int32_t tok[2] = {0, 1 % c->vocab_size};
+        if (lg && sk_kvcache_new_seqs(&kv, m, 2 < c->block_size ? 2 : c->block_size, 1, SK_WEIGHTS_Q8) == 0) {
+            sk_model_decode(m, kv, tok, 2 < c->block_size ? 2 : c->block_size, lg);
+            sk_kvcache_free(kv);
+        }
+        free(lg);
+    }
     /* the same image as a checkpoint */
     sk_train_cfg tc;
     sk_train_default(&tc);

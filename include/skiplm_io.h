@@ -63,6 +63,10 @@ void sk_st_writer_free(sk_st_writer *w);
 /* Weights as safetensors (docs/files.md): nanoGPT/HF names, config in __metadata__.
  * lm_head.weight is tied to transformer.wte.weight and not stored twice. */
 int sk_model_save(const sk_model *m, const char *path);
+/* The same with more metadata: meta holds key, value pairs and ends with NULL (a NULL value
+ * skips its key). A quantized model (sk_model_q8) is written as int8 matrices with fp16 scales
+ * and "quantization": "q8_0" (docs/files.md); sk_model_load reads it back as it was. */
+int sk_model_save_meta(const sk_model *m, const char *path, const char *const *meta);
 /* Load a file, or a folder holding model.safetensors (as Hugging Face writes it). Config
  * comes from the metadata, or for a file without skiplm metadata from HF's config.json
  * beside it (model_type gpt2 or llama), else from the shapes; fields given in override

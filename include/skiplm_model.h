@@ -124,6 +124,15 @@ int sk_model_forward_backward(sk_model *m, const int32_t *inputs, const int32_t 
                               float *loss);
 void sk_model_zero_grad(sk_model *m);
 
+/* 8-bit weights (Q8_0): every 2-D weight (matrices, embeddings, learned positions, lm_head)
+ * in blocks of 32 consecutive inputs of a row, each block int8 values q and one fp16 scale d
+ * (max|w| / 127), the weight being q * d. In place: the fp32 weights become their dequantized
+ * values (so the full forward pass, eval, computes the quantized model), an 8-bit copy is kept
+ * for decoding (SK_WEIGHTS_Q8) and sk_model_save writes the quantized file (docs/files.md).
+ * Needs n_embd and the MLP width to be multiples of 32. Training refuses a quantized model. */
+int sk_model_quantize_q8(sk_model *m);
+int sk_model_q8(const sk_model *m);       /* 1: quantized (sk_model_quantize_q8 or a quantized file) */
+
 /* Per-phase timers (seconds, accumulated since the last reset). */
 typedef struct { double matmul, attention, norm, elementwise, classifier; } sk_phase_times;
 void sk_model_phase_times(const sk_model *m, sk_phase_times *t, int reset);
@@ -164,7 +173,14 @@ int sk_model_decode(sk_model *m, sk_kvcache *kv, const int32_t *tokens, int n, f
  * step reads every weight matrix once for all its sequences, so it costs about what one
  * sequence's step costs while the weights' traffic dominates. */
 #define SK_KV_MAX_SEQS 1024
-int sk_kvcache_new_seqs(sk_kvcache **kv, const sk_model *m, int max_T, int n_seq, int bf16);
+/* The weights a decoding step reads: the model's fp32 ones, a bf16 copy (as
+ * sk_kvcache_new_bf16), or 8-bit ones (the model's own if it is quantized, else a Q8_0 copy
+ * made with the cache, as sk_model_quantize_q8 makes them, leaving the model unchanged).
+ * With 8-bit weights the activations stay fp32: the logits equal fp32 decoding of the
+ * dequantized model up to summation order. */
+typedef enum { SK_WEIGHTS_F32 = 0, SK_WEIGHTS_BF16 = 1, SK_WEIGHTS_Q8 = 2 } sk_weights;
+int sk_kvcache_new_seqs(sk_kvcache **kv, const sk_model *m, int max_T, int n_seq, sk_weights weights);
+sk_weights sk_kvcache_weights(const sk_kvcache *kv);
 int sk_kvcache_n_seq(const sk_kvcache *kv);
 int sk_kvcache_seq_pos(const sk_kvcache *kv, int s);      /* tokens in sequence s (-1: no such s) */
 void sk_kvcache_seq_truncate(sk_kvcache *kv, int s, int n); /* as sk_kvcache_truncate; 0 resets */

@@ -159,6 +159,56 @@ def llama2c_case(tmp):
           f"tokenizer.bin: {len(pieces)} distinct pieces, id 0 the space run.c looks up; vocab.json gives each id the same piece")
 
 
+def llama2c_q8_case(tmp):
+    """--llama2c-q8 (runq.c's int8 file): header, fp32 norms, then each matrix as int8 values and
+    fp32 group scales, in runq.c's order; dequantized, within half a step of the fp32 export's
+    (run.c's file: the same q/k row order) and using the int8 range."""
+    L, H, Hkv, C, F, V, T = 2, 4, 2, 64, 96, 60, 16
+    kv = Hkv * C // H
+    src = os.path.join(tmp, "q.safetensors")
+    init(src, "--family", "llama", "--n_layer", str(L), "--n_head", str(H), "--n_kv_head", str(Hkv),
+         "--n_embd", str(C), "--ffn_hidden", str(F), "--vocab_size", str(V), "--block_size", str(T),
+         "--norm_eps", "1e-5", "--rope_theta", "10000")
+    f32, q8 = os.path.join(tmp, "q32.bin"), os.path.join(tmp, "q8.bin")
+    r = export(src, "--llama2c", f32, "--llama2c-q8", q8)
+    if r.returncode:
+        check(False, f"llama2.c int8 export: {r.stderr.strip()}")
+        return
+    a, b = open(f32, "rb").read(), open(q8, "rb").read()
+    magic, version = struct.unpack_from("<Ii", b, 0)
+    cfg = struct.unpack_from("<7i", b, 8)
+    shared, gs = struct.unpack_from("<Bi", b, 36)
+    check(magic == 0x616B3432 and version == 2 and cfg == (C, F, L, H, Hkv, V, T) and shared == 1 and gs == 32 and not any(b[41:256]),
+          f"llama2.c int8 header: ak42, version 2, config {cfg}, shared classifier, group {gs} (64 halved to divide hidden {F})")
+    # the fp32 file's tensors, in its order
+    off, t32 = 28, {}
+    t32["emb"], off = floats(a, off, V * C)
+    order = [("att", (C,)), ("wq", (C, C)), ("wk", (kv, C)), ("wv", (kv, C)), ("wo", (C, C)), ("ffn", (C,)),
+             ("w1", (F, C)), ("w2", (C, F)), ("w3", (F, C))]
+    for k, shape in order:
+        for l in range(L):
+            t32[(k, l)], off = floats(a, off, int(np.prod(shape)))
+    t32["norm"], off = floats(a, off, C)
+    off, ok = 256, True
+    for k in ("att", "ffn"):
+        for l in range(L):
+            x, off = floats(b, off, C)
+            ok &= np.array_equal(x, t32[(k, l)])
+    x, off = floats(b, off, C)
+    ok &= np.array_equal(x, t32["norm"])
+    worst, full = 0.0, True
+    for w in [t32["emb"]] + [t32[(k, l)] for k, _ in order if k not in ("att", "ffn") for l in range(L)]:
+        n = w.size
+        q = np.frombuffer(b, dtype=np.int8, count=n, offset=off).astype(np.float64).reshape(-1, gs)
+        s, off = floats(b, off + n, n // gs)
+        err = np.abs(q * s.reshape(-1, 1) - w.reshape(-1, gs)) / s.reshape(-1, 1)
+        worst = max(worst, float(err.max()))
+        full &= bool((np.abs(q).max(axis=1) == 127).all())
+    check(ok and off == len(b) and worst <= 0.5 + 1e-5 and full,
+          f"llama2.c int8 model: norms as fp32, every matrix within {worst:.3f} of a step of run.c's file's, "
+          f"each group reaching 127, {off} of {len(b)} bytes")
+
+
 def bad_cases(tmp):
     def refused(name, args, needle):
         outs = [a for a in args if a.endswith(".bin")]
@@ -193,5 +243,6 @@ def bad_cases(tmp):
 with tempfile.TemporaryDirectory() as tmp:
     llmc_case(tmp)
     llama2c_case(tmp)
+    llama2c_q8_case(tmp)
     bad_cases(tmp)
 finish()

@@ -147,7 +147,7 @@ static void batch_case(const char *name, sk_config cfg, int bf16) {
     if (!m) return;
     const int V = cfg.vocab_size, maxT = PB + STEPS + 1;   /* = 7 + STEPS: C fills sequences 9, 5, 2 */
     sk_kvcache *kb = NULL, *k1 = NULL;
-    int ok = sk_kvcache_new_seqs(&kb, m, maxT, NS, bf16) == 0 && sk_kvcache_new_seqs(&k1, m, maxT, 1, bf16) == 0;
+    int ok = sk_kvcache_new_seqs(&kb, m, maxT, NS, (sk_weights)bf16) == 0 && sk_kvcache_new_seqs(&k1, m, maxT, 1, (sk_weights)bf16) == 0;
     CHECK(ok, "%s: caches for %d sequences and for one", name, NS);
     if (!ok) { sk_kvcache_free(kb); sk_kvcache_free(k1); sk_model_free(m); return; }
     CHECK(sk_kvcache_n_seq(kb) == NS && sk_kvcache_bytes(kb) == (size_t)NS * sk_kvcache_bytes(k1) && sk_kvcache_bf16(kb) == bf16,

@@ -285,6 +285,21 @@ def bad_input(srv, model):
           f"the openai client sees the unknown model as a 404 ({g[0].get('error', {}).get('message', '')[:60]}), then succeeds")
 
 
+def q8_server(model):
+    """--q8: 8-bit weights; concurrent replies equal `sample --q8`, request by request"""
+    srv = Server(model, "--q8", "--parallel", "4", "--alias", "m")
+    if not check(srv.port is not None, f"serve --q8 starts ({srv.log()[-300:]})"):
+        return
+    prompts = [f"Report {k} to the Congress" for k in range(8)]
+    want = [sample(model, "--q8", "--prompt", p, "--tokens", "16", "--seed", str(k), "--temperature", "0.7") for k, p in enumerate(prompts)]
+    got = client(srv, [{"kind": "completion", "params": {"prompt": p, "max_tokens": 16, "seed": k, "temperature": 0.7, "stream": True}}
+                       for k, p in enumerate(prompts)], mode="concurrent")
+    check([g.get("texts", [None])[0] for g in got] == want and "weights in 8 bits" in srv.log(),
+          "serve --q8: 8 concurrent streams through 4 slots equal `sample --q8`, each")
+    check(srv.stop() == 0, "serve --q8 exits 0 on SIGTERM")
+    clean(srv)
+
+
 def clean(srv):
     bad = [line for line in srv.log().splitlines() if "Sanitizer" in line or "runtime error" in line]
     check(not bad, f"the server's log has no sanitizer report ({bad[:2]})")
@@ -376,6 +391,7 @@ def main():
         rc = srv.stop()
     check(rc == 0, f"the server exits 0 on SIGTERM ({rc})")
     clean(srv)
+    q8_server(model)
     second_server(slow, tmp)
     finish()
 

@@ -5,6 +5,7 @@
 #include "core/model.h"
 #include "core/config.h"
 #include "core/ops.h"
+#include "core/quant.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,13 +26,18 @@ struct sk_kvcache {
      * the cache is made, which the matrix products read instead of the fp32 weights */
     uint16_t *w16; const float *w16_base;
     float *w32; size_t w32_floats; /* weight rows widened back to fp32, for prefill chunks */
+    /* SK_WEIGHTS_Q8: the model's own 8-bit weights (a quantized model), else a copy made with
+     * the cache (q8_own); same offsets as the parameters */
+    const sk_q8 *q8; sk_q8 *q8_own; const float *q8_base;
 };
 
 
-static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, int bf16) {
+static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, sk_weights wt) {
+    const int bf16 = wt == SK_WEIGHTS_BF16, q8 = wt == SK_WEIGHTS_Q8;
     *out = NULL;
     if (max_T < 1 || max_T > m->cfg.block_size)
         return sk_error(SK_EINVAL, "KV cache length %d must be in [1, block_size=%d]", max_T, m->cfg.block_size);
+    if (wt != SK_WEIGHTS_F32 && !bf16 && !q8) return sk_error(SK_EINVAL, "unknown weights type %d for the KV cache", (int)wt);
     if (n_seq < 1 || n_seq > SK_KV_MAX_SEQS)
         return sk_error(SK_EINVAL, "a KV cache holds 1 to %d sequences (asked for %d)", SK_KV_MAX_SEQS, n_seq);
     sk_kvcache *kv = calloc(1, sizeof *kv);
@@ -58,13 +64,28 @@ static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, int
     char seqs[48] = "";
     if (n_seq > 1) snprintf(seqs, sizeof seqs, "%d sequences of ", n_seq);
     snprintf(what, sizeof what, "the KV cache for %s%d positions (%zu bytes of K/V, %zu of scratch%s) with the model (%zu bytes)",
-             seqs, max_T, kv->floats * sizeof(float), scratch * sizeof(float), bf16 ? ", a bf16 copy of the weights" : "",
+             seqs, max_T, kv->floats * sizeof(float), scratch * sizeof(float), bf16 ? ", a bf16 copy of the weights" : q8 && !m->q8 ? ", an 8-bit copy of the weights" : "",
              m->n_params * sizeof(float));
     /* the largest matrix a prefill widens (F <= Ffc); the classifier (a batch's logits) goes
      * in blocks of as many rows */
     size_t big = (size_t)m->C * (m->QKV > Ffc ? m->QKV : Ffc);
-    int rc = sk_mem_check((kv->floats + scratch + m->n_params) * sizeof(float) + (bf16 ? m->n_params * 2 + big * 4 : 0), what);
+    size_t copy = bf16 ? m->n_params * 2 : q8 && !m->q8 ? m->n_params + m->n_params / 16 : 0;
+    int rc = sk_mem_check((kv->floats + scratch + m->n_params) * sizeof(float) + copy + (bf16 || q8 ? big * 4 : 0), what);
     if (rc) { sk_kvcache_free(kv); return rc; }
+    if (q8) {
+        if (!m->q8) {
+            /* the copy sk_model_quantize_q8 would make, leaving the model as it is */
+            if ((rc = sk_q8_alloc(m, &kv->q8_own))) { sk_kvcache_free(kv); return rc; }
+            for (int i = 0; i < kv->q8_own->n_reg; i++)
+                sk_q8_quantize(kv->q8_own->q + kv->q8_own->reg[i].off, kv->q8_own->d + kv->q8_own->reg[i].d_off,
+                               m->params + kv->q8_own->reg[i].off, kv->q8_own->reg[i].n);
+        }
+        kv->q8 = m->q8 ? m->q8 : kv->q8_own;
+        kv->q8_base = m->params;
+        kv->w32 = malloc(big * sizeof *kv->w32);
+        kv->w32_floats = big;
+        if (!kv->w32) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the prefill's weight rows"); }
+    }
     if (bf16) {
         kv->w16 = malloc(m->n_params * sizeof *kv->w16);
         kv->w32 = malloc(big * sizeof *kv->w32);
@@ -93,17 +114,19 @@ static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, int
     return SK_OK;
 }
 
-int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 1, 0); }
-int sk_kvcache_new_bf16(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 1, 1); }
-int sk_kvcache_new_seqs(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, int bf16) {
-    return kv_new(out, m, max_T, n_seq, bf16 != 0);
+int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 1, SK_WEIGHTS_F32); }
+int sk_kvcache_new_bf16(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 1, SK_WEIGHTS_BF16); }
+int sk_kvcache_new_seqs(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, sk_weights weights) {
+    return kv_new(out, m, max_T, n_seq, weights);
 }
 int sk_kvcache_bf16(const sk_kvcache *kv) { return kv->w16 != NULL; }
+sk_weights sk_kvcache_weights(const sk_kvcache *kv) { return kv->w16 ? SK_WEIGHTS_BF16 : kv->q8 ? SK_WEIGHTS_Q8 : SK_WEIGHTS_F32; }
 int sk_kvcache_n_seq(const sk_kvcache *kv) { return kv->n_seq; }
 
 void sk_kvcache_free(sk_kvcache *kv) {
     if (!kv) return;
     free(kv->pos); free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v); free(kv->mem); free(kv->w16); free(kv->w32);
+    sk_q8_free(kv->q8_own);
     free(kv);
 }
 size_t sk_kvcache_bytes(const sk_kvcache *kv) { return kv->floats * sizeof(float); }
@@ -139,18 +162,34 @@ static void norm(const sk_model *m, float *out, const float *x, const float *w, 
     else sk_rmsnorm_forward(out, stat, x, w, n, m->C, m->cfg.norm_eps);
 }
 
-/* Up to this many rows the matrix products stream each weight row once for all of them
- * (sk_linear_forward_rows, bf16 or fp32); more go to the GEMM. Measured on the 2-core AVX2
- * machine at stories15M's shapes, fp32: 2.2x the GEMM's speed at 4 rows, 1.5x at 12, 0.7x at
- * 16 (bench --gen-seqs N). */
+/* Up to this many rows of a prompt chunk the matrix products stream each weight row once for
+ * all of them (the row kernels, fp32, bf16 or 8-bit); more go to the GEMM. A batch of
+ * sequences always takes the row kernels (their results must not depend on the batch).
+ * Measured on the 2-core AVX2 machine at stories15M's shapes, fp32, before the row kernel took
+ * two rows at a time: 2.2x the GEMM's speed at 4 rows, 1.5x at 12, 0.7x at 16. */
 #define SK_ROWS_MAX 12
 
-/* out (n, OC) = inp (n, IC) @ w^T + b, from the cache's bf16 copy of w if it has one: a few
- * rows read it directly; more widen it back to fp32 (exactly: bf16 -> fp32 is lossless), a
- * block of w32's rows at a time, for the GEMM, which is compute-bound there. rows: the row
- * kernel whatever n is, so that each row's result is what it would be alone (a batch of
- * sequences, whose every row must not depend on the others). */
+/* out (n, OC) = inp (n, IC) @ w^T + b, from the cache's 8-bit or bf16 copy of w if it has one:
+ * a few rows read it directly; more widen it back to fp32 (exactly: bf16 -> fp32 and q * d are
+ * lossless), a block of w32's rows at a time, for the GEMM, which is compute-bound there. rows:
+ * the row kernel whatever n is, so that each row's result is what it would be alone (a batch
+ * of sequences, whose every row must not depend on the others). */
 static void linear(const sk_kvcache *kv, float *out, const float *inp, const float *w, const float *b, int n, int IC, int OC, int rows) {
+    if (kv->q8) {
+        size_t off = (size_t)(w - kv->q8_base);
+        const int8_t *q = kv->q8->q + off;
+        const uint16_t *d = sk_q8_scales(kv->q8, off);
+        if (rows || n <= SK_ROWS_MAX) { sk_linear_forward_q8(out, inp, q, d, b, n, IC, OC); return; }
+        int blk = (int)(kv->w32_floats / IC);
+        for (int o = 0; o < OC; o += blk) {
+            int nb = OC - o < blk ? OC - o : blk;
+            sk_q8_dequantize(kv->w32, q + (size_t)o * IC, d + (size_t)o * (IC / SK_Q8_BLOCK), (size_t)nb * IC);
+            for (int i = 0; i < n; i++)
+                if (b) memcpy(out + (size_t)i * OC + o, b + o, sizeof(float) * nb);
+            sk_gemm(0, 1, n, nb, IC, 1.0f, inp, IC, kv->w32, IC, b ? 1.0f : 0.0f, out + o, OC);
+        }
+        return;
+    }
     const uint16_t *w16 = kv->w16 ? kv->w16 + (w - kv->w16_base) : NULL;
     if (rows || n <= SK_ROWS_MAX) {
         if (w16) sk_linear_forward_bf16(out, inp, w16, b, n, IC, OC);
@@ -189,7 +228,18 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
     for (int i = 0; i < n; i++) {
         const float *e = p->wte + (size_t)tok[i] * C, *q = wpe ? wpe + (size_t)rp[i] * C : NULL;
         float *x = kv->x + (size_t)i * C;
-        if (kv->w16) {                        /* the bf16 copy's rows (learned positions too) */
+        if (kv->q8) {                         /* the 8-bit rows, dequantized (learned positions too) */
+            size_t eo = (size_t)(e - kv->q8_base);
+            sk_q8_dequantize(x, kv->q8->q + eo, sk_q8_scales(kv->q8, eo), (size_t)C);
+            if (p->wpe) {
+                float *row = kv->tmp;
+                size_t qo = (size_t)(q - kv->q8_base);
+                sk_q8_dequantize(row, kv->q8->q + qo, sk_q8_scales(kv->q8, qo), (size_t)C);
+                for (int j = 0; j < C; j++) x[j] += row[j];
+            } else if (q) {
+                for (int j = 0; j < C; j++) x[j] += q[j];
+            }
+        } else if (kv->w16) {                 /* the bf16 copy's rows (learned positions too) */
             const uint16_t *e16 = kv->w16 + (e - kv->w16_base), *q16 = p->wpe ? kv->w16 + (q - kv->w16_base) : NULL;
             for (int j = 0; j < C; j++) x[j] = sk_bf16_to_f32(e16[j]) + (q16 ? sk_bf16_to_f32(q16[j]) : q ? q[j] : 0.0f);
         } else {
@@ -272,7 +322,7 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
     for (int i = 0; i < n; i++) kv->pos[rs[i]] = rp[i] + 1;
     if (logits) {
         /* a prompt chunk needs only its last token's logits, a batch every row's */
-        int r0 = seqs ? 0 : n - 1, nr = n - r0, OC = kv->w16 ? c->vocab_size : m->Vp;
+        int r0 = seqs ? 0 : n - 1, nr = n - r0, OC = kv->w16 || kv->q8 ? c->vocab_size : m->Vp;
         norm(m, kv->ln, kv->x + (size_t)r0 * C, p->lnfw, p->lnfb, nr, stat);
         linear(kv, kv->logits_all, kv->ln, p->lmhead, NULL, nr, C, OC, rows);
         for (int i = 0; i < nr; i++)
@@ -288,7 +338,7 @@ static int check_tokens(const sk_model *m, const int32_t *tokens, int n) {
     return SK_OK;
 }
 static int check_cache(const sk_model *m, const sk_kvcache *kv) {
-    if (kv->L != m->L || kv->hs != m->hs || (kv->w16 && kv->w16_base != m->params))
+    if (kv->L != m->L || kv->hs != m->hs || (kv->w16 && kv->w16_base != m->params) || (kv->q8 && kv->q8_base != m->params))
         return sk_error(SK_EINVAL, "KV cache was made for another model");
     return SK_OK;
 }

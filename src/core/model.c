@@ -1,6 +1,7 @@
 /* The decoder-only transformer: GPT-2/nanoGPT and Llama/minimind families with
  * Skip-Layer Attention. The call sequence in forward() and backward() is the model. */
 #include "core/model.h"
+#include "core/quant.h"
 #include "core/config.h"
 #include "core/ops.h"
 #include "core/vmath.h"
@@ -228,6 +229,7 @@ void sk_model_free(sk_model *m) {
     free(m->params); free(m->grads); free(m->tensors); free(m->acts_mem);
     free(m->lend_index); free(m->rope); free(m->sinus); free(m->runs); free(m->n_runs);
     free(m->qkv_cols); free(m->n_qkv_cols);
+    sk_q8_free(m->q8);
     free(m);
 }
 

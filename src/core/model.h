@@ -69,6 +69,8 @@ struct sk_model {
     sk_phase_times times;
     int recompute;                        /* -1 auto (on only if needed to fit), 0 off, 1 on */
     int recompute_on;                     /* the mode of the current activation plan */
+    struct sk_q8 *q8;                     /* 8-bit matrices (core/quant.h), or NULL; with them the
+                                             fp32 matrices hold their dequantized values */
 };
 
 /* One layer's activation views (see sk_acts). */

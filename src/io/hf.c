@@ -242,6 +242,8 @@ int sk_hf_eos_ids(const char *path, int32_t *ids, int max, int *n) {
 int sk_model_save_hf(const sk_model *m, const char *dir) {
     const sk_config *c = &m->cfg;
     const int gpt2 = c->family == SK_GPT2;
+    if (m->q8)
+        return sk_error(SK_EINVAL, "the model's weights are 8-bit (a quantized file, skiplm quantize): a Hugging Face folder needs the fp32 weights they were quantized from");
     for (int l = 0; l < m->L; l++)
         for (int r = 0; r < m->n_runs[l]; r++)
             if (m->runs[(size_t)l * m->H + r].src != l)

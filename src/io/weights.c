@@ -11,6 +11,7 @@
 #include "base/fileio.h"
 #include "base/json.h"
 #include "core/model.h"
+#include "core/quant.h"
 #include "io/io.h"
 #include <math.h>
 #include <sys/stat.h>
@@ -189,15 +190,19 @@ int sk_config_from_file(sk_config *cfg, const char *path) {
 
 /* --------------------------------------------------- q/k row permutation */
 
-/* rows of n_heads heads of size d, each row of width C: pairs -> halves (to_hf) or back */
-void sk_hf_permute_rope_rows(float *dst, const float *src, int n_heads, int d, int C, int to_hf) {
+/* rows of n_heads heads of size d, each row_bytes long: pairs -> halves (to_hf) or back (an
+ * 8-bit file's int8 rows and their scale rows move as the fp32 rows do) */
+static void permute_rope_rows(void *dst, const void *src, int n_heads, int d, size_t row_bytes, int to_hf) {
     for (int h = 0; h < n_heads; h++)
         for (int j = 0; j < d / 2; j++)
             for (int e = 0; e < 2; e++) {
                 size_t pair_row = (size_t)h * d + 2 * j + e, half_row = (size_t)h * d + j + e * (d / 2);
                 size_t to = to_hf ? half_row : pair_row, from = to_hf ? pair_row : half_row;
-                memcpy(dst + to * C, src + from * C, sizeof(float) * C);
+                memcpy((char *)dst + to * row_bytes, (const char *)src + from * row_bytes, row_bytes);
             }
+}
+void sk_hf_permute_rope_rows(float *dst, const float *src, int n_heads, int d, int C, int to_hf) {
+    permute_rope_rows(dst, src, n_heads, d, sizeof(float) * (size_t)C, to_hf);
 }
 
 /* q/k projection weights and biases (qkv_bias): their rows are permuted */
@@ -212,26 +217,64 @@ int sk_hf_rope_proj(const sk_model *m, const char *name, int *n_heads) {
 
 int sk_model_save(const sk_model *m, const char *path) { return sk_model_save_with(m, path, NULL); }
 
+int sk_model_save_meta(const sk_model *m, const char *path, const char *const *meta) {
+    sk_st_writer *w = sk_st_writer_new();
+    if (!w) return sk_error(SK_ENOMEM, "out of memory");
+    int rc = SK_OK;
+    for (int i = 0; !rc && meta && meta[i]; i += 2)
+        if (meta[i + 1]) rc = sk_st_add_meta(w, meta[i], meta[i + 1]);
+    if (!rc) rc = sk_model_save_with(m, path, w);
+    sk_st_writer_free(w);
+    return rc;
+}
+
+/* A quantized model's matrix: int8 `name` (rows, cols) and fp16 `name`_scale (rows, cols / 32)
+ * (docs/files.md); tmp[0..1] receive the row-permuted copies of Llama's q/k projections. */
+static int add_q8_tensor(sk_st_writer *w, const sk_model *m, const sk_tensor *t, void **tmp) {
+    const int8_t *q = m->q8->q + t->offset;
+    const uint16_t *d = sk_q8_scales(m->q8, t->offset);
+    const int64_t nb = t->shape[1] / SK_Q8_BLOCK, sshape[2] = {t->shape[0], nb};
+    int nh;
+    if (sk_hf_rope_proj(m, t->name, &nh)) {
+        tmp[0] = malloc(t->numel);
+        tmp[1] = malloc((size_t)t->shape[0] * nb * sizeof *d);
+        if (!tmp[0] || !tmp[1]) return sk_error(SK_ENOMEM, "out of memory");
+        permute_rope_rows(tmp[0], q, nh, m->hs, (size_t)t->shape[1], 1);
+        permute_rope_rows(tmp[1], d, nh, m->hs, (size_t)nb * sizeof *d, 1);
+        q = tmp[0]; d = tmp[1];
+    }
+    char sname[96];
+    snprintf(sname, sizeof sname, "%s_scale", t->name);
+    int rc = sk_st_add(w, t->name, SK_I8, 2, t->shape, q);
+    return rc ? rc : sk_st_add(w, sname, SK_F16, 2, sshape, d);
+}
+
 int sk_model_save_with(const sk_model *m, const char *path, sk_st_writer *extra) {
     sk_st_writer *w = extra ? extra : sk_st_writer_new();
     if (!w) return sk_error(SK_ENOMEM, "out of memory");
     int rc = write_config_meta(w, &m->cfg);
-    float **tmp = calloc(m->n_tensors, sizeof(float *));
+    if (!rc && m->q8) rc = sk_st_add_meta(w, "quantization", "q8_0");
+    void **tmp = calloc(2 * (size_t)m->n_tensors, sizeof(void *));
+    if (!tmp && !rc) rc = sk_error(SK_ENOMEM, "out of memory");
     for (int i = 0; !rc && i < m->n_tensors; i++) {
         const sk_tensor *t = &m->tensors[i];
         const float *data = m->params + t->offset;
         int nh;
+        if (m->q8 && t->ndim == 2) {
+            rc = add_q8_tensor(w, m, t, tmp + 2 * i);
+            continue;
+        }
         if (sk_hf_rope_proj(m, t->name, &nh)) {
-            tmp[i] = malloc(t->numel * sizeof(float));
-            if (!tmp[i]) { rc = sk_error(SK_ENOMEM, "out of memory"); break; }
-            sk_hf_permute_rope_rows(tmp[i], data, nh, m->hs, t->ndim > 1 ? m->C : 1, 1);
-            data = tmp[i];
+            float *buf = malloc(t->numel * sizeof(float));
+            if (!(tmp[2 * i] = buf)) { rc = sk_error(SK_ENOMEM, "out of memory"); break; }
+            sk_hf_permute_rope_rows(buf, data, nh, m->hs, t->ndim > 1 ? m->C : 1, 1);
+            data = buf;
         }
         rc = sk_st_add(w, t->name, SK_F32, t->ndim, t->shape, data);
     }
     if (!rc) rc = sk_st_write(w, path);
     if (!extra) sk_st_writer_free(w);
-    for (int i = 0; i < m->n_tensors; i++) free(tmp[i]);
+    for (int i = 0; tmp && i < 2 * m->n_tensors; i++) free(tmp[i]);
     free(tmp);
     return rc;
 }
@@ -248,6 +291,40 @@ int sk_model_load(sk_model **out, const char *path, const sk_config *override) {
     }
     free(file);
     return rc;
+}
+
+/* One matrix of a quantized file (add_q8_tensor): int8 values and fp16 scales checked and
+ * copied into the model's 8-bit copy z (Llama's q/k rows back in skiplm's order through
+ * scratch), then dequantized into the fp32 weights. */
+static int load_q8_tensor(sk_model *m, sk_q8 *z, const sk_safetensors *st, const char *path, const sk_tensor *t,
+                          const sk_st_tensor *ft, void *scratch) {
+    if (ft->dtype != SK_I8)
+        return sk_error(SK_EFORMAT, "%s: tensor '%s' is not int8, but the file says its matrices are 8-bit (quantization q8_0)", path, t->name);
+    char sname[96];
+    snprintf(sname, sizeof sname, "%s_scale", t->name);
+    const sk_st_tensor *fs = sk_st_find(st, sname);
+    const int64_t nb = t->shape[1] / SK_Q8_BLOCK;
+    if (!fs) return sk_error(SK_EFORMAT, "%s: tensor '%s' (the scales of '%s') is missing", path, sname, t->name);
+    if (fs->dtype != SK_F16 || fs->ndim != 2 || fs->shape[0] != t->shape[0] || fs->shape[1] != nb)
+        return sk_error(SK_EFORMAT, "%s: tensor '%s' must be float16 of shape [%lld, %lld] (one scale per %d weights of a row)",
+                        path, sname, (long long)t->shape[0], (long long)nb, SK_Q8_BLOCK);
+    int8_t *q = z->q + t->offset;
+    uint16_t *d = (uint16_t *)sk_q8_scales(z, t->offset);
+    const size_t nd = (size_t)t->shape[0] * nb;
+    int nh;
+    const int rope = sk_hf_rope_proj(m, t->name, &nh);
+    memcpy(rope ? scratch : (void *)q, st->data + ft->offset, t->numel);
+    if (rope) permute_rope_rows(q, scratch, nh, m->hs, (size_t)t->shape[1], 0);
+    const uint8_t *sb = st->data + fs->offset;
+    uint16_t *dd = rope ? (uint16_t *)scratch : d;
+    for (size_t k = 0; k < nd; k++) {
+        dd[k] = (uint16_t)(sb[2 * k] | (sb[2 * k + 1] << 8));            /* little-endian, maybe unaligned */
+        if ((dd[k] & 0x7c00u) == 0x7c00u)
+            return sk_error(SK_ENUM, "%s: tensor '%s' holds a non-finite scale at element %zu", path, sname, k);
+    }
+    if (rope) permute_rope_rows(d, scratch, nh, m->hs, (size_t)nb * sizeof *d, 0);
+    sk_q8_dequantize(m->params + t->offset, q, d, t->numel);
+    return SK_OK;
 }
 
 int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path, const sk_config *override) {
@@ -277,9 +354,21 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
                       "give it explicitly (--n_head N)", path);
         goto done;
     }
+    /* an 8-bit file (sk_model_quantize_q8, skiplm quantize) */
+    const char *quant = sk_st_meta(&st, "quantization");
+    if (quant && strcmp(quant, "q8_0")) {
+        rc = sk_error(SK_EFORMAT, "%s: quantization '%s' is not one skiplm reads (it reads q8_0)", path, quant);
+        goto done;
+    }
     sk_model *m;
     if ((rc = sk_model_new_empty(&m, &cfg))) { rc = sk_error(rc, "%s: %s", path, sk_last_error()); goto done; }
-    const int conv1d = gpt2_conv1d(&st);
+    sk_q8 *z = NULL;
+    if (quant && (rc = sk_q8_alloc(m, &z))) {
+        rc = sk_error(rc, "%s: %s", path, sk_last_error());
+        sk_model_free(m);
+        goto done;
+    }
+    const int conv1d = !z && gpt2_conv1d(&st);   /* an 8-bit file stores (out, in) */
     /* one scratch for the tensors stored in another order than skiplm's: read there, then
      * rearranged into place (fresh memory for each would be paged in and zeroed each time) */
     size_t scratch_n = 0;
@@ -288,6 +377,7 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
         const sk_tensor *t = &m->tensors[i];
         if ((conv1d && sk_hf_gpt2_linear(m, t->name)) || sk_hf_rope_proj(m, t->name, &nh))
             scratch_n = t->numel > scratch_n ? t->numel : scratch_n;
+        if (z && sk_hf_rope_proj(m, t->name, &nh)) scratch_n = t->numel / 2 + 1 > scratch_n ? t->numel / 2 + 1 : scratch_n;
     }
     float *scratch = scratch_n ? malloc(scratch_n * sizeof(float)) : NULL;
     if (scratch_n && !scratch) rc = sk_error(SK_ENOMEM, "out of memory");
@@ -314,6 +404,10 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
             break;
         }
         float *dst = m->params + t->offset;
+        if (z && t->ndim == 2) {
+            if ((rc = load_q8_tensor(m, z, &st, path, t, ft, scratch))) break;
+            continue;
+        }
         int nh = 0;
         const int rope = sk_hf_rope_proj(m, t->name, &nh);
         if ((rc = sk_st_get_f32(&st, fname, tr || rope ? scratch : dst, t->numel))) break;
@@ -329,7 +423,9 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
     free(scratch);
     /* a tied model's file may hold lm_head.weight too (GPT2LMHeadModel's): it must equal the embedding */
     const char *head = "lm_head.weight";
-    if (!rc && !m->cfg.untied_head && sk_st_find(&st, head)) {
+    if (!rc && z && !m->cfg.untied_head && sk_st_find(&st, head))
+        rc = sk_error(SK_EFORMAT, "%s: the 8-bit file holds lm_head.weight, but the config ties it to the token embedding", path);
+    if (!rc && !z && !m->cfg.untied_head && sk_st_find(&st, head)) {
         size_t n = (size_t)m->cfg.vocab_size * m->C;
         float *tmp = malloc(n * sizeof(float));
         if (!tmp) rc = sk_error(SK_ENOMEM, "out of memory");
@@ -338,8 +434,8 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
                           "(tie_word_embeddings, or untied_head 0)", path);
         free(tmp);
     }
-    if (rc) sk_model_free(m);
-    else *out = m;
+    if (rc) { sk_q8_free(z); sk_model_free(m); }
+    else { m->q8 = z; *out = m; }
 done:
     return rc;
 }

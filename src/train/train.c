@@ -207,6 +207,8 @@ static int zero_setup(sk_trainer *tr) {
 int sk_trainer_new(sk_trainer **out, sk_model *m, const sk_train_cfg *cfg, sk_loader *train, sk_loader *val) {
     *out = NULL;
     const sk_train_cfg *c = cfg;
+    if (sk_model_q8(m))
+        return sk_error(SK_EINVAL, "the model's weights are 8-bit (a quantized file, skiplm quantize): training needs the fp32 weights it was quantized from");
     if (c->steps < 1) return sk_error(SK_EINVAL, "steps = %d must be >= 1", c->steps);
     if (c->B < 1 || c->T < 1) return sk_error(SK_EINVAL, "batch %d and sequence length %d must be >= 1", c->B, c->T);
     if (c->accum < 1) return sk_error(SK_EINVAL, "gradient accumulation %d must be >= 1", c->accum);

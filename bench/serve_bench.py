@@ -2,7 +2,7 @@
 concurrent streaming clients, against `skiplm sample`'s rate on the same model in the same run.
 
 usage: /usr/bin/python3 bench/serve_bench.py [--shapes gpt2,stories15M] [--clients 1,4,16,32]
-                                             [--tokens 64] [--precisions fp32,bf16] [--reps 2]
+                                             [--tokens 64] [--precisions fp32,bf16,q8] [--reps 2]
 
 Models have random weights (speed does not depend on them): GPT-2 124M with GPT-2's vocabulary,
 and llama2.c's stories15M shape (6 layers, 288 wide, 32000 tokens) with a character vocabulary.
@@ -49,10 +49,14 @@ def make_model(tmp, shape):
     return d
 
 
-def sample_rate(model, tokens, bf16):
+def prec_flags(prec):
+    return {"fp32": [], "bf16": ["--bf16"], "q8": ["--q8"]}[prec]
+
+
+def sample_rate(model, tokens, prec):
     tok = [] if os.path.exists(os.path.join(model, "encoder.json")) else ["--tokenizer", os.path.join(model, "vocab.json")]
     r = subprocess.run([SK, "sample", model, "--prompt", PROMPT, "--tokens", str(tokens), "--seed", "1", *tok,
-                        *(["--bf16"] if bf16 else [])], capture_output=True, text=True)
+                        *prec_flags(prec)], capture_output=True, text=True)
     m = re.search(r"new tokens at ([\d.]+) tok/s", r.stderr)
     return float(m.group(1)) if m else float("nan")
 
@@ -93,11 +97,11 @@ def run_clients(port, k, tokens, seed0):
     return total / (t_end - t_start), ttft, decode
 
 
-def serve(model, bf16, parallel, tokens):
+def serve(model, prec, parallel, tokens):
     tok = [] if os.path.exists(os.path.join(model, "encoder.json")) else ["--tokenizer", os.path.join(model, "vocab.json")]
     err = tempfile.NamedTemporaryFile("w+", delete=False)
     p = subprocess.Popen([SK, "serve", model, "--port", "0", "--parallel", str(parallel), "--ctx", str(tokens + 32), "--quiet",
-                          *tok, *(["--bf16"] if bf16 else [])], stderr=err, stdout=subprocess.DEVNULL)
+                          *tok, *prec_flags(prec)], stderr=err, stdout=subprocess.DEVNULL)
     for _ in range(600):
         m = re.search(r"127\.0\.0\.1:(\d+)/v1", open(err.name).read())
         if m:
@@ -111,7 +115,7 @@ def main():
     ap.add_argument("--shapes", default="gpt2,stories15M")
     ap.add_argument("--clients", default="1,4,16,32")
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--precisions", default="fp32,bf16", help="fp32, bf16, q8 (8-bit weights)")
     ap.add_argument("--reps", type=int, default=2)
     a = ap.parse_args()
     clients = [int(x) for x in a.clients.split(",")]
@@ -123,13 +127,12 @@ def main():
     for shape in a.shapes.split(","):
         model = make_model(tmp, shape)
         for prec in a.precisions.split(","):
-            bf16 = prec == "bf16"
-            p, port = serve(model, bf16, max(clients), a.tokens)
+            p, port = serve(model, prec, max(clients), a.tokens)
             one_client(port, 8, 0, [])                          # warm-up
             rows = {k: [] for k in clients}
             srates, one = [], []
             for rep in range(a.reps):
-                srates.append(sample_rate(model, a.tokens, bf16))
+                srates.append(sample_rate(model, a.tokens, prec))
                 for k in clients:
                     rows[k].append(run_clients(port, k, a.tokens, 100 * rep))
             base = statistics.median(r[0] for r in rows[clients[0]])

@@ -44,6 +44,8 @@ struct srv_engine {
     pthread_cond_t work;
     pthread_t th;
     int th_started;
+    int started;                  /* the thread made its decoder: 1, or -1 with start_err */
+    char start_err[512];
 };
 
 srv_job *srv_job_new(int n_prompts, int n) {
@@ -366,7 +368,7 @@ static int draw_all(serve *s, int *cand) {
     int n = 0;
     for (int a = 0; a < e->n_slots; a++)
         if (e->slot_job[a] && e->slot_seq[a]->ready && !e->slot_seq[a]->finish) cand[n++] = a;
-    #pragma omp parallel for schedule(dynamic, 1)
+    #pragma omp parallel for schedule(dynamic, 1) if(n > 1)
     for (int i = 0; i < n; i++) {
         const int a = cand[i];
         srv_job *j = e->slot_job[a];
@@ -460,6 +462,18 @@ static void fail_locked(srv_engine *e, srv_job *j, const char *msg) {
 static void *engine_main(void *arg) {
     serve *s = arg;
     srv_engine *e = s->eng;
+    /* The decoder is made here, not in the thread that starts the engine: its bf16 or 8-bit copy
+     * of the weights is made in OpenMP loops, and a second thread with its own OpenMP team makes
+     * libgomp count more threads than cores and put its workers to sleep between loops (a futex
+     * wake-up at every matrix product: bf16 decoding measured at half its speed). Every
+     * OpenMP loop of the server runs on this thread. */
+    const int rc = gen_dec_new(&e->dec, s->m, s->o->use_cuda, s->o->q8 ? 3 : s->o->bf16 ? 2 : 0, s->ctx, 1, e->n_slots);
+    pthread_mutex_lock(&e->mu);
+    e->started = rc ? -1 : 1;
+    if (rc) snprintf(e->start_err, sizeof e->start_err, "%s", sk_last_error());
+    pthread_cond_broadcast(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    if (rc) return NULL;
     srv_job **fresh = malloc(sizeof *fresh * (size_t)e->n_slots);
     int trimmed = 1;
     for (;;) {
@@ -532,9 +546,16 @@ int srv_engine_start(serve *s) {
     if (!e->slot_job || !e->slot_seq || !e->slot_tok || !e->slot_n || !e->slot_exact || !e->slot_used || !e->logits ||
         !e->lgb || !e->raw || !e->draw || !e->draw_lp || !e->cand || !e->act || !e->nexts || !e->running)
         return sk_error(SK_ENOMEM, "out of memory");
-    if (gen_dec_new(&e->dec, s->m, s->o->use_cuda, s->o->q8 ? 3 : s->o->bf16 ? 2 : 0, s->ctx, 1, n)) return 1;
     if (pthread_create(&e->th, NULL, engine_main, s)) return sk_error(SK_EIO, "cannot start the engine's thread");
     e->th_started = 1;
+    pthread_mutex_lock(&e->mu);
+    while (!e->started) pthread_cond_wait(&e->work, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    if (e->started < 0) {
+        pthread_join(e->th, NULL);
+        e->th_started = 0;
+        return sk_error(SK_EINVAL, "%s", e->start_err);
+    }
     return 0;
 }
 

@@ -336,10 +336,30 @@ int cli_copy_tokenizer(const sk_tokenizer *tok, const char *src, const char *out
     return 0;
 }
 
-int cli_load_model(sk_model **m, const char *path, int n_head) {
-    if (n_head < 0) return sk_error(SK_EINVAL, "--n_head must be positive (got %d)", n_head);
+int cli_load_model(sk_model **m, const char *path, const cli_model_opts *mo) {
+    static const cli_model_opts none = {0};
+    if (!mo) mo = &none;
+    if (mo->n_head < 0) return sk_error(SK_EINVAL, "--n_head must be positive (got %d)", mo->n_head);
+    if (mo->n_skip_layer < 0 || mo->n_skip_head < 0)
+        return sk_error(SK_EINVAL, "--n_skip_layer and --n_skip_head must be >= 0");
     sk_config o;
     memset(&o, 0, sizeof o);          /* only the non-zero fields of an override count */
-    o.n_head = n_head;
-    return sk_model_load(m, path, n_head ? &o : NULL);
+    o.n_head = mo->n_head; o.n_skip_layer = mo->n_skip_layer; o.n_skip_head = mo->n_skip_head;
+    if (mo->routing && sk_config_set(&o, "routing", mo->routing)) return SK_EINVAL;
+    char *file = sk_weights_file(path);
+    if (!file) return sk_error(SK_ENOMEM, "out of memory");
+    sk_safetensors st;
+    int rc = sk_st_read(file, &st);
+    if (!rc) {
+        const char *keys[8];
+        int n = sk_meta_unknown_keys(&st, keys, 8);
+        for (int i = 0; i < n && i < 8; i++)
+            fprintf(stderr, "skiplm: warning: %s: metadata key '%s' (= '%s') is not a config field skiplm knows; "
+                    "it is ignored\n", file, keys[i], sk_st_meta(&st, keys[i]));
+        if (n > 8) fprintf(stderr, "skiplm: warning: %s: %d more such keys\n", file, n - 8);
+        rc = sk_model_load_st(m, &st, file, &o);
+        sk_st_free(&st);
+    }
+    free(file);
+    return rc;
 }

@@ -15,7 +15,8 @@
 typedef struct {
     const char *weights, *dump, *device;
     char **shards;
-    int n_shards, n_head, B, T, max_batches, tf32, bf16, use_cuda;
+    cli_model_opts mo;
+    int n_shards, B, T, max_batches, tf32, bf16, use_cuda;
 } eval_opts;
 
 /* An evaluation: the model, its loader and the inputs, targets (and logits) of every batch
@@ -45,7 +46,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &o->bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
-        {"n_head", 'i', &o->n_head, CLI_N_HEAD_HELP},
+        CLI_MODEL_OPTS(&o->mo),
         {0},
     };
     int np;
@@ -84,7 +85,7 @@ static int check_memory(const eval_run *e, const eval_opts *o) {
 /* The model (o->T set to its block_size when not given), the loader over the shards, the
  * number of batches and their buffers. 0, or the exit status (said). */
 static int open_eval(eval_run *e, eval_opts *o) {
-    if (cli_load_model(&e->m, o->weights, o->n_head)) return cli_fail("eval");
+    if (cli_load_model(&e->m, o->weights, &o->mo)) return cli_fail("eval");
     e->c = sk_model_config(e->m);
     if (o->T <= 0) o->T = e->c->block_size;
     if (o->T > e->c->block_size) {

@@ -160,7 +160,8 @@ static int open_start(train_run *r, int argc, char **argv) {
         r->cfg = *sk_model_config(r->m);
     } else if (init) {
         const char *nh = prescan(argc, argv, "n_head");       /* for a file that does not say */
-        if (cli_load_model(&r->m, init, nh ? atoi(nh) : 0)) return cli_fail("train");
+        cli_model_opts mo = {.n_head = nh ? atoi(nh) : 0};
+        if (cli_load_model(&r->m, init, &mo)) return cli_fail("train");
         r->cfg = *sk_model_config(r->m);
     }
     return 0;
@@ -355,6 +356,14 @@ static int load_vocab(train_run *r) {
 static int reconfigure_init(train_run *r) {
     const sk_config *cfg = &r->cfg;
     sk_config w = *sk_model_config(r->m);
+    /* a file whose own routing sends heads elsewhere is that SLA model: the command line may
+     * not change it (as with --n_head); a baseline's may be added */
+    if ((w.routing[0] || (w.n_skip_layer > 0 && w.n_skip_head > 0)) &&
+        (w.n_skip_layer != cfg->n_skip_layer || w.n_skip_head != cfg->n_skip_head || strcmp(w.routing, cfg->routing)))
+        return fail("the --init weights are a Skip-Layer model (n_skip_layer %d, n_skip_head %d%s%s) but the command line "
+                    "says n_skip_layer %d, n_skip_head %d%s%s; nothing was written", w.n_skip_layer, w.n_skip_head,
+                    w.routing[0] ? ", routing " : "", w.routing, cfg->n_skip_layer, cfg->n_skip_head,
+                    cfg->routing[0] ? ", routing " : "", cfg->routing);
     w.n_skip_layer = cfg->n_skip_layer; w.n_skip_head = cfg->n_skip_head; w.dropout = cfg->dropout;
     memcpy(w.routing, cfg->routing, sizeof w.routing);
     if (w.family == SK_LLAMA && !w.sinusoidal && cfg->family == SK_LLAMA && !cfg->sinusoidal) {

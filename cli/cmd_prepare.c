@@ -39,6 +39,7 @@ typedef struct {
     const char *out, *tok_kind, *vocab_dir, *input;
     float val_frac;
     int gpt2, given, is_default;   /* --tokenizer gpt2; a tokenizer file or folder; no input given */
+    int uint32;                    /* --uint32: version 2 shards whatever the vocabulary */
 } prepare_opts;
 
 /* A preparation: the documents, the tokenizer, the train and val tokens (prepare_free frees
@@ -49,7 +50,7 @@ typedef struct {
     size_t *len, total_bytes;
     sk_tokenizer *tok;
     const char *tok_src;           /* what the tokenizer was loaded from (cli_copy_tokenizer) */
-    int V, eot;
+    int V, eot, version;           /* version of the shards: 2 (uint32) past 65,536 tokens */
     int32_t *tr, *va;
     size_t ntr, ctr, nva, cva;
     int n_val_docs;
@@ -62,6 +63,7 @@ static int parse_opts(prepare_opts *o, int argc, char **argv) {
         {"out", 's', &o->out, "output folder (data/sotu)"},
         {"tokenizer", 's', &o->tok_kind, "char | gpt2 | PATH: a tokenizer.json, a folder with one, or any tokenizer skiplm reads (char)"},
         {"vocab-dir", 's', &o->vocab_dir, "folder with GPT-2's encoder.json and vocab.bpe (" DEFAULT_VOCAB ", or $SKIPLM_VOCAB_DIR)"},
+        {"uint32", 'b', &o->uint32, "write version 2 shards (uint32 tokens; the default past 65,536 tokens)"},
         {"val-fraction", 'f', &o->val_frac, "fraction of documents (or of tokens, for a single file) held out (0.1)"},
         {0},
     };
@@ -110,7 +112,7 @@ static int make_tokenizer(prepare_run *p, const prepare_opts *o) {
     }
     p->V = sk_tok_vocab_size(p->tok);
     p->eot = sk_tok_eot(p->tok);
-    if (p->V > 65536) { fprintf(stderr, "skiplm prepare: vocabulary of %d does not fit uint16 shards\n", p->V); return 1; }
+    p->version = p->V > 65536 || o->uint32 ? SK_SHARD_VERSION_U32 : SK_SHARD_VERSION;
     return 0;
 }
 
@@ -154,15 +156,15 @@ static int write_outputs(const prepare_run *p, const char *out, double h) {
     if (cli_mkdir_p(out)) { fprintf(stderr, "skiplm prepare: %s: %s\n", out, strerror(errno)); return 1; }
     char path[4096];
     snprintf(path, sizeof path, "%s/train.bin", out);
-    if (sk_shard_write(path, p->tr, p->ntr)) return cli_fail("prepare");
+    if (sk_shard_write_version(path, p->tr, p->ntr, p->version)) return cli_fail("prepare");
     snprintf(path, sizeof path, "%s/val.bin", out);
-    if (sk_shard_write(path, p->va, p->nva)) return cli_fail("prepare");
+    if (sk_shard_write_version(path, p->va, p->nva, p->version)) return cli_fail("prepare");
     if (cli_copy_tokenizer(p->tok, p->tok_src, out, 0)) return cli_fail("prepare");
     char meta[1024];
     int ml = snprintf(meta, sizeof meta,
-        "{\"tokenizer\": \"%s\", \"vocab_size\": %d, \"documents\": %d, \"val_documents\": %d, "
+        "{\"tokenizer\": \"%s\", \"vocab_size\": %d, \"shard_version\": %d, \"documents\": %d, \"val_documents\": %d, "
         "\"bytes\": %zu, \"train_tokens\": %zu, \"val_tokens\": %zu, \"unigram_entropy_nats\": %.6f}\n",
-        sk_tok_kind(p->tok), p->V, p->files.n, p->files.n > 1 ? p->n_val_docs : 0, p->total_bytes, p->ntr, p->nva, h);
+        sk_tok_kind(p->tok), p->V, p->version, p->files.n, p->files.n > 1 ? p->n_val_docs : 0, p->total_bytes, p->ntr, p->nva, h);
     snprintf(path, sizeof path, "%s/meta.json", out);
     if (sk_write_atomic(path, meta, (size_t)ml)) return cli_fail("prepare");
     return 0;
@@ -171,7 +173,8 @@ static int write_outputs(const prepare_run *p, const char *out, double h) {
 static void print_summary(const prepare_run *p, const char *out, double h) {
     printf("prepared %s: %d documents (%d held out), %.2f MB of text\n", out, p->files.n,
            p->files.n > 1 ? p->n_val_docs : 0, p->total_bytes / 1e6);
-    printf("  tokenizer %s, vocabulary %d\n", sk_tok_kind(p->tok), p->V);
+    printf("  tokenizer %s, vocabulary %d, %s shards\n", sk_tok_kind(p->tok), p->V,
+           p->version == SK_SHARD_VERSION_U32 ? "uint32 (version 2)" : "uint16 (version 1)");
     printf("  train %zu tokens, val %zu tokens (%.3f tokens per byte)\n", p->ntr, p->nva,
            (double)(p->ntr + p->nva) / p->total_bytes);
     printf("  unigram entropy of the train tokens: %.4f nats (a model must beat this loss to use context)\n", h);

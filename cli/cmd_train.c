@@ -331,15 +331,16 @@ static int load_vocab(train_run *r) {
         if (r->tok) cfg->vocab_size = sk_tok_vocab_size(r->tok);
         else {
             sk_shard s;
-            int maxid = -1;
+            long maxid = -1;
             const char *ps[2] = {r->train_path, r->val_path};
             for (int i = 0; i < 2; i++) {
                 if (!ps[i]) continue;
                 if (sk_shard_open(&s, ps[i])) return cli_fail("train");
-                for (size_t k = 0; k < s.n; k++) if (s.tokens[k] > maxid) maxid = s.tokens[k];
+                for (size_t k = 0; k < s.n; k++) if ((long)sk_shard_at(&s, k) > maxid) maxid = (long)sk_shard_at(&s, k);
                 sk_shard_close(&s);
             }
-            cfg->vocab_size = maxid + 1;
+            if (maxid >= INT32_MAX) return fail("token id %ld in the data is too large for a vocabulary", maxid);
+            cfg->vocab_size = (int)maxid + 1;
             fprintf(stderr, "skiplm train: no tokenizer given: vocab_size %d from the data (largest token id + 1)\n", cfg->vocab_size);
         }
     } else if (r->tok && sk_tok_vocab_size(r->tok) > cfg->vocab_size) {

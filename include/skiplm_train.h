@@ -14,24 +14,35 @@ extern "C" {
 
 /* ------------------------------------------------------------------ shards
  *
- * llm.c layout: 256 little-endian int32 header (magic 20240520, version 1, token count at
- * [2], rest 0), then count uint16 tokens. Raw headerless uint16 files (nanoGPT) are read
- * too: an even-sized file that does not start with the magic. */
+ * llm.c layout: 256 little-endian int32 header (magic 20240520, version, token count at
+ * [2], rest 0), then count tokens: uint16 in version 1, uint32 in version 2 (llm.c's Llama 3
+ * shards; what a vocabulary over 65,536 tokens needs). Raw headerless uint16 files (nanoGPT)
+ * are read too: an even-sized file that does not start with the magic. */
 #define SK_SHARD_MAGIC 20240520
-#define SK_SHARD_VERSION 1
+#define SK_SHARD_VERSION 1       /* uint16 tokens */
+#define SK_SHARD_VERSION_U32 2   /* uint32 tokens */
 #define SK_SHARD_HEADER_INTS 256
 
 typedef struct {
     char *path;
-    const uint16_t *tokens;  /* n tokens (read-only mapping) */
+    const uint16_t *tokens;  /* n tokens (read-only mapping) of a version 1 or headerless file, else NULL */
+    const uint32_t *tokens32;/* n tokens of a version 2 file, else NULL */
     size_t n;
+    int version;             /* 1 or 2 (0: headerless) */
     int headerless;          /* 1: raw uint16 file */
     void *map_;              /* internal */
     size_t map_len_;
 } sk_shard;
 
-/* Write ids (each 0..65535) as a headered shard, atomically. */
+/* Token i of a shard of either width. */
+static inline uint32_t sk_shard_at(const sk_shard *s, size_t i) {
+    return s->tokens32 ? s->tokens32[i] : s->tokens[i];
+}
+
+/* Write ids (each 0..65535) as a version 1 shard, atomically. */
 int sk_shard_write(const char *path, const int32_t *ids, size_t n);
+/* Write ids as a shard of the given version: 1 (uint16, ids 0..65535) or 2 (uint32, ids >= 0). */
+int sk_shard_write_version(const char *path, const int32_t *ids, size_t n, int version);
 int sk_shard_open(sk_shard *s, const char *path);
 void sk_shard_close(sk_shard *s);
 /* 0 if every token is < vocab_size; else SK_EFORMAT naming the first bad token, whose

@@ -17,15 +17,23 @@
 
 /* ------------------------------------------------------------------ shards */
 
-int sk_shard_write(const char *path, const int32_t *ids, size_t n) {
+int sk_shard_write_version(const char *path, const int32_t *ids, size_t n, int version) {
+    if (version != SK_SHARD_VERSION && version != SK_SHARD_VERSION_U32)
+        return sk_error(SK_EINVAL, "%s: shard version %d: skiplm writes 1 (uint16) or 2 (uint32)", path, version);
     if (n > (size_t)INT32_MAX)
         return sk_error(SK_EINVAL, "%s: %zu tokens do not fit one shard (the header count is an int32)", path, n);
+    const int32_t hi = version == SK_SHARD_VERSION ? 65535 : INT32_MAX;
     for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] > 65535)
-            return sk_error(SK_EINVAL, "%s: token id %d at position %zu does not fit in uint16 "
-                            "(shards hold ids 0..65535)", path, (int)ids[i], i);
+        if (ids[i] < 0 || ids[i] > hi)
+            return sk_error(SK_EINVAL, "%s: token id %d at position %zu does not fit in %s", path, (int)ids[i], i,
+                            version == SK_SHARD_VERSION ? "uint16 (version 1 shards hold ids 0..65535; version 2 holds uint32)"
+                                                        : "a shard (ids must be >= 0)");
     int32_t header[SK_SHARD_HEADER_INTS] = {0};
-    header[0] = SK_SHARD_MAGIC; header[1] = SK_SHARD_VERSION; header[2] = (int32_t)n;
+    header[0] = SK_SHARD_MAGIC; header[1] = version; header[2] = (int32_t)n;
+    if (version == SK_SHARD_VERSION_U32) {     /* int32 ids >= 0 are their uint32 bits */
+        sk_chunk chunks[2] = { { header, sizeof header }, { ids, n * sizeof *ids } };
+        return sk_write_atomic_chunks(path, chunks, 2);
+    }
     uint16_t *tok = malloc(n ? n * sizeof *tok : 1);
     if (!tok) return sk_error(SK_ENOMEM, "%s: out of memory for %zu tokens", path, n);
     for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)ids[i];
@@ -33,6 +41,10 @@ int sk_shard_write(const char *path, const int32_t *ids, size_t n) {
     int rc = sk_write_atomic_chunks(path, chunks, 2);
     free(tok);
     return rc;
+}
+
+int sk_shard_write(const char *path, const int32_t *ids, size_t n) {
+    return sk_shard_write_version(path, ids, n, SK_SHARD_VERSION);
 }
 
 void sk_shard_close(sk_shard *s) {
@@ -61,21 +73,24 @@ int sk_shard_open(sk_shard *s, const char *path) {
         if (size < sizeof(int32_t) * SK_SHARD_HEADER_INTS)
             rc = sk_error(SK_EFORMAT, "%s: truncated header (%zu bytes, the header alone is %zu)", path, size,
                           sizeof(int32_t) * SK_SHARD_HEADER_INTS);
-        else if (h[1] != SK_SHARD_VERSION)
-            rc = sk_error(SK_EFORMAT, "%s: unsupported shard version %d (skiplm reads version %d: uint16 tokens)",
-                          path, (int)h[1], SK_SHARD_VERSION);
+        else if (h[1] != SK_SHARD_VERSION && h[1] != SK_SHARD_VERSION_U32)
+            rc = sk_error(SK_EFORMAT, "%s: unsupported shard version %d (skiplm reads version 1, uint16 tokens, and 2, "
+                          "uint32 tokens)", path, (int)h[1]);
         else {
-            size_t body = size - sizeof(int32_t) * SK_SHARD_HEADER_INTS;
-            if (h[2] < 0 || body % 2 != 0 || (size_t)h[2] != body / 2)
-                rc = sk_error(SK_EFORMAT, "%s: header says %d tokens but file holds %zu%s", path, (int)h[2],
-                              body / 2, body % 2 ? " and a half" : "");
-            else { s->tokens = (const uint16_t *)(h + SK_SHARD_HEADER_INTS); s->n = body / 2; }
+            size_t body = size - sizeof(int32_t) * SK_SHARD_HEADER_INTS, w = h[1] == SK_SHARD_VERSION ? 2 : 4;
+            if (h[2] < 0 || body % w != 0 || (size_t)h[2] != body / w)
+                rc = sk_error(SK_EFORMAT, "%s: header says %d tokens but file holds %zu%s (version %d: %zu bytes a token)",
+                              path, (int)h[2], body / w, body % w ? (w == 2 ? " and a half" : " and a part") : "", (int)h[1], w);
+            else if (w == 2) { s->tokens = (const uint16_t *)(h + SK_SHARD_HEADER_INTS); s->n = body / 2; }
+            else { s->tokens32 = (const uint32_t *)(h + SK_SHARD_HEADER_INTS); s->n = body / 4; }
+            s->version = h[1];
         }
     } else if (size % 2 != 0) {
         rc = sk_error(SK_EFORMAT, "%s: no shard header (magic %d) and odd size %zu: not a uint16 token file",
                       path, SK_SHARD_MAGIC, size);
-    } else if (size >= sizeof(int32_t) * SK_SHARD_HEADER_INTS && h[1] == SK_SHARD_VERSION && h[2] >= 0 &&
-               (size_t)h[2] * 2 + sizeof(int32_t) * SK_SHARD_HEADER_INTS == size) {
+    } else if (size >= sizeof(int32_t) * SK_SHARD_HEADER_INTS &&
+               ((h[1] == SK_SHARD_VERSION && h[2] >= 0 && (size_t)h[2] * 2 + sizeof(int32_t) * SK_SHARD_HEADER_INTS == size) ||
+                (h[1] == SK_SHARD_VERSION_U32 && h[2] >= 0 && (size_t)h[2] * 4 + sizeof(int32_t) * SK_SHARD_HEADER_INTS == size))) {
         /* version and count fit an llm.c header exactly: a shard whose magic was damaged,
          * not raw tokens; reading its header as 512 tokens would be silent garbage */
         rc = sk_error(SK_EFORMAT, "%s: damaged shard header: magic %d instead of %d (version and token count look "
@@ -83,7 +98,7 @@ int sk_shard_open(sk_shard *s, const char *path) {
     } else {
         s->tokens = map; s->n = size / 2; s->headerless = 1;
     }
-    if (rc) { munmap(map, size); return rc; }
+    if (rc) { munmap(map, size); memset(s, 0, sizeof *s); return rc; }
     s->map_ = map; s->map_len_ = size;
     s->path = strdup(path);
     if (!s->path) { sk_shard_close(s); return sk_error(SK_ENOMEM, "out of memory"); }
@@ -92,11 +107,12 @@ int sk_shard_open(sk_shard *s, const char *path) {
 
 int sk_shard_check_vocab(const sk_shard *s, int vocab_size, size_t *pos, int *value) {
     for (size_t i = 0; i < s->n; i++) {
-        if (s->tokens[i] >= vocab_size) {
+        uint32_t t = sk_shard_at(s, i);
+        if (t >= (uint32_t)vocab_size) {
             if (pos) *pos = i;
-            if (value) *value = s->tokens[i];
-            return sk_error(SK_EFORMAT, "%s: token %d at position %zu is outside the vocabulary (size %d)",
-                            s->path, (int)s->tokens[i], i, vocab_size);
+            if (value) *value = t > INT32_MAX ? -1 : (int)t;
+            return sk_error(SK_EFORMAT, "%s: token %u at position %zu is outside the vocabulary (size %d)",
+                            s->path, (unsigned)t, i, vocab_size);
         }
     }
     return SK_OK;
@@ -171,6 +187,7 @@ int sk_loader_open(sk_loader **out, const char *const *paths, int n_paths, const
         L->n_shards = i + 1;
         sk_shard *s = &L->shards[i];
         if (cfg->vocab_size > 0 && (rc = sk_shard_check_vocab(s, cfg->vocab_size, NULL, NULL))) break;
+        if (cfg->vocab_size <= 0 && s->tokens32 && (rc = sk_shard_check_vocab(s, INT32_MAX, NULL, NULL))) break;
         if (s->n < (size_t)cfg->T + 1) {
             rc = sk_error(SK_EINVAL, "%s: %zu tokens, shorter than one window of T+1 = %d tokens", paths[i], s->n,
                           cfg->T + 1);
@@ -191,8 +208,10 @@ static void copy_window(const sk_loader *L, uint64_t w, int32_t *dst) {
         int mid = (lo + hi + 1) / 2;
         if (L->first[mid] <= w) lo = mid; else hi = mid - 1;
     }
-    const uint16_t *src = L->shards[lo].tokens + (w - L->first[lo]) * (uint64_t)L->cfg.T;
-    for (int t = 0; t <= L->cfg.T; t++) dst[t] = src[t];
+    const sk_shard *s = &L->shards[lo];
+    const uint64_t at = (w - L->first[lo]) * (uint64_t)L->cfg.T;
+    if (s->tokens32) for (int t = 0; t <= L->cfg.T; t++) dst[t] = (int32_t)s->tokens32[at + t];
+    else for (int t = 0; t <= L->cfg.T; t++) dst[t] = s->tokens[at + t];
 }
 
 static uint64_t window_at(const sk_loader *L, uint64_t g) {

@@ -158,7 +158,12 @@ static int ends_with(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && !strcmp(s + a - b, suf);
 }
-static void list_files(const char *dir, cli_docs *out, int txt_only) {
+static int has_suffix(const char *name, const char *const *suffixes) {
+    for (int i = 0; suffixes && suffixes[i]; i++) if (ends_with(name, suffixes[i])) return 1;
+    return !suffixes;
+}
+/* regular files under dir, recursively: those with one of suffixes (NULL: all) */
+static void list_files(const char *dir, cli_docs *out, const char *const *suffixes) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
@@ -168,25 +173,30 @@ static void list_files(const char *dir, cli_docs *out, int txt_only) {
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat st;
         if (stat(path, &st)) continue;
-        if (S_ISDIR(st.st_mode)) list_files(path, out, txt_only);
-        else if (S_ISREG(st.st_mode) && (!txt_only || ends_with(e->d_name, ".txt"))) docs_push(out, path);
+        if (S_ISDIR(st.st_mode)) list_files(path, out, suffixes);
+        else if (S_ISREG(st.st_mode) && has_suffix(e->d_name, suffixes)) docs_push(out, path);
     }
     closedir(d);
 }
 
-int cli_list_docs(const char *input, int is_default, cli_docs *docs) {
+int cli_list_files(const char *input, const char *const *suffixes, int is_default, cli_docs *docs) {
     memset(docs, 0, sizeof *docs);
     struct stat st;
     if (stat(input, &st))
         return sk_error(SK_EIO, "%s: %s%s", input, strerror(errno),
                         is_default ? " (the default corpus: run scripts/setup.sh first)" : "");
     if (S_ISDIR(st.st_mode)) {
-        list_files(input, docs, 1);
-        if (docs->n == 0) list_files(input, docs, 0);
+        list_files(input, docs, suffixes);
+        if (docs->n == 0) list_files(input, docs, NULL);
         if (docs->n > 1) qsort(docs->v, docs->n, sizeof(char *), cmp_str);   /* no NULL to qsort */
     } else docs_push(docs, input);
     if (docs->n == 0) return sk_error(SK_EINVAL, "%s holds no files", input);
     return SK_OK;
+}
+
+int cli_list_docs(const char *input, int is_default, cli_docs *docs) {
+    static const char *const txt[] = {".txt", NULL};
+    return cli_list_files(input, txt, is_default, docs);
 }
 
 void cli_docs_free(cli_docs *docs) {

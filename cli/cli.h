@@ -34,12 +34,21 @@ int cli_fail(const char *cmd);
  * corpus they add how to install it. */
 typedef struct { char **v; int n, cap; } cli_docs;
 int cli_list_docs(const char *input, int is_default, cli_docs *docs);
+/* The same with the names a folder's files must end with (NULL-terminated; all files when
+ * none does). */
+int cli_list_files(const char *input, const char *const *suffixes, int is_default, cli_docs *docs);
 void cli_docs_free(cli_docs *docs);
 /* cli_list_docs, then every document read: (*text)[i], (*len)[i] for docs->v[i] (calloc'd
  * arrays; the caller frees each text, both arrays and the docs, also after an error), *total
  * their bytes. 0, or 1 with the message said as "skiplm CMD: ...". */
 int cli_read_docs(const char *cmd, const char *input, int is_default, cli_docs *docs, char ***text, size_t **len,
                   size_t *total);
+/* The token shards spec names, sorted, into out (cli_docs_free): a file; a glob (loss masks,
+ * *.mask.bin, left out); or a folder's stream ("train" or "val"): DIR/train.bin, else every
+ * DIR/<prefix>train_NNNNNN.bin (prepare --shard-size writes train_000000.bin ...; FineWeb-style
+ * prefixes such as fineweb_train_000001.bin match too), refused when it has both. record
+ * gets what a checkpoint records to find them again: the absolute file or pattern. */
+int cli_find_shards(const char *spec, const char *stream, cli_docs *out, char *record, size_t n);
 /* mkdir -p: creates dir and its missing parents; 0 when dir is a directory then, else -1
  * with errno (EEXIST where a file is in the way, ENAMETOOLONG past 4095 bytes). */
 int cli_mkdir_p(const char *dir);

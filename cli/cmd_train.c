@@ -54,8 +54,10 @@ typedef struct {
     sk_config cfg;
     sk_train_cfg tc, ck_tc;              /* the run's hyperparameters; the checkpoint's */
     int use_cuda;
-    const char *train_path, *val_path, *tok_path;
+    const char *train_path, *val_path, *tok_path;   /* as given: a file, a glob or a folder */
     char trb[4096], vab[4096], tokb[4096];
+    cli_docs trs, vas;                   /* the shards they name */
+    char tr_rec[4200], va_rec[4200];     /* ... as the checkpoint records them */
     sk_tokenizer *tok;
     sk_loader *Ltr, *Lval;
     long gB;                             /* sequences per micro-step over all ranks */
@@ -176,9 +178,9 @@ static int parse_opts(train_opts *o, int argc, char **argv, sk_config *cfg) {
                       .shuffle = UNSET_I, .lr = NAN, .min_lr = NAN, .wd = NAN, .b1 = NAN, .b2 = NAN, .eps = NAN,
                       .clip = NAN, .seed = UNSET_U};
     cli_opt opts[] = {
-        {"data", 's', &o->data, "directory with train.bin, val.bin and the tokenizer (as skiplm prepare writes)"},
-        {"train", 's', &o->train, "training shard (instead of --data)"},
-        {"val", 's', &o->val, "validation shard (instead of --data; optional)"},
+        {"data", 's', &o->data, "directory with train.bin + val.bin or train_000000.bin ... + val_000000.bin ..., and the tokenizer (as skiplm prepare writes)"},
+        {"train", 's', &o->train, "training shard, or a glob of them in quotes: 'DIR/*train_*.bin' (instead of --data)"},
+        {"val", 's', &o->val, "validation shard or glob (instead of --data; optional)"},
         {"tokenizer", 's', &o->tokenizer, "tokenizer: char vocabulary JSON, tokenizer.json or GPT-2 folder (default: found in --data)"},
         {"out", 's', &o->out, "output directory: ckpt.safetensors, log.jsonl (out)"},
         {"resume", 's', &o->resume, "continue from a checkpoint (file or run directory)"},
@@ -287,18 +289,15 @@ static int check_hparams(train_run *r, const train_opts *o) {
     return 0;
 }
 
-/* The data: --data DIR's train.bin, val.bin and tokenizer, or --train, --val and --tokenizer,
- * or (resuming without them) those the checkpoint records. */
+/* The data: --data DIR's train and val shards and tokenizer, or --train, --val and --tokenizer,
+ * or (resuming without them) those the checkpoint records; then the shards they name. */
 static int find_data(train_run *r, const train_opts *o) {
     r->train_path = o->train; r->val_path = o->val; r->tok_path = o->tokenizer;
     if (o->data) {
         if (r->train_path) return fail("give --data DIR or --train FILE, not both");
         if (!is_dir(o->data)) return fail("--data %s: no such directory", o->data);
-        snprintf(r->trb, sizeof r->trb, "%s/train.bin", o->data); r->train_path = r->trb;
-        snprintf(r->vab, sizeof r->vab, "%s/val.bin", o->data);
-        if (!r->val_path) r->val_path = r->vab;
-        if (!file_exists(r->train_path)) return fail("%s is missing (run skiplm prepare first)", r->train_path);
-        if (!file_exists(r->val_path)) return fail("%s is missing (run skiplm prepare first)", r->val_path);
+        r->train_path = o->data;
+        if (!r->val_path) r->val_path = o->data;
         const char *cand[] = {"tokenizer.json", "vocab.json", "encoder.json"};
         for (int i = 0; i < 3 && !r->tok_path; i++) {
             snprintf(r->tokb, sizeof r->tokb, "%s/%s", o->data, cand[i]);
@@ -308,7 +307,7 @@ static int find_data(train_run *r, const train_opts *o) {
             }
         }
     } else if (!r->train_path && !r->resume) {
-        return fail("give --data DIR (train.bin, val.bin) or --train FILE");
+        return fail("give --data DIR (train and val shards) or --train FILE");
     }
     if (!r->train_path && r->resume) {
         const char *d = sk_st_meta(&r->ck, "train.data_train");
@@ -319,6 +318,8 @@ static int find_data(train_run *r, const train_opts *o) {
         const char *t = sk_st_meta(&r->ck, "tokenizer");
         if (t && !r->tok_path) { snprintf(r->tokb, sizeof r->tokb, "%s", t); r->tok_path = r->tokb; }
     }
+    if (cli_find_shards(r->train_path, "train", &r->trs, r->tr_rec, sizeof r->tr_rec)) return cli_fail("train");
+    if (r->val_path && cli_find_shards(r->val_path, "val", &r->vas, r->va_rec, sizeof r->va_rec)) return cli_fail("train");
     return 0;
 }
 
@@ -332,10 +333,8 @@ static int load_vocab(train_run *r) {
         else {
             sk_shard s;
             long maxid = -1;
-            const char *ps[2] = {r->train_path, r->val_path};
-            for (int i = 0; i < 2; i++) {
-                if (!ps[i]) continue;
-                if (sk_shard_open(&s, ps[i])) return cli_fail("train");
+            for (int i = 0; i < r->trs.n + r->vas.n; i++) {
+                if (sk_shard_open(&s, i < r->trs.n ? r->trs.v[i] : r->vas.v[i - r->trs.n])) return cli_fail("train");
                 for (size_t k = 0; k < s.n; k++) if ((long)sk_shard_at(&s, k) > maxid) maxid = (long)sk_shard_at(&s, k);
                 sk_shard_close(&s);
             }
@@ -399,14 +398,17 @@ static int open_loaders(train_run *r) {
     sk_loader_cfg lc = {.B = tc->B, .T = tc->T, .seed = tc->seed, .shuffle = tc->shuffle, .vocab_size = r->cfg.vocab_size,
                         .rank = r->rank, .world_size = r->world};
     const long gB = r->gB = (long)tc->B * r->world;
-    if (sk_loader_open(&r->Ltr, &r->train_path, 1, &lc)) return cli_fail("train");
+    if (sk_loader_open(&r->Ltr, (const char *const *)r->trs.v, r->trs.n, &lc)) return cli_fail("train");
     if (sk_loader_n_windows(r->Ltr) < (uint64_t)gB)
         return fail("%s holds %" PRIu64 " windows of %d tokens, fewer than one batch of %ld (lower --batch or --seq)",
                     r->train_path, sk_loader_n_windows(r->Ltr), tc->T + 1, gB);
+    if (sk_loader_n_short(r->Ltr) && r->r0p)
+        fprintf(stderr, "skiplm train: note: %d of the %d training shards are shorter than one window of %d tokens and "
+                "give none\n", sk_loader_n_short(r->Ltr), r->trs.n, tc->T + 1);
     if (r->val_path) {
         sk_loader_cfg vc = lc;
         vc.shuffle = 0;
-        if (sk_loader_open(&r->Lval, &r->val_path, 1, &vc)) return cli_fail("train");
+        if (sk_loader_open(&r->Lval, (const char *const *)r->vas.v, r->vas.n, &vc)) return cli_fail("train");
         uint64_t nw = sk_loader_n_windows(r->Lval);
         if (nw < (uint64_t)gB)
             return fail("%s holds %" PRIu64 " windows of %d tokens, fewer than one batch of %ld (lower --batch or --seq)",
@@ -581,11 +583,9 @@ static int train_loop(train_run *r, const train_opts *o, int *agreed) {
     FILE *err = r->err;
     print_banner(r);
     /* absolute paths in the checkpoint, so that sample/resume work from any directory */
-    char tok_abs[PATH_MAX], tr_abs[PATH_MAX], va_abs[PATH_MAX];
-    const char *tok_path = r->tok_path, *train_path = r->train_path, *val_path = r->val_path;
+    char tok_abs[PATH_MAX];
+    const char *tok_path = r->tok_path, *train_path = r->tr_rec, *val_path = r->val_path ? r->va_rec : NULL;
     if (tok_path && realpath(tok_path, tok_abs)) tok_path = tok_abs;
-    if (realpath(train_path, tr_abs)) train_path = tr_abs;
-    if (val_path && realpath(val_path, va_abs)) val_path = va_abs;
     const char *meta[] = {"tokenizer", tok_path, "tokenizer_kind", r->tok ? sk_tok_kind(r->tok) : NULL,
                           "train.data_train", train_path, "train.data_val", val_path, NULL, NULL};
     loop_state ls = {.tty = r->r0p && isatty(2), .print_every = o->print_every, .last_val = NAN, .last_loss = NAN};
@@ -635,6 +635,7 @@ static void run_free(train_run *r) {
     sk_cuda_model_free(r->cm);
 #endif
     sk_loader_free(r->Ltr); sk_loader_free(r->Lval);
+    cli_docs_free(&r->trs); cli_docs_free(&r->vas);
     sk_tok_free(r->tok);
     sk_model_free(r->m);
     sk_st_free(&r->ck);

@@ -209,12 +209,51 @@ static void test_loader(void) {
     sk_loader_free(G);
     for (int r = 0; r < W; r++) sk_loader_free(R[r]);
 
+    /* over several shards, an epoch reads one shard after another (each shard's windows
+     * permuted), the shard order seeded and different from epoch to epoch */
+    {
+        sk_loader *S = open_loader(1, T, 1, 11, 0, 1);
+        uint64_t NS = sk_loader_n_windows(S);
+        int32_t row[17];
+        int runs_ok = 1, orders_differ = 0, prev_first = -1;
+        for (int ep = 0; ep < 4; ep++) {
+            int switches = 0, last = -1, first = -1;
+            char *seen = calloc(NS, 1);
+            for (uint64_t w = 0; w < NS; w++) {
+                sk_loader_next(S, row);
+                int k = row[0] / 10000;                   /* shard k holds 10000k + i */
+                uint64_t idx = (uint64_t)(row[0] - 10000 * k) / T + (k > 0 ? 1000 / 16 : 0) + (k > 1 ? 516 / 16 : 0);
+                if (idx < NS) seen[idx]++;
+                if (last >= 0 && k != last) switches++;
+                if (first < 0) first = k;
+                last = k;
+            }
+            int once = 1;
+            for (uint64_t w = 0; w < NS; w++) once &= seen[w] == 1;
+            runs_ok &= switches == 2 && once;
+            orders_differ |= prev_first >= 0 && first != prev_first;
+            prev_first = first;
+            free(seen);
+        }
+        CHECK(runs_ok, "shuffled over 3 shards: each epoch reads every window once, one shard after another (4 epochs)");
+        CHECK(orders_differ, "the shard order changes from epoch to epoch");
+        sk_loader_free(S);
+    }
+
     /* errors */
     sk_loader_cfg cfg = {.B = 2, .T = 600, .seed = 1, .shuffle = 1};
     sk_loader *Z = NULL;
     rc = sk_loader_open(&Z, shard_paths, 3, &cfg);
-    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), shard_paths[1]) && strstr(sk_last_error(), "517 tokens") &&
-          strstr(sk_last_error(), "601"), "shard shorter than one window refused: %s", sk_last_error());
+    CHECK(rc == 0 && sk_loader_n_windows(Z) == 1 + 2049 / 600 && sk_loader_n_short(Z) == 1,
+          "a shard shorter than one window gives none (%d short)", rc ? -1 : sk_loader_n_short(Z));
+    sk_loader_free(Z);
+    cfg.T = 3000;
+    rc = sk_loader_open(&Z, shard_paths, 3, &cfg);
+    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), shard_paths[0]) && strstr(sk_last_error(), "3001"),
+          "shards all shorter than one window refused: %s", sk_last_error());
+    rc = sk_loader_open(&Z, shard_paths + 1, 1, &cfg);
+    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), shard_paths[1]) && strstr(sk_last_error(), "517 tokens"),
+          "a single shard shorter than one window refused: %s", sk_last_error());
     cfg.T = 16; cfg.vocab_size = 15000;
     rc = sk_loader_open(&Z, shard_paths, 3, &cfg);
     CHECK(rc == SK_EFORMAT && strstr(sk_last_error(), shard_paths[2]) && strstr(sk_last_error(), "outside the vocabulary"),

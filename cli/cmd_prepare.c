@@ -331,6 +331,17 @@ static double unigram_entropy(const uint64_t *cnt, int V) {
 /* the tokenizer beside the shards and OUT/meta.json. 0, or 1 (said). */
 static int write_meta(const prepare_run *p, const prepare_opts *o, double h) {
     if (cli_copy_tokenizer(p->tok[0], p->tok_src, o->out, 0)) return cli_fail("prepare");
+    if (o->chat_template) {          /* the template the conversations were rendered with goes with them */
+        char dst[4200], *data;
+        size_t len;
+        const size_t tl = strlen(o->chat_template);
+        const int json = tl > 5 && !strcmp(o->chat_template + tl - 5, ".json");
+        snprintf(dst, sizeof dst, "%s/%s", o->out, json ? "tokenizer_config.json" : "chat_template.jinja");
+        if (cli_read_file(o->chat_template, &data, &len)) return cli_fail("prepare");
+        int rc = sk_write_atomic(dst, data, len);
+        free(data);
+        if (rc) return cli_fail("prepare");
+    }
     char meta[2048], path[4200];
     int ml = snprintf(meta, sizeof meta,
         "{\"tokenizer\": \"%s\", \"vocab_size\": %d, \"shard_version\": %d, \"layout\": \"%s\", \"train_files\": %d, "

@@ -216,6 +216,12 @@ int sk_trainer_skipped(const sk_trainer *tr);   /* steps whose update was skippe
  * A non-finite loss or gradient norm returns SK_ENUM with "step N: non-finite <what>"
  * and leaves the parameters untouched, unless cfg.skip_nonfinite (then info->skipped). */
 int sk_trainer_step(sk_trainer *tr, sk_step_info *info);
+/* With loss masks on the training data (sk_loader_has_mask) the step's loss is the mean over
+ * the masked-in targets of all its micro-steps on all ranks (PyTorch's cross-entropy with
+ * ignore_index over the step's whole batch): the micro-batches are read first and micro-step
+ * k is weighted by its share of the targets; a micro-step with none is skipped, a step with
+ * none has a NaN loss (the NaN guard above). Validation is then the mean over the
+ * masked-in targets of its batches too. */
 /* Mean loss over eval_batches fixed validation batches (the first ones of val, the same
  * at every evaluation). */
 int sk_trainer_eval(sk_trainer *tr, float *val_loss);

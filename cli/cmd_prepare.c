@@ -28,7 +28,7 @@ typedef struct {
     char *inputs[MAX_INPUTS + 1];
     int n_inputs, threads;
     float val_frac;
-    int64_t shard_size;
+    int shard_size;
     int gpt2, given, is_default, uint32, jsonl;
 } prepare_opts;
 
@@ -81,7 +81,7 @@ static int parse_opts(prepare_opts *o, int argc, char **argv) {
                        opts, o->inputs, MAX_INPUTS, &np, NULL, NULL);
     if (rc) return rc;
     if (!(o->val_frac > 0.0f && o->val_frac < 1.0f)) { fprintf(stderr, "skiplm prepare: --val-fraction must be in (0, 1)\n"); return 2; }
-    if (o->shard_size < 0 || o->shard_size > INT32_MAX) { fprintf(stderr, "skiplm prepare: --shard-size must be in [0, 2^31)\n"); return 2; }
+    if (o->shard_size < 0) { fprintf(stderr, "skiplm prepare: --shard-size must be >= 0 (0: train.bin and val.bin)\n"); return 2; }
     if (o->threads < 1) { fprintf(stderr, "skiplm prepare: --threads must be >= 1\n"); return 2; }
     o->gpt2 = !strcmp(o->tok_kind, "gpt2");
     o->given = !o->gpt2 && strcmp(o->tok_kind, "char");

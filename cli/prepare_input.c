@@ -176,7 +176,7 @@ static int emit(prep_piece *p, const char *data, size_t n) {
 /* The next JSONL line of the open file that is not blank: 1, or 0 at its end. */
 static int next_line(prep_source *s, prep_piece *p) {
     for (;;) {
-        char *nl = memchr(s->buf + s->pos, '\n', s->len - s->pos);
+        char *nl = s->len > s->pos ? memchr(s->buf + s->pos, '\n', s->len - s->pos) : NULL;
         size_t end;
         if (!nl) {
             if (!s->eof) { if (fill(s)) return -1; continue; }

@@ -134,21 +134,26 @@ static int forward(eval_run *e, const eval_opts *o, uint64_t i, float *loss) {
     return sk_model_forward(e->m, x, y, o->B, o->T, loss, lo);
 }
 
-/* The mean loss over the batches into *mean. 0, or 1 (said). */
+/* The mean loss over the batches into *mean: over all their targets, or with loss masks beside
+ * the shards over the masked-in ones (a batch with none adds nothing). 0, or 1 (said). */
 static int eval_batches(eval_run *e, const eval_opts *o, double *mean) {
     if (open_device(e, o)) return 1;
-    double sum = 0;
+    double sum = 0, n_all = 0;
     for (uint64_t i = 0; i < e->nb; i++) {
-        float loss;
+        float loss = 0;
         if (sk_loader_next_xy(e->L, e->x + i * e->BT, e->y + i * e->BT)) return cli_fail("eval");
-        if (forward(e, o, i, &loss)) return cli_fail("eval");
-        sum += loss;
+        size_t n = 0;
+        for (size_t k = 0; k < e->BT; k++) n += e->y[i * e->BT + k] >= 0;
+        if (forward(e, o, i, &loss)) return cli_fail("eval");     /* also for --dump-logits */
+        if (n) sum += (double)loss * n;
+        n_all += (double)n;
     }
 #ifdef SKIPLM_CUDA
     sk_cuda_model_free(e->cm);
     e->cm = NULL;
 #endif
-    *mean = sum / e->nb;
+    if (n_all == 0) { fprintf(stderr, "skiplm eval: every target of the batches is masked out (loss mask 0)\n"); return 1; }
+    *mean = sum / n_all;
     return 0;
 }
 

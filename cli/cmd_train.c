@@ -514,7 +514,9 @@ static void log_step(FILE *log, const step_result *sr) {
     fprintf(log, "{\"step\":%d,\"loss\":%.8g,\"lr\":%.8g,\"grad_norm\":%.8g,\"tokens\":%" PRIu64 ",\"ms\":%.2f",
             s, isfinite(info->loss) ? info->loss : -1.0, info->lr, isfinite(info->grad_norm) ? info->grad_norm : -1.0,
             (uint64_t)s * info->tokens, sr->ms);
-    if (sr->do_eval) fprintf(log, ",\"val_loss\":%.8g", sr->val);
+    /* no masked-in target in the validation batches (loss masks): null, not a number */
+    if (sr->do_eval && isfinite(sr->val)) fprintf(log, ",\"val_loss\":%.8g", sr->val);
+    else if (sr->do_eval) fprintf(log, ",\"val_loss\":null");
     if (info->skipped) fprintf(log, ",\"skipped\":1");
     fprintf(log, "}\n");
     fflush(log);
@@ -534,7 +536,8 @@ static void progress(const train_run *r, loop_state *ls, const step_result *sr) 
     int n = snprintf(line, sizeof line, "step %d/%d  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  ETA %s",
                      s, steps, info->loss, info->lr, info->grad_norm, info->tokens / (ls->ema_ms / 1e3), etab);
     if (sr->do_eval) n += snprintf(line + n, sizeof line - n, "  val %.4f", sr->val);
-    if (info->skipped) n += snprintf(line + n, sizeof line - n, "  SKIPPED (non-finite; %d so far)", sk_trainer_skipped(r->tr));
+    if (info->skipped) n += snprintf(line + n, sizeof line - n, "  SKIPPED (%s; %d so far)",
+                                     info->skipped == 2 ? "no masked-in target" : "non-finite", sk_trainer_skipped(r->tr));
     if (ls->tty) fprintf(r->err, "\r\033[K%s%s", line, sr->do_eval || info->skipped ? "\n" : "");
     else if (s % ls->print_every == 0 || sr->do_eval || info->skipped || s == steps || s == ls->start_step + 1)
         fprintf(r->err, "%s\n", line);
@@ -563,7 +566,7 @@ static void print_summary(const train_run *r, const loop_state *ls) {
     fprintf(err, "skiplm train: done: %d steps in %.1f s (%.0f tokens/s), final loss %.4f",
             done_steps, el, done_steps * (double)tc->accum * tc->B * tc->T * world / (el > 0 ? el : 1), ls->last_loss);
     if (!isnan(ls->last_val)) fprintf(err, ", val loss %.4f", ls->last_val);
-    if (sk_trainer_skipped(r->tr)) fprintf(err, ", %d steps skipped (non-finite)", sk_trainer_skipped(r->tr));
+    if (sk_trainer_skipped(r->tr)) fprintf(err, ", %d steps skipped (non-finite, or no masked-in target)", sk_trainer_skipped(r->tr));
     fprintf(err, "\nskiplm train: peak RSS %.1f MiB per rank (max over %d rank%s", mx[0], world, world > 1 ? "s" : "");
     if (world > 1 && nr) {
         fprintf(err, ":");

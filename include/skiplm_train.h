@@ -186,7 +186,8 @@ typedef struct {
     int step;                /* 1-based index of the step just done */
     float loss;              /* mean training loss over the micro-steps */
     double lr, grad_norm;
-    int skipped;             /* 1: non-finite, the update was skipped */
+    int skipped;             /* the update was skipped: 1 non-finite loss or gradient norm,
+                              * 2 no masked-in target in the step's batches (loss masks) */
     uint64_t tokens;         /* tokens processed by this step */
 } sk_step_info;
 
@@ -220,8 +221,8 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info);
  * the masked-in targets of all its micro-steps on all ranks (PyTorch's cross-entropy with
  * ignore_index over the step's whole batch): the micro-batches are read first and micro-step
  * k is weighted by its share of the targets; a micro-step with none is skipped, a step with
- * none has a NaN loss (the NaN guard above). Validation is then the mean over the
- * masked-in targets of its batches too. */
+ * none makes no update (info->skipped = 2, counted in sk_trainer_skipped). Validation is
+ * then the mean over the masked-in targets of its batches too (NaN when they have none). */
 /* Mean loss over eval_batches fixed validation batches (the first ones of val, the same
  * at every evaluation). */
 int sk_trainer_eval(sk_trainer *tr, float *val_loss);

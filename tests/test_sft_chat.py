@@ -116,8 +116,29 @@ def main():
         # train reads the masks
         r = skiplm("train", "--data", os.path.join(tmp, "chatml"), "--out", os.path.join(tmp, "run"), "--n_layer", "1",
                    "--n_head", "2", "--n_embd", "32", "--block_size", "32", "--seq", "16", "--batch", "2", "--steps", "2",
-                   "--eval-every", "2", "--eval-batches", "1")
-        check(r.returncode == 0, "train --data on the SFT folder" + ("" if r.returncode == 0 else ": " + r.stderr[-300:]))
+                   "--eval-every", "2", "--eval-batches", "2")
+        if check(r.returncode == 0, "train --data on the SFT folder" + ("" if r.returncode == 0 else ": " + r.stderr[-300:])):
+            val = json.loads(open(os.path.join(tmp, "run", "log.jsonl")).readlines()[-1])["val_loss"]
+            e = skiplm("eval", os.path.join(tmp, "run", "ckpt.safetensors"), os.path.join(tmp, "chatml", "val.bin"),
+                       "--batch", "2", "--seq", "16", "--max-batches", "2")
+            got = float(e.stdout.split()[1]) if e.returncode == 0 else float("nan")
+            check(abs(got - val) <= 1e-5 * abs(val), f"eval on the masked val shard: the mean over its masked-in targets, "
+                  f"as train's validation ({got:.6f} vs {val:.6f})")
+        # a validation batch without any masked-in target: no number in the log (valid JSON, null)
+        r = skiplm("train", "--data", os.path.join(tmp, "chatml"), "--out", os.path.join(tmp, "run1"), "--n_layer", "1",
+                   "--n_head", "2", "--n_embd", "32", "--block_size", "32", "--seq", "8", "--batch", "1", "--steps", "1",
+                   "--eval-every", "1", "--eval-batches", "1")
+        rows = [json.loads(l) for l in open(os.path.join(tmp, "run1", "log.jsonl"))] if r.returncode == 0 else [{}]
+        check("val_loss" in rows[-1] and rows[-1]["val_loss"] is None,
+              f"validation with no masked-in target logs val_loss null: {rows[-1]}")
+        # a step whose batch has no masked-in target makes no update (skipped, not stopped)
+        r = skiplm("train", "--data", os.path.join(tmp, "chatml"), "--out", os.path.join(tmp, "run2"), "--n_layer", "1",
+                   "--n_head", "2", "--n_embd", "32", "--block_size", "32", "--seq", "4", "--batch", "1", "--steps", "12",
+                   "--shuffle", "0", "--eval-every", "0")
+        rows = [json.loads(l) for l in open(os.path.join(tmp, "run2", "log.jsonl"))] if r.returncode == 0 else []
+        sk_ = [x["step"] for x in rows if x.get("skipped")]
+        check(r.returncode == 0 and len(rows) == 12 and 0 < len(sk_) < 12 and "no masked-in target" in r.stderr,
+              f"steps without a masked-in target are skipped, the run goes on (skipped: {sk_})")
         # errors
         for line, msg in [('{"messages": [{"role": "user", "content": "hi"}]}', 'no "assistant" message'),
                           ('{"messages": [{"role": "user"}]}', 'message 0 (user) has no "content" string'),

@@ -28,6 +28,7 @@ struct sk_trainer {
     int step;                  /* optimizer steps done (including skipped ones) */
     long adam_t;               /* updates applied: AdamW's step count */
     int skipped;
+    int no_targets;            /* this step's batches had no masked-in target (loss masks) */
     sk_grad_hook hook; void *hook_ctx;
     sk_train_backend be; int has_be;   /* a device backend (sk_trainer_set_backend), or none */
     /* data parallelism (cfg.world_size > 1); with ZeRO-1 this rank owns spans
@@ -300,12 +301,13 @@ static int micro_step(sk_trainer *tr, int k, const int32_t *x, const int32_t *y,
  *   ignore_index over the whole step: all micro-batches are read first, their targets
  *   counted (n_k, total N over the ranks), micro-step k runs with gradient scale
  *   n_k * world / N (the model divides by n_k; the ranks' mean divides by world), one with
- *   no target is skipped, sum = sum_k loss_k * n_k, den = N. N = 0: the loss is NaN (the
- *   NaN guard stops or skips the step). */
+ *   no target is skipped, sum = sum_k loss_k * n_k, den = N. N = 0: no update (the step is
+ *   counted as skipped, sk_step_info.skipped = 2). */
 static int micro_steps(sk_trainer *tr, float *loss, double *sum, double *den_local) {
     const sk_train_cfg *c = &tr->cfg;
     double loss_sum = 0;
     int rc = SK_OK;
+    tr->no_targets = 0;
     if (!sk_loader_has_mask(tr->train)) {
         const float scale = 1.0f / (float)c->accum;
         for (int k = 0; k < c->accum && !rc; k++) {
@@ -337,6 +339,7 @@ static int micro_steps(sk_trainer *tr, float *loss, double *sum, double *den_loc
     *sum = loss_sum;
     *den_local = n_all > 0 ? n_all : NAN;
     *loss = n_all > 0 ? (float)(loss_sum / n_all) : NAN;
+    tr->no_targets = n_all == 0;
     return rc;
 }
 
@@ -349,6 +352,11 @@ static int step_info(sk_trainer *tr, sk_step_info *info, float loss, double norm
     info->step = tr->step + 1;
     info->loss = loss; info->lr = *lr; info->grad_norm = norm;
     info->tokens = (uint64_t)c->accum * c->B * c->T * W;
+    if (tr->no_targets) {              /* nothing to learn from: no update (the same on every rank) */
+        tr->skipped++; tr->step++;
+        info->skipped = 2;
+        return SK_OK;
+    }
     if (isfinite(loss) && isfinite(norm)) return SK_OK;
     const char *what = !isfinite(loss) && !isfinite(norm) ? "loss and gradient norm" : !isfinite(loss) ? "loss" : "gradient norm";
     if (!c->skip_nonfinite)

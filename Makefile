@@ -1,7 +1,7 @@
 # skiplm build. `make` builds the library and the CLI, `make test` runs the suite,
 # `make check-layers` checks that src/'s folders include only the layers below them.
 # Options: make SAN=1 (ASan+UBSan build in build-san/), make BLAS=openblas|none, BLAS_PKG=<pkg-config name>,
-# make MPI=1 (data-parallel training over MPI: mpicc, -DSK_HAVE_MPI, in build-mpi/).
+# make MPI=1 (data-parallel training over MPI: mpicc, -DSK_HAVE_MPI, in build-mpi/), ZLIB=auto|0|1.
 # make fuzz: libFuzzer harnesses (clang, build-fuzz/), each run FUZZ_SECONDS (scripts/fuzz.sh).
 # make cuda: the CLI with the CUDA backend in build-cuda/ (nvcc; NVCC=..., CUDA_ARCH=sm_90;
 # with MPI=1 in build-cuda-mpi/, multi-GPU, NCCL when found), make cuda-test: build it and run
@@ -75,6 +75,17 @@ CFLAGS  += -DSK_HAVE_MHD $(shell pkg-config --cflags libmicrohttpd)
 LDLIBS  += $(shell pkg-config --libs libmicrohttpd)
 endif
 LDLIBS  += -pthread
+# zlib (optional): prepare reads .txt.gz / .jsonl.gz with it. ZLIB=auto uses it when its
+# header is installed (zlib1g-dev; scripts/install_deps.sh), ZLIB=0 builds without it (prepare
+# then refuses .gz inputs, naming them), ZLIB=1 requires it.
+ZLIB    ?= auto
+ifeq ($(ZLIB),auto)
+ZLIB    := $(if $(wildcard /usr/include/zlib.h),1,0)
+endif
+ifeq ($(ZLIB),1)
+CFLAGS  += -DSK_HAVE_ZLIB
+LDLIBS  += -lz
+endif
 
 # The library, one folder a layer (docs/architecture.md): base <- core <- io, train; text
 # beside them on base (and io for file paths); src/cuda/ is the GPU backend (make cuda).

@@ -123,7 +123,10 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     need = a.steps * a.batch * a.seq + 1
-    toks = np.fromfile(a.train, dtype="<u2", offset=1024)
+    version = int(np.fromfile(a.train, dtype="<i4", count=2)[1])
+    if version not in (1, 2):
+        sys.exit(f"{a.train}: shard version {version}: this script reads llm.c shards of version 1 (uint16) or 2 (uint32)")
+    toks = np.fromfile(a.train, dtype="<u2" if version == 1 else "<u4", offset=1024)
     if len(toks) < need:
         sys.exit(f"{a.train}: {len(toks)} tokens, {need} needed for {a.steps} steps of {a.batch} x {a.seq}")
     toks = toks[:need]

@@ -401,8 +401,10 @@ def read_shard(path):
         raw = f.read()
     head = np.frombuffer(raw[:1024], dtype="<i4")
     if len(raw) >= 1024 and head[0] == SHARD_MAGIC:
-        n = int(head[2])
-        toks = np.frombuffer(raw[1024:1024 + 2 * n], dtype="<u2")
+        n, width = int(head[2]), {1: 2, 2: 4}.get(int(head[1]))
+        if width is None:
+            die(f"{path}: shard version {int(head[1])}: this script reads versions 1 (uint16) and 2 (uint32)")
+        toks = np.frombuffer(raw[1024:1024 + width * n], dtype="<u2" if width == 2 else "<u4")
         if len(toks) != n:
             die(f"{path}: header says {n} tokens, the file holds {len(toks)}")
         return toks

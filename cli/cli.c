@@ -158,7 +158,12 @@ static int ends_with(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && !strcmp(s + a - b, suf);
 }
-static void list_files(const char *dir, cli_docs *out, int txt_only) {
+static int has_suffix(const char *name, const char *const *suffixes) {
+    for (int i = 0; suffixes && suffixes[i]; i++) if (ends_with(name, suffixes[i])) return 1;
+    return !suffixes;
+}
+/* regular files under dir, recursively: those with one of suffixes (NULL: all) */
+static void list_files(const char *dir, cli_docs *out, const char *const *suffixes) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
@@ -168,25 +173,30 @@ static void list_files(const char *dir, cli_docs *out, int txt_only) {
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat st;
         if (stat(path, &st)) continue;
-        if (S_ISDIR(st.st_mode)) list_files(path, out, txt_only);
-        else if (S_ISREG(st.st_mode) && (!txt_only || ends_with(e->d_name, ".txt"))) docs_push(out, path);
+        if (S_ISDIR(st.st_mode)) list_files(path, out, suffixes);
+        else if (S_ISREG(st.st_mode) && has_suffix(e->d_name, suffixes)) docs_push(out, path);
     }
     closedir(d);
 }
 
-int cli_list_docs(const char *input, int is_default, cli_docs *docs) {
+int cli_list_files(const char *input, const char *const *suffixes, int is_default, cli_docs *docs) {
     memset(docs, 0, sizeof *docs);
     struct stat st;
     if (stat(input, &st))
         return sk_error(SK_EIO, "%s: %s%s", input, strerror(errno),
                         is_default ? " (the default corpus: run scripts/setup.sh first)" : "");
     if (S_ISDIR(st.st_mode)) {
-        list_files(input, docs, 1);
-        if (docs->n == 0) list_files(input, docs, 0);
+        list_files(input, docs, suffixes);
+        if (docs->n == 0) list_files(input, docs, NULL);
         if (docs->n > 1) qsort(docs->v, docs->n, sizeof(char *), cmp_str);   /* no NULL to qsort */
     } else docs_push(docs, input);
     if (docs->n == 0) return sk_error(SK_EINVAL, "%s holds no files", input);
     return SK_OK;
+}
+
+int cli_list_docs(const char *input, int is_default, cli_docs *docs) {
+    static const char *const txt[] = {".txt", NULL};
+    return cli_list_files(input, txt, is_default, docs);
 }
 
 void cli_docs_free(cli_docs *docs) {
@@ -336,10 +346,30 @@ int cli_copy_tokenizer(const sk_tokenizer *tok, const char *src, const char *out
     return 0;
 }
 
-int cli_load_model(sk_model **m, const char *path, int n_head) {
-    if (n_head < 0) return sk_error(SK_EINVAL, "--n_head must be positive (got %d)", n_head);
+int cli_load_model(sk_model **m, const char *path, const cli_model_opts *mo) {
+    static const cli_model_opts none = {0};
+    if (!mo) mo = &none;
+    if (mo->n_head < 0) return sk_error(SK_EINVAL, "--n_head must be positive (got %d)", mo->n_head);
+    if (mo->n_skip_layer < 0 || mo->n_skip_head < 0)
+        return sk_error(SK_EINVAL, "--n_skip_layer and --n_skip_head must be >= 0");
     sk_config o;
     memset(&o, 0, sizeof o);          /* only the non-zero fields of an override count */
-    o.n_head = n_head;
-    return sk_model_load(m, path, n_head ? &o : NULL);
+    o.n_head = mo->n_head; o.n_skip_layer = mo->n_skip_layer; o.n_skip_head = mo->n_skip_head;
+    if (mo->routing && sk_config_set(&o, "routing", mo->routing)) return SK_EINVAL;
+    char *file = sk_weights_file(path);
+    if (!file) return sk_error(SK_ENOMEM, "out of memory");
+    sk_safetensors st;
+    int rc = sk_st_read(file, &st);
+    if (!rc) {
+        const char *keys[8];
+        int n = sk_meta_unknown_keys(&st, keys, 8);
+        for (int i = 0; i < n && i < 8; i++)
+            fprintf(stderr, "skiplm: warning: %s: metadata key '%s' (= '%s') is not a config field skiplm knows; "
+                    "it is ignored\n", file, keys[i], sk_st_meta(&st, keys[i]));
+        if (n > 8) fprintf(stderr, "skiplm: warning: %s: %d more such keys\n", file, n - 8);
+        rc = sk_model_load_st(m, &st, file, &o);
+        sk_st_free(&st);
+    }
+    free(file);
+    return rc;
 }

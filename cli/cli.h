@@ -34,12 +34,21 @@ int cli_fail(const char *cmd);
  * corpus they add how to install it. */
 typedef struct { char **v; int n, cap; } cli_docs;
 int cli_list_docs(const char *input, int is_default, cli_docs *docs);
+/* The same with the names a folder's files must end with (NULL-terminated; all files when
+ * none does). */
+int cli_list_files(const char *input, const char *const *suffixes, int is_default, cli_docs *docs);
 void cli_docs_free(cli_docs *docs);
 /* cli_list_docs, then every document read: (*text)[i], (*len)[i] for docs->v[i] (calloc'd
  * arrays; the caller frees each text, both arrays and the docs, also after an error), *total
  * their bytes. 0, or 1 with the message said as "skiplm CMD: ...". */
 int cli_read_docs(const char *cmd, const char *input, int is_default, cli_docs *docs, char ***text, size_t **len,
                   size_t *total);
+/* The token shards spec names, sorted, into out (cli_docs_free): a file; a glob (loss masks,
+ * *.mask.bin, left out); or a folder's stream ("train" or "val"): DIR/train.bin, else every
+ * DIR/<prefix>train_NNNNNN.bin (prepare --shard-size writes train_000000.bin ...; FineWeb-style
+ * prefixes such as fineweb_train_000001.bin match too), refused when it has both. record
+ * gets what a checkpoint records to find them again: the absolute file or pattern. */
+int cli_find_shards(const char *spec, const char *stream, cli_docs *out, char *record, size_t n);
 /* mkdir -p: creates dir and its missing parents; 0 when dir is a directory then, else -1
  * with errno (EEXIST where a file is in the way, ENAMETOOLONG past 4095 bytes). */
 int cli_mkdir_p(const char *dir);
@@ -48,10 +57,20 @@ int cli_mkdir_p(const char *dir);
 int cli_device(const char *cmd, const char *device);
 /* 1 in a CUDA build; else says that --device cuda needs one (make cuda) and gives 0. */
 int cli_cuda_built(const char *cmd);
-/* sk_model_load with the head count given on the command line (n_head > 0), for files that
- * do not say it (PyTorch-written weights without metadata or config.json). */
-int cli_load_model(sk_model **m, const char *path, int n_head);
+/* What the command line may say about weights whose file does not (PyTorch-written weights
+ * without metadata or config.json): the head count and the SLA setting (0 / NULL: not given). */
+typedef struct { int n_head, n_skip_layer, n_skip_head; const char *routing; } cli_model_opts;
+/* sk_model_load with those options as the override (refused where the file says otherwise);
+ * prints a warning for every metadata key that reads like a config field skiplm does not know
+ * (sk_meta_unknown_keys). */
+int cli_load_model(sk_model **m, const char *path, const cli_model_opts *mo);
 #define CLI_N_HEAD_HELP "attention heads, for weights whose file does not say (no metadata, no config.json)"
+/* The option table entries for cli_model_opts *MO (inside a cli_opt array). */
+#define CLI_MODEL_OPTS(MO) \
+    {"n_head", 'i', &(MO)->n_head, CLI_N_HEAD_HELP}, \
+    {"n_skip_layer", 'i', &(MO)->n_skip_layer, "SLA for weights whose file carries none: layer l's last heads read layer l-N's K/V"}, \
+    {"n_skip_head", 'i', &(MO)->n_skip_head, "SLA for weights whose file carries none: how many heads of a layer skip"}, \
+    {"routing", 's', &(MO)->routing, "general K/V routing table for weights whose file carries none (docs/models.md)"}
 /* The tokenizer of a weights file or folder: the one its metadata records (a checkpoint),
  * else the folder holding it if a tokenizer is beside it (a Hugging Face folder:
  * tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe). Writes the path (a file or a folder) to out; an error names

@@ -13,7 +13,8 @@
 /* The command line. */
 typedef struct {
     const char *model, *tok_path, *device, *system, *chat_tpl, *tools_file;
-    int n_head, n_new, greedy, quiet, tf32, bf16, q8, max_ctx, use_cuda;
+    cli_model_opts mo;
+    int n_new, greedy, quiet, tf32, bf16, q8, max_ctx, use_cuda;
     sk_sampling sp;
     uint64_t seed;
 } chat_opts;
@@ -144,7 +145,7 @@ static int parse_opts(chat_opts *o, int argc, char **argv) {
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
         {"bf16", 'b', &o->bf16, "bf16 copy of the weights for the matrix products (CPU or --device cuda)"},
         {"q8", 'b', &o->q8, "8-bit weights (q8_0: int8 in blocks of 32, one fp16 scale each) for the matrix products, fp32 everything else (CPU; implied by a quantized file, skiplm quantize)"},
-        {"n_head", 'i', &o->n_head, CLI_N_HEAD_HELP},
+        CLI_MODEL_OPTS(&o->mo),
         {0},
     };
     char *pos[1]; int np;
@@ -176,7 +177,7 @@ static int start(chatter *c, const chat_opts *o) {
     if (log_push(&c->h, "user", "", 0) || sk_chat_render(c->ct, c->h.v, c->h.n, c->tools, 1, &c->text, &tlen)) return 1;
     log_drop(&c->h, c->h.n - 1, c->h.n);
     free(c->text); c->text = NULL;
-    if (gen_load(&c->m, &c->tok, o->model, o->n_head, o->tok_path)) return 1;
+    if (gen_load(&c->m, &c->tok, o->model, &o->mo, o->tok_path)) return 1;
     gen_chat_eos(c->tok, c->ct, c->eos, &c->n_eos, GEN_MAX_EOS, o->quiet);
     const sk_config *cf = sk_model_config(c->m);
     c->V = cf->vocab_size;

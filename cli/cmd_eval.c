@@ -15,7 +15,8 @@
 typedef struct {
     const char *weights, *dump, *device;
     char **shards;
-    int n_shards, n_head, B, T, max_batches, tf32, bf16, q8, use_cuda;
+    cli_model_opts mo;
+    int n_shards, B, T, max_batches, tf32, bf16, q8, use_cuda;
 } eval_opts;
 
 /* An evaluation: the model, its loader and the inputs, targets (and logits) of every batch
@@ -46,7 +47,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &o->bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
         {"q8", 'b', &o->q8, "the model with its 2-D weights quantized to 8 bits (q8_0, as sample --q8 decodes; fp32 activations), on the CPU; implied by a quantized file"},
-        {"n_head", 'i', &o->n_head, CLI_N_HEAD_HELP},
+        CLI_MODEL_OPTS(&o->mo),
         {0},
     };
     int np;
@@ -86,7 +87,7 @@ static int check_memory(const eval_run *e, const eval_opts *o) {
 /* The model (o->T set to its block_size when not given), the loader over the shards, the
  * number of batches and their buffers. 0, or the exit status (said). */
 static int open_eval(eval_run *e, eval_opts *o) {
-    if (cli_load_model(&e->m, o->weights, o->n_head)) return cli_fail("eval");
+    if (cli_load_model(&e->m, o->weights, &o->mo)) return cli_fail("eval");
     e->c = sk_model_config(e->m);
     /* 8-bit weights: the fp32 forward pass of their dequantized values, which is what 8-bit
      * decoding computes (its activations stay fp32) */
@@ -143,21 +144,26 @@ static int forward(eval_run *e, const eval_opts *o, uint64_t i, float *loss) {
     return sk_model_forward(e->m, x, y, o->B, o->T, loss, lo);
 }
 
-/* The mean loss over the batches into *mean. 0, or 1 (said). */
+/* The mean loss over the batches into *mean: over all their targets, or with loss masks beside
+ * the shards over the masked-in ones (a batch with none adds nothing). 0, or 1 (said). */
 static int eval_batches(eval_run *e, const eval_opts *o, double *mean) {
     if (open_device(e, o)) return 1;
-    double sum = 0;
+    double sum = 0, n_all = 0;
     for (uint64_t i = 0; i < e->nb; i++) {
-        float loss;
+        float loss = 0;
         if (sk_loader_next_xy(e->L, e->x + i * e->BT, e->y + i * e->BT)) return cli_fail("eval");
-        if (forward(e, o, i, &loss)) return cli_fail("eval");
-        sum += loss;
+        size_t n = 0;
+        for (size_t k = 0; k < e->BT; k++) n += e->y[i * e->BT + k] >= 0;
+        if (forward(e, o, i, &loss)) return cli_fail("eval");     /* also for --dump-logits */
+        if (n) sum += (double)loss * n;
+        n_all += (double)n;
     }
 #ifdef SKIPLM_CUDA
     sk_cuda_model_free(e->cm);
     e->cm = NULL;
 #endif
-    *mean = sum / e->nb;
+    if (n_all == 0) { fprintf(stderr, "skiplm eval: every target of the batches is masked out (loss mask 0)\n"); return 1; }
+    *mean = sum / n_all;
     return 0;
 }
 

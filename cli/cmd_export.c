@@ -9,12 +9,12 @@
 #include <sys/stat.h>
 
 int cmd_export(int argc, char **argv) {
-    int n_head = 0;
+    cli_model_opts mo = {0};
     const char *out = NULL, *tok = NULL;
     cli_opt opts[] = {
         {"out", 's', &out, "the folder to write (created if missing)"},
         {"tokenizer", 's', &tok, "tokenizer to copy beside the weights: a GPT-2 folder or a tokenizer.json (default: the model's own)"},
-        {"n_head", 'i', &n_head, CLI_N_HEAD_HELP},
+        CLI_MODEL_OPTS(&mo),
         {0},
     };
     char *pos[1]; int np;
@@ -22,7 +22,7 @@ int cmd_export(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     if (np != 1 || !out) { fprintf(stderr, "skiplm export: give the weights and --out DIR\n"); return 2; }
     sk_model *m;
-    if (cli_load_model(&m, pos[0], n_head)) return cli_fail("export");
+    if (cli_load_model(&m, pos[0], &mo)) return cli_fail("export");
     if (sk_model_q8(m)) {
         fprintf(stderr, "skiplm export: %s holds 8-bit weights (skiplm quantize): export needs the fp32 weights it was quantized from\n", pos[0]);
         sk_model_free(m);

@@ -20,8 +20,10 @@ typedef struct {
 
 static double num_after(const char *line, const char *key, int *found) {
     const char *p = strstr(line, key);
-    *found = p != NULL;
-    return p ? strtod(p + strlen(key), NULL) : 0;
+    char *end = NULL;
+    double v = p ? strtod(p + strlen(key), &end) : 0;
+    *found = p != NULL && end != p + strlen(key);      /* "val_loss":null is no value */
+    return v;
 }
 
 static int load_run(run *r, const char *arg, int use_tokens) {

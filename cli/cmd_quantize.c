@@ -7,11 +7,11 @@
 #include <stdlib.h>
 
 int cmd_quantize(int argc, char **argv) {
-    int n_head = 0;
+    cli_model_opts mo = {0};
     const char *out = NULL;
     cli_opt opts[] = {
         {"out", 's', &out, "the file to write (a .safetensors file)"},
-        {"n_head", 'i', &n_head, CLI_N_HEAD_HELP},
+        CLI_MODEL_OPTS(&mo),
         {0},
     };
     char *pos[1]; int np;
@@ -19,7 +19,7 @@ int cmd_quantize(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     if (np != 1 || !out) { fprintf(stderr, "skiplm quantize: give the weights and --out FILE\n"); return 2; }
     sk_model *m;
-    if (cli_load_model(&m, pos[0], n_head)) return cli_fail("quantize");
+    if (cli_load_model(&m, pos[0], &mo)) return cli_fail("quantize");
     const int was_q8 = sk_model_q8(m);
     char tp[4096];
     const char *meta[] = {"tokenizer", cli_tokenizer_of(pos[0], tp, sizeof tp) ? NULL : tp, NULL};

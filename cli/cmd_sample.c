@@ -11,7 +11,8 @@
 /* The command line. */
 typedef struct {
     const char *weights, *prompt, *tok_path, *device, *system, *chat_tpl, *msgs_file, *tools_file;
-    int n_head, n_new, greedy, quiet, tf32, bf16, q8, ignore_eos, chat, n_samples, use_cuda;
+    cli_model_opts mo;
+    int n_new, greedy, quiet, tf32, bf16, q8, ignore_eos, chat, n_samples, use_cuda;
     sk_sampling sp;
     uint64_t seed;
 } sample_opts;
@@ -69,7 +70,7 @@ static int parse_opts(sample_opts *o, int argc, char **argv) {
         {"chat-template", 's', &o->chat_tpl, "with --chat: a .jinja file or a tokenizer_config.json (default: the model folder's)"},
         {"messages", 's', &o->msgs_file, "a JSON file with the whole conversation, a list of messages (role, content, tool_calls, ...) as transformers takes them (implies --chat; not with --prompt)"},
         {"tools", 's', &o->tools_file, "with --chat: a JSON file with a list of tool (function) schemas, for templates that show them"},
-        {"n_head", 'i', &o->n_head, CLI_N_HEAD_HELP},
+        CLI_MODEL_OPTS(&o->mo),
         {0},
     };
     char *pos[1]; int np;
@@ -120,7 +121,7 @@ static int chat_prompt(sampler *s, const sample_opts *o) {
 
 /* The model and tokenizer, the prompt's ids, and the cache and buffers of G sequences. */
 static int setup(sampler *s, const sample_opts *o) {
-    if (gen_load(&s->m, &s->tok, o->weights, o->n_head, o->tok_path)) return 1;
+    if (gen_load(&s->m, &s->tok, o->weights, &o->mo, o->tok_path)) return 1;
     if (s->chat && !o->ignore_eos) gen_chat_eos(s->tok, s->chat, s->eos, &s->n_eos, GEN_MAX_EOS, o->quiet);
     const sk_config *c = sk_model_config(s->m);
     size_t cap = 0;

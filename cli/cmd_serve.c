@@ -29,7 +29,7 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
         {"grace", 'i', &o->grace, "seconds running requests get to end after SIGINT or SIGTERM (10)"},
         {"quiet", 'b', &o->quiet, "log only the requests that fail"},
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (one sequence at a time) (cpu)"},
-        {"n_head", 'i', &o->n_head, CLI_N_HEAD_HELP},
+        CLI_MODEL_OPTS(&o->mo),
         {0},
     };
     char *pos[1]; int np;
@@ -75,7 +75,7 @@ static int start(serve *s, serve_opts *o) {
         if (!o->quiet) fprintf(stderr, "[no chat template (%s): /v1/chat/completions refuses; give --chat-template]\n", sk_last_error());
         s->chat = NULL;
     }
-    if (gen_load(&s->m, &s->tok, o->model, o->n_head, o->tok_path)) return 1;
+    if (gen_load(&s->m, &s->tok, o->model, &o->mo, o->tok_path)) return 1;
     memcpy(s->chat_eos, s->eos, sizeof s->eos);
     s->n_chat_eos = s->n_eos;
     if (s->chat) gen_chat_eos(s->tok, s->chat, s->chat_eos, &s->n_chat_eos, GEN_MAX_EOS, o->quiet);

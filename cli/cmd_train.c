@@ -6,15 +6,11 @@
  * the data and vocabulary, the config against the file started from, the loaders, the model
  * and trainer (resumed; on the GPU with --device cuda), the output directory; then the
  * training loop (progress line, validation, log.jsonl, checkpoints) and its summary. */
-#include "cli.h"
-#ifdef SKIPLM_CUDA
-#include "skiplm_cuda.h"
-#endif
+#include "train.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,54 +18,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define UNSET_I INT_MIN
-#define UNSET_U UINT64_MAX
-
-/* The command line: UNSET_I, NAN or UNSET_U where an option was not given. */
-typedef struct {
-    const char *data, *train, *val, *tokenizer, *out, *resume, *init, *device;
-    int tf32, bf16, overwrite, skip_nonfinite, print_every, zero, recompute;
-    int steps, B, T, tps, accum, warmup, decay, eval_every, eval_batches, ckpt_every, shuffle;
-    float lr, min_lr, wd, b1, b2, eps, clip;
-    uint64_t seed;
-} train_opts;
-
-/* Test-only fault injection: SKIPLM_TEST_FAIL_AT=RANK:STEP makes that rank's gradient hook
- * fail at that step, to check that an error on one rank stops all of them. */
-typedef struct { int rank, step; const sk_trainer *tr; } fail_at;
+/* the gradient hook of SKIPLM_TEST_FAIL_AT (fail_at, train.h) */
 static int fail_hook(float *g, size_t n, float *loss, void *ctx) {
     const fail_at *f = ctx;
     if (sk_dist_rank() == f->rank && sk_trainer_step_count(f->tr) + 1 == f->step)
         return sk_error(SK_EINVAL, "step %d: injected failure (SKIPLM_TEST_FAIL_AT)", f->step);
     return SK_OK;
 }
-
-/* A run: what it starts from, its data, model, trainer and output (run_free frees them). */
-typedef struct {
-    int rank, world, r0p;                /* r0p: rank 0, the one that writes and prints */
-    const char *resume;                  /* the checkpoint given to --resume, or NULL */
-    char ckpt_path[4096];                /* its file */
-    sk_safetensors ck;                   /* its contents, until the trainer has resumed */
-    sk_model *m;                         /* the host model (from the checkpoint or --init, else new) */
-    sk_config cfg;
-    sk_train_cfg tc, ck_tc;              /* the run's hyperparameters; the checkpoint's */
-    int use_cuda;
-    const char *train_path, *val_path, *tok_path;
-    char trb[4096], vab[4096], tokb[4096];
-    sk_tokenizer *tok;
-    sk_loader *Ltr, *Lval;
-    long gB;                             /* sequences per micro-step over all ranks */
-    sk_trainer *tr;
-    fail_at fault;
-#ifdef SKIPLM_CUDA
-    sk_cuda_model *cm;
-    sk_cuda_precision prec;
-    char devdesc[256];
-#endif
-    const char *out;
-    char outb[4096], ckp[4200], logp[4200];
-    FILE *log, *err;                     /* log.jsonl (rank 0); the messages (stderr on rank 0) */
-} train_run;
 
 /* The training loop's bookkeeping, for the progress line, the messages and the summary. */
 typedef struct {
@@ -86,20 +41,6 @@ typedef struct {
     int do_eval;
     float val;
 } step_result;
-
-/* "skiplm train: MESSAGE" on stderr; 1 */
-__attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("skiplm train: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return 1;
-}
-
-static int file_exists(const char *p) { struct stat s; return stat(p, &s) == 0; }
-static int is_dir(const char *p) { struct stat s; return stat(p, &s) == 0 && S_ISDIR(s.st_mode); }
 
 /* Find the value of --name / --name=value in argv before the full parse. */
 static const char *prescan(int argc, char **argv, const char *name) {
@@ -154,19 +95,20 @@ static int open_start(train_run *r, int argc, char **argv) {
     if (r->resume) {
         snprintf(r->ckpt_path, sizeof r->ckpt_path, is_dir(r->resume) ? "%s/ckpt.safetensors" : "%s", r->resume);
         if (sk_st_read(r->ckpt_path, &r->ck) || sk_model_load_st(&r->m, &r->ck, r->ckpt_path, NULL))
-            return fail("cannot resume: %s", sk_last_error());
+            return train_fail("cannot resume: %s", sk_last_error());
         if (sk_model_q8(r->m))
-            return fail("cannot resume: %s holds 8-bit weights (skiplm quantize), not a training checkpoint", r->ckpt_path);
+            return train_fail("cannot resume: %s holds 8-bit weights (skiplm quantize), not a training checkpoint", r->ckpt_path);
         if (!sk_st_meta(&r->ck, "train.step"))
-            return fail("cannot resume: %s is a weights file, not a training checkpoint (use --init to start from it)", r->ckpt_path);
+            return train_fail("cannot resume: %s is a weights file, not a training checkpoint (use --init to start from it)", r->ckpt_path);
         r->cfg = *sk_model_config(r->m);
     } else if (init) {
         const char *nh = prescan(argc, argv, "n_head");       /* for a file that does not say */
-        if (cli_load_model(&r->m, init, nh ? atoi(nh) : 0)) return cli_fail("train");
+        cli_model_opts mo = {.n_head = nh ? atoi(nh) : 0};
+        if (cli_load_model(&r->m, init, &mo)) return cli_fail("train");
         r->cfg = *sk_model_config(r->m);
     }
     if (r->m && sk_model_q8(r->m))
-        return fail("%s holds 8-bit weights (skiplm quantize): training needs the fp32 weights it was quantized from", init);
+        return train_fail("%s holds 8-bit weights (skiplm quantize): training needs the fp32 weights it was quantized from", init);
     return 0;
 }
 
@@ -179,9 +121,9 @@ static int parse_opts(train_opts *o, int argc, char **argv, sk_config *cfg) {
                       .shuffle = UNSET_I, .lr = NAN, .min_lr = NAN, .wd = NAN, .b1 = NAN, .b2 = NAN, .eps = NAN,
                       .clip = NAN, .seed = UNSET_U};
     cli_opt opts[] = {
-        {"data", 's', &o->data, "directory with train.bin, val.bin and the tokenizer (as skiplm prepare writes)"},
-        {"train", 's', &o->train, "training shard (instead of --data)"},
-        {"val", 's', &o->val, "validation shard (instead of --data; optional)"},
+        {"data", 's', &o->data, "directory with train.bin + val.bin or train_000000.bin ... + val_000000.bin ..., and the tokenizer (as skiplm prepare writes)"},
+        {"train", 's', &o->train, "training shard, or a glob of them in quotes: 'DIR/*train_*.bin' (instead of --data)"},
+        {"val", 's', &o->val, "validation shard or glob (instead of --data; optional)"},
         {"tokenizer", 's', &o->tokenizer, "tokenizer: char vocabulary JSON, tokenizer.json or GPT-2 folder (default: found in --data)"},
         {"out", 's', &o->out, "output directory: ckpt.safetensors, log.jsonl (out)"},
         {"resume", 's', &o->resume, "continue from a checkpoint (file or run directory)"},
@@ -236,12 +178,12 @@ static int set_hparams(train_run *r, const train_opts *o) {
 #undef SETF
     if (o->seed != UNSET_U) tc->seed = o->seed;
     if (o->skip_nonfinite) tc->skip_nonfinite = 1;
-    if (o->zero != 0 && o->zero != 1) return fail("--zero must be 0 or 1 (got %d)", o->zero);
+    if (o->zero != 0 && o->zero != 1) return train_fail("--zero must be 0 or 1 (got %d)", o->zero);
     if ((r->use_cuda = cli_device("train", o->device)) < 0) return 1;
     if (r->use_cuda && !cli_cuda_built("train")) return 1;
-    if ((o->tf32 || o->bf16) && !r->use_cuda) return fail("--%s needs --device cuda", o->tf32 ? "tf32" : "bf16");
-    if (o->tf32 && o->bf16) return fail("--tf32 and --bf16 exclude each other");
-    if (o->recompute < -1 || o->recompute > 1) return fail("--recompute must be -1, 0 or 1 (got %d)", o->recompute);
+    if ((o->tf32 || o->bf16) && !r->use_cuda) return train_fail("--%s needs --device cuda", o->tf32 ? "tf32" : "bf16");
+    if (o->tf32 && o->bf16) return train_fail("--tf32 and --bf16 exclude each other");
+    if (o->recompute < -1 || o->recompute > 1) return train_fail("--recompute must be -1, 0 or 1 (got %d)", o->recompute);
     tc->zero = o->zero;
     tc->world_size = r->world;
     /* resuming on another number of ranks: the same global batch, split over these ranks */
@@ -249,7 +191,7 @@ static int set_hparams(train_run *r, const train_opts *o) {
     if (r->resume && o->B == UNSET_I && ck->world_size != r->world) {
         long g = (long)ck->B * ck->world_size;
         if (g % r->world)
-            return fail("cannot resume: the checkpoint's global batch is %d x %d ranks x %d grad-accum; give --batch and "
+            return train_fail("cannot resume: the checkpoint's global batch is %d x %d ranks x %d grad-accum; give --batch and "
                         "--grad-accum so that batch x grad-accum x %d ranks = %ld", ck->B, ck->world_size, ck->accum,
                         r->world, g * ck->accum);
         tc->B = (int)(g / r->world);
@@ -262,93 +204,32 @@ static int set_hparams(train_run *r, const train_opts *o) {
 /* The ranges of the hyperparameters; the micro-steps of an optimizer step. */
 static int check_hparams(train_run *r, const train_opts *o) {
     sk_train_cfg *tc = &r->tc;
-    if (tc->steps < 1) return fail("--steps must be >= 1 (got %d)", tc->steps);
-    if (tc->B < 1) return fail("--batch must be >= 1 (got %d)", tc->B);
-    if (tc->T < 1) return fail("--seq must be >= 1 (got %d)", tc->T);
-    if (tc->T > r->cfg.block_size) return fail("--seq %d exceeds the model's block_size %d (give --block_size)", tc->T, r->cfg.block_size);
-    if (tc->shuffle != 0 && tc->shuffle != 1) return fail("--shuffle must be 0 or 1 (got %d)", tc->shuffle);
-    if (!(tc->lr >= 0) || !isfinite(tc->lr)) return fail("--lr must be a finite number >= 0");
-    if (!(tc->min_lr >= 0) || tc->min_lr > tc->lr) return fail("--min-lr must be in [0, lr]");
-    if (tc->warmup < 0) return fail("--warmup must be >= 0");
-    if (tc->lr_decay_steps < 0) return fail("--lr-decay-steps must be >= 0");
-    if (!(tc->weight_decay >= 0)) return fail("--weight-decay must be >= 0");
-    if (!(tc->beta1 >= 0 && tc->beta1 < 1) || !(tc->beta2 >= 0 && tc->beta2 < 1)) return fail("--beta1 and --beta2 must be in [0, 1)");
-    if (!(tc->eps > 0)) return fail("--eps must be > 0");
-    if (!(tc->grad_clip >= 0)) return fail("--grad-clip must be >= 0 (0 = off)");
-    if (tc->eval_every < 0 || tc->eval_batches < 0 || tc->ckpt_every < 0) return fail("--eval-every, --eval-batches and --ckpt-every must be >= 0");
-    if (o->print_every < 1) return fail("--print-every must be >= 1");
+    if (tc->steps < 1) return train_fail("--steps must be >= 1 (got %d)", tc->steps);
+    if (tc->B < 1) return train_fail("--batch must be >= 1 (got %d)", tc->B);
+    if (tc->T < 1) return train_fail("--seq must be >= 1 (got %d)", tc->T);
+    if (tc->T > r->cfg.block_size) return train_fail("--seq %d exceeds the model's block_size %d (give --block_size)", tc->T, r->cfg.block_size);
+    if (tc->shuffle != 0 && tc->shuffle != 1) return train_fail("--shuffle must be 0 or 1 (got %d)", tc->shuffle);
+    if (!(tc->lr >= 0) || !isfinite(tc->lr)) return train_fail("--lr must be a finite number >= 0");
+    if (!(tc->min_lr >= 0) || tc->min_lr > tc->lr) return train_fail("--min-lr must be in [0, lr]");
+    if (tc->warmup < 0) return train_fail("--warmup must be >= 0");
+    if (tc->lr_decay_steps < 0) return train_fail("--lr-decay-steps must be >= 0");
+    if (!(tc->weight_decay >= 0)) return train_fail("--weight-decay must be >= 0");
+    if (!(tc->beta1 >= 0 && tc->beta1 < 1) || !(tc->beta2 >= 0 && tc->beta2 < 1)) return train_fail("--beta1 and --beta2 must be in [0, 1)");
+    if (!(tc->eps > 0)) return train_fail("--eps must be > 0");
+    if (!(tc->grad_clip >= 0)) return train_fail("--grad-clip must be >= 0 (0 = off)");
+    if (tc->eval_every < 0 || tc->eval_batches < 0 || tc->ckpt_every < 0) return train_fail("--eval-every, --eval-batches and --ckpt-every must be >= 0");
+    if (o->print_every < 1) return train_fail("--print-every must be >= 1");
     const long bt = (long)tc->B * tc->T * r->world;
-    if (o->tps != UNSET_I && o->accum != UNSET_I) return fail("give --tokens-per-step or --grad-accum, not both");
+    if (o->tps != UNSET_I && o->accum != UNSET_I) return train_fail("give --tokens-per-step or --grad-accum, not both");
     if (o->tps != UNSET_I) {
-        if (o->tps < 1 || o->tps % bt) return fail("--tokens-per-step %d must be a positive multiple of batch*seq*ranks = %ld", o->tps, bt);
+        if (o->tps < 1 || o->tps % bt) return train_fail("--tokens-per-step %d must be a positive multiple of batch*seq*ranks = %ld", o->tps, bt);
         tc->accum = (int)(o->tps / bt);
     } else if (o->accum != UNSET_I) {
-        if (o->accum < 1) return fail("--grad-accum must be >= 1");
+        if (o->accum < 1) return train_fail("--grad-accum must be >= 1");
         tc->accum = o->accum;
     } else if (!r->resume) tc->accum = 1;
     if (tc->lr_decay_steps == 0) tc->lr_decay_steps = tc->steps;
     return 0;
-}
-
-/* The data: --data DIR's train.bin, val.bin and tokenizer, or --train, --val and --tokenizer,
- * or (resuming without them) those the checkpoint records. */
-static int find_data(train_run *r, const train_opts *o) {
-    r->train_path = o->train; r->val_path = o->val; r->tok_path = o->tokenizer;
-    if (o->data) {
-        if (r->train_path) return fail("give --data DIR or --train FILE, not both");
-        if (!is_dir(o->data)) return fail("--data %s: no such directory", o->data);
-        snprintf(r->trb, sizeof r->trb, "%s/train.bin", o->data); r->train_path = r->trb;
-        snprintf(r->vab, sizeof r->vab, "%s/val.bin", o->data);
-        if (!r->val_path) r->val_path = r->vab;
-        if (!file_exists(r->train_path)) return fail("%s is missing (run skiplm prepare first)", r->train_path);
-        if (!file_exists(r->val_path)) return fail("%s is missing (run skiplm prepare first)", r->val_path);
-        const char *cand[] = {"tokenizer.json", "vocab.json", "encoder.json"};
-        for (int i = 0; i < 3 && !r->tok_path; i++) {
-            snprintf(r->tokb, sizeof r->tokb, "%s/%s", o->data, cand[i]);
-            if (file_exists(r->tokb)) {
-                if (i == 2) snprintf(r->tokb, sizeof r->tokb, "%s", o->data);   /* GPT-2: the directory */
-                r->tok_path = r->tokb;
-            }
-        }
-    } else if (!r->train_path && !r->resume) {
-        return fail("give --data DIR (train.bin, val.bin) or --train FILE");
-    }
-    if (!r->train_path && r->resume) {
-        const char *d = sk_st_meta(&r->ck, "train.data_train");
-        if (!d) return fail("give the training data (--data or --train) to resume");
-        snprintf(r->trb, sizeof r->trb, "%s", d); r->train_path = r->trb;
-        const char *v = sk_st_meta(&r->ck, "train.data_val");
-        if (v && !r->val_path) { snprintf(r->vab, sizeof r->vab, "%s", v); r->val_path = r->vab; }
-        const char *t = sk_st_meta(&r->ck, "tokenizer");
-        if (t && !r->tok_path) { snprintf(r->tokb, sizeof r->tokb, "%s", t); r->tok_path = r->tokb; }
-    }
-    return 0;
-}
-
-/* The tokenizer, and the vocabulary: the model's, else the tokenizer's, else the data's
- * largest id + 1; then the whole config is checked. */
-static int load_vocab(train_run *r) {
-    sk_config *cfg = &r->cfg;
-    if (r->tok_path && sk_tok_load(&r->tok, r->tok_path)) return cli_fail("train");
-    if (cfg->vocab_size <= 0) {
-        if (r->tok) cfg->vocab_size = sk_tok_vocab_size(r->tok);
-        else {
-            sk_shard s;
-            int maxid = -1;
-            const char *ps[2] = {r->train_path, r->val_path};
-            for (int i = 0; i < 2; i++) {
-                if (!ps[i]) continue;
-                if (sk_shard_open(&s, ps[i])) return cli_fail("train");
-                for (size_t k = 0; k < s.n; k++) if (s.tokens[k] > maxid) maxid = s.tokens[k];
-                sk_shard_close(&s);
-            }
-            cfg->vocab_size = maxid + 1;
-            fprintf(stderr, "skiplm train: no tokenizer given: vocab_size %d from the data (largest token id + 1)\n", cfg->vocab_size);
-        }
-    } else if (r->tok && sk_tok_vocab_size(r->tok) > cfg->vocab_size) {
-        return fail("the tokenizer has %d tokens but the model's vocab_size is %d", sk_tok_vocab_size(r->tok), cfg->vocab_size);
-    }
-    return sk_config_check(cfg) ? cli_fail("train") : 0;
 }
 
 /* --init weights in the run's config. Starting from weights may change what no weight depends
@@ -359,6 +240,14 @@ static int load_vocab(train_run *r) {
 static int reconfigure_init(train_run *r) {
     const sk_config *cfg = &r->cfg;
     sk_config w = *sk_model_config(r->m);
+    /* a file whose own routing sends heads elsewhere is that SLA model: the command line may
+     * not change it (as with --n_head); a baseline's may be added */
+    if ((w.routing[0] || (w.n_skip_layer > 0 && w.n_skip_head > 0)) &&
+        (w.n_skip_layer != cfg->n_skip_layer || w.n_skip_head != cfg->n_skip_head || strcmp(w.routing, cfg->routing)))
+        return train_fail("the --init weights are a Skip-Layer model (n_skip_layer %d, n_skip_head %d%s%s) but the command line "
+                    "says n_skip_layer %d, n_skip_head %d%s%s; nothing was written", w.n_skip_layer, w.n_skip_head,
+                    w.routing[0] ? ", routing " : "", w.routing, cfg->n_skip_layer, cfg->n_skip_head,
+                    cfg->routing[0] ? ", routing " : "", cfg->routing);
     w.n_skip_layer = cfg->n_skip_layer; w.n_skip_head = cfg->n_skip_head; w.dropout = cfg->dropout;
     memcpy(w.routing, cfg->routing, sizeof w.routing);
     if (w.family == SK_LLAMA && !w.sinusoidal && cfg->family == SK_LLAMA && !cfg->sinusoidal) {
@@ -366,10 +255,10 @@ static int reconfigure_init(train_run *r) {
         w.rope_factor = cfg->rope_factor; w.rope_low_freq_factor = cfg->rope_low_freq_factor;
         w.rope_high_freq_factor = cfg->rope_high_freq_factor; w.rope_original_ctx = cfg->rope_original_ctx;
     }
-    if (sk_config_diff(&w, cfg, "the --init weights", "the command line")) return fail("%s; nothing was written", sk_last_error());
+    if (sk_config_diff(&w, cfg, "the --init weights", "the command line")) return train_fail("%s; nothing was written", sk_last_error());
     sk_model *m2;
     if (sk_model_new_empty(&m2, cfg)) return cli_fail("train");
-    if (sk_model_num_params(m2) != sk_model_num_params(r->m)) { sk_model_free(m2); return fail("internal: the routing changed the parameter count"); }
+    if (sk_model_num_params(m2) != sk_model_num_params(r->m)) { sk_model_free(m2); return train_fail("internal: the routing changed the parameter count"); }
     memcpy(sk_model_params(m2), sk_model_params(r->m), sk_model_num_params(r->m) * sizeof(float));
     sk_model_free(r->m);
     r->m = m2;
@@ -381,34 +270,9 @@ static int reconfigure_init(train_run *r) {
 static int match_config(train_run *r) {
     if (r->m && !r->resume && reconfigure_init(r)) return 1;
     if (r->m && r->resume && sk_config_diff(sk_model_config(r->m), &r->cfg, "the checkpoint", "the command line"))
-        return fail("%s; nothing was written", sk_last_error());
+        return train_fail("%s; nothing was written", sk_last_error());
     if (r->resume && sk_train_cfg_diff(&r->ck_tc, &r->tc, "the checkpoint", "the command line"))
-        return fail("cannot resume: %s (resuming must not change the training run; nothing was written)", sk_last_error());
-    return 0;
-}
-
-/* The training and validation loaders: each must hold one batch over all ranks. */
-static int open_loaders(train_run *r) {
-    const sk_train_cfg *tc = &r->tc;
-    sk_loader_cfg lc = {.B = tc->B, .T = tc->T, .seed = tc->seed, .shuffle = tc->shuffle, .vocab_size = r->cfg.vocab_size,
-                        .rank = r->rank, .world_size = r->world};
-    const long gB = r->gB = (long)tc->B * r->world;
-    if (sk_loader_open(&r->Ltr, &r->train_path, 1, &lc)) return cli_fail("train");
-    if (sk_loader_n_windows(r->Ltr) < (uint64_t)gB)
-        return fail("%s holds %" PRIu64 " windows of %d tokens, fewer than one batch of %ld (lower --batch or --seq)",
-                    r->train_path, sk_loader_n_windows(r->Ltr), tc->T + 1, gB);
-    if (r->val_path) {
-        sk_loader_cfg vc = lc;
-        vc.shuffle = 0;
-        if (sk_loader_open(&r->Lval, &r->val_path, 1, &vc)) return cli_fail("train");
-        uint64_t nw = sk_loader_n_windows(r->Lval);
-        if (nw < (uint64_t)gB)
-            return fail("%s holds %" PRIu64 " windows of %d tokens, fewer than one batch of %ld (lower --batch or --seq)",
-                        r->val_path, nw, tc->T + 1, gB);
-        if (nw / gB < (uint64_t)tc->eval_batches && r->r0p)
-            fprintf(stderr, "skiplm train: note: %s has %" PRIu64 " batches, fewer than --eval-batches %d: using them all\n",
-                    r->val_path, nw / gB, tc->eval_batches);
-    }
+        return train_fail("cannot resume: %s (resuming must not change the training run; nothing was written)", sk_last_error());
     return 0;
 }
 
@@ -424,7 +288,7 @@ static int build_trainer(train_run *r, const train_opts *o) {
     const char *fa = getenv("SKIPLM_TEST_FAIL_AT");
     if (fa && sscanf(fa, "%d:%d", &r->fault.rank, &r->fault.step) == 2) sk_trainer_set_grad_hook(r->tr, fail_hook, &r->fault);
     if (r->resume && sk_trainer_resume(r->tr, &r->ck, r->ckpt_path))
-        return fail("cannot resume: %s; nothing was written", sk_last_error());
+        return train_fail("cannot resume: %s; nothing was written", sk_last_error());
 #ifdef SKIPLM_CUDA
     r->prec = o->bf16 ? SK_CUDA_BF16 : o->tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
     if (r->use_cuda) {
@@ -457,24 +321,24 @@ static int open_output(train_run *r, const train_opts *o) {
     snprintf(r->ckp, sizeof r->ckp, "%s/ckpt.safetensors", r->out);
     snprintf(r->logp, sizeof r->logp, "%s/log.jsonl", r->out);
     if (!r->resume && file_exists(r->ckp) && !o->overwrite)
-        return fail("%s already exists: continue it with --resume %s, or give another --out (or --overwrite)", r->ckp, r->out);
+        return train_fail("%s already exists: continue it with --resume %s, or give another --out (or --overwrite)", r->ckp, r->out);
     if (r->r0p) {
-        if (cli_mkdir_p(r->out)) return fail("cannot create the output directory %s: %s", r->out, strerror(errno));
+        if (cli_mkdir_p(r->out)) return train_fail("cannot create the output directory %s: %s", r->out, strerror(errno));
         if (r->resume && trim_log(r->logp, sk_trainer_step_count(r->tr))) return cli_fail("train");
         r->log = fopen(r->logp, r->resume ? "a" : "w");
-        if (!r->log) return fail("cannot write %s: %s", r->logp, strerror(errno));
+        if (!r->log) return train_fail("cannot write %s: %s", r->logp, strerror(errno));
     }
     /* the setup is done on every rank: from here on, errors are agreed (sk_dist_agree) */
     if (r->world > 1 && sk_dist_agree(SK_OK)) return 1;
     r->err = r->r0p ? stderr : fopen("/dev/null", "w");
-    if (!r->err) return fail("cannot open /dev/null: %s", strerror(errno));
+    if (!r->err) return train_fail("cannot open /dev/null: %s", strerror(errno));
     return 0;
 }
 
 /* Everything before the first step, in order; nothing is written before open_output. */
 static int setup(train_run *r, const train_opts *o) {
-    return set_hparams(r, o) || check_hparams(r, o) || find_data(r, o) || load_vocab(r) || match_config(r) ||
-           open_loaders(r) || build_trainer(r, o) || open_output(r, o);
+    return set_hparams(r, o) || check_hparams(r, o) || train_find_data(r, o) || train_load_vocab(r) || match_config(r) ||
+           train_open_loaders(r) || build_trainer(r, o) || open_output(r, o);
 }
 
 /* ------------------------------------------------------------------ the training loop */
@@ -506,7 +370,9 @@ static void log_step(FILE *log, const step_result *sr) {
     fprintf(log, "{\"step\":%d,\"loss\":%.8g,\"lr\":%.8g,\"grad_norm\":%.8g,\"tokens\":%" PRIu64 ",\"ms\":%.2f",
             s, isfinite(info->loss) ? info->loss : -1.0, info->lr, isfinite(info->grad_norm) ? info->grad_norm : -1.0,
             (uint64_t)s * info->tokens, sr->ms);
-    if (sr->do_eval) fprintf(log, ",\"val_loss\":%.8g", sr->val);
+    /* no masked-in target in the validation batches (loss masks): null, not a number */
+    if (sr->do_eval && isfinite(sr->val)) fprintf(log, ",\"val_loss\":%.8g", sr->val);
+    else if (sr->do_eval) fprintf(log, ",\"val_loss\":null");
     if (info->skipped) fprintf(log, ",\"skipped\":1");
     fprintf(log, "}\n");
     fflush(log);
@@ -526,7 +392,8 @@ static void progress(const train_run *r, loop_state *ls, const step_result *sr) 
     int n = snprintf(line, sizeof line, "step %d/%d  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  ETA %s",
                      s, steps, info->loss, info->lr, info->grad_norm, info->tokens / (ls->ema_ms / 1e3), etab);
     if (sr->do_eval) n += snprintf(line + n, sizeof line - n, "  val %.4f", sr->val);
-    if (info->skipped) n += snprintf(line + n, sizeof line - n, "  SKIPPED (non-finite; %d so far)", sk_trainer_skipped(r->tr));
+    if (info->skipped) n += snprintf(line + n, sizeof line - n, "  SKIPPED (%s; %d so far)",
+                                     info->skipped == 2 ? "no masked-in target" : "non-finite", sk_trainer_skipped(r->tr));
     if (ls->tty) fprintf(r->err, "\r\033[K%s%s", line, sr->do_eval || info->skipped ? "\n" : "");
     else if (s % ls->print_every == 0 || sr->do_eval || info->skipped || s == steps || s == ls->start_step + 1)
         fprintf(r->err, "%s\n", line);
@@ -555,7 +422,7 @@ static void print_summary(const train_run *r, const loop_state *ls) {
     fprintf(err, "skiplm train: done: %d steps in %.1f s (%.0f tokens/s), final loss %.4f",
             done_steps, el, done_steps * (double)tc->accum * tc->B * tc->T * world / (el > 0 ? el : 1), ls->last_loss);
     if (!isnan(ls->last_val)) fprintf(err, ", val loss %.4f", ls->last_val);
-    if (sk_trainer_skipped(r->tr)) fprintf(err, ", %d steps skipped (non-finite)", sk_trainer_skipped(r->tr));
+    if (sk_trainer_skipped(r->tr)) fprintf(err, ", %d steps skipped (non-finite, or no masked-in target)", sk_trainer_skipped(r->tr));
     fprintf(err, "\nskiplm train: peak RSS %.1f MiB per rank (max over %d rank%s", mx[0], world, world > 1 ? "s" : "");
     if (world > 1 && nr) {
         fprintf(err, ":");
@@ -575,11 +442,9 @@ static int train_loop(train_run *r, const train_opts *o, int *agreed) {
     FILE *err = r->err;
     print_banner(r);
     /* absolute paths in the checkpoint, so that sample/resume work from any directory */
-    char tok_abs[PATH_MAX], tr_abs[PATH_MAX], va_abs[PATH_MAX];
-    const char *tok_path = r->tok_path, *train_path = r->train_path, *val_path = r->val_path;
+    char tok_abs[PATH_MAX];
+    const char *tok_path = r->tok_path, *train_path = r->tr_rec, *val_path = r->val_path ? r->va_rec : NULL;
     if (tok_path && realpath(tok_path, tok_abs)) tok_path = tok_abs;
-    if (realpath(train_path, tr_abs)) train_path = tr_abs;
-    if (val_path && realpath(val_path, va_abs)) val_path = va_abs;
     const char *meta[] = {"tokenizer", tok_path, "tokenizer_kind", r->tok ? sk_tok_kind(r->tok) : NULL,
                           "train.data_train", train_path, "train.data_val", val_path, NULL, NULL};
     loop_state ls = {.tty = r->r0p && isatty(2), .print_every = o->print_every, .last_val = NAN, .last_loss = NAN};
@@ -629,6 +494,7 @@ static void run_free(train_run *r) {
     sk_cuda_model_free(r->cm);
 #endif
     sk_loader_free(r->Ltr); sk_loader_free(r->Lval);
+    cli_docs_free(&r->trs); cli_docs_free(&r->vas);
     sk_tok_free(r->tok);
     sk_model_free(r->m);
     sk_st_free(&r->ck);

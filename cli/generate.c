@@ -10,8 +10,8 @@ int gen_sampling_ok(const sk_sampling *sp) {
              !(sp->min_p >= 0.0f && sp->min_p <= 1.0f) || !(sp->repetition_penalty > 0.0f));
 }
 
-int gen_load(sk_model **m, sk_tokenizer **tok, const char *weights, int n_head, const char *tok_path) {
-    if (cli_load_model(m, weights, n_head)) return 1;
+int gen_load(sk_model **m, sk_tokenizer **tok, const char *weights, const cli_model_opts *mo, const char *tok_path) {
+    if (cli_load_model(m, weights, mo)) return 1;
     if (tok_path) {
         if (sk_tok_load(tok, tok_path)) return 1;
     } else {

@@ -22,7 +22,7 @@ int gen_sampling_ok(const sk_sampling *sp);
 
 /* The model (cli_load_model) and the tokenizer named by tok_path, else the weights' own
  * (cli_tokenizer_of), which must not have more tokens than the model. */
-int gen_load(sk_model **m, sk_tokenizer **tok, const char *weights, int n_head, const char *tok_path);
+int gen_load(sk_model **m, sk_tokenizer **tok, const char *weights, const cli_model_opts *mo, const char *tok_path);
 /* The chat template and its special tokens: those of the model's folder, else those beside the
  * model's tokenizer (tok_given, else the one the weights record) when that lies elsewhere;
  * tpl (--chat-template) replaces the template, not the special tokens. */

@@ -18,7 +18,8 @@
 
 typedef struct {
     const char *model, *host, *alias, *api_key, *tok_path, *chat_tpl, *device;
-    int port, parallel, ctx, bf16, q8, n_head, queue, max_body, grace, quiet, use_cuda, prefill;
+    cli_model_opts mo;          /* --n_head, --n_skip_layer, --n_skip_head, --routing for a file that does not say */
+    int port, parallel, ctx, bf16, q8, queue, max_body, grace, quiet, use_cuda, prefill;
 } serve_opts;
 
 /* a sampled token's log-probability (log-softmax of the model's logits) and the most likely

@@ -1,4 +1,5 @@
-/* libFuzzer harness for the token shard reader (sk_shard_open: llm.c header or raw uint16)
+/* libFuzzer harness for the token shard reader (sk_shard_open: llm.c header version 1
+ * (uint16) or 2 (uint32), or raw uint16)
  * and the loader over it. An accepted shard must be consistent with the file size; every
  * token is read (ASan/SEGV on an overrun), the vocabulary check agrees with a plain scan,
  * and a loader over the shard serves windows whose tokens all come from the shard.
@@ -16,20 +17,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int rc = sk_shard_open(&s, f.path);
     if (rc) {
         if (!strstr(sk_last_error(), f.path)) abort();                    /* message names the file */
-        if (s.tokens || s.n || s.path) abort();                             /* left empty */
+        if (s.tokens || s.tokens32 || s.n || s.path) abort();               /* left empty */
         fuzz_file_close(&f);
         return 0;
     }
     size_t body = s.headerless ? size : size - 4 * SK_SHARD_HEADER_INTS;
-    if (s.n * 2 != body || body > size) abort();                            /* no silent truncation */
-    unsigned mx = 0;
-    for (size_t i = 0; i < s.n; i++) if (s.tokens[i] > mx) mx = s.tokens[i];
-    int V = s.n ? (int)(s.tokens[0] % 300) + 1 : 1;
+    const size_t w = s.version == SK_SHARD_VERSION_U32 ? 4 : 2;
+    if (s.n * w != body || body > size) abort();                            /* no silent truncation */
+    if ((w == 4) != (s.tokens32 != NULL) || (w == 2) != (s.tokens != NULL)) abort();   /* one width */
+    uint32_t mx = 0;
+    for (size_t i = 0; i < s.n; i++) if (sk_shard_at(&s, i) > mx) mx = sk_shard_at(&s, i);
+    int V = s.n ? (int)(sk_shard_at(&s, 0) % 300) + 1 : 1;
     size_t pos; int val;
     int bad = sk_shard_check_vocab(&s, V, &pos, &val);
     if ((bad != 0) != (s.n && mx >= (unsigned)V)) abort();
-    if (bad && (pos >= s.n || s.tokens[pos] != val || val < V)) abort();
-    if (sk_shard_check_vocab(&s, (int)mx + 1, NULL, NULL) != 0) abort();
+    if (bad && (pos >= s.n || (val >= 0 && sk_shard_at(&s, pos) != (uint32_t)val) || (val >= 0 && val < V))) abort();
+    const int fits = mx < INT32_MAX;                 /* a vocabulary can hold every id */
+    if (fits && sk_shard_check_vocab(&s, (int)mx + 1, NULL, NULL) != 0) abort();
     sk_shard_close(&s);
 
     /* the loader: B and T from the first bytes, shuffled or not */
@@ -38,10 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *paths[2] = { f.path, f.path };
     sk_loader *L;
     if (sk_loader_open(&L, paths, 2, &lc) == 0) {
+        if (!fits) abort();                          /* ids past int32 are refused at open */
         int32_t *x = malloc(sizeof(int32_t) * lc.B * lc.T), *y = malloc(sizeof(int32_t) * lc.B * lc.T);
         for (int k = 0; k < 3; k++) {
             if (sk_loader_next_xy(L, x, y)) abort();
-            for (int i = 0; i < lc.B * lc.T; i++) if (x[i] < 0 || (unsigned)x[i] > mx || (unsigned)y[i] > mx) abort();
+            for (int i = 0; i < lc.B * lc.T; i++) if (x[i] < 0 || y[i] < 0 || (uint32_t)x[i] > mx || (uint32_t)y[i] > mx) abort();
         }
         free(x); free(y);
         sk_loader_free(L);

@@ -70,7 +70,10 @@ int sk_model_save_meta(const sk_model *m, const char *path, const char *const *m
 /* Load a file, or a folder holding model.safetensors (as Hugging Face writes it). Config
  * comes from the metadata, or for a file without skiplm metadata from HF's config.json
  * beside it (model_type gpt2 or llama), else from the shapes; fields given in override
- * (non-NULL) take precedence. HF GPT-2 files load as they are: names with or without
+ * (non-NULL: its non-zero fields, and routing when not "") take precedence; n_head, and
+ * the SLA setting (n_skip_layer, n_skip_head, routing) where the file's own routes heads,
+ * must agree with the file (SK_EINVAL names the field). The SLA paper's metadata names
+ * num_skip_layer / num_skip_head are read as n_skip_layer / n_skip_head. HF GPT-2 files load as they are: names with or without
  * "transformer.", Linear weights stored (in, out) by Conv1D transposed on load. */
 int sk_model_load(sk_model **m, const char *path, const sk_config *override);
 /* Write dir/model.safetensors and dir/config.json as Hugging Face's transformers writes
@@ -80,6 +83,12 @@ int sk_model_load(sk_model **m, const char *path, const sk_config *override);
 int sk_model_save_hf(const sk_model *m, const char *dir);
 /* Build the model from an already parsed file (path is for messages). */
 int sk_model_load_st(sk_model **m, const sk_safetensors *st, const char *path, const sk_config *override);
+/* Metadata keys of st that read like a config field ("n_...", "num_...", or a word such as
+ * layer, head, embd, vocab, skip, rope) but that skiplm does not read: a config another
+ * trainer wrote that would otherwise be dropped without a word. Returns how many; the first
+ * max of them go to keys (pointers into st). The SLA paper's num_skip_layer / num_skip_head
+ * are read (as n_skip_layer / n_skip_head), so they are not among them. */
+int sk_meta_unknown_keys(const sk_safetensors *st, const char **keys, int max);
 /* Read just the config of a weights file or folder, as sk_model_load does. */
 int sk_config_from_file(sk_config *cfg, const char *path);
 /* The end-of-sequence ids of a Hugging Face folder (or of the weights file inside one):

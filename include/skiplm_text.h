@@ -99,6 +99,19 @@ int sk_chat_render(const sk_chat *c, const sk_chat_msg *msgs, int n, const char 
 int sk_chat_render_json(const sk_chat *c, const char *messages_json, const char *tools_json, int add_generation_prompt,
                         char **text, size_t *len);
 
+/* ------------------------------------------------------------- JSON Lines
+ *
+ * One record a line, each a JSON object (the line given without its newline). Errors are
+ * SK_EFORMAT with what is wrong (invalid JSON with its byte offset, not an object, no such
+ * field, a field of another type); the caller adds the file and line. */
+/* The string field (e.g. "text") of a record: *text malloc'd, NUL-terminated (the string may
+ * hold \u0000: *text_len is its length). */
+int sk_jsonl_text(const char *line, size_t len, const char *field, char **text, size_t *text_len);
+/* A conversation: field (e.g. "messages") is a non-empty list of objects with "role" and
+ * "content" strings, as OpenAI's and Hugging Face's chat data hold them; other members are
+ * ignored. *msgs is one malloc'd block holding the strings too (free(*msgs)). */
+int sk_jsonl_messages(const char *line, size_t len, const char *field, sk_chat_msg **msgs, int *n);
+
 /* ------------------------------------------------------------- BPE training
  *
  * Byte-level BPE trainer (src/text/bpe_train.c, docs/tokenizer.md). Each text is split with the

@@ -14,26 +14,47 @@ extern "C" {
 
 /* ------------------------------------------------------------------ shards
  *
- * llm.c layout: 256 little-endian int32 header (magic 20240520, version 1, token count at
- * [2], rest 0), then count uint16 tokens. Raw headerless uint16 files (nanoGPT) are read
- * too: an even-sized file that does not start with the magic. */
+ * llm.c layout: 256 little-endian int32 header (magic 20240520, version, token count at
+ * [2], rest 0), then count tokens: uint16 in version 1, uint32 in version 2 (llm.c's Llama 3
+ * shards; what a vocabulary over 65,536 tokens needs). Raw headerless uint16 files (nanoGPT)
+ * are read too: an even-sized file that does not start with the magic. */
 #define SK_SHARD_MAGIC 20240520
-#define SK_SHARD_VERSION 1
+#define SK_SHARD_VERSION 1       /* uint16 tokens */
+#define SK_SHARD_VERSION_U32 2   /* uint32 tokens */
+#define SK_SHARD_VERSION_MASK 100 /* skiplm's loss mask beside a token shard: uint8 0/1 */
 #define SK_SHARD_HEADER_INTS 256
 
 typedef struct {
     char *path;
-    const uint16_t *tokens;  /* n tokens (read-only mapping) */
+    const uint16_t *tokens;  /* n tokens (read-only mapping) of a version 1 or headerless file, else NULL */
+    const uint32_t *tokens32;/* n tokens of a version 2 file, else NULL */
+    const uint8_t *mask;     /* n loss-mask entries of a mask file (sk_mask_open), else NULL */
     size_t n;
+    int version;             /* 1 or 2 (0: headerless) */
     int headerless;          /* 1: raw uint16 file */
     void *map_;              /* internal */
     size_t map_len_;
 } sk_shard;
 
-/* Write ids (each 0..65535) as a headered shard, atomically. */
+/* Token i of a shard of either width. */
+static inline uint32_t sk_shard_at(const sk_shard *s, size_t i) {
+    return s->tokens32 ? s->tokens32[i] : s->tokens[i];
+}
+
+/* Write ids (each 0..65535) as a version 1 shard, atomically. */
 int sk_shard_write(const char *path, const int32_t *ids, size_t n);
+/* Write ids as a shard of the given version: 1 (uint16, ids 0..65535) or 2 (uint32, ids >= 0). */
+int sk_shard_write_version(const char *path, const int32_t *ids, size_t n, int version);
 int sk_shard_open(sk_shard *s, const char *path);
 void sk_shard_close(sk_shard *s);
+/* Loss masks (supervised fine-tuning): one uint8 per token of the shard beside it, 1 where
+ * the token is a target whose loss counts (an assistant's reply), 0 where it is only
+ * context. Same header (magic, version SK_SHARD_VERSION_MASK, count), then the bytes. The
+ * mask of "DIR/x.bin" is "DIR/x.mask.bin" (sk_mask_path; other names get ".mask" added). */
+int sk_mask_write(const char *path, const uint8_t *mask, size_t n);
+int sk_mask_open(sk_shard *s, const char *path);
+/* The mask path of a shard into out (n bytes); SK_EINVAL if it does not fit. */
+int sk_mask_path(const char *shard, char *out, size_t n);
 /* 0 if every token is < vocab_size; else SK_EFORMAT naming the first bad token, whose
  * position and value go to *pos and *value (either may be NULL). */
 int sk_shard_check_vocab(const sk_shard *s, int vocab_size, size_t *pos, int *value);
@@ -43,10 +64,15 @@ int sk_shard_check_vocab(const sk_shard *s, int vocab_size, size_t *pos, int *va
  * Windows of T+1 tokens for next-token prediction: window k of a shard is tokens
  * [k*T, k*T + T] (neighbours share one token), so a shard of n tokens has (n-1)/T windows.
  * All windows of all shards form one list of N windows. An epoch visits each window once,
- * in list order (shuffle = 0) or in a seeded pseudo-random permutation that is different
- * for each epoch (shuffle = 1). The epochs are concatenated into one stream; a step takes
+ * in list order (shuffle = 0) or in a seeded pseudo-random order that is different for each
+ * epoch (shuffle = 1): the shards in a permuted order, and within each shard its windows
+ * permuted, so that an epoch reads one shard after another (a corpus larger than memory
+ * streams through the page cache). The epochs are concatenated into one stream; a step takes
  * the next B * world_size windows of that stream and rank r gets the r-th block of B, so
- * the ranks together read exactly what one process with batch B * world_size reads. */
+ * the ranks together read exactly what one process with batch B * world_size reads.
+ * A shard with a loss mask beside it (sk_mask_path) gives the target -1 (ignored: the
+ * model's loss is the mean over the others, as PyTorch's ignore_index) wherever the mask is
+ * 0, in sk_loader_next_xy; shards without one count every target. */
 typedef struct {
     int B, T;
     uint64_t seed;
@@ -72,6 +98,10 @@ int sk_loader_next(sk_loader *L, int32_t *batch);
 /* Same, split llm.c-style into inputs x (B, T) and targets y (B, T). */
 int sk_loader_next_xy(sk_loader *L, int32_t *x, int32_t *y);
 uint64_t sk_loader_n_windows(const sk_loader *L);
+int sk_loader_has_mask(const sk_loader *L);         /* 1 if any shard has a loss mask */
+/* Shards shorter than one window of T+1 tokens: they give no window (the last shard of a
+ * stream may be short); open fails only when no shard gives one. */
+int sk_loader_n_short(const sk_loader *L);
 uint64_t sk_loader_epoch(const sk_loader *L);       /* epochs completed so far */
 void sk_loader_get_pos(const sk_loader *L, sk_loader_pos *pos);
 int sk_loader_set_pos(sk_loader *L, const sk_loader_pos *pos);
@@ -156,7 +186,8 @@ typedef struct {
     int step;                /* 1-based index of the step just done */
     float loss;              /* mean training loss over the micro-steps */
     double lr, grad_norm;
-    int skipped;             /* 1: non-finite, the update was skipped */
+    int skipped;             /* the update was skipped: 1 non-finite loss or gradient norm,
+                              * 2 no masked-in target in the step's batches (loss masks) */
     uint64_t tokens;         /* tokens processed by this step */
 } sk_step_info;
 
@@ -186,6 +217,12 @@ int sk_trainer_skipped(const sk_trainer *tr);   /* steps whose update was skippe
  * A non-finite loss or gradient norm returns SK_ENUM with "step N: non-finite <what>"
  * and leaves the parameters untouched, unless cfg.skip_nonfinite (then info->skipped). */
 int sk_trainer_step(sk_trainer *tr, sk_step_info *info);
+/* With loss masks on the training data (sk_loader_has_mask) the step's loss is the mean over
+ * the masked-in targets of all its micro-steps on all ranks (PyTorch's cross-entropy with
+ * ignore_index over the step's whole batch): the micro-batches are read first and micro-step
+ * k is weighted by its share of the targets; a micro-step with none is skipped, a step with
+ * none makes no update (info->skipped = 2, counted in sk_trainer_skipped). Validation is
+ * then the mean over the masked-in targets of its batches too (NaN when they have none). */
 /* Mean loss over eval_batches fixed validation batches (the first ones of val, the same
  * at every evaluation). */
 int sk_trainer_eval(sk_trainer *tr, float *val_loss);

@@ -2,7 +2,8 @@
 # System packages skiplm needs to build and test (Debian/Ubuntu, run as root or with sudo):
 # a C compiler with OpenMP, OpenBLAS, PyTorch (the test oracle), Node.js + npm (corpus and
 # GPT-2 vocabulary packages, reference encoder), clang with libFuzzer (make fuzz), Open MPI
-# (make MPI=1, tests/test_mpi.sh), g++ (the CUDA emulator test), libmicrohttpd and curl (skiplm serve and its test). Skips the install when all are present.
+# (make MPI=1, tests/test_mpi.sh), g++ (the CUDA emulator test), libmicrohttpd and curl (skiplm serve and its
+# test), zlib (prepare's .gz inputs). Skips the install when all are present.
 set -euo pipefail
 need=()
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
@@ -12,6 +13,8 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 # OpenBLAS built on OpenMP (one thread pool with skiplm's OpenMP: see the Makefile)
 ls /usr/include/*-linux-gnu/openblas-openmp/cblas.h >/dev/null 2>&1 || need+=(libopenblas-openmp-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+# zlib (optional in the Makefile): prepare reads .txt.gz / .jsonl.gz
+[ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
 /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || need+=(python3-torch python3-numpy)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)

@@ -71,7 +71,7 @@ static void test_shards(void) {
     int32_t *hw = (int32_t *)raw;
     hw[1] = 2;
     test_write(test_path("v2.bin"), raw, sz);
-    expect_open_fails("version 2", test_path("v2.bin"), "unsupported shard version 2");
+    expect_open_fails("version 2 (uint32) over a version 1 body", test_path("v2.bin"), "header says 1000 tokens but file holds 500");
     hw[1] = 1; hw[0] = 20240521;
     test_write(test_path("magic.bin"), raw, sz - 1);
     expect_open_fails("bad magic, odd size", test_path("magic.bin"), "no shard header");
@@ -209,12 +209,51 @@ static void test_loader(void) {
     sk_loader_free(G);
     for (int r = 0; r < W; r++) sk_loader_free(R[r]);
 
+    /* over several shards, an epoch reads one shard after another (each shard's windows
+     * permuted), the shard order seeded and different from epoch to epoch */
+    {
+        sk_loader *S = open_loader(1, T, 1, 11, 0, 1);
+        uint64_t NS = sk_loader_n_windows(S);
+        int32_t row[17];
+        int runs_ok = 1, orders_differ = 0, prev_first = -1;
+        for (int ep = 0; ep < 4; ep++) {
+            int switches = 0, last = -1, first = -1;
+            char *seen = calloc(NS, 1);
+            for (uint64_t w = 0; w < NS; w++) {
+                sk_loader_next(S, row);
+                int k = row[0] / 10000;                   /* shard k holds 10000k + i */
+                uint64_t idx = (uint64_t)(row[0] - 10000 * k) / T + (k > 0 ? 1000 / 16 : 0) + (k > 1 ? 516 / 16 : 0);
+                if (idx < NS) seen[idx]++;
+                if (last >= 0 && k != last) switches++;
+                if (first < 0) first = k;
+                last = k;
+            }
+            int once = 1;
+            for (uint64_t w = 0; w < NS; w++) once &= seen[w] == 1;
+            runs_ok &= switches == 2 && once;
+            orders_differ |= prev_first >= 0 && first != prev_first;
+            prev_first = first;
+            free(seen);
+        }
+        CHECK(runs_ok, "shuffled over 3 shards: each epoch reads every window once, one shard after another (4 epochs)");
+        CHECK(orders_differ, "the shard order changes from epoch to epoch");
+        sk_loader_free(S);
+    }
+
     /* errors */
     sk_loader_cfg cfg = {.B = 2, .T = 600, .seed = 1, .shuffle = 1};
     sk_loader *Z = NULL;
     rc = sk_loader_open(&Z, shard_paths, 3, &cfg);
-    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), shard_paths[1]) && strstr(sk_last_error(), "517 tokens") &&
-          strstr(sk_last_error(), "601"), "shard shorter than one window refused: %s", sk_last_error());
+    CHECK(rc == 0 && sk_loader_n_windows(Z) == 1 + 2049 / 600 && sk_loader_n_short(Z) == 1,
+          "a shard shorter than one window gives none (%d short)", rc ? -1 : sk_loader_n_short(Z));
+    sk_loader_free(Z);
+    cfg.T = 3000;
+    rc = sk_loader_open(&Z, shard_paths, 3, &cfg);
+    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), shard_paths[0]) && strstr(sk_last_error(), "3001"),
+          "shards all shorter than one window refused: %s", sk_last_error());
+    rc = sk_loader_open(&Z, shard_paths + 1, 1, &cfg);
+    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), shard_paths[1]) && strstr(sk_last_error(), "517 tokens"),
+          "a single shard shorter than one window refused: %s", sk_last_error());
     cfg.T = 16; cfg.vocab_size = 15000;
     rc = sk_loader_open(&Z, shard_paths, 3, &cfg);
     CHECK(rc == SK_EFORMAT && strstr(sk_last_error(), shard_paths[2]) && strstr(sk_last_error(), "outside the vocabulary"),
@@ -226,10 +265,68 @@ static void test_loader(void) {
     sk_loader_free(L1); sk_loader_free(L2); sk_loader_free(L3);
 }
 
+/* version 2 (uint32): layout, ids past 65535, refusals, and a loader over a mix of v1 and v2
+ * shards of the same tokens reads what the v1 loader reads, on every rank */
+static void test_shards_u32(void) {
+    size_t n = 300;
+    int32_t *ids = malloc(n * sizeof *ids);
+    for (size_t i = 0; i < n; i++) ids[i] = (int32_t)(i * 40503u % 200000u);
+    const char *a = test_path("u32.bin");
+    int rc = sk_shard_write_version(a, ids, n, SK_SHARD_VERSION_U32);
+    size_t sz = 0;
+    char *raw = test_read(a, &sz);
+    const int32_t *h = (const int32_t *)raw;
+    CHECK(rc == 0 && raw && sz == 1024 + 4 * n && h[0] == 20240520 && h[1] == 2 && h[2] == (int32_t)n,
+          "version 2 layout: header (magic, version 2, count) + uint32 tokens (%zu bytes)", sz);
+    sk_shard s;
+    rc = sk_shard_open(&s, a);
+    int same = rc == 0 && s.n == n && s.version == 2 && s.tokens32 && !s.tokens;
+    for (size_t i = 0; same && i < n; i++) same = sk_shard_at(&s, i) == (uint32_t)ids[i];
+    CHECK(same, "version 2 round trip, ids up to 199,999");
+    size_t pos; int val;
+    rc = sk_shard_check_vocab(&s, 70000, &pos, &val);
+    CHECK(rc == SK_EFORMAT && ids[pos] == val && val >= 70000, "vocabulary check on uint32 tokens: %s", sk_last_error());
+    if (s.n) sk_shard_close(&s);
+    test_write(test_path("u32t.bin"), raw, sz - 2);
+    expect_open_fails("version 2 with half a token", test_path("u32t.bin"), "header says 300 tokens but file holds 299");
+    ids[7] = -1;
+    rc = sk_shard_write_version(test_path("neg.bin"), ids, n, SK_SHARD_VERSION_U32);
+    CHECK(rc == SK_EINVAL && strstr(sk_last_error(), "position 7"), "negative id refused: %s", sk_last_error());
+    rc = sk_shard_write_version(test_path("v3.bin"), ids, n, 3);
+    CHECK(rc == SK_EINVAL, "version 3 not written: %s", sk_last_error());
+    free(raw); free(ids);
+
+    /* shard 1 of the loader shards rewritten as version 2 */
+    sk_shard s1;
+    sk_shard_open(&s1, shard_paths[1]);
+    int32_t *t = malloc(s1.n * sizeof *t);
+    for (size_t i = 0; i < s1.n; i++) t[i] = sk_shard_at(&s1, i);
+    const char *mixed[3] = {shard_paths[0], test_path("l1v2.bin"), shard_paths[2]};
+    mixed[1] = strdup(mixed[1]);
+    sk_shard_write_version(mixed[1], t, s1.n, SK_SHARD_VERSION_U32);
+    sk_shard_close(&s1);
+    free(t);
+    int ok = 1, B = 3, T = 16, W = 2;
+    int32_t *b1 = malloc((size_t)B * (T + 1) * 4), *b2 = malloc((size_t)B * (T + 1) * 4);
+    for (int r = 0; r < W; r++) {
+        sk_loader_cfg cfg = {.B = B, .T = T, .seed = 9, .shuffle = 1, .rank = r, .world_size = W, .vocab_size = 60000};
+        sk_loader *A = NULL, *M = NULL;
+        ok &= sk_loader_open(&A, shard_paths, 3, &cfg) == 0 && sk_loader_open(&M, mixed, 3, &cfg) == 0;
+        for (int k = 0; ok && k < 100; k++) {
+            sk_loader_next(A, b1); sk_loader_next(M, b2);
+            ok &= !memcmp(b1, b2, (size_t)B * (T + 1) * 4);
+        }
+        sk_loader_free(A); sk_loader_free(M);
+    }
+    CHECK(ok, "a loader over v1 + v2 shards reads the v1 loader's batches on each of %d ranks (100 steps, 2 epochs)", W);
+    free(b1); free(b2); free((void *)mixed[1]);
+}
+
 int main(void) {
     if (test_tmp_open("sk_test_data")) return 1;
     test_shards();
     test_loader();
+    test_shards_u32();
     test_tmp_close();
     TEST_END();
 }

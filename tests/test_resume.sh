@@ -71,6 +71,38 @@ check "log.jsonl equals the reference's apart from timings" \
     "$tmp/ref/log.jsonl" "$tmp/k/log.jsonl"
 
 section "1 (kill + resume)"
+# --- 1b. the same over many shards (a folder of train_NNNNNN.bin, val_NNNNNN.bin as prepare
+# --shard-size writes, one shorter than a window): the loader walks the shards one after another
+# in a seeded order, 8 steps a shard; the kill lands mid-epoch and the resumed run crosses
+# shard and epoch boundaries
+mkdir -p "$tmp/shards"
+"$PY" - "$tmp/shards" <<'EOF2'
+import sys
+sys.path.insert(0, "tests/ref")
+from shards import periodic, write as shard
+d, t = sys.argv[1], periodic(15000, seed=5)
+for i in range(6): shard(f"{d}/train_{i:06d}.bin", t[i * 2000:(i + 1) * 2000], version=1 + i % 2)
+shard(f"{d}/train_000006.bin", t[12000:12005])
+shard(f"{d}/val_000000.bin", t[12005:13500]); shard(f"{d}/val_000001.bin", t[13500:])
+EOF2
+S1="--data $tmp/shards --vocab_size 64 $M $H --steps 60 --ckpt-every 10"
+$SK train $S1 --out "$tmp/sref" 2>"$tmp/sref.err" || fail "sharded reference run: $(tail -1 "$tmp/sref.err")"
+grep -q "1 of the 7 training shards are shorter" "$tmp/sref.err" && pass "a shard shorter than a window is noted" \
+    || fail "a shard shorter than a window is noted: $(grep note "$tmp/sref.err")"
+$SK train $S1 --out "$tmp/sk" 2>/dev/null &
+pid=$!
+killed=0
+for _ in $(seq 1 2000); do
+    if grep -q '"step":25,' "$tmp/sk/log.jsonl" 2>/dev/null; then kill -9 $pid; killed=1; break; fi
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.002
+done
+wait $pid 2>/dev/null
+$SK train --resume "$tmp/sk" 2>"$tmp/sk.err"
+check "sharded run: resumed from the run directory (the shards found again from the checkpoint's pattern)" test $? = 0
+check "sharded run killed mid-way ($killed) and resumed across shard and epoch boundaries ends bit-identical" \
+    cmp -s "$tmp/sref/ckpt.safetensors" "$tmp/sk/ckpt.safetensors"
+section "1b (many shards)"
 # --- 2. SIGKILL at random moments, checkpoint every step, resume from whatever survived
 S2="$COMMON --steps 120 --ckpt-every 1 --eval-every 0"
 $SK train $S2 --out "$tmp/ref2" 2>/dev/null || fail "reference run 2"

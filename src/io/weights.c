@@ -31,6 +31,43 @@ static const meta_field META[] = {
 };
 #undef MF
 
+/* The SLA paper's own names (nanoGPT's GPTConfig in its listing) for two of the fields */
+static const char *const PAPER[][2] = {{"num_skip_layer", "n_skip_layer"}, {"num_skip_head", "n_skip_head"}};
+static const size_t PAPER_OFF[] = {offsetof(sk_config, n_skip_layer), offsetof(sk_config, n_skip_head)};
+
+/* Keys that skiplm reads or writes besides the config fields of META */
+static const char *const META_OTHER[] = {"format", "family", "gelu", "routing", "rope_scaling", "tokenizer",
+                                         "tokenizer_path", "tokenizer_kind"};
+
+/* A key that names no field skiplm knows but reads like one: a lowercase identifier with a
+ * config word in it (what another trainer's config would write) */
+static int looks_like_field(const char *k) {
+    for (const char *p = k; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')) return 0;
+    static const char *const words[] = {"layer", "head", "embd", "embed", "skip", "vocab", "block", "hidden",
+                                        "dim", "rope", "norm", "ctx", "dropout", "bias", "gelu", "theta",
+                                        "position", "routing", "tie", "kv", "ffn", "mlp"};
+    if (!strncmp(k, "n_", 2) || !strncmp(k, "num_", 4)) return 1;
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strstr(k, words[i])) return 1;
+    return 0;
+}
+
+int sk_meta_unknown_keys(const sk_safetensors *st, const char **keys, int max) {
+    int n = 0;
+    for (int i = 0; i < st->n_meta; i++) {
+        const char *k = st->meta_keys[i];
+        int known = !strncmp(k, "train.", 6);
+        for (size_t j = 0; !known && j < sizeof META / sizeof META[0]; j++) known = !strcmp(k, META[j].key);
+        for (size_t j = 0; !known && j < sizeof PAPER / sizeof PAPER[0]; j++) known = !strcmp(k, PAPER[j][0]);
+        for (size_t j = 0; !known && j < sizeof META_OTHER / sizeof META_OTHER[0]; j++) known = !strcmp(k, META_OTHER[j]);
+        if (known || !looks_like_field(k)) continue;
+        if (n < max) keys[n] = k;
+        n++;
+    }
+    return n;
+}
+
 int sk_meta_is_float(const char *field) {
     for (size_t i = 0; i < sizeof META / sizeof META[0]; i++)
         if (!strcmp(field, META[i].key)) return META[i].is_float;
@@ -133,6 +170,17 @@ static int config_from_st(sk_config *c, const sk_safetensors *st, const char *pa
     for (size_t i = 0; !rc && i < sizeof META / sizeof META[0]; i++) {
         const char *v = sk_st_meta(st, META[i].key);
         if (v) rc = sk_config_set(c, META[i].key, v);
+    }
+    for (size_t i = 0; !rc && i < sizeof PAPER / sizeof PAPER[0]; i++) {
+        const char *v = sk_st_meta(st, PAPER[i][0]), *own = sk_st_meta(st, PAPER[i][1]);
+        if (!v) continue;
+        sk_config a = *c;
+        if ((rc = sk_config_set(&a, PAPER[i][1], v))) break;
+        if (own && *(int *)((char *)&a + PAPER_OFF[i]) != *(int *)((char *)c + PAPER_OFF[i])) {
+            rc = sk_error(SK_EFORMAT, "%s is %s but %s is %s", PAPER[i][0], v, PAPER[i][1], own);
+            break;
+        }
+        *c = a;
     }
     if (rc) return sk_error(rc, "%s: metadata: %s", path, sk_last_error());
     /* the head: skiplm's metadata says (untied_head), or config.json (tie_word_embeddings; a
@@ -327,6 +375,22 @@ static int load_q8_tensor(sk_model *m, sk_q8 *z, const sk_safetensors *st, const
     return SK_OK;
 }
 
+/* The SLA setting of the override (n_skip_layer, n_skip_head, routing: its non-zero ones) is
+ * for a file without one; where the file's own routes heads (n_skip_* both > 0, or a routing
+ * table) a different value would silently change the model, as a different n_head would. */
+static int check_sla_override(const sk_config *file, const sk_config *o, const char *path) {
+    const int has = file->routing[0] || (file->n_skip_layer > 0 && file->n_skip_head > 0);
+    if (!has) return SK_OK;
+    if (o->n_skip_layer && o->n_skip_layer != file->n_skip_layer)
+        return sk_error(SK_EINVAL, "%s: n_skip_layer %d was given but the file says %d", path, o->n_skip_layer, file->n_skip_layer);
+    if (o->n_skip_head && o->n_skip_head != file->n_skip_head)
+        return sk_error(SK_EINVAL, "%s: n_skip_head %d was given but the file says %d", path, o->n_skip_head, file->n_skip_head);
+    if (o->routing[0] && strcmp(o->routing, file->routing))
+        return sk_error(SK_EINVAL, "%s: routing '%s' was given but the file says '%s'", path, o->routing,
+                        file->routing[0] ? file->routing : "(none: paper SLA from n_skip_layer/n_skip_head)");
+    return SK_OK;
+}
+
 int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path, const sk_config *override) {
     *out = NULL;
     const sk_safetensors st = *stp;
@@ -339,9 +403,11 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
         rc = sk_error(SK_EINVAL, "%s: n_head %d was given but the file says %d", path, override->n_head, cfg.n_head);
         goto done;
     }
+    if (override && (rc = check_sla_override(&cfg, override, path))) goto done;
     if (override) {
         /* non-zero fields of the override win */
         const sk_config *o = override;
+        if (o->routing[0]) memcpy(cfg.routing, o->routing, sizeof cfg.routing);
         for (size_t i = 0; i < sizeof META / sizeof META[0]; i++) {
             const char *src = (const char *)o + META[i].off;
             char *dst = (char *)&cfg + META[i].off;

@@ -24,10 +24,11 @@ struct sk_trainer {
     sk_span *spans; int n_spans;
     size_t n_params;
     float *mom, *vel;          /* AdamW first and second moments, (n_params) */
-    int32_t *x, *y;            /* one micro-batch (B, T) */
+    int32_t *x, *y;            /* one micro-batch (B, T); with loss masks all accum of a step */
     int step;                  /* optimizer steps done (including skipped ones) */
     long adam_t;               /* updates applied: AdamW's step count */
     int skipped;
+    int no_targets;            /* this step's batches had no masked-in target (loss masks) */
     sk_grad_hook hook; void *hook_ctx;
     sk_train_backend be; int has_be;   /* a device backend (sk_trainer_set_backend), or none */
     /* data parallelism (cfg.world_size > 1); with ZeRO-1 this rank owns spans
@@ -249,8 +250,10 @@ int sk_trainer_new(sk_trainer **out, sk_model *m, const sk_train_cfg *cfg, sk_lo
     }
     tr->mom = calloc(n_state ? n_state : 1, sizeof(float));
     tr->vel = calloc(n_state ? n_state : 1, sizeof(float));
-    tr->x = malloc(BT * sizeof(int32_t));
-    tr->y = malloc(BT * sizeof(int32_t));
+    /* with loss masks a step first reads all its micro-batches, to count their targets */
+    const size_t nbt = BT * (size_t)(sk_loader_has_mask(train) ? c->accum : 1);
+    tr->x = malloc(nbt * sizeof(int32_t));
+    tr->y = malloc(nbt * sizeof(int32_t));
     if (!tr->mom || !tr->vel || !tr->x || !tr->y) {
         sk_trainer_free(tr);
         return sk_error(SK_ENOMEM, "out of memory for the optimizer state (%zu parameters)", sk_model_num_params(m));
@@ -276,28 +279,69 @@ int sk_trainer_set_backend(sk_trainer *tr, const sk_train_backend *be) {
     return be->push(be->ctx, sk_model_params(tr->m), tr->mom, tr->vel);
 }
 
-/* Step part 1, shared by the CPU and device paths: forward + backward over the micro-steps,
- * the gradients of loss/accum adding up; *loss is their mean, *sum (if not NULL) the sum. */
-static int micro_steps(sk_trainer *tr, float *loss, double *sum) {
+/* forward + backward of micro-step k on x, y with gradient scale `scale`; its mean loss in *l */
+static int micro_step(sk_trainer *tr, int k, const int32_t *x, const int32_t *y, float scale, float *l) {
     const sk_train_cfg *c = &tr->cfg;
-    const float scale = 1.0f / (float)c->accum;
+    const uint64_t ds = sk_dropout_seed(c->seed, tr->step, tr->world > 1 ? k * tr->world + tr->rank : k);
+    int rc = tr->has_be ? tr->be.forward_backward(tr->be.ctx, x, y, c->B, c->T, scale, ds, l)
+                        : sk_model_forward_backward(tr->m, x, y, c->B, c->T, scale, ds, l);
+    if (rc) {
+        char pre[32];
+        snprintf(pre, sizeof pre, "step %d: ", tr->step + 1);
+        rc = rethrow(rc, pre);
+    }
+    return rc;
+}
+
+/* Step part 1, shared by the CPU and device paths: forward + backward over the micro-steps.
+ * The step's loss is sum / den over all ranks (the callers add the ranks' sums); *loss is
+ * this rank's sum / (its share of den), *den_local that share.
+ *   Without loss masks every micro-step's mean counts 1/accum: the gradients of loss/accum
+ *   add up, sum = the micro-steps' losses, den = accum * world.
+ *   With loss masks (y = -1 where the mask is 0) the step's loss is the mean over all its
+ *   masked-in targets, on all ranks and micro-steps, as one PyTorch cross-entropy with
+ *   ignore_index over the whole step: all micro-batches are read first, their targets
+ *   counted (n_k, total N over the ranks), micro-step k runs with gradient scale
+ *   n_k * world / N (the model divides by n_k; the ranks' mean divides by world), one with
+ *   no target is skipped, sum = sum_k loss_k * n_k, den = N. N = 0: no update (the step is
+ *   counted as skipped, sk_step_info.skipped = 2). */
+static int micro_steps(sk_trainer *tr, float *loss, double *sum, double *den_local) {
+    const sk_train_cfg *c = &tr->cfg;
     double loss_sum = 0;
     int rc = SK_OK;
-    for (int k = 0; k < c->accum && !rc; k++) {
-        float l = 0;
-        const uint64_t ds = sk_dropout_seed(c->seed, tr->step, tr->world > 1 ? k * tr->world + tr->rank : k);
-        rc = sk_loader_next_xy(tr->train, tr->x, tr->y);
-        if (!rc) rc = tr->has_be ? tr->be.forward_backward(tr->be.ctx, tr->x, tr->y, c->B, c->T, scale, ds, &l)
-                                 : sk_model_forward_backward(tr->m, tr->x, tr->y, c->B, c->T, scale, ds, &l);
-        if (rc) {
-            char pre[32];
-            snprintf(pre, sizeof pre, "step %d: ", tr->step + 1);
-            rc = rethrow(rc, pre);
+    tr->no_targets = 0;
+    if (!sk_loader_has_mask(tr->train)) {
+        const float scale = 1.0f / (float)c->accum;
+        for (int k = 0; k < c->accum && !rc; k++) {
+            float l = 0;
+            rc = sk_loader_next_xy(tr->train, tr->x, tr->y);
+            if (!rc) rc = micro_step(tr, k, tr->x, tr->y, scale, &l);
+            loss_sum += l;
         }
-        loss_sum += l;
+        *loss = (float)(loss_sum / c->accum);
+        *sum = loss_sum;
+        *den_local = c->accum;
+        return rc;
     }
-    *loss = (float)(loss_sum / c->accum);
-    if (sum) *sum = loss_sum;
+    const size_t BT = (size_t)c->B * c->T;
+    double n_all = 0;
+    for (int k = 0; k < c->accum && !rc; k++) {
+        rc = sk_loader_next_xy(tr->train, tr->x + k * BT, tr->y + k * BT);
+        for (size_t i = 0; i < BT; i++) n_all += tr->y[k * BT + i] >= 0;
+    }
+    if (tr->world > 1 && !rc) rc = sk_dist_sum_f64(&n_all, 1);
+    for (int k = 0; k < c->accum && !rc && n_all > 0; k++) {
+        size_t nk = 0;
+        for (size_t i = 0; i < BT; i++) nk += tr->y[k * BT + i] >= 0;
+        if (!nk) continue;
+        float l = 0;
+        rc = micro_step(tr, k, tr->x + k * BT, tr->y + k * BT, (float)((double)nk * tr->world / n_all), &l);
+        loss_sum += (double)l * (double)nk;
+    }
+    *sum = loss_sum;
+    *den_local = n_all > 0 ? n_all : NAN;
+    *loss = n_all > 0 ? (float)(loss_sum / n_all) : NAN;
+    tr->no_targets = n_all == 0;
     return rc;
 }
 
@@ -310,6 +354,11 @@ static int step_info(sk_trainer *tr, sk_step_info *info, float loss, double norm
     info->step = tr->step + 1;
     info->loss = loss; info->lr = *lr; info->grad_norm = norm;
     info->tokens = (uint64_t)c->accum * c->B * c->T * W;
+    if (tr->no_targets) {              /* nothing to learn from: no update (the same on every rank) */
+        tr->skipped++; tr->step++;
+        info->skipped = 2;
+        return SK_OK;
+    }
     if (isfinite(loss) && isfinite(norm)) return SK_OK;
     const char *what = !isfinite(loss) && !isfinite(norm) ? "loss and gradient norm" : !isfinite(loss) ? "loss" : "gradient norm";
     if (!c->skip_nonfinite)
@@ -329,15 +378,15 @@ static int step_device(sk_trainer *tr, sk_step_info *info) {
     const int W = tr->world;
     int rc = be->zero_grad(be->ctx);
     float loss = 0;
-    double loss_sum = 0;
-    if (!rc) rc = micro_steps(tr, &loss, &loss_sum);
+    double loss_sum = 0, den = 1;
+    if (!rc) rc = micro_steps(tr, &loss, &loss_sum, &den);
     if (!rc && tr->hook) rc = tr->hook(NULL, 0, &loss, tr->hook_ctx);
     if (W > 1) rc = sk_dist_agree(rc);    /* one rank failed: all stop, with its message */
     if (rc) return rc;
     if (W > 1) {
-        if (tr->hook) loss_sum = (double)loss * c->accum;   /* the hook may have changed it */
+        if (tr->hook) loss_sum = (double)loss * den;   /* the hook may have changed it */
         if ((rc = sk_dist_sum_f64(&loss_sum, 1)) || (rc = be->grads_mean(be->ctx))) return rc;
-        loss = (float)(loss_sum / ((double)c->accum * W));
+        loss = (float)(loss_sum / (sk_loader_has_mask(tr->train) ? den : den * W));
     }
     double norm = 0;
     if ((rc = be->grad_norm(be->ctx, &norm))) return rc;
@@ -362,8 +411,8 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
     /* 1. forward + backward over the micro-steps; gradients of loss/accum add up */
     sk_model_zero_grad(m);
     float loss = 0;
-    double loss_sum = 0;
-    int rc = micro_steps(tr, &loss, &loss_sum);
+    double loss_sum = 0, den = 1;
+    int rc = micro_steps(tr, &loss, &loss_sum, &den);
     float *g = sk_model_grads(m);
     /* 2. hook point (this rank's gradients) */
     if (!rc && tr->hook) rc = tr->hook(g, tr->n_params, &loss, tr->hook_ctx);
@@ -377,9 +426,9 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
     int nus = tr->n_spans;
     double norm;
     if (W > 1) {
-        if (tr->hook) loss_sum = (double)loss * c->accum;   /* the hook may have changed it */
+        if (tr->hook) loss_sum = (double)loss * den;   /* the hook may have changed it */
         if ((rc = sk_dist_sum_f64(&loss_sum, 1))) return rc;
-        loss = (float)(loss_sum / ((double)c->accum * W));
+        loss = (float)(loss_sum / (sk_loader_has_mask(tr->train) ? den : den * W));
     }
     if (W > 1 && zero) {
         /* in place: only this rank's range of g holds the mean afterwards */
@@ -429,20 +478,25 @@ int sk_trainer_eval(sk_trainer *tr, float *val_loss) {
     sk_loader_get_pos(tr->val, &pos);
     pos.consumed = 0;                      /* the same fixed batches every time */
     int rc = sk_loader_set_pos(tr->val, &pos);
-    double sum = 0;
+    /* with loss masks: the mean over the masked-in targets of all the batches */
+    const int masked = sk_loader_has_mask(tr->val);
+    double acc[2] = {0, 0};                /* loss sum; targets (masked) */
     for (uint64_t i = 0; !rc && i < nb; i++) {
         float l = 0.0f;
+        size_t n = (size_t)c->B * c->T;
         rc = sk_loader_next_xy(tr->val, tr->x, tr->y);
-        if (!rc) rc = tr->has_be ? tr->be.forward(tr->be.ctx, tr->x, tr->y, c->B, c->T, &l)
-                                 : sk_model_forward(tr->m, tr->x, tr->y, c->B, c->T, &l, NULL);
-        sum += l;
+        if (masked) { n = 0; for (size_t k = 0; k < (size_t)c->B * c->T; k++) n += tr->y[k] >= 0; }
+        if (!rc && n) rc = tr->has_be ? tr->be.forward(tr->be.ctx, tr->x, tr->y, c->B, c->T, &l)
+                                      : sk_model_forward(tr->m, tr->x, tr->y, c->B, c->T, &l, NULL);
+        if (masked) { acc[0] += n ? (double)l * n : 0; acc[1] += (double)n; }
+        else acc[0] += l;
     }
     if (tr->world > 1) {
         if ((rc = sk_dist_agree(rc))) return rc;
-        if ((rc = sk_dist_sum_f64(&sum, 1))) return rc;
+        if ((rc = sk_dist_sum_f64(acc, 2))) return rc;
     }
     if (rc) return rc;
-    *val_loss = (float)(sum / ((double)nb * tr->world));
+    *val_loss = masked ? (acc[1] > 0 ? (float)(acc[0] / acc[1]) : NAN) : (float)(acc[0] / ((double)nb * tr->world));
     return SK_OK;
 }
 

@@ -1,5 +1,6 @@
 """Token shards for the shell tests, in src/train/data.c's layout: a header of 256 little-endian
-int32 (magic 20240520, version 1, token count, zeros), then the tokens as uint16.
+int32 (magic 20240520, version, token count, zeros), then the tokens as uint16 (version 1) or
+uint32 (version 2).
 
     python3 tests/ref/shards.py DIR N_TRAIN N_VAL
         DIR/train.bin and DIR/val.bin: the first N_TRAIN and the next N_VAL tokens of
@@ -13,14 +14,15 @@ import numpy as np
 MAGIC, VERSION = 20240520, 1
 
 
-def write(path, tokens):
+def write(path, tokens, version=VERSION):
+    """version 1: uint16 tokens; 2: uint32 (llm.c's Llama 3 shards)."""
     toks = np.asarray(tokens)
-    if toks.size and (toks.min() < 0 or toks.max() > 65535):
-        raise ValueError("shard tokens must fit in uint16")
+    if toks.size and (toks.min() < 0 or toks.max() > (65535 if version == 1 else 2**31 - 1)):
+        raise ValueError("shard tokens must fit in uint16 (version 1)" if version == 1 else "token ids must be >= 0")
     h = np.zeros(256, dtype="<i4")
-    h[0], h[1], h[2] = MAGIC, VERSION, toks.size
+    h[0], h[1], h[2] = MAGIC, version, toks.size
     with open(path, "wb") as f:
-        f.write(h.tobytes() + toks.astype("<u2").tobytes())
+        f.write(h.tobytes() + toks.astype("<u2" if version == 1 else "<u4").tobytes())
 
 
 def periodic(n, seed=0):

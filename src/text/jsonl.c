@@ -1,0 +1,74 @@
+/* JSON Lines records (one JSON object a line): the text of a field, or a conversation's
+ * messages, for prepare's JSONL inputs (docs/data.md). */
+#include "skiplm_base.h"
+#include "skiplm_text.h"
+#include "base/json.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* line (without its newline) parsed as an object; the error says what and where */
+static int parse_object(const char *line, size_t len, sk_json *j) {
+    char err[200];
+    if (sk_json_parse(line, len, j, err, sizeof err)) return sk_error(SK_EFORMAT, "not valid JSON: %s", err);
+    if (j->type != SK_JSON_OBJ) {
+        sk_json_free(j);
+        return sk_error(SK_EFORMAT, "not a JSON object (each line must be one object)");
+    }
+    return SK_OK;
+}
+
+static const char *type_name(sk_json_type t) {
+    static const char *const n[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
+    return n[t];
+}
+
+int sk_jsonl_text(const char *line, size_t len, const char *field, char **text, size_t *text_len) {
+    *text = NULL; *text_len = 0;
+    sk_json j;
+    int rc = parse_object(line, len, &j);
+    if (rc) return rc;
+    const sk_json *v = sk_json_get(&j, field);
+    if (!v) rc = sk_error(SK_EFORMAT, "no field \"%s\"", field);
+    else if (v->type != SK_JSON_STR) rc = sk_error(SK_EFORMAT, "field \"%s\" is %s, not a string", field, type_name(v->type));
+    else if (!(*text = malloc(v->str_len + 1))) rc = sk_error(SK_ENOMEM, "out of memory");
+    else { memcpy(*text, v->str, v->str_len + 1); *text_len = v->str_len; }
+    sk_json_free(&j);
+    return rc;
+}
+
+int sk_jsonl_messages(const char *line, size_t len, const char *field, sk_chat_msg **msgs, int *n) {
+    *msgs = NULL; *n = 0;
+    sk_json j;
+    int rc = parse_object(line, len, &j);
+    if (rc) return rc;
+    const sk_json *a = sk_json_get(&j, field);
+    if (!a) rc = sk_error(SK_EFORMAT, "no field \"%s\"", field);
+    else if (a->type != SK_JSON_ARR || a->n == 0) rc = sk_error(SK_EFORMAT, "field \"%s\" is %s, not a list of messages", field,
+                                                                 a->type == SK_JSON_ARR ? "an empty list" : type_name(a->type));
+    /* one block: the array, then every role and content string */
+    size_t bytes = (size_t)(a && a->type == SK_JSON_ARR ? a->n : 0) * sizeof(sk_chat_msg);
+    for (int i = 0; !rc && i < a->n; i++) {
+        const sk_json *m = &a->items[i], *role = m->type == SK_JSON_OBJ ? sk_json_get(m, "role") : NULL,
+                      *content = m->type == SK_JSON_OBJ ? sk_json_get(m, "content") : NULL;
+        if (m->type != SK_JSON_OBJ) rc = sk_error(SK_EFORMAT, "message %d is %s, not an object", i, type_name(m->type));
+        else if (!role || role->type != SK_JSON_STR) rc = sk_error(SK_EFORMAT, "message %d has no \"role\" string", i);
+        else if (!content || content->type != SK_JSON_STR)
+            rc = sk_error(SK_EFORMAT, "message %d (%s) has no \"content\" string", i, role->str);
+        else bytes += role->str_len + content->str_len + 2;
+    }
+    char *block = rc ? NULL : malloc(bytes);
+    if (!rc && !block) rc = sk_error(SK_ENOMEM, "out of memory");
+    if (!rc) {
+        sk_chat_msg *m = (sk_chat_msg *)block;
+        char *p = block + (size_t)a->n * sizeof *m;
+        for (int i = 0; i < a->n; i++) {
+            const sk_json *role = sk_json_get(&a->items[i], "role"), *content = sk_json_get(&a->items[i], "content");
+            memcpy(p, role->str, role->str_len + 1); m[i].role = p; p += role->str_len + 1;
+            memcpy(p, content->str, content->str_len + 1); m[i].content = p; p += content->str_len + 1;
+        }
+        *msgs = m; *n = a->n;
+    }
+    sk_json_free(&j);
+    return rc;
+}

@@ -1,7 +1,9 @@
 /* skiplm eval: mean loss and perplexity of a weights file (or checkpoint) on token shards,
- * on the CPU or (build-cuda/skiplm --device cuda) the GPU. In order: the command line
- * (parse_opts), the model and the loader with the memory check (open_eval), the batches
- * (eval_batches), then the result and the --dump-logits file (report). */
+ * on the CPU or (build-cuda/skiplm --device cuda) the GPU; with --by-position also the mean
+ * loss of each range of positions in the sequence (where long context helps, later positions'
+ * loss falls below earlier ones'). In order: the command line (parse_opts), the model and the
+ * loader with the memory check (open_eval), the batches (eval_batches), then the result, the
+ * positions' table and the --dump-logits file (report). */
 #include "cli.h"
 #ifdef SKIPLM_CUDA
 #include "skiplm_cuda.h"
@@ -13,10 +15,10 @@
 
 /* The command line. */
 typedef struct {
-    const char *weights, *dump, *device;
+    const char *weights, *dump, *device, *pos_out;
     char **shards;
     cli_model_opts mo;
-    int n_shards, B, T, max_batches, tf32, bf16, q8, use_cuda;
+    int n_shards, B, T, max_batches, tf32, bf16, q8, use_cuda, by_pos, buckets;
 } eval_opts;
 
 /* An evaluation: the model, its loader and the inputs, targets (and logits) of every batch
@@ -29,6 +31,7 @@ typedef struct {
     size_t BT;
     int32_t *x, *y;
     float *logits;               /* with --dump-logits */
+    double *pos_sum, *pos_n;     /* with --by-position: per position, the summed loss and the targets */
 #ifdef SKIPLM_CUDA
     sk_cuda_model *cm;           /* with --device cuda */
 #endif
@@ -37,12 +40,15 @@ typedef struct {
 /* The command line into o (pos holds its positional arguments). cli_parse's status: 0, 1
  * (--help) or 2. */
 static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
-    *o = (eval_opts){.device = "cpu", .B = 8};
+    *o = (eval_opts){.device = "cpu", .B = 8, .buckets = 16};
     cli_opt opts[] = {
         {"batch", 'i', &o->B, "sequences per batch (8)"},
         {"seq", 'i', &o->T, "sequence length (the model's block_size)"},
         {"max-batches", 'i', &o->max_batches, "stop after N batches (0 = the whole shard)"},
         {"dump-logits", 's', &o->dump, "write inputs, targets and logits of the evaluated batches to this safetensors file"},
+        {"by-position", 'b', &o->by_pos, "also the mean loss by position in the sequence, in --buckets equal ranges (CPU)"},
+        {"buckets", 'i', &o->buckets, "ranges of positions of --by-position, at most --seq (16)"},
+        {"position-out", 's', &o->pos_out, "write --by-position's table to this file: CSV if it ends in .csv, else JSON (implies --by-position)"},
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &o->bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
@@ -58,6 +64,8 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
     if (o->B < 1) { fprintf(stderr, "skiplm eval: --batch must be >= 1\n"); return 2; }
     if (o->T < 0) { fprintf(stderr, "skiplm eval: --seq must be >= 1 (0 = the model's block_size)\n"); return 2; }
     if (o->max_batches < 0) { fprintf(stderr, "skiplm eval: --max-batches must be >= 0\n"); return 2; }
+    if (o->pos_out) o->by_pos = 1;
+    if (o->buckets < 1) { fprintf(stderr, "skiplm eval: --buckets must be >= 1\n"); return 2; }
     o->use_cuda = cli_device("eval", o->device);
     if (o->use_cuda < 0) return 2;
     if (o->tf32 && o->bf16) { fprintf(stderr, "skiplm eval: --tf32 and --bf16 exclude each other\n"); return 2; }
@@ -67,6 +75,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
     }
     if (o->q8 && (o->use_cuda || o->bf16 || o->tf32)) { fprintf(stderr, "skiplm eval: --q8 is for the CPU, without --bf16 or --tf32\n"); return 2; }
     if (o->use_cuda && !cli_cuda_built("eval")) return 2;
+    if (o->by_pos && o->use_cuda) { fprintf(stderr, "skiplm eval: --by-position runs on the CPU (the device model gives the mean only)\n"); return 2; }
     return 0;
 }
 
@@ -102,6 +111,10 @@ static int open_eval(eval_run *e, eval_opts *o) {
         fprintf(stderr, "skiplm eval: --seq %d exceeds the model's block_size %d\n", o->T, e->c->block_size);
         return 2;
     }
+    if (o->by_pos && o->buckets > o->T) {
+        fprintf(stderr, "skiplm eval: --buckets %d is more than the %d positions of a sequence (--seq)\n", o->buckets, o->T);
+        return 2;
+    }
     sk_loader_cfg lc = {.B = o->B, .T = o->T, .vocab_size = e->c->vocab_size};
     if (sk_loader_open(&e->L, (const char *const *)o->shards, o->n_shards, &lc)) return cli_fail("eval");
     uint64_t nwin = sk_loader_n_windows(e->L);
@@ -117,8 +130,51 @@ static int open_eval(eval_run *e, eval_opts *o) {
     e->x = malloc(e->BT * sizeof(int32_t) * e->nb);
     e->y = malloc(e->BT * sizeof(int32_t) * e->nb);
     e->logits = o->dump ? malloc(e->BT * e->nb * e->c->vocab_size * sizeof(float)) : NULL;
-    if (!e->x || !e->y || (o->dump && !e->logits)) { fprintf(stderr, "skiplm eval: out of memory\n"); return 1; }
+    if (o->by_pos) { e->pos_sum = calloc(o->T, sizeof(double)); e->pos_n = calloc(o->T, sizeof(double)); }
+    if (!e->x || !e->y || (o->dump && !e->logits) || (o->by_pos && (!e->pos_sum || !e->pos_n))) {
+        fprintf(stderr, "skiplm eval: out of memory\n");
+        return 1;
+    }
     return 0;
+}
+
+/* --by-position: batch i's per-token losses added to their positions' sums */
+static void add_positions(eval_run *e, const eval_opts *o, uint64_t i) {
+    const float *l = sk_model_losses(e->m);
+    const int32_t *y = e->y + i * e->BT;
+    for (size_t k = 0; l && k < e->BT; k++)
+        if (y[k] >= 0) { e->pos_sum[k % o->T] += l[k]; e->pos_n[k % o->T] += 1; }
+}
+
+/* The positions' table: bucket b covers positions [b T / N, (b + 1) T / N) of a sequence
+ * (position 0 predicts the second token from the first alone). On stdout, and with
+ * --position-out as CSV or JSON, written atomically. 0, or 1 (said). */
+static int report_positions(const eval_run *e, const eval_opts *o, double mean) {
+    const int N = o->buckets, T = o->T;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = o->pos_out ? open_memstream(&buf, &len) : NULL;
+    const size_t ol = o->pos_out ? strlen(o->pos_out) : 0;
+    const int csv = ol >= 4 && !strcmp(o->pos_out + ol - 4, ".csv");
+    if (o->pos_out && !f) return sk_error(SK_ENOMEM, "out of memory"), cli_fail("eval");
+    if (f) fprintf(f, csv ? "bucket,pos_start,pos_end,tokens,loss\n" : "{\"seq\": %d, \"loss\": %.6f, \"buckets\": [", T, mean);
+    printf("loss by position (%d ranges of %d positions):\n", N, T);
+    for (int b = 0; b < N; b++) {
+        const int p0 = (int)((long)b * T / N), p1 = (int)((long)(b + 1) * T / N);
+        double sum = 0, n = 0;
+        for (int p = p0; p < p1; p++) { sum += e->pos_sum[p]; n += e->pos_n[p]; }
+        const double m = n > 0 ? sum / n : NAN;
+        printf("  positions %5d-%-5d loss %.6f tokens %.0f\n", p0, p1 - 1, m, n);
+        if (f && csv) fprintf(f, "%d,%d,%d,%.0f,%.6f\n", b, p0, p1, n, m);
+        else if (f && n > 0) fprintf(f, "%s{\"start\": %d, \"end\": %d, \"tokens\": %.0f, \"loss\": %.6f}", b ? ", " : "", p0, p1, n, m);
+        else if (f) fprintf(f, "%s{\"start\": %d, \"end\": %d, \"tokens\": 0, \"loss\": null}", b ? ", " : "", p0, p1);
+    }
+    if (!f) return 0;
+    if (!csv) fputs("]}\n", f);
+    fclose(f);
+    int rc = sk_write_atomic(o->pos_out, buf, len) ? cli_fail("eval") : 0;
+    free(buf);
+    return rc;
 }
 
 /* With --device cuda: the inference-only device model, said on stderr. 0, or 1 (said). */
@@ -155,6 +211,7 @@ static int eval_batches(eval_run *e, const eval_opts *o, double *mean) {
         size_t n = 0;
         for (size_t k = 0; k < e->BT; k++) n += e->y[i * e->BT + k] >= 0;
         if (forward(e, o, i, &loss)) return cli_fail("eval");     /* also for --dump-logits */
+        if (o->by_pos) add_positions(e, o, i);
         if (n) sum += (double)loss * n;
         n_all += (double)n;
     }
@@ -171,6 +228,7 @@ static int eval_batches(eval_run *e, const eval_opts *o, double *mean) {
 static int report(const eval_run *e, const eval_opts *o, double mean) {
     printf("loss %.6f ppl %.4f tokens %llu batches %llu\n", mean, exp(mean),
            (unsigned long long)(e->nb * e->BT), (unsigned long long)e->nb);
+    if (o->by_pos && report_positions(e, o, mean)) return 1;
     if (!o->dump) return 0;
     sk_st_writer *w = sk_st_writer_new();
     int64_t s2[2] = {(int64_t)(e->nb * o->B), o->T}, s3[3] = {(int64_t)(e->nb * o->B), o->T, e->c->vocab_size};
@@ -186,7 +244,7 @@ static void eval_free(eval_run *e) {
 #ifdef SKIPLM_CUDA
     sk_cuda_model_free(e->cm);
 #endif
-    free(e->x); free(e->y); free(e->logits);
+    free(e->x); free(e->y); free(e->logits); free(e->pos_sum); free(e->pos_n);
     sk_loader_free(e->L);
     sk_model_free(e->m);
 }

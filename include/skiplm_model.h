@@ -116,6 +116,9 @@ size_t sk_model_activation_bytes(const sk_model *m, int B, int T, int with_grads
  * logits: NULL, or (B, T, vocab_size) to receive them. Inference mode: no dropout. */
 int sk_model_forward(sk_model *m, const int32_t *inputs, const int32_t *targets,
                      int B, int T, float *loss, float *logits);
+/* The per-token losses (B, T) of the last forward pass given targets (0 where a target was
+ * ignored, < 0), or NULL before any: what the mean loss averages (eval --by-position). */
+const float *sk_model_losses(const sk_model *m);
 /* Forward and backward in training mode: gradients of (loss * grad_scale) are ADDED to
  * the gradient buffer (call sk_model_zero_grad first; accumulation across micro-steps
  * works by not zeroing). Dropout uses dropout_seed. */

@@ -12,7 +12,9 @@ right measure of seed-to-seed noise for an ablation.
     python3 scripts/sweep.py --grid quick --data DIR --out DIR          # tiny, for CI
 
 Writes OUT/results-GRID.csv, OUT/results-GRID.md and OUT/curves-GRID.svg (seed 0 of every
-variant). Runs that already finished (OUT/<variant>/s<seed>/ckpt.safetensors with the final
+variant), and the validation loss by position of every run (`skiplm eval --by-position` on the
+validation shards, OUT/<variant>/s<seed>/positions.csv) gathered in OUT/positions-GRID.csv and
+drawn, averaged over seeds, in OUT/positions-GRID.svg. Runs that already finished (OUT/<variant>/s<seed>/ckpt.safetensors with the final
 step) are reused, so an interrupted sweep continues where it stopped, and grids that share
 variants (the baseline, nl9-nh6) run them once when given the same OUT and settings.
 With --tag TAG the files are named GRID-TAG. With several --seq lengths, each length is a
@@ -109,6 +111,69 @@ def run_one(skiplm, args, variant, extra, seed, outdir):
     return read_log(log)
 
 
+def val_shards(data):
+    """the validation shards of a prepared folder: val.bin, else its val_NNNNNN.bin shards"""
+    one = os.path.join(data, "val.bin")
+    if os.path.exists(one):
+        return [one]
+    many = sorted(os.path.join(data, f) for f in os.listdir(data) if re.fullmatch(r".*val_\d{6}\.bin", f))
+    if not many:
+        sys.exit(f"sweep: no validation shards in {data}")
+    return many
+
+
+def positions(skiplm, args, outdir):
+    """the run's validation loss by position: [(start, end, tokens, loss)], from
+    OUTDIR/positions.csv (made by `skiplm eval --by-position` once, then reused)"""
+    path = os.path.join(outdir, "positions.csv")
+    if not os.path.exists(path):
+        cmd = [skiplm, "eval", os.path.join(outdir, "ckpt.safetensors"), *val_shards(args.data), "--seq", str(args.seq),
+               "--batch", str(args.batch), "--max-batches", str(args.eval_batches), "--buckets", str(min(args.buckets, args.seq)),
+               "--position-out", path]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            sys.exit(f"sweep: {' '.join(cmd)} failed:\n{r.stdout}")
+    with open(path) as f:
+        return [(int(r["pos_start"]), int(r["pos_end"]), int(r["tokens"]), float(r["loss"])) for r in csv.DictReader(f)]
+
+
+def positions_svg(path, title, curves):
+    """curves: {name: [(position midpoint, loss)]}, drawn as lines on shared axes (hand-written SVG)"""
+    W, H, L, R, TP, B = 720, 420, 70, 170, 40, 50
+    xs = [x for c in curves.values() for x, _ in c]
+    ys = [y for c in curves.values() for _, y in c if y == y]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    y0, y1 = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1e-3
+    pad = (y1 - y0) * 0.05
+    y0, y1 = y0 - pad, y1 + pad
+    sx = lambda x: L + (x - x0) / (x1 - x0) * (W - L - R)
+    sy = lambda y: TP + (y1 - y) / (y1 - y0) * (H - TP - B)
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"]
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{W}" height="{H}" fill="white"/>',
+           f'<text x="{W / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
+           f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
+           f'<line x1="{L}" y1="{TP}" x2="{L}" y2="{H - B}" stroke="black"/>',
+           f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">position in the sequence</text>',
+           f'<text x="16" y="{(TP + H - B) / 2}" transform="rotate(-90 16 {(TP + H - B) / 2})" text-anchor="middle">validation loss</text>']
+    for i in range(5):
+        y = y0 + (y1 - y0) * i / 4
+        out.append(f'<line x1="{L - 4}" y1="{sy(y):.1f}" x2="{W - R}" y2="{sy(y):.1f}" stroke="#ddd"/>'
+                   f'<text x="{L - 6}" y="{sy(y) + 4:.1f}" text-anchor="end">{y:.3f}</text>')
+        x = x0 + (x1 - x0) * i / 4
+        out.append(f'<text x="{sx(x):.1f}" y="{H - B + 16}" text-anchor="middle">{x:.0f}</text>')
+    for k, (name, pts) in enumerate(curves.items()):
+        c = colors[k % len(colors)]
+        line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts if y == y)
+        out.append(f'<polyline points="{line}" fill="none" stroke="{c}" stroke-width="1.8"/>')
+        out.append(f'<line x1="{W - R + 12}" y1="{TP + 10 + 18 * k}" x2="{W - R + 32}" y2="{TP + 10 + 18 * k}" stroke="{c}" stroke-width="2"/>'
+                   f'<text x="{W - R + 36}" y="{TP + 14 + 18 * k}">{name}</text>')
+    out.append("</svg>")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(out) + "\n")
+    os.replace(path + ".tmp", path)
+
+
 BENCH_RE = re.compile(r"^train: B=\d+ T=\d+: ([0-9.]+) ms/step")
 
 
@@ -150,6 +215,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--eval-batches", type=int, default=20)
+    ap.add_argument("--buckets", type=int, default=16, help="ranges of positions of the loss by position (16)")
     ap.add_argument("--model", default="", help="model options replacing the 12L/12H/192 default, e.g. '--n_layer 12 --n_head 12 --n_embd 256'")
     ap.add_argument("--only", default="", help="comma-separated variants to run (default: the whole grid)")
     ap.add_argument("--tag", default="", help="name the outputs results-GRID-TAG.* (e.g. for an --only subset)")
@@ -200,7 +266,8 @@ def run_grid(args, variants):
             rows = run_one(args.skiplm, args, variant, extra, seed, os.path.join(args.out, variant, f"s{seed}"))
             vals = [r["val_loss"] for r in rows if "val_loss" in r]
             ms = [r["ms"] for r in rows[1:]] or [rows[0]["ms"]]       # the first step warms up
-            results[(variant, seed)] = dict(val=vals[-1], ms=statistics.median(ms), train=rows[-1]["loss"])
+            results[(variant, seed)] = dict(val=vals[-1], ms=statistics.median(ms), train=rows[-1]["loss"],
+                                            pos=positions(args.skiplm, args, os.path.join(args.out, variant, f"s{seed}")))
 
     if args.bench_rounds > 0:
         speed_ms = bench_speed(args.skiplm, args, variants)
@@ -242,8 +309,22 @@ def run_grid(args, variants):
     runs = [f"{v}=" + os.path.join(args.out, v, "s0") for v, _ in variants]
     subprocess.run([args.skiplm, "plot", *runs, "-o", os.path.join(args.out, f"curves-{name(args)}.svg"),
                     "--title", f"skiplm sweep: {args.grid}, T={args.seq}"], check=True, stdout=subprocess.DEVNULL)
+    # the loss by position: every run's ranges in one CSV, their mean over seeds drawn
+    with open(os.path.join(args.out, f"positions-{name(args)}.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["variant", "seed", "seq", "bucket", "pos_start", "pos_end", "tokens", "loss"])
+        for (variant, seed), res in sorted(results.items()):
+            for b, (p0, p1, n, loss) in enumerate(res["pos"]):
+                w.writerow([variant, seed, args.seq, b, p0, p1, n, f"{loss:.6f}"])
+    curves = {}
+    for variant, _ in variants:
+        ranges = results[(variant, 0)]["pos"]
+        curves[variant] = [((p0 + p1 - 1) / 2, statistics.fmean(results[(variant, s)]["pos"][b][3] for s in range(args.seeds)))
+                           for b, (p0, p1, _, _) in enumerate(ranges)]
+    positions_svg(os.path.join(args.out, f"positions-{name(args)}.svg"),
+                  f"validation loss by position: {args.grid}, T={args.seq}, mean of {args.seeds} seeds", curves)
     print("\n".join(md))
-    print(f"sweep: wrote {args.out}/results-{name(args)}.md, .csv and curves-{name(args)}.svg")
+    print(f"sweep: wrote {args.out}/results-{name(args)}.md, .csv, curves-{name(args)}.svg and positions-{name(args)}.csv/.svg")
     return summary
 
 

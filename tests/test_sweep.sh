@@ -23,6 +23,7 @@ check "[ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) |' $tmp/sweep/results-quick
 check "grep -q '>nl1-nh2<' $tmp/sweep/curves-quick.svg && grep -q '>multi<' $tmp/sweep/curves-quick.svg" "the curves are labelled with the variant names"
 check "[ \$(wc -l < $tmp/sweep/results-quick.csv) -eq 4 ] && head -1 $tmp/sweep/results-quick.csv | grep -q 'val_mean,val_std,delta_mean,delta_std'" "CSV header and rows"
 check "[ \$(ls -d $tmp/sweep/*/s* | wc -l) -eq 6 ]" "3 variants x 2 seeds trained"
+check "[ \$(ls $tmp/sweep/*/s*/positions.csv | wc -l) -eq 6 ] && [ \$(wc -l < $tmp/sweep/positions-quick.csv) -gt 12 ] && head -1 $tmp/sweep/positions-quick.csv | grep -q '^variant,seed,seq,bucket,pos_start,pos_end,tokens,loss' && grep -q '>multi<' $tmp/sweep/positions-quick.svg" "every run's loss by position, gathered in positions-quick.csv and drawn in positions-quick.svg"
 # same seed -> same initial weights for every variant (train seeds sk_model_new like init
 # does), and the same data order: a variant whose SLA is a no-op reproduces the baseline
 "$SKIPLM" init "$tmp/a.safetensors" --seed 0 --vocab_size 50 --n_layer 3 --n_head 4 --n_embd 32 > /dev/null

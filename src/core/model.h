@@ -55,6 +55,7 @@ struct sk_model {
     sk_tensor *tensors; int n_tensors;
     /* activations */
     int B, T, acts_have_grads, chunk;
+    int losses_valid;                     /* a.losses holds the last forward pass's (sk_model_losses) */
     float *acts_mem; size_t acts_floats;
     sk_acts a;
     int *lend_index;                      /* layer -> index into dqkv_lend, or -1 */

@@ -54,15 +54,26 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
     return 0;
 }
 
-/* the name the API shows: --alias, else the model path's last part */
+/* the name the API shows: --alias, else the model path's last part, without ".safetensors";
+ * for a run's ckpt.safetensors or a folder's model.safetensors, the folder's name */
 static const char *model_name(const serve_opts *o) {
     if (o->alias) return o->alias;
+    static char name[256];
     const char *p = o->model, *e = p + strlen(p);
     while (e > p + 1 && e[-1] == '/') e--;
-    static char name[256];
     const char *b = e;
     while (b > p && b[-1] != '/') b--;
-    snprintf(name, sizeof name, "%.*s", (int)(e - b), b);
+    const size_t n = (size_t)(e - b), sl = strlen(".safetensors");
+    const int st = n > sl && !memcmp(e - sl, ".safetensors", sl);
+    if (st && b > p + 1 && ((n == strlen("ckpt.safetensors") && !memcmp(b, "ckpt", 4)) || (n == strlen("model.safetensors") && !memcmp(b, "model", 5)))) {
+        e = b - 1;                                      /* the folder holding it */
+        while (e > p + 1 && e[-1] == '/') e--;
+        b = e;
+        while (b > p && b[-1] != '/') b--;
+        snprintf(name, sizeof name, "%.*s", (int)(e - b), b);
+    } else {
+        snprintf(name, sizeof name, "%.*s", (int)(st ? n - sl : n), b);
+    }
     return name;
 }
 

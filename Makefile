@@ -169,7 +169,7 @@ $(BUILD)/libskiplm.a: $(LIB_OBJ)
 	ar rcs $@ $^
 $(BUILD)/skiplm: $(CLI_OBJ) $(BUILD)/libskiplm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
-$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libskiplm.a
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libskiplm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -UNDEBUG $< $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
 

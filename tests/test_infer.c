@@ -3,6 +3,7 @@
  * without SLA, GPT-2 and Llama families. Decoding with bf16 weights equals fp32 decoding on
  * weights rounded to bf16. Also checks the cache saving of SLA and sampling. */
 #include "test.h"
+#include "test_models.h"
 #include "skiplm.h"
 #include "core/ops.h"
 #include <omp.h>
@@ -47,16 +48,6 @@ out:
     free(keep); free(lb); free(lr); free(l32);
 }
 
-/* A model with larger random weights than the init, so that the greedy path is not trivial. */
-static sk_model *test_model(const char *name, const sk_config *cfg, unsigned long long s) {
-    sk_model *m;
-    if (sk_model_new(&m, cfg, 42)) { CHECK(0, "%s: model: %s", name, sk_last_error()); return NULL; }
-    float *p = sk_model_params(m);
-    int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
-    for (int i = 0; i < nt; i++) if (ts[i].ndim == 2) { fill_uniform(p + ts[i].offset, ts[i].numel, &s);
-        for (size_t k = 0; k < ts[i].numel; k++) p[ts[i].offset + k] *= 0.3f; }
-    return m;
-}
 
 static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new) {
     sk_model *m = test_model(name, &cfg, 7);

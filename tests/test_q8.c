@@ -5,6 +5,7 @@
  * equal; the loaders that cannot use a quantized model refuse it; bad quantized files are
  * refused with the file and the tensor named. */
 #include "test.h"
+#include "test_models.h"
 #include "skiplm.h"
 #include "core/quant.h"
 #include "io/io.h"
@@ -143,17 +144,6 @@ static void kernel_cases(void) {
     free(w); free(x); free(o1); free(o2); free(q); free(d); free(q2); free(d2);
 }
 
-/* A model with larger random weights than the init (as test_infer.c's), so that the logits
- * are not flat. */
-static sk_model *test_model(const char *name, const sk_config *cfg, unsigned long long s) {
-    sk_model *m;
-    if (sk_model_new(&m, cfg, 42)) { CHECK(0, "%s: model: %s", name, sk_last_error()); return NULL; }
-    float *p = sk_model_params(m);
-    int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
-    for (int i = 0; i < nt; i++) if (ts[i].ndim == 2) { fill_uniform(p + ts[i].offset, ts[i].numel, &s);
-        for (size_t k = 0; k < ts[i].numel; k++) p[ts[i].offset + k] *= 0.3f; }
-    return m;
-}
 
 /* Decode seq: a prompt of P tokens in one call, then one token a call; logits of each call. */
 static int decode_all(sk_model *m, sk_kvcache *kv, const int32_t *seq, int T, int P, float *lg, int V) {

@@ -21,6 +21,7 @@
 #include "base/fileio.h"
 #include "base/json.h"
 #include "base/utf8.h"
+#include "core/quant.h"
 #include "io/io.h"
 
 #include <errno.h>
@@ -341,21 +342,6 @@ const char *sk_st_meta(const sk_safetensors *st, const char *key) {
 }
 
 /* IEEE half -> float, exact (every half is a float), including subnormals, inf, NaN. */
-static float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        float f = (float)man * 5.9604644775390625e-8f;   /* man * 2^-24: subnormal or zero */
-        memcpy(&bits, &f, 4);
-        bits |= sign;
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
 
 int sk_st_get_f32(const sk_safetensors *st, const char *name, float *dst, size_t n) {
     const char *path = st && st->path ? st->path : "(safetensors)";
@@ -375,7 +361,7 @@ int sk_st_get_f32(const sk_safetensors *st, const char *name, float *dst, size_t
         if (n) memcpy(dst, src, n * 4);
         break;
     case SK_F16:
-        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
+        for (size_t i = 0; i < n; i++) dst[i] = sk_f16_to_f32((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
         break;
     case SK_BF16:
         for (size_t i = 0; i < n; i++) {

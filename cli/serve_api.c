@@ -134,11 +134,6 @@ char *api_health(serve *s) {
 
 /* ------------------------------------------------------------ reading a request */
 
-static const char *type_name(sk_json_type t) {
-    static const char *const n[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
-    return n[t];
-}
-
 /* the member, or NULL when absent or null */
 static const sk_json *field(const sk_json *o, const char *k) {
     const sk_json *v = sk_json_get(o, k);
@@ -148,7 +143,7 @@ static const sk_json *field(const sk_json *o, const char *k) {
 static int get_num(const sk_json *o, const char *k, double lo, double hi, float *out, api_err *e) {
     const sk_json *v = field(o, k);
     if (!v) return 0;
-    if (v->type != SK_JSON_NUM) return BAD(e, k, "'%s' must be a number, not %s", k, type_name(v->type));
+    if (v->type != SK_JSON_NUM) return BAD(e, k, "'%s' must be a number, not %s", k, sk_json_type_name(v->type));
     if (!(v->num >= lo && v->num <= hi)) return BAD(e, k, "'%s' must be in [%g, %g] (got %g)", k, lo, hi, v->num);
     *out = (float)v->num;
     return 0;
@@ -158,7 +153,7 @@ static int get_int(const sk_json *o, const char *k, double lo, double hi, long l
     const sk_json *v = field(o, k);
     if (!v) return 0;
     if (v->type != SK_JSON_NUM || v->num != floor(v->num))
-        return BAD(e, k, "'%s' must be an integer, not %s", k, v->type == SK_JSON_NUM ? "a fraction" : type_name(v->type));
+        return BAD(e, k, "'%s' must be an integer, not %s", k, v->type == SK_JSON_NUM ? "a fraction" : sk_json_type_name(v->type));
     if (!(v->num >= lo && v->num <= hi)) return BAD(e, k, "'%s' must be in [%.0f, %.0f] (got %.0f)", k, lo, hi, v->num);
     *out = (long long)v->num;
     return 0;
@@ -167,7 +162,7 @@ static int get_int(const sk_json *o, const char *k, double lo, double hi, long l
 static int get_bool(const sk_json *o, const char *k, int *out, api_err *e) {
     const sk_json *v = field(o, k);
     if (!v) return 0;
-    if (v->type != SK_JSON_BOOL) return BAD(e, k, "'%s' must be true or false, not %s", k, type_name(v->type));
+    if (v->type != SK_JSON_BOOL) return BAD(e, k, "'%s' must be true or false, not %s", k, sk_json_type_name(v->type));
     *out = v->boolean;
     return 0;
 }
@@ -177,11 +172,11 @@ static int get_stop(const sk_json *o, srv_job *j, api_err *e) {
     const sk_json *v = field(o, "stop");
     if (!v) return 0;
     const int arr = v->type == SK_JSON_ARR, n = arr ? v->n : 1;
-    if (!arr && v->type != SK_JSON_STR) return BAD(e, "stop", "'stop' must be a string or a list of strings, not %s", type_name(v->type));
+    if (!arr && v->type != SK_JSON_STR) return BAD(e, "stop", "'stop' must be a string or a list of strings, not %s", sk_json_type_name(v->type));
     if (n > SRV_MAX_STOP) return BAD(e, "stop", "'stop' holds at most %d strings (got %d)", SRV_MAX_STOP, n);
     for (int i = 0; i < n; i++) {
         const sk_json *t = arr ? &v->items[i] : v;
-        if (t->type != SK_JSON_STR) return BAD(e, "stop", "'stop' must hold strings, not %s", type_name(t->type));
+        if (t->type != SK_JSON_STR) return BAD(e, "stop", "'stop' must hold strings, not %s", sk_json_type_name(t->type));
         if (!t->str_len) return BAD(e, "stop", "a stop string must not be empty");
         if (!(j->stop[j->n_stop] = malloc(t->str_len + 1))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         memcpy(j->stop[j->n_stop], t->str, t->str_len + 1);
@@ -255,8 +250,18 @@ static int encode(serve *s, const char *text, size_t len, int32_t **ids, size_t 
     return 0;
 }
 
-/* a completion's prompt: a string, a list of strings, a list of token ids or of such lists */
-static int completion_prompts(serve *s, const sk_json *o, int32_t ***ids, size_t **ns, char ***texts, int *np, api_err *e) {
+/* the job sized for n_prompts prompts and n choices of each, which must fit in --parallel */
+static int size_job(serve *s, srv_job *j, int n_prompts, int n, api_err *e) {
+    if ((long long)n_prompts * n > s->o->parallel)
+        return BAD(e, "n", "%d prompts x n = %d make %lld sequences, and this server decodes at most %d at once (--parallel)", n_prompts,
+                   n, (long long)n_prompts * n, s->o->parallel);
+    if (srv_job_size(j, n_prompts, n)) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    return 0;
+}
+
+/* a completion's prompt: a string, a list of strings, a list of token ids or of such lists;
+ * the job is sized for them and n choices of each */
+static int completion_prompts(serve *s, const sk_json *o, srv_job *j, int n, api_err *e) {
     const sk_json *p = field(o, "prompt");
     static const sk_json empty = {.type = SK_JSON_STR, .str = "", .str_len = 0};
     if (!p) p = &empty;
@@ -268,45 +273,46 @@ static int completion_prompts(serve *s, const sk_json *o, int32_t ***ids, size_t
         if (tokens) count = 1;
         else { items = p->items; count = p->n; }
     } else if (p->type != SK_JSON_STR) {
-        return BAD(e, "prompt", "'prompt' must be a string, a list of strings or a list of token ids, not %s", type_name(p->type));
+        return BAD(e, "prompt", "'prompt' must be a string, a list of strings or a list of token ids, not %s", sk_json_type_name(p->type));
     }
-    *ids = calloc(count, sizeof **ids); *ns = calloc(count, sizeof **ns); *texts = calloc(count, sizeof **texts);
-    *np = count;
-    if (!*ids || !*ns || !*texts) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (size_job(s, j, count, n, e)) return 1;
+    int32_t **ids = j->prompts;
+    size_t *ns = j->prompt_n;
+    char **texts = j->prompt_text;
     for (int i = 0; i < count; i++) {
         const sk_json *t = tokens ? p : &items[i];
         if (t->type == SK_JSON_ARR) {                 /* token ids */
             if (!t->n) return BAD(e, "prompt", "prompt %d is an empty list of token ids", i);
-            if (!((*ids)[i] = malloc(sizeof(int32_t) * t->n))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            if (!(ids[i] = malloc(sizeof(int32_t) * t->n))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
             for (int k = 0; k < t->n; k++) {
                 const sk_json *x = &t->items[k];
                 if (x->type != SK_JSON_NUM || x->num != floor(x->num) || x->num < 0 || x->num >= s->V)
                     return BAD(e, "prompt", "prompt %d: item %d is not a token id in [0, %d)", i, k, s->V);
-                (*ids)[i][k] = (int32_t)x->num;
+                ids[i][k] = (int32_t)x->num;
             }
-            (*ns)[i] = (size_t)t->n;
-            int32_t *tk = (*ids)[i];
+            ns[i] = (size_t)t->n;
+            int32_t *tk = ids[i];
             char *txt; size_t len;
-            if (sk_tok_decode(s->tok, tk, (*ns)[i], &txt, &len))
+            if (sk_tok_decode(s->tok, tk, ns[i], &txt, &len))
                 return BAD(e, "prompt", "prompt %d: %s", i, sk_last_error());
-            (*texts)[i] = txt;
+            texts[i] = txt;
             continue;
         }
-        if (t->type != SK_JSON_STR) return BAD(e, "prompt", "prompt %d must be a string or a list of token ids, not %s", i, type_name(t->type));
-        if (!((*texts)[i] = malloc(t->str_len + 1))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        memcpy((*texts)[i], t->str, t->str_len + 1);
+        if (t->type != SK_JSON_STR) return BAD(e, "prompt", "prompt %d must be a string or a list of token ids, not %s", i, sk_json_type_name(t->type));
+        if (!(texts[i] = malloc(t->str_len + 1))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(texts[i], t->str, t->str_len + 1);
         if (t->str_len) {
-            if (encode(s, t->str, t->str_len, &(*ids)[i], &(*ns)[i], e)) return 1;
+            if (encode(s, t->str, t->str_len, &ids[i], &ns[i], e)) return 1;
         } else {                                       /* as skiplm sample: the end-of-text token, else a newline */
             int32_t eot = sk_tok_eot(s->tok);
             if (eot >= 0) {
-                if (!((*ids)[i] = malloc(sizeof(int32_t)))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-                (*ids)[i][0] = eot; (*ns)[i] = 1;
-            } else if (encode(s, "\n", 1, &(*ids)[i], &(*ns)[i], e)) {
+                if (!(ids[i] = malloc(sizeof(int32_t)))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+                ids[i][0] = eot; ns[i] = 1;
+            } else if (encode(s, "\n", 1, &ids[i], &ns[i], e)) {
                 return 1;
             }
         }
-        if (!(*ns)[i]) return BAD(e, "prompt", "prompt %d makes no tokens", i);
+        if (!ns[i]) return BAD(e, "prompt", "prompt %d makes no tokens", i);
     }
     return 0;
 }
@@ -314,7 +320,7 @@ static int completion_prompts(serve *s, const sk_json *o, int32_t ***ids, size_t
 /* a message's content: a string, or a list of text parts (joined) */
 static int chat_content(const sk_json *c, int i, jbuf *b, api_err *e) {
     if (c->type == SK_JSON_STR || c->type == SK_JSON_NULL) { jdump(b, c); return 0; }
-    if (c->type != SK_JSON_ARR) return BAD(e, "messages", "messages[%d].content must be a string or a list of parts, not %s", i, type_name(c->type));
+    if (c->type != SK_JSON_ARR) return BAD(e, "messages", "messages[%d].content must be a string or a list of parts, not %s", i, sk_json_type_name(c->type));
     jbuf t = {0};
     for (int k = 0; k < c->n; k++) {
         const sk_json *part = &c->items[k], *ty = part->type == SK_JSON_OBJ ? field(part, "type") : NULL;
@@ -387,11 +393,12 @@ int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api
     *out = NULL;
     if (sk_json_parse(body, len, &o, perr, sizeof perr)) return BAD(e, NULL, "the body is not valid JSON: %s", perr);
     if (o.type != SK_JSON_OBJ) { sk_json_free(&o); return BAD(e, NULL, "the body must be a JSON object"); }
-    int32_t **ids = NULL; size_t *ns = NULL; char **texts = NULL;
-    int np = 1, n = 1, rc = 1, echo = 0, lp_on = 0;
+    int n = 1, rc = 1, lp_on = 0;
     long long max_tokens = -1, logprobs = -1, top = 0, best_of = 1;
-    srv_job tmp = {0}, *j = NULL;                      /* fields read before the job's size is known */
-    if (common_fields(s, &o, &tmp, &n, &max_tokens, e)) goto out;
+    srv_job *j = srv_job_new();
+    if (!j) { api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+    j->chat = chat;
+    if (common_fields(s, &o, j, &n, &max_tokens, e)) goto out;
     if (chat) {
         long long mct = -1;
         if (get_int(&o, "max_completion_tokens", 0, 1e9, &mct, e) || get_bool(&o, "logprobs", &lp_on, e) ||
@@ -400,34 +407,19 @@ int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api
         if (mct >= 0) max_tokens = mct;
         if (field(&o, "top_logprobs") && !lp_on) { BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true"); goto out; }
         logprobs = lp_on ? top : -1;
+        if (size_job(s, j, 1, n, e) || chat_prompt(s, &o, j, e)) goto out;
     } else {
         const sk_json *sfx = field(&o, "suffix");
-        if (get_bool(&o, "echo", &echo, e) || get_int(&o, "logprobs", 0, 5, &logprobs, e) || get_int(&o, "best_of", 1, 128, &best_of, e))
+        if (get_bool(&o, "echo", &j->echo, e) || get_int(&o, "logprobs", 0, 5, &logprobs, e) || get_int(&o, "best_of", 1, 128, &best_of, e))
             goto out;
         if (sfx && (sfx->type != SK_JSON_STR || sfx->str_len)) { BAD(e, "suffix", "'suffix' (insertion) is not supported"); goto out; }
         if (best_of != 1 && best_of != n) { BAD(e, "best_of", "'best_of' other than 'n' is not supported"); goto out; }
-        if (completion_prompts(s, &o, &ids, &ns, &texts, &np, e)) goto out;
+        if (completion_prompts(s, &o, j, n, e)) goto out;
     }
-    if ((long long)np * n > s->o->parallel) {
-        BAD(e, "n", "%d prompts x n = %d make %lld sequences, and this server decodes at most %d at once (--parallel)", np, n,
-            (long long)np * n, s->o->parallel);
-        goto out;
-    }
-    if (!(j = srv_job_new(np, n))) { api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
-    for (int p = 0; p < np && !chat; p++) {
-        j->prompts[p] = ids[p]; j->prompt_n[p] = ns[p]; j->prompt_text[p] = texts[p];
-        ids[p] = NULL; texts[p] = NULL;
-    }
-    j->chat = chat; j->stream = tmp.stream; j->include_usage = tmp.include_usage; j->echo = echo;
-    j->sp = tmp.sp; j->seed = tmp.seed; j->presence = tmp.presence; j->frequency = tmp.frequency;
-    memcpy(j->stop, tmp.stop, sizeof tmp.stop); memcpy(j->stop_len, tmp.stop_len, sizeof tmp.stop_len);
-    j->n_stop = tmp.n_stop; tmp.n_stop = 0;
-    j->n_bias = tmp.n_bias; j->bias_id = tmp.bias_id; j->bias = tmp.bias; tmp.bias_id = NULL; tmp.bias = NULL;
     j->logprobs = (int)logprobs;
-    if (chat && chat_prompt(s, &o, j, e)) goto out;
     /* the context: every prompt, and the reply's room */
     size_t longest = 0;
-    for (int p = 0; p < np; p++) longest = j->prompt_n[p] > longest ? j->prompt_n[p] : longest;
+    for (int p = 0; p < j->n_prompts; p++) longest = j->prompt_n[p] > longest ? j->prompt_n[p] : longest;
     if (longest >= (size_t)s->ctx) {
         api_fail(e, 400, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt",
                  "the prompt has %zu tokens, and the context holds %d (--ctx): nothing is left for a reply", longest, s->ctx);
@@ -445,11 +437,6 @@ int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api
     *out = j; j = NULL;
     rc = 0;
 out:
-    for (int p = 0; ids && p < np; p++) free(ids[p]);
-    for (int p = 0; texts && p < np; p++) free(texts[p]);
-    free(ids); free(ns); free(texts);
-    for (int i = 0; i < tmp.n_stop; i++) free(tmp.stop[i]);
-    free(tmp.bias_id); free(tmp.bias);
     srv_job_free(j);
     sk_json_free(&o);
     return rc;
@@ -601,7 +588,8 @@ int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap) {
         int lp_to = q->lp_sent;
         while (lp_to < q->n_lp && q->lps[lp_to].end <= end) lp_to++;
         if (q->finish) lp_to = q->n_lp;
-        const int first = j->chat && !q->role_sent, text = end > q->sent || lp_to > q->lp_sent || (j->echo && !q->role_sent);
+        const int opening = q->streamed == SRV_NONE, first = j->chat && opening;
+        const int text = end > q->sent || lp_to > q->lp_sent || (j->echo && opening);
         if (first || text) {
             chunk(&b, s, j);
             jprintf(&b, "{\"index\":%d,", q->index);
@@ -612,7 +600,7 @@ int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap) {
             } else {
                 jbuf t = {0};
                 const char *pt = j->prompt_text[q->prompt];
-                if (j->echo && !q->role_sent && pt) jraw(&t, pt, strlen(pt));
+                if (j->echo && opening && pt) jraw(&t, pt, strlen(pt));
                 jraw(&t, q->text ? q->text + q->sent : "", end - q->sent);
                 jputs(&b, "\"text\":");
                 jstr(&b, t.s ? t.s : "", t.len);
@@ -623,18 +611,18 @@ int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap) {
             jputs(&b, "\"logprobs\":");
             logprobs_json(&b, s, j, q, q->lp_sent, lp_to, 0);
             jputs(&b, ",\"finish_reason\":null}]}\n\n");
-            q->role_sent = 1;
+            q->streamed = SRV_OPENED;
             q->sent = end; q->lp_sent = lp_to;
         }
-        if (q->finish && j->state == SRV_DONE && !j->failed && q->role_sent != 2) {
+        if (q->finish && j->state == SRV_DONE && !j->failed && q->streamed != SRV_FINISHED) {
             chunk(&b, s, j);
             jprintf(&b, "{\"index\":%d,%s\"logprobs\":null,\"finish_reason\":%s}],", q->index, j->chat ? "\"delta\":{}," : "\"text\":\"\",",
                     finish_name(q->finish));
             usage_json(&b, j);
             jputs(&b, "}\n\n");
-            q->role_sent = 2;
+            q->streamed = SRV_FINISHED;
         }
-        all_sent &= q->role_sent == 2;
+        all_sent &= q->streamed == SRV_FINISHED;
     }
     int done = 0;
     if (j->state == SRV_DONE && (all_sent || j->failed)) {

@@ -333,6 +333,11 @@ void sk_json_free(sk_json *j) {
     memset(j, 0, sizeof *j);
 }
 
+const char *sk_json_type_name(sk_json_type t) {
+    static const char *const n[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
+    return t >= SK_JSON_NULL && t <= SK_JSON_OBJ ? n[t] : "a value";
+}
+
 const sk_json *sk_json_get(const sk_json *obj, const char *key) {
     if (!obj || obj->type != SK_JSON_OBJ || !key) return NULL;
     size_t kl = strlen(key);

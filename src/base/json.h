@@ -21,6 +21,8 @@ typedef struct sk_json {
  * offset to err. Rejects trailing garbage, depth > 64, invalid escapes and invalid numbers. */
 int sk_json_parse(const char *text, size_t len, sk_json *out, char *err, size_t errlen);
 void sk_json_free(sk_json *j);
+/* "null", "a boolean", "a number", "a string", "an array", "an object": for messages. */
+const char *sk_json_type_name(sk_json_type t);
 /* Object member by key (first match), or NULL. */
 const sk_json *sk_json_get(const sk_json *obj, const char *key);
 /* Append s (len bytes) to a growing buffer as a JSON string literal with quotes. */

@@ -18,11 +18,6 @@ static int parse_object(const char *line, size_t len, sk_json *j) {
     return SK_OK;
 }
 
-static const char *type_name(sk_json_type t) {
-    static const char *const n[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
-    return n[t];
-}
-
 int sk_jsonl_text(const char *line, size_t len, const char *field, char **text, size_t *text_len) {
     *text = NULL; *text_len = 0;
     sk_json j;
@@ -30,7 +25,7 @@ int sk_jsonl_text(const char *line, size_t len, const char *field, char **text, 
     if (rc) return rc;
     const sk_json *v = sk_json_get(&j, field);
     if (!v) rc = sk_error(SK_EFORMAT, "no field \"%s\"", field);
-    else if (v->type != SK_JSON_STR) rc = sk_error(SK_EFORMAT, "field \"%s\" is %s, not a string", field, type_name(v->type));
+    else if (v->type != SK_JSON_STR) rc = sk_error(SK_EFORMAT, "field \"%s\" is %s, not a string", field, sk_json_type_name(v->type));
     else if (!(*text = malloc(v->str_len + 1))) rc = sk_error(SK_ENOMEM, "out of memory");
     else { memcpy(*text, v->str, v->str_len + 1); *text_len = v->str_len; }
     sk_json_free(&j);
@@ -45,13 +40,13 @@ int sk_jsonl_messages(const char *line, size_t len, const char *field, sk_chat_m
     const sk_json *a = sk_json_get(&j, field);
     if (!a) rc = sk_error(SK_EFORMAT, "no field \"%s\"", field);
     else if (a->type != SK_JSON_ARR || a->n == 0) rc = sk_error(SK_EFORMAT, "field \"%s\" is %s, not a list of messages", field,
-                                                                 a->type == SK_JSON_ARR ? "an empty list" : type_name(a->type));
+                                                                 a->type == SK_JSON_ARR ? "an empty list" : sk_json_type_name(a->type));
     /* one block: the array, then every role and content string */
     size_t bytes = (size_t)(a && a->type == SK_JSON_ARR ? a->n : 0) * sizeof(sk_chat_msg);
     for (int i = 0; !rc && i < a->n; i++) {
         const sk_json *m = &a->items[i], *role = m->type == SK_JSON_OBJ ? sk_json_get(m, "role") : NULL,
                       *content = m->type == SK_JSON_OBJ ? sk_json_get(m, "content") : NULL;
-        if (m->type != SK_JSON_OBJ) rc = sk_error(SK_EFORMAT, "message %d is %s, not an object", i, type_name(m->type));
+        if (m->type != SK_JSON_OBJ) rc = sk_error(SK_EFORMAT, "message %d is %s, not an object", i, sk_json_type_name(m->type));
         else if (!role || role->type != SK_JSON_STR) rc = sk_error(SK_EFORMAT, "message %d has no \"role\" string", i);
         else if (!content || content->type != SK_JSON_STR)
             rc = sk_error(SK_EFORMAT, "message %d (%s) has no \"content\" string", i, role->str);

@@ -35,6 +35,7 @@ typedef struct {
 
 enum { SRV_GOING, SRV_STOP, SRV_LENGTH };              /* why a sequence ended */
 enum { SRV_QUEUED, SRV_RUNNING, SRV_DONE };            /* a job's state */
+enum { SRV_NONE, SRV_OPENED, SRV_FINISHED };           /* a sequence's stream */
 
 /* One sequence of a job: a choice (n per prompt). */
 typedef struct {
@@ -48,7 +49,8 @@ typedef struct {
     size_t len, text_cap, sent; /* its bytes; those streamed */
     srv_lp *lps;                /* with logprobs: one per new token */
     int n_lp, lp_cap, lp_sent;
-    int role_sent;              /* a chat stream's first chunk (the role) went out */
+    int streamed;               /* a stream's progress: SRV_NONE, SRV_OPENED (the first chunk: a chat's role,
+                                 * an echo's prompt), SRV_FINISHED (its finish_reason went out) */
     int ready;                  /* its prompt is decoded: it draws tokens */
     size_t pf;                  /* a prompt's first sequence: the prompt's positions in its cache */
 } srv_seq;
@@ -127,8 +129,11 @@ void srv_engine_stop(serve *s, int grace);
 void srv_engine_free(serve *s);
 /* the KV cache's bytes (and without SLA's saving) and their kind, as gen_dec_bytes */
 const char *srv_kv_bytes(serve *s, size_t *bytes, size_t *full);
-/* A new job with its sequences' arrays (n_prompts * n), or NULL. */
-srv_job *srv_job_new(int n_prompts, int n);
+/* A new job (one reference), or NULL; srv_job_size then gives it n_prompts prompts and n
+ * choices of each (the sequences' arrays): 0, or 1 when out of memory (srv_job_free frees
+ * what was taken). */
+srv_job *srv_job_new(void);
+int srv_job_size(srv_job *j, int n_prompts, int n);
 void srv_job_free(srv_job *j);
 
 /* -------------------------------------------------------------- serve_api.c */

@@ -48,22 +48,26 @@ struct srv_engine {
     char start_err[512];
 };
 
-srv_job *srv_job_new(int n_prompts, int n) {
+srv_job *srv_job_new(void) {
     srv_job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
-    j->n_prompts = n_prompts; j->n = n; j->n_seq = n_prompts * n;
-    j->prompts = calloc(n_prompts, sizeof *j->prompts);
-    j->prompt_n = calloc(n_prompts, sizeof *j->prompt_n);
-    j->prompt_text = calloc(n_prompts, sizeof *j->prompt_text);
-    j->seqs = calloc(j->n_seq, sizeof *j->seqs);
     j->logprobs = -1;
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
-    if (!j->prompts || !j->prompt_n || !j->prompt_text || !j->seqs) { srv_job_free(j); return NULL; }
+    return j;
+}
+
+int srv_job_size(srv_job *j, int n_prompts, int n) {
+    j->prompts = calloc(n_prompts, sizeof *j->prompts);
+    j->prompt_n = calloc(n_prompts, sizeof *j->prompt_n);
+    j->prompt_text = calloc(n_prompts, sizeof *j->prompt_text);
+    j->seqs = calloc((size_t)n_prompts * n, sizeof *j->seqs);
+    if (!j->prompts || !j->prompt_n || !j->prompt_text || !j->seqs) return 1;
+    j->n_prompts = n_prompts; j->n = n; j->n_seq = n_prompts * n;
     for (int i = 0; i < j->n_seq; i++) {
         j->seqs[i].prompt = i / n; j->seqs[i].index = i; j->seqs[i].slot = -1;
     }
-    return j;
+    return 0;
 }
 
 void srv_job_free(srv_job *j) {

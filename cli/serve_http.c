@@ -51,15 +51,21 @@ static int client_gone(struct MHD_Connection *c) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-static enum MHD_Result send_body(req *r, int status, const char *type, char *body, size_t len) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) { free(body); return MHD_NO; }
-    MHD_add_response_header(resp, "Content-Type", type);
+/* every answer: open to any origin (browser clients), its status kept for the log */
+static enum MHD_Result queue(req *r, int status, struct MHD_Response *resp) {
+    if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
     r->status = status;
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return rc;
+}
+
+static enum MHD_Result send_body(req *r, int status, const char *type, char *body, size_t len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) { free(body); return MHD_NO; }
+    MHD_add_response_header(resp, "Content-Type", type);
+    return queue(r, status, resp);
 }
 
 static enum MHD_Result send_json(req *r, int status, char *body) {
@@ -125,11 +131,7 @@ static enum MHD_Result generate(req *r, int chat) {
         if (!resp) return MHD_NO;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
-        r->status = 200;
-        enum MHD_Result rc = MHD_queue_response(r->conn, 200, resp);
-        MHD_destroy_response(resp);
-        return rc;
+        return queue(r, 200, resp);
     }
     srv_lock(s);
     while (j->state != SRV_DONE) {
@@ -164,13 +166,10 @@ static enum MHD_Result route(req *r) {
     api_err e;
     if (!strcmp(m, "OPTIONS")) {                       /* a browser's CORS preflight */
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+        if (!resp) return MHD_NO;
         MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
-        r->status = 204;
-        enum MHD_Result rc = MHD_queue_response(r->conn, 204, resp);
-        MHD_destroy_response(resp);
-        return rc;
+        return queue(r, 204, resp);
     }
     if (!strncmp(p, "/v1/", 4)) p += 3;               /* /v1/models and /models alike, as llama.cpp */
     const int health = !strcmp(p, "/health"), models = !strcmp(p, "/models"), model = !strncmp(p, "/models/", 8),

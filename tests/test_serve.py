@@ -300,6 +300,19 @@ def q8_server(model):
     clean(srv)
 
 
+def bad_options(model, busy_port):
+    """refused before listening, each with its reason; a port in use is said"""
+    cases = [(["--prefill-chunk", "100"], "--prefill-chunk a multiple of 64"), (["--parallel", "-1"], "1 <= --parallel"),
+             (["--q8", "--bf16"], "--q8 is for the CPU, without --bf16"), (["--port", "70000"], "--port <= 65535"),
+             (["--api-key", ""], "--api-key is empty"), (["--host", "no.such.host.invalid"], "--host no.such.host.invalid"),
+             (["--port", str(busy_port)], "cannot listen on 127.0.0.1:%d" % busy_port)]
+    for opts, msg in cases:
+        r = subprocess.run([SKIPLM, "serve", model, *opts], capture_output=True, text=True, timeout=60)
+        check(r.returncode != 0 and msg in r.stderr, f"serve {' '.join(opts)} refused: {r.stderr.strip()[-110:]}")
+    r = subprocess.run([SKIPLM, "serve", model + "-missing"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "missing" in r.stderr, f"serve on a missing model: {r.stderr.strip()[-110:]}")
+
+
 def clean(srv):
     bad = [line for line in srv.log().splitlines() if "Sanitizer" in line or "runtime error" in line]
     check(not bad, f"the server's log has no sanitizer report ({bad[:2]})")
@@ -387,6 +400,7 @@ def main():
         raw_sse(srv)
         load(srv)
         bad_input(srv, model)
+        bad_options(model, srv.port)
     finally:
         rc = srv.stop()
     check(rc == 0, f"the server exits 0 on SIGTERM ({rc})")

@@ -1,6 +1,6 @@
 /* skiplm info: describe a model config (a preset and model options, or the config of a
  * weights file): the config line, the parameter count, the training memory at a batch and
- * sequence length, and the skip-layer routing of every layer (which layer each run of query
+ * sequence length, the KV cache's bytes at that length, and the skip-layer routing of every layer (which layer each run of query
  * heads takes its K/V from). */
 #include "cli.h"
 #include <stdio.h>
@@ -22,6 +22,13 @@ static void describe(const sk_config *c, int B, int T) {
     size_t act = sk_model_activation_bytes(m, B, T, 1);
     printf("training memory at B=%d T=%d: activations %.1f MiB (%zu bytes per token), params+grads+adam %.1f MiB\n",
            B, T, act / 1048576.0, act / ((size_t)B * T), 4.0 * sk_model_num_params(m) * 4 / 1048576.0);
+    /* the decoder's own count of the K/V it keeps: a one-position cache, times T */
+    sk_kvcache *kv;
+    if (sk_kvcache_new(&kv, m, 1) == SK_OK) {
+        printf("KV cache at T=%d: %zu bytes fp32 (%zu per position; %zu without skip-layer sharing)\n", T,
+               sk_kvcache_bytes(kv) * T, sk_kvcache_bytes(kv), sk_kvcache_bytes_full(kv));
+        sk_kvcache_free(kv);
+    }
     printf("skip-layer routing (K/V source layer of each run of query heads):\n");
     sk_route *runs = malloc(sizeof(sk_route) * c->n_head);
     for (int l = 0; l < c->n_layer; l++) {

@@ -12,7 +12,8 @@ right measure of seed-to-seed noise for an ablation.
     python3 scripts/sweep.py --grid quick --data DIR --out DIR          # tiny, for CI
 
 Writes OUT/results-GRID.csv, OUT/results-GRID.md and OUT/curves-GRID.svg (seed 0 of every
-variant), and the validation loss by position of every run (`skiplm eval --by-position` on the
+variant), OUT/runs-GRID.csv (one row per run: variant, seed, steps, T, val_loss, kv_cache_bytes,
+the bench figures and the variant's options), and the validation loss by position of every run (`skiplm eval --by-position` on the
 validation shards, OUT/<variant>/s<seed>/positions.csv) gathered in OUT/positions-GRID.csv and
 drawn, averaged over seeds, in OUT/positions-GRID.svg. Runs that already finished (OUT/<variant>/s<seed>/ckpt.safetensors with the final
 step) are reused, so an interrupted sweep continues where it stopped, and grids that share
@@ -52,11 +53,33 @@ GRIDS = {
         ("multi-3+9", ["--routing", "3-11:6-8=-3;9-11:9-11=-9"]),
         ("multi-far", ["--routing", "6-11:6-11=@0"]),
     ],
+    # SLA against the simpler ways of saving the same KV cache, on KV_MODEL (4 layers x 4 heads,
+    # so 16 layer-heads of K/V). Cache sizes, as fractions of the baseline's: paper SLA with the
+    # 3/4 rule and half the heads skipping 14/16 (layer 3's skip heads are read by nobody);
+    # cla-l3-h2-3 shares the same 2 heads of layer 3 with the layer below instead: 14/16.
+    # At 8/16: SLA with every head of layers 2-3 skipping 2 layers, GQA with 2 KV heads, and
+    # cross-layer attention on the odd layers.
+    "kv": [
+        ("baseline", []),
+        ("sla-nl3-nh2", ["--n_skip_layer", "3", "--n_skip_head", "2"]),
+        ("cla-l3-h2-3", ["--routing", "3:2-3=-1"]),
+        ("sla-nl2-nh4", ["--n_skip_layer", "2", "--n_skip_head", "4"]),
+        ("gqa-kv2", ["--n_kv_head", "2"]),
+        ("cla-odd", ["--routing", "1,3:*=-1"]),
+        ("sla-nl1-nh2", ["--n_skip_layer", "1", "--n_skip_head", "2"]),
+        ("sla-nl3-nh4", ["--n_skip_layer", "3", "--n_skip_head", "4"]),
+        ("multi-far", ["--routing", "2-3:2-3=@0"]),
+        ("cla-l3", ["--routing", "3:*=-1"]),
+        ("gqa-kv1", ["--n_kv_head", "1"]),
+    ],
     # CI: a tiny model, a few steps
     "quick": [("baseline", []), ("nl1-nh2", ["--n_skip_layer", "1", "--n_skip_head", "2"]),
               ("multi", ["--routing", "2:1=-2;2:3=-1"])],
 }
 QUICK_MODEL = ["--n_layer", "3", "--n_head", "4", "--n_embd", "32"]
+# the `kv` grid's shape: the quickstart's without SLA (Llama family with RoPE), the shape whose
+# budget leaves the plateau (docs/experiments.md, "A budget that leaves the plateau")
+KV_MODEL = ["--family", "llama", "--rope_theta", "10000", "--n_layer", "4", "--n_head", "4", "--n_embd", "256"]
 
 
 def read_log(path):
@@ -84,7 +107,7 @@ def name(args):
 def model_args(args):
     if args.model:
         return args.model.split()
-    return QUICK_MODEL if args.grid == "quick" else PAPER_MODEL
+    return {"quick": QUICK_MODEL, "kv": KV_MODEL}.get(args.grid, PAPER_MODEL)
 
 
 def run_one(skiplm, args, variant, extra, seed, outdir):
@@ -175,29 +198,50 @@ def positions_svg(path, title, curves):
 
 
 BENCH_RE = re.compile(r"^train: B=\d+ T=\d+: ([0-9.]+) ms/step")
+GEN_RE = re.compile(r"^generate: \d+ tokens x \d+ sequences?, ([0-9.]+) tok/s")
+KV_RE = re.compile(r"^KV cache at T=\d+: (\d+) bytes")
+
+
+def vocab_size(args):
+    with open(os.path.join(args.data, "meta.json")) as f:
+        return json.load(f)["vocab_size"]
+
+
+def kv_bytes(skiplm, args, extra):
+    """bytes of the fp32 KV cache of one sequence of args.seq positions, as the decoder
+    allocates it (`skiplm info`: only the K/V heads some layer reads)"""
+    cmd = [skiplm, "info", *model_args(args), *extra, "--block_size", str(args.seq), "--vocab_size", str(vocab_size(args))]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    got = [int(m.group(1)) for m in map(KV_RE.match, r.stdout.splitlines()) if m]
+    if r.returncode != 0 or not got:
+        sys.exit(f"sweep: {' '.join(cmd)} failed:\n{r.stdout}")
+    return got[0]
 
 
 def bench_speed(skiplm, args, variants):
-    """Step time of every variant from `skiplm bench`, taken round-robin (variant after
-    variant, args.bench_rounds times) so that a slow window of a shared machine hits all
-    variants alike; returns {variant: median ms over rounds}. Training-log step times are
-    taken hours apart and are not comparable."""
-    with open(os.path.join(args.data, "meta.json")) as f:
-        vocab = json.load(f)["vocab_size"]
+    """Training step time and decoding speed of every variant from `skiplm bench`, taken
+    round-robin (variant after variant, args.bench_rounds times) so that a slow window of a
+    shared machine hits all variants alike; returns {variant: (median ms per training step,
+    median decoding tokens/s)}. Decoding generates args.seq - 1 tokens of one sequence, so the
+    attention reads a cache that grows to the full window. Training-log step times are taken
+    hours apart and are not comparable."""
     times = {v: [] for v, _ in variants}
+    toks = {v: [] for v, _ in variants}
     for rnd in range(args.bench_rounds):
         for variant, extra in variants:
-            cmd = [skiplm, "bench", "--no-gen", "--steps", "3", "--warmup", "1", "--batch", str(args.batch),
-                   "--seq", str(args.seq), "--block_size", str(args.seq), "--vocab_size", str(vocab),
-                   *model_args(args), *extra]
+            cmd = [skiplm, "bench", "--steps", "3", "--warmup", "1", "--batch", str(args.batch),
+                   "--seq", str(args.seq), "--block_size", str(args.seq), "--vocab_size", str(vocab_size(args)),
+                   "--gen", str(args.seq - 1), *model_args(args), *extra]
             r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             ms = [float(m.group(1)) for m in map(BENCH_RE.match, r.stdout.splitlines()) if m]
-            if r.returncode != 0 or not ms:
+            ts = [float(m.group(1)) for m in map(GEN_RE.match, r.stdout.splitlines()) if m]
+            if r.returncode != 0 or not ms or not ts:
                 sys.exit(f"sweep: bench of {variant} failed:\n{r.stdout}")
             times[variant].append(ms[0])
+            toks[variant].append(ts[0])
         print(f"  bench round {rnd + 1}/{args.bench_rounds}: " +
-              ", ".join(f"{v} {times[v][-1]:.0f} ms" for v, _ in variants), flush=True)
-    return {v: statistics.median(t) for v, t in times.items()}
+              ", ".join(f"{v} {times[v][-1]:.0f} ms, {toks[v][-1]:.0f} tok/s" for v, _ in variants), flush=True)
+    return {v: (statistics.median(times[v]), statistics.median(toks[v])) for v, _ in variants}
 
 
 def main():
@@ -261,28 +305,44 @@ def run_grid(args, variants):
     table, CSV and curves into args.out; returns {variant: summary dict}."""
     os.makedirs(args.out, exist_ok=True)
     results = {}
-    for variant, extra in variants:
-        for seed in range(args.seeds):
+    # seed after seed, so that a sweep stopped early still has every variant paired with the baseline
+    for seed in range(args.seeds):
+        for variant, extra in variants:
             rows = run_one(args.skiplm, args, variant, extra, seed, os.path.join(args.out, variant, f"s{seed}"))
             vals = [r["val_loss"] for r in rows if "val_loss" in r]
             ms = [r["ms"] for r in rows[1:]] or [rows[0]["ms"]]       # the first step warms up
             results[(variant, seed)] = dict(val=vals[-1], ms=statistics.median(ms), train=rows[-1]["loss"],
                                             pos=positions(args.skiplm, args, os.path.join(args.out, variant, f"s{seed}")))
 
+    decode = {}
     if args.bench_rounds > 0:
-        speed_ms = bench_speed(args.skiplm, args, variants)
+        speed = bench_speed(args.skiplm, args, variants)
         for (variant, seed), res in results.items():
-            res["ms"] = speed_ms[variant]
-        speed_src = f"`skiplm bench`, median of {args.bench_rounds} round-robin rounds"
+            res["ms"] = speed[variant][0]
+        decode = {v: speed[v][1] for v, _ in variants}
+        speed_src = (f"`skiplm bench`, median of {args.bench_rounds} round-robin rounds; decode: tokens/s of one "
+                     f"sequence generating {args.seq - 1} tokens")
     else:
         speed_src = "median training step of the runs' logs (runs made at different times; see --bench-rounds)"
+    kv = {v: kv_bytes(args.skiplm, args, extra) for v, extra in variants}
     base = "baseline"
+    # one row per run: what the tables are computed from
+    with open(os.path.join(args.out, f"runs-{name(args)}.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["variant", "seed", "steps", "T", "batch", "val_loss", "train_loss", "kv_cache_bytes",
+                    "ms_per_step", "decode_tok_s", "options"])
+        for seed in range(args.seeds):
+            for variant, extra in variants:
+                res = results[(variant, seed)]
+                w.writerow([variant, seed, args.steps, args.seq, args.batch, f"{res['val']:.6f}", f"{res['train']:.6f}",
+                            kv[variant], f"{res['ms']:.1f}", f"{decode[variant]:.1f}" if decode else "", " ".join(extra)])
     lines_csv, summary = [], {}
     md = [f"Grid `{args.grid}`: {args.seeds} seeds, {args.steps} steps of {args.batch}x{args.seq} tokens, "
           f"data `{args.data}`; model `{' '.join(model_args(args))}`.",
           "",
-          "| variant | final val loss (mean ± std) | Δ vs baseline (paired, mean ± std) | Δ > 2σ? | ms/step | speed vs baseline |",
-          "|---|---|---|---|---|---|"]
+          "| variant | final val loss (mean ± std) | Δ vs baseline (paired, mean ± std) | Δ > 2σ? | KV cache at T | "
+          "ms/step | speed vs baseline |" + (" decode tok/s |" if decode else ""),
+          "|---|---|---|---|---|---|---|" + ("---|" if decode else "")]
     bms = statistics.fmean([results[(base, s)]["ms"] for s in range(args.seeds)])
     for variant, _ in variants:
         vals = [results[(variant, s)]["val"] for s in range(args.seeds)]
@@ -292,11 +352,15 @@ def run_grid(args, variants):
         vms = statistics.fmean([results[(variant, s)]["ms"] for s in range(args.seeds)])
         speed = (vms / bms - 1.0) * 100.0
         sig = "—" if variant == base else ("yes" if args.seeds > 1 and abs(dm) > 2 * dsd / math.sqrt(args.seeds) else "no")
-        summary[variant] = dict(m=m, sd=sd, dm=dm, dsd=dsd, sig=sig, ms=vms, speed=speed)
-        md.append(f"| {variant} | {m:.4f} ± {sd:.4f} | {dm:+.4f} ± {dsd:.4f} | {sig} | {vms:.0f} | {speed:+.1f}% |")
-        lines_csv.append(dict(variant=variant, seeds=args.seeds, val_mean=f"{m:.6f}", val_std=f"{sd:.6f}",
-                              delta_mean=f"{dm:.6f}", delta_std=f"{dsd:.6f}", ms_per_step=f"{vms:.1f}",
-                              speed_change_pct=f"{speed:.2f}",
+        summary[variant] = dict(m=m, sd=sd, dm=dm, dsd=dsd, sig=sig, ms=vms, speed=speed, kv=kv[variant],
+                                tok_s=decode.get(variant))
+        kvc = f"{kv[variant] / 1048576:.2f} MiB ({100 * kv[variant] / kv[base]:.1f}%)"
+        md.append(f"| {variant} | {m:.4f} ± {sd:.4f} | {dm:+.4f} ± {dsd:.4f} | {sig} | {kvc} | {vms:.0f} | {speed:+.1f}% |"
+                  + (f" {decode[variant]:.0f} |" if decode else ""))
+        lines_csv.append(dict(variant=variant, seeds=args.seeds, T=args.seq, steps=args.steps, val_mean=f"{m:.6f}",
+                              val_std=f"{sd:.6f}", delta_mean=f"{dm:.6f}", delta_std=f"{dsd:.6f}", significant=sig,
+                              kv_cache_bytes=kv[variant], ms_per_step=f"{vms:.1f}",
+                              speed_change_pct=f"{speed:.2f}", decode_tok_s=f"{decode[variant]:.1f}" if decode else "",
                               per_seed=" ".join(f"{v:.6f}" for v in vals)))
     md += ["", "Δ > 2σ: the mean paired difference exceeds twice its standard error over seeds.",
            f"ms/step: {speed_src}.", ""]
@@ -324,7 +388,7 @@ def run_grid(args, variants):
     positions_svg(os.path.join(args.out, f"positions-{name(args)}.svg"),
                   f"validation loss by position: {args.grid}, T={args.seq}, mean of {args.seeds} seeds", curves)
     print("\n".join(md))
-    print(f"sweep: wrote {args.out}/results-{name(args)}.md, .csv, curves-{name(args)}.svg and positions-{name(args)}.csv/.svg")
+    print(f"sweep: wrote {args.out}/results-{name(args)}.md, .csv, runs-{name(args)}.csv, curves-{name(args)}.svg and positions-{name(args)}.csv/.svg")
     return summary
 
 
@@ -345,7 +409,8 @@ def write_seq_table(args, out, variants, seqs, batches, rows):
             cells.append(f"{r['m']:.4f} ± {r['sd']:.4f} | {r['dm']:+.4f} ± {r['dsd']:.4f}{flag}")
             lines_csv.append(dict(variant=variant, seq=t, seeds=args.seeds, val_mean=f"{r['m']:.6f}",
                                   val_std=f"{r['sd']:.6f}", delta_mean=f"{r['dm']:.6f}",
-                                  delta_std=f"{r['dsd']:.6f}", significant=r["sig"], ms_per_step=f"{r['ms']:.1f}"))
+                                  delta_std=f"{r['dsd']:.6f}", significant=r["sig"], kv_cache_bytes=r["kv"],
+                                  ms_per_step=f"{r['ms']:.1f}"))
         md.append(f"| {variant} | " + " | ".join(cells) + " |")
     md.append("")
     with open(os.path.join(out, f"results-{name(args)}-seq.csv"), "w", newline="") as f:

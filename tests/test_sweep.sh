@@ -24,6 +24,12 @@ check "grep -q '>nl1-nh2<' $tmp/sweep/curves-quick.svg && grep -q '>multi<' $tmp
 check "[ \$(wc -l < $tmp/sweep/results-quick.csv) -eq 4 ] && head -1 $tmp/sweep/results-quick.csv | grep -q 'val_mean,val_std,delta_mean,delta_std'" "CSV header and rows"
 check "[ \$(ls -d $tmp/sweep/*/s* | wc -l) -eq 6 ]" "3 variants x 2 seeds trained"
 check "[ \$(ls $tmp/sweep/*/s*/positions.csv | wc -l) -eq 6 ] && [ \$(wc -l < $tmp/sweep/positions-quick.csv) -gt 12 ] && head -1 $tmp/sweep/positions-quick.csv | grep -q '^variant,seed,seq,bucket,pos_start,pos_end,tokens,loss' && grep -q '>multi<' $tmp/sweep/positions-quick.svg" "every run's loss by position, gathered in positions-quick.csv and drawn in positions-quick.svg"
+# one row per run, with the KV cache the decoder keeps at T=16: 3 layers x 4 heads x 8 wide x
+# K and V x 4 bytes x 16 positions = 12288 bytes; nl1-nh2 drops layer 2's two skip heads
+# (read by no layer), multi drops layer 2's heads 1 and 3 (they read layers 0 and 1)
+check "[ \$(wc -l < $tmp/sweep/runs-quick.csv) -eq 7 ] && head -1 $tmp/sweep/runs-quick.csv | grep -q '^variant,seed,steps,T,batch,val_loss,train_loss,kv_cache_bytes,'" "runs-quick.csv: a row per run"
+kvs=$(awk -F, '$2 == 0 {printf "%s=%s ", $1, $8}' "$tmp/sweep/runs-quick.csv")
+check "[ \"$kvs\" = 'baseline=12288 nl1-nh2=10240 multi=10240 ' ]" "kv_cache_bytes per variant ($kvs)"
 # same seed -> same initial weights for every variant (train seeds sk_model_new like init
 # does), and the same data order: a variant whose SLA is a no-op reproduces the baseline
 "$SKIPLM" init "$tmp/a.safetensors" --seed 0 --vocab_size 50 --n_layer 3 --n_head 4 --n_embd 32 > /dev/null
@@ -55,5 +61,7 @@ check "[ -f $tmp/sweep/results-quick-sub.md ] && [ -f $tmp/sweep/curves-quick-su
 # the speed column from interleaved `skiplm bench` rounds instead of the training logs
 "$PY" scripts/sweep.py --grid quick --data "$tmp/data" --out "$tmp/sweep" --seeds 2 --skiplm "$SKIPLM" --bench-rounds 2 > "$tmp/log3" 2>&1
 check "[ \$(grep -c '^  bench round' $tmp/log3) -eq 2 ] && grep -q 'ms/step: .skiplm bench., median of 2 round-robin rounds' $tmp/sweep/results-quick.md" "--bench-rounds measures the speed column with round-robin skiplm bench runs"
-ms=$(grep '^| nl1-nh2 |' "$tmp/sweep/results-quick.md" | awk -F'|' '{print $6}' | tr -d ' ')
+ms=$(grep '^| nl1-nh2 |' "$tmp/sweep/results-quick.md" | awk -F'|' '{print $7}' | tr -d ' ')
+tok=$(grep '^| nl1-nh2 |' "$tmp/sweep/results-quick.md" | awk -F'|' '{print $9}' | tr -d ' ')
+check "[ -n \"$tok\" ] && awk -v t=\"$tok\" 'BEGIN{exit !(t > 0)}'" "bench decoding speed in the table ($tok tok/s)"
 check "[ -n \"$ms\" ] && awk -v m=\"$ms\" 'BEGIN{exit !(m > 0)}'" "bench step time in the table ($ms ms)"

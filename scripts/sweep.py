@@ -54,19 +54,22 @@ GRIDS = {
         ("multi-far", ["--routing", "6-11:6-11=@0"]),
     ],
     # SLA against the simpler ways of saving the same KV cache, on KV_MODEL (4 layers x 4 heads,
-    # so 16 layer-heads of K/V). Cache sizes, as fractions of the baseline's: paper SLA with the
-    # 3/4 rule and half the heads skipping 14/16 (layer 3's skip heads are read by nobody);
-    # cla-l3-h2-3 shares the same 2 heads of layer 3 with the layer below instead: 14/16.
-    # At 8/16: SLA with every head of layers 2-3 skipping 2 layers, GQA with 2 KV heads, and
-    # cross-layer attention on the odd layers.
+    # so 16 layer-heads of K/V). Cache sizes, as fractions of the baseline's: the paper's 3/4 rule
+    # (--sla: n_skip_layer 3, n_skip_head 3) keeps 13/16 (layer 3's skip heads are read by
+    # nobody); cla-l3-h1-3 shares the same 3 heads of layer 3 with the layer below instead: 13/16.
+    # At 8/16 (about half of that): SLA with every head of layers 2-3 skipping 2 layers, GQA with
+    # 2 KV heads, and cross-layer attention on the odd layers. Then the paper's other settings
+    # (n_skip_layer 1 and 2, n_skip_head 2 and 4), multi-far, one-layer CLA and MQA.
     "kv": [
         ("baseline", []),
-        ("sla-nl3-nh2", ["--n_skip_layer", "3", "--n_skip_head", "2"]),
-        ("cla-l3-h2-3", ["--routing", "3:2-3=-1"]),
+        ("sla-nl3-nh3", ["--n_skip_layer", "3", "--n_skip_head", "3"]),
+        ("cla-l3-h1-3", ["--routing", "3:1-3=-1"]),
         ("sla-nl2-nh4", ["--n_skip_layer", "2", "--n_skip_head", "4"]),
         ("gqa-kv2", ["--n_kv_head", "2"]),
         ("cla-odd", ["--routing", "1,3:*=-1"]),
-        ("sla-nl1-nh2", ["--n_skip_layer", "1", "--n_skip_head", "2"]),
+        ("sla-nl1-nh3", ["--n_skip_layer", "1", "--n_skip_head", "3"]),
+        ("sla-nl2-nh3", ["--n_skip_layer", "2", "--n_skip_head", "3"]),
+        ("sla-nl3-nh2", ["--n_skip_layer", "3", "--n_skip_head", "2"]),
         ("sla-nl3-nh4", ["--n_skip_layer", "3", "--n_skip_head", "4"]),
         ("multi-far", ["--routing", "2-3:2-3=@0"]),
         ("cla-l3", ["--routing", "3:*=-1"]),
@@ -364,6 +367,7 @@ def run_grid(args, variants):
                               per_seed=" ".join(f"{v:.6f}" for v in vals)))
     md += ["", "Δ > 2σ: the mean paired difference exceeds twice its standard error over seeds.",
            f"ms/step: {speed_src}.", ""]
+    md += position_table(args, variants, results)
     with open(os.path.join(args.out, f"results-{name(args)}.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(lines_csv[0]))
         w.writeheader()
@@ -390,6 +394,34 @@ def run_grid(args, variants):
     print("\n".join(md))
     print(f"sweep: wrote {args.out}/results-{name(args)}.md, .csv, runs-{name(args)}.csv, curves-{name(args)}.svg and positions-{name(args)}.csv/.svg")
     return summary
+
+
+def position_table(args, variants, results, parts=4):
+    """Where in the window a variant differs from the baseline: the paired difference of the
+    loss over each quarter of the positions (token-weighted means of the position buckets),
+    as markdown lines. A model that uses long context gains over the later quarters."""
+    nb = len(results[("baseline", 0)]["pos"])
+    if nb < parts:
+        return []
+    def part_loss(pos, q):
+        sel = [(n, loss) for b, (_, _, n, loss) in enumerate(pos) if b * parts // nb == q]
+        return sum(n * loss for n, loss in sel) / sum(n for n, _ in sel)
+    ranges = []
+    for q in range(parts):
+        bs = [r for b, r in enumerate(results[("baseline", 0)]["pos"]) if b * parts // nb == q]
+        ranges.append(f"{bs[0][0]}-{bs[-1][1] - 1}")
+    md = [f"Paired Δ vs baseline by position (mean ± std over seeds; * marks |Δ| > 2 standard errors):", "",
+          "| variant | " + " | ".join(f"positions {r}" for r in ranges) + " |", "|---|" + "---|" * parts]
+    for variant, _ in variants:
+        cells = []
+        for q in range(parts):
+            d = [part_loss(results[(variant, s)]["pos"], q) - part_loss(results[("baseline", s)]["pos"], q)
+                 for s in range(args.seeds)]
+            dm, dsd = mean_std(d)
+            flag = "*" if variant != "baseline" and args.seeds > 1 and abs(dm) > 2 * dsd / math.sqrt(args.seeds) else ""
+            cells.append(f"{dm:+.4f} ± {dsd:.4f}{flag}")
+        md.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return md + [""]
 
 
 def write_seq_table(args, out, variants, seqs, batches, rows):

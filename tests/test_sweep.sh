@@ -19,11 +19,12 @@ rc=$?
 check "[ $rc -eq 0 ]" "quick sweep ran (rc $rc)"
 [ $rc -eq 0 ] || tail -20 "$tmp/log"
 check "[ -f $tmp/sweep/results-quick.md ] && [ -f $tmp/sweep/results-quick.csv ] && [ -f $tmp/sweep/curves-quick.svg ]" "results-quick.md, results-quick.csv and curves-quick.svg written"
-check "[ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) |' $tmp/sweep/results-quick.md) -eq 3 ]" "the table has a row per variant"
+check "[ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) | [0-9]' $tmp/sweep/results-quick.md) -eq 3 ]" "the table has a row per variant"
 check "grep -q '>nl1-nh2<' $tmp/sweep/curves-quick.svg && grep -q '>multi<' $tmp/sweep/curves-quick.svg" "the curves are labelled with the variant names"
 check "[ \$(wc -l < $tmp/sweep/results-quick.csv) -eq 4 ] && head -1 $tmp/sweep/results-quick.csv | grep -q 'val_mean,val_std,delta_mean,delta_std'" "CSV header and rows"
 check "[ \$(ls -d $tmp/sweep/*/s* | wc -l) -eq 6 ]" "3 variants x 2 seeds trained"
 check "[ \$(ls $tmp/sweep/*/s*/positions.csv | wc -l) -eq 6 ] && [ \$(wc -l < $tmp/sweep/positions-quick.csv) -gt 12 ] && head -1 $tmp/sweep/positions-quick.csv | grep -q '^variant,seed,seq,bucket,pos_start,pos_end,tokens,loss' && grep -q '>multi<' $tmp/sweep/positions-quick.svg" "every run's loss by position, gathered in positions-quick.csv and drawn in positions-quick.svg"
+check "grep -q '^| variant | positions 0-3 | positions 4-7 | positions 8-11 | positions 12-15 |' $tmp/sweep/results-quick.md && [ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) | [-+][0-9.]* ± [0-9.]*\*\? | ' $tmp/sweep/results-quick.md) -eq 3 ]" "the paired difference by quarter of the positions"
 # one row per run, with the KV cache the decoder keeps at T=16: 3 layers x 4 heads x 8 wide x
 # K and V x 4 bytes x 16 positions = 12288 bytes; nl1-nh2 drops layer 2's two skip heads
 # (read by no layer), multi drops layer 2's heads 1 and 3 (they read layers 0 and 1)
@@ -57,7 +58,7 @@ check "[ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) | [0-9.]* ± [0-9.]* | [-+]
 check "[ \$(wc -l < $tmp/seq/results-quick-seq.csv) -eq 7 ]" "CSV across lengths: 3 variants x 2 lengths"
 # --tag names the outputs, so an --only subset does not overwrite the full grid's table
 "$PY" scripts/sweep.py --grid quick --data "$tmp/data" --out "$tmp/sweep" --seeds 2 --skiplm "$SKIPLM" --only multi --tag sub > "$tmp/log5" 2>&1
-check "[ -f $tmp/sweep/results-quick-sub.md ] && [ -f $tmp/sweep/curves-quick-sub.svg ] && [ \$(grep -c '^| \(baseline\|multi\) |' $tmp/sweep/results-quick-sub.md) -eq 2 ] && [ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) |' $tmp/sweep/results-quick.md) -eq 3 ] && [ \$(grep -c reused $tmp/log5) -eq 4 ]" "--tag: the subset's table beside the full one, runs reused"
+check "[ -f $tmp/sweep/results-quick-sub.md ] && [ -f $tmp/sweep/curves-quick-sub.svg ] && [ \$(grep -c '^| \(baseline\|multi\) | [0-9]' $tmp/sweep/results-quick-sub.md) -eq 2 ] && [ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) | [0-9]' $tmp/sweep/results-quick.md) -eq 3 ] && [ \$(grep -c reused $tmp/log5) -eq 4 ]" "--tag: the subset's table beside the full one, runs reused"
 # the speed column from interleaved `skiplm bench` rounds instead of the training logs
 "$PY" scripts/sweep.py --grid quick --data "$tmp/data" --out "$tmp/sweep" --seeds 2 --skiplm "$SKIPLM" --bench-rounds 2 > "$tmp/log3" 2>&1
 check "[ \$(grep -c '^  bench round' $tmp/log3) -eq 2 ] && grep -q 'ms/step: .skiplm bench., median of 2 round-robin rounds' $tmp/sweep/results-quick.md" "--bench-rounds measures the speed column with round-robin skiplm bench runs"

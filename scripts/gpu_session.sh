@@ -16,6 +16,9 @@
 #   bash scripts/gpu_session.sh gen     # generation benchmarks, and GPU vs CPU sampled text (~4 min)
 #   bash scripts/gpu_session.sh llmc    # llm.c's train_gpt2cu at B=8, T=1024 on the same GPU, from a
 #                                       # prepared copy in .bench/llmc (not in the repository; docs/cuda.md)
+#   bash scripts/gpu_session.sh grid    # the SLA experiment's kv grid (docs/experiments.md) trained on the GPU:
+#                                       # GRID_T=1024 (default) or 256, GRID_ONLY=variants (default: all),
+#                                       # 3 seeds; needs data/sotu-char carried; tables in $OUT/kv-gpu
 #   bash scripts/gpu_session.sh mpi     # if mpirun is there: 2 ranks sharing the one GPU (gradient
 #                                       # mean through host memory), replicated and ZeRO-1, on real
 #                                       # hardware; the two runs must agree (~3 min)
@@ -321,8 +324,21 @@ PYEOF
     run $mp $BM train $M --out $d/zero --zero 1
     run $PY tests/ref/compare_runs.py $d/zero $d/rep 1e-6
     ;;
+grid)
+    say "grid: $(date -u)"
+    build
+    [ -f data/sotu-char/meta.json ] || { say "data/sotu-char is missing: carry it (skiplm prepare --out data/sotu-char)"; exit 1; }
+    T=${GRID_T:-1024}
+    case "$T" in 1024) GB=4 ;; 256) GB=16 ;; *) say "GRID_T must be 1024 or 256"; exit 2 ;; esac
+    only=${GRID_ONLY:+--only $GRID_ONLY --tag gpu}
+    # the CPU budget of docs/experiments.md: 400 steps of 4096 characters; the speed columns
+    # from `skiplm bench --device cuda`, the loss by position from the CPU eval
+    run python3 scripts/sweep.py --grid kv --data data/sotu-char --out "${OUT:-runs}/kv-gpu/T$T" --seq $T --batch $GB \
+        --steps 400 --lr 2e-3 --warmup 20 --eval-every 100 --eval-batches 20 --seeds 3 --skiplm $B \
+        --train-opts "--device cuda" --bench-opts "--device cuda" --bench-rounds 3 $only
+    ;;
 *)
-    echo "usage: bash scripts/gpu_session.sh quick|final|bf16check|check|train|gen|llmc|mpi   (log: \$LOG, default \$OUT/gpu_session.log)" >&2
+    echo "usage: bash scripts/gpu_session.sh quick|final|bf16check|check|train|gen|llmc|grid|mpi   (log: \$LOG, default \$OUT/gpu_session.log)" >&2
     exit 2
     ;;
 esac

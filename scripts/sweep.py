@@ -128,6 +128,7 @@ def run_one(skiplm, args, variant, extra, seed, outdir):
            "--eval-batches", str(args.eval_batches), "--ckpt-every", "0", "--print-every", str(max(1, args.steps // 5))]
     cmd += model_args(args)
     cmd += extra
+    cmd += args.train_opts.split()
     print(f"  {variant} seed {seed}: {' '.join(cmd[1:])}", flush=True)
     t0 = time.time()
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -234,7 +235,7 @@ def bench_speed(skiplm, args, variants):
         for variant, extra in variants:
             cmd = [skiplm, "bench", "--steps", "3", "--warmup", "1", "--batch", str(args.batch),
                    "--seq", str(args.seq), "--block_size", str(args.seq), "--vocab_size", str(vocab_size(args)),
-                   "--gen", str(args.seq - 1), *model_args(args), *extra]
+                   "--gen", str(args.seq - 1), *model_args(args), *extra, *args.bench_opts.split()]
             r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             ms = [float(m.group(1)) for m in map(BENCH_RE.match, r.stdout.splitlines()) if m]
             ts = [float(m.group(1)) for m in map(GEN_RE.match, r.stdout.splitlines()) if m]
@@ -267,6 +268,8 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated variants to run (default: the whole grid)")
     ap.add_argument("--tag", default="", help="name the outputs results-GRID-TAG.* (e.g. for an --only subset)")
     ap.add_argument("--skiplm", default=os.path.join(ROOT, "build", "skiplm"))
+    ap.add_argument("--train-opts", default="", help="more options for every `skiplm train`, e.g. '--device cuda'")
+    ap.add_argument("--bench-opts", default="", help="more options for every `skiplm bench`, e.g. '--device cuda'")
     ap.add_argument("--bench-rounds", type=int, default=0,
                     help="measure the speed column with this many round-robin rounds of `skiplm bench` "
                          "per variant (recommended: 3) instead of the training logs' step times")

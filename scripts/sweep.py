@@ -317,7 +317,8 @@ def run_grid(args, variants):
             rows = run_one(args.skiplm, args, variant, extra, seed, os.path.join(args.out, variant, f"s{seed}"))
             vals = [r["val_loss"] for r in rows if "val_loss" in r]
             ms = [r["ms"] for r in rows[1:]] or [rows[0]["ms"]]       # the first step warms up
-            results[(variant, seed)] = dict(val=vals[-1], ms=statistics.median(ms), train=rows[-1]["loss"],
+            results[(variant, seed)] = dict(log=[(r["step"], r["loss"], r["val_loss"]) for r in rows if "val_loss" in r],
+                                            val=vals[-1], ms=statistics.median(ms), train=rows[-1]["loss"],
                                             pos=positions(args.skiplm, args, os.path.join(args.out, variant, f"s{seed}")))
 
     decode = {}
@@ -342,6 +343,14 @@ def run_grid(args, variants):
                 res = results[(variant, seed)]
                 w.writerow([variant, seed, args.steps, args.seq, args.batch, f"{res['val']:.6f}", f"{res['train']:.6f}",
                             kv[variant], f"{res['ms']:.1f}", f"{decode[variant]:.1f}" if decode else "", " ".join(extra)])
+    # every run's validation curve (the steps with a validation)
+    with open(os.path.join(args.out, f"curves-{name(args)}.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["variant", "seed", "T", "step", "train_loss", "val_loss"])
+        for seed in range(args.seeds):
+            for variant, _ in variants:
+                for step, loss, val in results[(variant, seed)]["log"]:
+                    w.writerow([variant, seed, args.seq, step, f"{loss:.6f}", f"{val:.6f}"])
     lines_csv, summary = [], {}
     md = [f"Grid `{args.grid}`: {args.seeds} seeds, {args.steps} steps of {args.batch}x{args.seq} tokens, "
           f"data `{args.data}`; model `{' '.join(model_args(args))}`.",

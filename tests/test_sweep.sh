@@ -29,6 +29,7 @@ check "grep -q '^| variant | positions 0-3 | positions 4-7 | positions 8-11 | po
 # K and V x 4 bytes x 16 positions = 12288 bytes; nl1-nh2 drops layer 2's two skip heads
 # (read by no layer), multi drops layer 2's heads 1 and 3 (they read layers 0 and 1)
 check "[ \$(wc -l < $tmp/sweep/runs-quick.csv) -eq 7 ] && head -1 $tmp/sweep/runs-quick.csv | grep -q '^variant,seed,steps,T,batch,val_loss,train_loss,kv_cache_bytes,'" "runs-quick.csv: a row per run"
+check "[ \$(grep -c '^nl1-nh2,1,16,' $tmp/sweep/curves-quick.csv) -eq 2 ] && head -1 $tmp/sweep/curves-quick.csv | grep -q '^variant,seed,T,step,train_loss,val_loss'" "curves-quick.csv: every run's validation curve"
 kvs=$(awk -F, '$2 == 0 {printf "%s=%s ", $1, $8}' "$tmp/sweep/runs-quick.csv")
 check "[ \"$kvs\" = 'baseline=12288 nl1-nh2=10240 multi=10240 ' ]" "kv_cache_bytes per variant ($kvs)"
 # same seed -> same initial weights for every variant (train seeds sk_model_new like init

@@ -422,16 +422,20 @@ def position_table(args, variants, results, parts=4):
     for q in range(parts):
         bs = [r for b, r in enumerate(results[("baseline", 0)]["pos"]) if b * parts // nb == q]
         ranges.append(f"{bs[0][0]}-{bs[-1][1] - 1}")
-    md = [f"Paired Δ vs baseline by position (mean ± std over seeds; * marks |Δ| > 2 standard errors):", "",
-          "| variant | " + " | ".join(f"positions {r}" for r in ranges) + " |", "|---|" + "---|" * parts]
+    md = [f"Paired Δ vs baseline by position (mean ± std over seeds; * marks |Δ| > 2 standard errors). "
+          f"The last column is the paired Δ of each run's own gain from the first quarter to the last "
+          f"(loss over {ranges[-1]} minus loss over {ranges[0]}): negative means the variant gains more "
+          f"from context than the baseline; it does not move with a run's overall level.", "",
+          "| variant | " + " | ".join(f"positions {r}" for r in ranges) + " | last − first quarter |",
+          "|---|" + "---|" * (parts + 1)]
+    def cell(variant, f):
+        d = [f(variant, s) - f("baseline", s) for s in range(args.seeds)]
+        dm, dsd = mean_std(d)
+        flag = "*" if variant != "baseline" and args.seeds > 1 and abs(dm) > 2 * dsd / math.sqrt(args.seeds) else ""
+        return f"{dm:+.4f} ± {dsd:.4f}{flag}"
     for variant, _ in variants:
-        cells = []
-        for q in range(parts):
-            d = [part_loss(results[(variant, s)]["pos"], q) - part_loss(results[("baseline", s)]["pos"], q)
-                 for s in range(args.seeds)]
-            dm, dsd = mean_std(d)
-            flag = "*" if variant != "baseline" and args.seeds > 1 and abs(dm) > 2 * dsd / math.sqrt(args.seeds) else ""
-            cells.append(f"{dm:+.4f} ± {dsd:.4f}{flag}")
+        cells = [cell(variant, lambda v, s, q=q: part_loss(results[(v, s)]["pos"], q)) for q in range(parts)]
+        cells.append(cell(variant, lambda v, s: part_loss(results[(v, s)]["pos"], parts - 1) - part_loss(results[(v, s)]["pos"], 0)))
         md.append(f"| {variant} | " + " | ".join(cells) + " |")
     return md + [""]
 

@@ -24,7 +24,7 @@ check "grep -q '>nl1-nh2<' $tmp/sweep/curves-quick.svg && grep -q '>multi<' $tmp
 check "[ \$(wc -l < $tmp/sweep/results-quick.csv) -eq 4 ] && head -1 $tmp/sweep/results-quick.csv | grep -q 'val_mean,val_std,delta_mean,delta_std'" "CSV header and rows"
 check "[ \$(ls -d $tmp/sweep/*/s* | wc -l) -eq 6 ]" "3 variants x 2 seeds trained"
 check "[ \$(ls $tmp/sweep/*/s*/positions.csv | wc -l) -eq 6 ] && [ \$(wc -l < $tmp/sweep/positions-quick.csv) -gt 12 ] && head -1 $tmp/sweep/positions-quick.csv | grep -q '^variant,seed,seq,bucket,pos_start,pos_end,tokens,loss' && grep -q '>multi<' $tmp/sweep/positions-quick.svg" "every run's loss by position, gathered in positions-quick.csv and drawn in positions-quick.svg"
-check "grep -q '^| variant | positions 0-3 | positions 4-7 | positions 8-11 | positions 12-15 |' $tmp/sweep/results-quick.md && [ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) | [-+][0-9.]* ± [0-9.]*\*\? | ' $tmp/sweep/results-quick.md) -eq 3 ]" "the paired difference by quarter of the positions"
+check "grep -q '^| variant | positions 0-3 | positions 4-7 | positions 8-11 | positions 12-15 | last − first quarter |' $tmp/sweep/results-quick.md && [ \$(grep -c '^| \(baseline\|nl1-nh2\|multi\) | [-+][0-9.]* ± [0-9.]*\*\? | ' $tmp/sweep/results-quick.md) -eq 3 ]" "the paired difference by quarter of the positions"
 # one row per run, with the KV cache the decoder keeps at T=16: 3 layers x 4 heads x 8 wide x
 # K and V x 4 bytes x 16 positions = 12288 bytes; nl1-nh2 drops layer 2's two skip heads
 # (read by no layer), multi drops layer 2's heads 1 and 3 (they read layers 0 and 1)

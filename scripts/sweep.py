@@ -356,7 +356,7 @@ def run_grid(args, variants):
           f"data `{args.data}`; model `{' '.join(model_args(args))}`.",
           "",
           "| variant | final val loss (mean ± std) | Δ vs baseline (paired, mean ± std) | Δ > 2σ? | KV cache at T | "
-          "ms/step | speed vs baseline |" + (" decode tok/s |" if decode else ""),
+          "ms/step | step time vs baseline |" + (" decode tok/s |" if decode else ""),
           "|---|---|---|---|---|---|---|" + ("---|" if decode else "")]
     bms = statistics.fmean([results[(base, s)]["ms"] for s in range(args.seeds)])
     for variant, _ in variants:

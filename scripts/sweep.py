@@ -13,7 +13,8 @@ right measure of seed-to-seed noise for an ablation.
 
 Writes OUT/results-GRID.csv, OUT/results-GRID.md and OUT/curves-GRID.svg (seed 0 of every
 variant), OUT/runs-GRID.csv (one row per run: variant, seed, steps, T, val_loss, kv_cache_bytes,
-the bench figures and the variant's options), and the validation loss by position of every run (`skiplm eval --by-position` on the
+the bench figures and the variant's options), OUT/curves-GRID.csv (every run's validation
+curve), and the validation loss by position of every run (`skiplm eval --by-position` on the
 validation shards, OUT/<variant>/s<seed>/positions.csv) gathered in OUT/positions-GRID.csv and
 drawn, averaged over seeds, in OUT/positions-GRID.svg. Runs that already finished (OUT/<variant>/s<seed>/ckpt.safetensors with the final
 step) are reused, so an interrupted sweep continues where it stopped, and grids that share
@@ -23,6 +24,7 @@ grid in OUT/T<seq>/ and OUT/results-GRID-seq.md/.csv puts the lengths side by si
 """
 import argparse
 import csv
+import functools
 import json
 import math
 import os
@@ -93,6 +95,11 @@ def read_log(path):
             if line:
                 rows.append(json.loads(line))
     return rows
+
+
+def flagged(dm, dsd, seeds):
+    """a mean paired difference above twice its standard error over seeds"""
+    return seeds > 1 and abs(dm) > 2 * dsd / math.sqrt(seeds)
 
 
 def mean_std(xs):
@@ -206,15 +213,16 @@ GEN_RE = re.compile(r"^generate: \d+ tokens x \d+ sequences?, ([0-9.]+) tok/s")
 KV_RE = re.compile(r"^KV cache at T=\d+: (\d+) bytes")
 
 
-def vocab_size(args):
-    with open(os.path.join(args.data, "meta.json")) as f:
+@functools.lru_cache(maxsize=None)
+def data_vocab(data):
+    with open(os.path.join(data, "meta.json")) as f:
         return json.load(f)["vocab_size"]
 
 
 def kv_bytes(skiplm, args, extra):
     """bytes of the fp32 KV cache of one sequence of args.seq positions, as the decoder
     allocates it (`skiplm info`: only the K/V heads some layer reads)"""
-    cmd = [skiplm, "info", *model_args(args), *extra, "--block_size", str(args.seq), "--vocab_size", str(vocab_size(args))]
+    cmd = [skiplm, "info", *model_args(args), *extra, "--block_size", str(args.seq), "--vocab_size", str(data_vocab(args.data))]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     got = [int(m.group(1)) for m in map(KV_RE.match, r.stdout.splitlines()) if m]
     if r.returncode != 0 or not got:
@@ -234,7 +242,7 @@ def bench_speed(skiplm, args, variants):
     for rnd in range(args.bench_rounds):
         for variant, extra in variants:
             cmd = [skiplm, "bench", "--steps", "3", "--warmup", "1", "--batch", str(args.batch),
-                   "--seq", str(args.seq), "--block_size", str(args.seq), "--vocab_size", str(vocab_size(args)),
+                   "--seq", str(args.seq), "--block_size", str(args.seq), "--vocab_size", str(data_vocab(args.data)),
                    "--gen", str(args.seq - 1), *model_args(args), *extra, *args.bench_opts.split()]
             r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             ms = [float(m.group(1)) for m in map(BENCH_RE.match, r.stdout.splitlines()) if m]
@@ -315,10 +323,9 @@ def run_grid(args, variants):
     for seed in range(args.seeds):
         for variant, extra in variants:
             rows = run_one(args.skiplm, args, variant, extra, seed, os.path.join(args.out, variant, f"s{seed}"))
-            vals = [r["val_loss"] for r in rows if "val_loss" in r]
+            log = [(r["step"], r["loss"], r["val_loss"]) for r in rows if "val_loss" in r]
             ms = [r["ms"] for r in rows[1:]] or [rows[0]["ms"]]       # the first step warms up
-            results[(variant, seed)] = dict(log=[(r["step"], r["loss"], r["val_loss"]) for r in rows if "val_loss" in r],
-                                            val=vals[-1], ms=statistics.median(ms), train=rows[-1]["loss"],
+            results[(variant, seed)] = dict(log=log, val=log[-1][2], ms=statistics.median(ms), train=rows[-1]["loss"],
                                             pos=positions(args.skiplm, args, os.path.join(args.out, variant, f"s{seed}")))
 
     decode = {}
@@ -366,9 +373,8 @@ def run_grid(args, variants):
         dm, dsd = mean_std(deltas)
         vms = statistics.fmean([results[(variant, s)]["ms"] for s in range(args.seeds)])
         speed = (vms / bms - 1.0) * 100.0
-        sig = "—" if variant == base else ("yes" if args.seeds > 1 and abs(dm) > 2 * dsd / math.sqrt(args.seeds) else "no")
-        summary[variant] = dict(m=m, sd=sd, dm=dm, dsd=dsd, sig=sig, ms=vms, speed=speed, kv=kv[variant],
-                                tok_s=decode.get(variant))
+        sig = "—" if variant == base else ("yes" if flagged(dm, dsd, args.seeds) else "no")
+        summary[variant] = dict(m=m, sd=sd, dm=dm, dsd=dsd, sig=sig, ms=vms, speed=speed, kv=kv[variant])
         kvc = f"{kv[variant] / 1048576:.2f} MiB ({100 * kv[variant] / kv[base]:.1f}%)"
         md.append(f"| {variant} | {m:.4f} ± {sd:.4f} | {dm:+.4f} ± {dsd:.4f} | {sig} | {kvc} | {vms:.0f} | {speed:+.1f}% |"
                   + (f" {decode[variant]:.0f} |" if decode else ""))
@@ -415,13 +421,12 @@ def position_table(args, variants, results, parts=4):
     nb = len(results[("baseline", 0)]["pos"])
     if nb < parts:
         return []
+    groups = [[b for b in range(nb) if b * parts // nb == q] for q in range(parts)]
     def part_loss(pos, q):
-        sel = [(n, loss) for b, (_, _, n, loss) in enumerate(pos) if b * parts // nb == q]
-        return sum(n * loss for n, loss in sel) / sum(n for n, _ in sel)
-    ranges = []
-    for q in range(parts):
-        bs = [r for b, r in enumerate(results[("baseline", 0)]["pos"]) if b * parts // nb == q]
-        ranges.append(f"{bs[0][0]}-{bs[-1][1] - 1}")
+        sel = [pos[b] for b in groups[q]]
+        return sum(n * loss for _, _, n, loss in sel) / sum(n for _, _, n, _ in sel)
+    pos0 = results[("baseline", 0)]["pos"]
+    ranges = [f"{pos0[g[0]][0]}-{pos0[g[-1]][1] - 1}" for g in groups]
     md = [f"Paired Δ vs baseline by position (mean ± std over seeds; * marks |Δ| > 2 standard errors). "
           f"The last column is the paired Δ of each run's own gain from the first quarter to the last "
           f"(loss over {ranges[-1]} minus loss over {ranges[0]}): negative means the variant gains more "
@@ -431,7 +436,7 @@ def position_table(args, variants, results, parts=4):
     def cell(variant, f):
         d = [f(variant, s) - f("baseline", s) for s in range(args.seeds)]
         dm, dsd = mean_std(d)
-        flag = "*" if variant != "baseline" and args.seeds > 1 and abs(dm) > 2 * dsd / math.sqrt(args.seeds) else ""
+        flag = "*" if variant != "baseline" and flagged(dm, dsd, args.seeds) else ""
         return f"{dm:+.4f} ± {dsd:.4f}{flag}"
     for variant, _ in variants:
         cells = [cell(variant, lambda v, s, q=q: part_loss(results[(v, s)]["pos"], q)) for q in range(parts)]

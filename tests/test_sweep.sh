@@ -32,6 +32,13 @@ check "[ \$(wc -l < $tmp/sweep/runs-quick.csv) -eq 7 ] && head -1 $tmp/sweep/run
 check "[ \$(grep -c '^nl1-nh2,1,16,' $tmp/sweep/curves-quick.csv) -eq 2 ] && head -1 $tmp/sweep/curves-quick.csv | grep -q '^variant,seed,T,step,train_loss,val_loss'" "curves-quick.csv: every run's validation curve"
 kvs=$(awk -F, '$2 == 0 {printf "%s=%s ", $1, $8}' "$tmp/sweep/runs-quick.csv")
 check "[ \"$kvs\" = 'baseline=12288 nl1-nh2=10240 multi=10240 ' ]" "kv_cache_bytes per variant ($kvs)"
+# bad input: an unknown variant, and a train option skiplm refuses, end the sweep with the reason
+"$PY" scripts/sweep.py --grid quick --data "$tmp/data" --out "$tmp/bad" --seeds 1 --skiplm "$SKIPLM" --only nope > "$tmp/log6" 2>&1
+rc=$?
+check "[ $rc -ne 0 ] && grep -q \"unknown variants \['nope'\]\" $tmp/log6" "an unknown variant is refused by name (rc $rc)"
+"$PY" scripts/sweep.py --grid quick --data "$tmp/data" --out "$tmp/bad" --seeds 1 --skiplm "$SKIPLM" --train-opts "--no-such-option 1" > "$tmp/log7" 2>&1
+rc=$?
+check "[ $rc -ne 0 ] && grep -q 'run baseline seed 0 failed' $tmp/log7 && grep -q 'no-such-option' $tmp/log7" "a bad --train-opts stops the sweep with skiplm's reason (rc $rc)"
 # same seed -> same initial weights for every variant (train seeds sk_model_new like init
 # does), and the same data order: a variant whose SLA is a no-op reproduces the baseline
 "$SKIPLM" init "$tmp/a.safetensors" --seed 0 --vocab_size 50 --n_layer 3 --n_head 4 --n_embd 32 > /dev/null

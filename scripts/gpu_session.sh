@@ -2,6 +2,13 @@
 # The GPU checks and benchmarks of docs/cuda.md ("First run on a GPU"), batched so that a
 # session with a short GPU lease runs them in a few calls, each well under 10 minutes:
 #
+#   LEASE_END=400 bash scripts/gpu_session.sh lease   # one call of ~6-8 min, the figures of docs/cuda.md
+#                                       # ("Measured on an H100"): the three CUDA tests at once, then
+#                                       # skiplm / llm.c (with and without cuDNN) / torch.compile
+#                                       # alternated at B=8 and 32, T=1024, and T=16384, with --profile;
+#                                       # then kvseeds until LEASE_END seconds
+#   bash scripts/gpu_session.sh kvseeds # the kv grid at T=1024 (baseline, the 3/4 rule, its CLA control)
+#                                       # with more seeds (GRID_SEEDS, 12), 3 sweeps at once on the GPU
 #   bash scripts/gpu_session.sh quick   # the whole first look in one call (~6 min): the three parity
 #                                       # tests, GPT-2 124M training steps (T=1024 and 16384, fp32/TF32/
 #                                       # bf16, baseline and SLA), generation, and fp32 vs bf16 loss
@@ -23,6 +30,12 @@
 #                                       # mean through host memory), replicated and ZeRO-1, on real
 #                                       # hardware; the two runs must agree (~3 min)
 #
+# The device has no network and a 64 MiB upload: carry what a phase reads as .carry/*.tar.gz
+# (git-ignored; unpacked into the tree first by lease): build-cuda/ (skiplm and the two test
+# programs, built here with `make cuda BLAS=none MHD=0 ZLIB=0 OPT="-O3 -march=x86-64-v3"` so
+# that it needs no library the device lacks), data/sotu-char, and .bench/llmc's train_gpt2cu,
+# train_gpt2cu_cudnn and make_data.py.
+#
 # Each phase appends everything it prints to $LOG (default: $OUT/gpu_session.log when OUT is
 # set, else runs/gpu_session.log) and ends with a summary of the figures; it exits non-zero
 # if a test or a command failed. Nothing here is timed against anything else running: run it
@@ -32,7 +45,7 @@ cd "$(dirname "$0")/.."
 phase=${1:-}
 LOG=${LOG:-${OUT:-runs}/gpu_session.log}
 mkdir -p "$(dirname "$LOG")"
-B=build-cuda/skiplm
+B=${SKIPLM_BIN:-build-cuda/skiplm}     # (SKIPLM_BIN: another build, to rehearse a phase on the CPU)
 fail=0
 
 say() { echo "== $*" | tee -a "$LOG"; }
@@ -60,7 +73,7 @@ build() {
 }
 bench() { run $B bench --device cuda --preset gpt2 "$@"; }
 # benv VAR=VALUE ARGS...: the same with one setting in the environment
-benv() { local e=$1; shift; benv "$e" "$@"; }
+benv() { local e=$1; shift; run env "$e" $B bench --device cuda --preset gpt2 "$@"; }
 # llmc B STEPS: llm.c's train_gpt2cu (.bench/llmc, prepared; its random-token data made once)
 # at batch B, T=1024: its total average iteration time, and steps 2 and STEPS
 LLMC=.bench/llmc
@@ -70,14 +83,114 @@ llmc() {
     run bash -c "cd $LLMC && ./train_gpt2cu -e d12 -b $1 -t 1024 -x $2 -i data/rand_train.bin -j data/rand_val.bin \
         -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 | grep -E 'total average iteration time|^step +(2|$2)/|rror'"
 }
+# llmcd B STEPS: the same with llm.c built with cuDNN's attention (train_gpt2cu_cudnn, carried;
+# its libcudnn from the machine's CUDA or from PyTorch's nvidia-cudnn wheel)
+llmcd() {
+    [ -x $LLMC/train_gpt2cu_cudnn ] || { say "no $LLMC/train_gpt2cu_cudnn: llm.c with cuDNN skipped"; return 0; }
+    local lib
+    lib=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
+    run bash -c "cd $LLMC && LD_LIBRARY_PATH=${lib:+$lib:}\${LD_LIBRARY_PATH:-} ./train_gpt2cu_cudnn -e d12 -b $1 -t 1024 -x $2 \
+        -i data/rand_train.bin -j data/rand_val.bin -v 100000 -m 0 -s 0 -n 0 -h 0 2>&1 |
+        grep -E 'total average iteration time|^step +(2|$2)/|rror|cudnn'"
+}
+# unpack: the carried build, data and llm.c come as .carry/*.tar.gz (the lease's upload limit)
+unpack() {
+    local f
+    for f in .carry/*.tar.gz; do [ -f "$f" ] && tar xzf "$f"; done
+    return 0
+}
+# kv_seeds SECONDS: the language-modelling kv grid at T=1024 (docs/experiments.md) with more
+# seeds, trained on the GPU: the baseline, the 3/4 rule and its equal-bytes CLA control, one
+# sweep per variant at once (a 4-layer model leaves the GPU mostly idle), each stopped after
+# SECONDS - 30; then the paired tables over the seeds all three finished, under $OUT
+# (GRID_SEEDS, default 12; GRID_STEPS and GRID_TRAIN_OPTS only to rehearse it on the CPU)
+kv_seeds() {
+    [ -f data/sotu-char/meta.json ] || { say "data/sotu-char missing: the kv grid is skipped"; return 0; }
+    local left=$1 v n
+    say "kv grid at T=1024 on the GPU: ${left} s left"
+    grid() {
+        python3 scripts/sweep.py --grid kv --data data/sotu-char --out runs/kv-gpu --seq 1024 --batch 4 --steps ${GRID_STEPS:-400} \
+            --lr 2e-3 --warmup 20 --eval-every 100 --eval-batches ${GRID_EVAL_BATCHES:-20} --skiplm $B --train-opts "${GRID_TRAIN_OPTS---device cuda}" \
+            --bench-rounds 0 "$@"
+    }
+    if [ "$left" -gt 60 ]; then
+        # one sweep per variant at once (a 4-layer model leaves the GPU mostly idle), each
+        # stopped at the deadline; then the paired tables over the seeds all three finished
+        for v in baseline sla-nl3-nh3 cla-l3-h1-3; do
+            timeout -k 5 $((left - 30)) bash -c "$(declare -f grid); B=$B; GRID_STEPS=${GRID_STEPS:-400}; GRID_EVAL_BATCHES=${GRID_EVAL_BATCHES:-20}; GRID_TRAIN_OPTS='${GRID_TRAIN_OPTS---device cuda}'; grid --only $v --tag gpu-$v --seeds ${GRID_SEEDS:-12}" \
+                > runs/lease/grid-$v.log 2>&1 &
+        done
+        wait
+        cat runs/lease/grid-*.log >> "$LOG"
+        n=0
+        while (for v in baseline sla-nl3-nh3 cla-l3-h1-3; do [ -f runs/kv-gpu/$v/s$n/positions.csv ] || exit 1; done); do
+            n=$((n + 1))
+        done
+        say "kv grid: $n seeds finished by all three variants"
+        [ "$n" -gt 1 ] && run grid --only baseline,sla-nl3-nh3,cla-l3-h1-3 --tag gpu --seeds $n
+    fi
+    if [ -n "${OUT:-}" ]; then
+        cp runs/kv-gpu/results-kv-gpu.md runs/kv-gpu/results-kv-gpu.csv runs/kv-gpu/runs-kv-gpu.csv "$OUT/" 2>/dev/null
+        (cd runs && find kv-gpu -name log.jsonl -o -name positions.csv | tar czf "$OUT/kv-gpu-logs.tar.gz" -T -) 2>/dev/null
+    fi
+}
 summary() {
     say "summary ($phase)"
     tail -n +"$1" "$LOG" | grep -E '^(FAIL|torch:|fp32: |bf16 - fp32|step +(2|30)/|\$ .*bench|\$ .*train|device:|train:|generate:|prefill:|total average|[0-9]+ passed|sample:|!! |profile:|decoding, per token|  all recorded ops)|GPU memory in use|max rel diff' |
         tee -a "$LOG.summary"
 }
 
-start=$(($(wc -l < "$LOG" 2>/dev/null || echo 0) + 1))
+start=$(($( { wc -l < "$LOG"; } 2>/dev/null || echo 0) + 1))
 case "$phase" in
+kvseeds)
+    say "kvseeds: $(date -u)"
+    build
+    mkdir -p runs/lease
+    kv_seeds ${LEASE_END:-300}
+    ;;
+lease)
+    # one lease's worth (about 8 minutes on an H100): the CUDA tests (in parallel: not timed),
+    # then skiplm, llm.c (with and without cuDNN) and torch.compile alternated at B=8 and 32,
+    # T=1024, skiplm bracketing the others; T=16384 with --profile against torch.compile; then
+    # the language-modelling kv grid at T=1024 with more seeds (the baseline, the 3/4 rule and
+    # its equal-bytes CLA control; GPU runs, 3 at a time) until LEASE_END (seconds since the
+    # phase began, default 480), its tables and run CSVs under $OUT
+    say "lease: $(date -u)"
+    t0=$(date +%s)
+    unpack
+    build
+    PY=${PY:-$(command -v python3)}
+    pk="--peak-tflops ${PEAK_BF16:-989}"
+    run nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+    [ -f $LLMC/data/rand_train.bin ] ||
+        (cd $LLMC && mkdir -p data && python3 make_data.py data/rand 2000000 --val-tokens 40000 --seed 1337) >/dev/null 2>&1 &
+    mkdir -p runs/lease
+    timeout -k 5 200 ./build-cuda/tests/cuda/test_cuda_parity > runs/lease/parity.log 2>&1 & p1=$!
+    timeout -k 5 200 ./build-cuda/tests/cuda/test_cuda_infer > runs/lease/infer.log 2>&1 & p2=$!
+    timeout -k 5 200 env SKIPLM="$PWD/$B" PY="$PY" bash tests/cuda/test_cuda_cli.sh > runs/lease/cli.log 2>&1 & p3=$!
+    for p in $p1:parity $p2:infer $p3:cli; do
+        wait ${p%%:*}; rc=$?
+        cat runs/lease/${p#*:}.log >> "$LOG"; tail -n 3 runs/lease/${p#*:}.log
+        [ $rc = 0 ] || { echo "!! exit $rc: ${p#*:} test" | tee -a "$LOG"; fail=1; }
+    done
+    wait
+    export TMO=150
+    for bb in 8 32; do
+        bench --batch $bb --seq 1024 --steps 20 --no-gen --bf16 $pk
+        [ -x $LLMC/train_gpt2cu ] && llmc $bb 20
+        llmcd $bb 20
+        run python3 bench/torch_gpu_bench.py --batch $bb --seq 1024 --compile
+        bench --batch $bb --seq 1024 --steps 20 --no-gen --bf16 $pk
+    done
+    bench --batch 8 --seq 1024 --steps 20 --no-gen --bf16 $pk --sla
+    L="--block_size 16384 --batch 1 --seq 16384 --steps 4 --no-gen"
+    bench $L --bf16 $pk --profile 1
+    bench $L --bf16 $pk --sla
+    run python3 bench/torch_gpu_bench.py --batch 1 --seq 16384 --steps 6 --warmup 2 --compile
+    bench --batch 8 --seq 1024 --steps 10 --no-gen --bf16 $pk --profile 2
+    unset TMO
+    kv_seeds $(( ${LEASE_END:-480} - ($(date +%s) - t0) ))
+    ;;
 quick)
     say "quick: $(date -u)"
     build
@@ -338,7 +451,7 @@ grid)
         --train-opts "--device cuda" --bench-opts "--device cuda" --bench-rounds 3 $only
     ;;
 *)
-    echo "usage: bash scripts/gpu_session.sh quick|final|bf16check|check|train|gen|llmc|grid|mpi   (log: \$LOG, default \$OUT/gpu_session.log)" >&2
+    echo "usage: bash scripts/gpu_session.sh lease|kvseeds|quick|final|bf16check|check|train|gen|llmc|grid|mpi   (log: \$LOG, default \$OUT/gpu_session.log)" >&2
     exit 2
     ;;
 esac

@@ -88,7 +88,6 @@ GRIDS = {
         ("cla-l3", ["--routing", "3:*=-1"]),
         ("gqa-kv1", ["--n_kv_head", "1"]),
     ],
-    # multi-query associative recall (scripts/sweep_mqar.py) with the `kv` grid's variants
     # CI: a tiny model, a few steps
     "quick": [("baseline", []), ("nl1-nh2", ["--n_skip_layer", "1", "--n_skip_head", "2"]),
               ("multi", ["--routing", "2:1=-2;2:3=-1"])],

@@ -3,7 +3,10 @@
  * loss of each range of positions in the sequence (where long context helps, later positions'
  * loss falls below earlier ones'). In order: the command line (parse_opts), the model and the
  * loader with the memory check (open_eval), the batches (eval_batches), then the result, the
- * positions' table and the --dump-logits file (report). */
+ * positions' table, the accuracy and the --dump-logits file (report). With --accuracy also the
+ * exact-match accuracy of the argmax of the logits on the targets that count (all, or with
+ * loss masks beside the shards the masked-in ones: the answers of a synthetic task), per
+ * token and per sequence (a sequence is right when all its counted targets are). */
 #include "cli.h"
 #ifdef SKIPLM_CUDA
 #include "skiplm_cuda.h"
@@ -15,10 +18,10 @@
 
 /* The command line. */
 typedef struct {
-    const char *weights, *dump, *device, *pos_out;
+    const char *weights, *dump, *device, *pos_out, *acc_out;
     char **shards;
     cli_model_opts mo;
-    int n_shards, B, T, max_batches, tf32, bf16, q8, use_cuda, by_pos, buckets;
+    int n_shards, B, T, max_batches, tf32, bf16, q8, use_cuda, by_pos, buckets, accuracy;
 } eval_opts;
 
 /* An evaluation: the model, its loader and the inputs, targets (and logits) of every batch
@@ -30,8 +33,9 @@ typedef struct {
     uint64_t nb;                 /* batches to evaluate */
     size_t BT;
     int32_t *x, *y;
-    float *logits;               /* with --dump-logits */
+    float *logits;               /* with --dump-logits: every batch's; else with --accuracy: one batch's */
     double *pos_sum, *pos_n;     /* with --by-position: per position, the summed loss and the targets */
+    uint64_t tok_n, tok_right, seq_n, seq_right;   /* with --accuracy: counted targets and sequences, and the right ones */
 #ifdef SKIPLM_CUDA
     sk_cuda_model *cm;           /* with --device cuda */
 #endif
@@ -49,6 +53,9 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
         {"by-position", 'b', &o->by_pos, "also the mean loss by position in the sequence, in --buckets equal ranges (CPU)"},
         {"buckets", 'i', &o->buckets, "ranges of positions of --by-position, at most --seq (16)"},
         {"position-out", 's', &o->pos_out, "write --by-position's table to this file: CSV if it ends in .csv, else JSON (implies --by-position)"},
+        {"accuracy", 'b', &o->accuracy, "also the exact-match accuracy of the argmax on the counted (masked-in) targets, "
+                                         "per token and per sequence (all its counted targets right)"},
+        {"accuracy-out", 's', &o->acc_out, "write --accuracy's figures to this file: CSV if it ends in .csv, else JSON (implies --accuracy)"},
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &o->bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
@@ -65,6 +72,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
     if (o->T < 0) { fprintf(stderr, "skiplm eval: --seq must be >= 1 (0 = the model's block_size)\n"); return 2; }
     if (o->max_batches < 0) { fprintf(stderr, "skiplm eval: --max-batches must be >= 0\n"); return 2; }
     if (o->pos_out) o->by_pos = 1;
+    if (o->acc_out) o->accuracy = 1;
     if (o->buckets < 1) { fprintf(stderr, "skiplm eval: --buckets must be >= 1\n"); return 2; }
     o->use_cuda = cli_device("eval", o->device);
     if (o->use_cuda < 0) return 2;
@@ -84,6 +92,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
 static int check_memory(const eval_run *e, const eval_opts *o) {
     double need = (double)e->BT * (double)e->nb *
                       (2.0 * sizeof(int32_t) + (o->dump ? (double)e->c->vocab_size * sizeof(float) : 0.0)) +
+                  (o->accuracy && !o->dump ? (double)e->BT * e->c->vocab_size * sizeof(float) : 0.0) +
                   (double)sk_model_num_params(e->m) * sizeof(float);
     char what[160];
     snprintf(what, sizeof what, "eval of %llu batches of %d x %d%s (with the model)", (unsigned long long)e->nb,
@@ -129,9 +138,10 @@ static int open_eval(eval_run *e, eval_opts *o) {
     if (check_memory(e, o)) return 1;
     e->x = malloc(e->BT * sizeof(int32_t) * e->nb);
     e->y = malloc(e->BT * sizeof(int32_t) * e->nb);
-    e->logits = o->dump ? malloc(e->BT * e->nb * e->c->vocab_size * sizeof(float)) : NULL;
+    e->logits = o->dump ? malloc(e->BT * e->nb * e->c->vocab_size * sizeof(float))
+              : o->accuracy ? malloc(e->BT * e->c->vocab_size * sizeof(float)) : NULL;
     if (o->by_pos) { e->pos_sum = calloc(o->T, sizeof(double)); e->pos_n = calloc(o->T, sizeof(double)); }
-    if (!e->x || !e->y || (o->dump && !e->logits) || (o->by_pos && (!e->pos_sum || !e->pos_n))) {
+    if (!e->x || !e->y || ((o->dump || o->accuracy) && !e->logits) || (o->by_pos && (!e->pos_sum || !e->pos_n))) {
         fprintf(stderr, "skiplm eval: out of memory\n");
         return 1;
     }
@@ -144,6 +154,50 @@ static void add_positions(eval_run *e, const eval_opts *o, uint64_t i) {
     const int32_t *y = e->y + i * e->BT;
     for (size_t k = 0; l && k < e->BT; k++)
         if (y[k] >= 0) { e->pos_sum[k % o->T] += l[k]; e->pos_n[k % o->T] += 1; }
+}
+
+/* --accuracy: batch i's argmax (the first of equal maxima, as PyTorch's) against its counted
+ * targets; a sequence with at least one counted target is right when all of them are */
+static void add_accuracy(eval_run *e, const eval_opts *o, uint64_t i) {
+    const int V = e->c->vocab_size;
+    const int32_t *y = e->y + i * e->BT;
+    const float *lg = o->dump ? e->logits + i * e->BT * V : e->logits;
+    for (int b = 0; b < o->B; b++) {
+        int counted = 0, all = 1;
+        for (int t = 0; t < o->T; t++) {
+            const size_t k = (size_t)b * o->T + t;
+            if (y[k] < 0) continue;
+            const float *row = lg + k * V;
+            int best = 0;
+            for (int v = 1; v < V; v++) if (row[v] > row[best]) best = v;
+            counted = 1;
+            e->tok_n++;
+            if (best == y[k]) e->tok_right++; else all = 0;
+        }
+        e->seq_n += counted;
+        e->seq_right += counted && all;
+    }
+}
+
+/* --accuracy's figures on stdout, and with --accuracy-out as CSV or JSON, written
+ * atomically. 0, or 1 (said). */
+static int report_accuracy(const eval_run *e, const eval_opts *o, double mean) {
+    const double ta = (double)e->tok_right / (double)e->tok_n, sa = (double)e->seq_right / (double)e->seq_n;
+    printf("accuracy: tokens %llu of %llu (%.4f), sequences %llu of %llu (%.4f)\n", (unsigned long long)e->tok_right,
+           (unsigned long long)e->tok_n, ta, (unsigned long long)e->seq_right, (unsigned long long)e->seq_n, sa);
+    if (!o->acc_out) return 0;
+    char buf[512];
+    const size_t ol = strlen(o->acc_out);
+    const int csv = ol >= 4 && !strcmp(o->acc_out + ol - 4, ".csv");
+    const int n = csv ? snprintf(buf, sizeof buf, "tokens,tokens_right,token_accuracy,sequences,sequences_right,"
+                                 "sequence_accuracy,loss\n%llu,%llu,%.6f,%llu,%llu,%.6f,%.6f\n", (unsigned long long)e->tok_n,
+                                 (unsigned long long)e->tok_right, ta, (unsigned long long)e->seq_n,
+                                 (unsigned long long)e->seq_right, sa, mean)
+                      : snprintf(buf, sizeof buf, "{\"tokens\": %llu, \"tokens_right\": %llu, \"token_accuracy\": %.6f, "
+                                 "\"sequences\": %llu, \"sequences_right\": %llu, \"sequence_accuracy\": %.6f, \"loss\": %.6f}\n",
+                                 (unsigned long long)e->tok_n, (unsigned long long)e->tok_right, ta,
+                                 (unsigned long long)e->seq_n, (unsigned long long)e->seq_right, sa, mean);
+    return sk_write_atomic(o->acc_out, buf, (size_t)n) ? cli_fail("eval") : 0;
 }
 
 /* The positions' table: bucket b covers positions [b T / N, (b + 1) T / N) of a sequence
@@ -193,7 +247,7 @@ static int open_device(eval_run *e, const eval_opts *o) {
 /* The forward pass of batch i: the CPU model's, or the device model's. */
 static int forward(eval_run *e, const eval_opts *o, uint64_t i, float *loss) {
     const int32_t *x = e->x + i * e->BT, *y = e->y + i * e->BT;
-    float *lo = o->dump ? e->logits + i * e->BT * e->c->vocab_size : NULL;
+    float *lo = o->dump ? e->logits + i * e->BT * e->c->vocab_size : e->logits;
 #ifdef SKIPLM_CUDA
     if (e->cm) return sk_cuda_forward(e->cm, x, y, o->B, o->T, loss, lo);
 #endif
@@ -212,6 +266,7 @@ static int eval_batches(eval_run *e, const eval_opts *o, double *mean) {
         for (size_t k = 0; k < e->BT; k++) n += e->y[i * e->BT + k] >= 0;
         if (forward(e, o, i, &loss)) return cli_fail("eval");     /* also for --dump-logits */
         if (o->by_pos) add_positions(e, o, i);
+        if (o->accuracy) add_accuracy(e, o, i);
         if (n) sum += (double)loss * n;
         n_all += (double)n;
     }
@@ -229,6 +284,7 @@ static int report(const eval_run *e, const eval_opts *o, double mean) {
     printf("loss %.6f ppl %.4f tokens %llu batches %llu\n", mean, exp(mean),
            (unsigned long long)(e->nb * e->BT), (unsigned long long)e->nb);
     if (o->by_pos && report_positions(e, o, mean)) return 1;
+    if (o->accuracy && report_accuracy(e, o, mean)) return 1;
     if (!o->dump) return 0;
     sk_st_writer *w = sk_st_writer_new();
     int64_t s2[2] = {(int64_t)(e->nb * o->B), o->T}, s3[3] = {(int64_t)(e->nb * o->B), o->T, e->c->vocab_size};

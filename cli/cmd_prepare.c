@@ -7,7 +7,8 @@
  * input are read in rounds of ROUND_BYTES, encoded in parallel (one tokenizer a thread), and
  * appended in order to the train or val stream (prepare_shards.c), so memory stays bounded
  * whatever the corpus size. Validation gets every k-th piece (k = 1/val-fraction); a corpus
- * that is a single document gets the last val-fraction of its tokens instead. */
+ * that is a single document gets the last val-fraction of its tokens instead. --synthetic
+ * hands the command line to prepare_synthetic.c (a generated task, not text). */
 #include "prepare.h"
 #include <errno.h>
 #include <math.h>
@@ -24,7 +25,7 @@
 #define MAX_INPUTS 64
 
 typedef struct {
-    const char *out, *tok_kind, *vocab_dir, *field, *chat, *chat_template;
+    const char *out, *tok_kind, *vocab_dir, *field, *chat, *chat_template, *synthetic;
     char *inputs[MAX_INPUTS + 1];
     int n_inputs, threads;
     float val_frac;
@@ -74,6 +75,8 @@ static int parse_opts(prepare_opts *o, int argc, char **argv) {
         {"chat-template", 's', &o->chat_template, "with --chat: a .jinja file or tokenizer_config.json instead of the folder's"},
         {"uint32", 'b', &o->uint32, "write version 2 shards (uint32 tokens; the default past 65,536 tokens)"},
         {"threads", 'i', &o->threads, "encoding threads (all cores)"},
+        {"synthetic", 's', &o->synthetic, "mqar: a synthetic task instead of text, multi-query associative recall with a "
+                                          "loss mask on the answers (its options: skiplm prepare --synthetic mqar --help)"},
         {0},
     };
     int np;
@@ -380,6 +383,8 @@ static void prepare_free(prepare_run *p) {
 }
 
 int cmd_prepare(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)            /* a synthetic task has options of its own */
+        if (!strcmp(argv[i], "--synthetic") || !strncmp(argv[i], "--synthetic=", 12)) return prep_synthetic(argc, argv);
     prepare_opts o;
     int rc = parse_opts(&o, argc, argv);
     if (rc) return rc == 1 ? 0 : rc;

@@ -1,6 +1,7 @@
 /* skiplm prepare's parts: the inputs as a stream of pieces of text (prepare_input.c), the
  * tokens into shards (prepare_shards.c), conversations into tokens and a loss mask
- * (prepare_chat.c); cmd_prepare.c runs them (docs/data.md). */
+ * (prepare_chat.c), synthetic tasks (prepare_synthetic.c); cmd_prepare.c runs them
+ * (docs/data.md). */
 #ifndef SK_PREPARE_H
 #define SK_PREPARE_H
 #include "cli.h"
@@ -58,6 +59,11 @@ int prep_writer_finish(prep_writer *w, prep_written *out);
  * and moved into dir only by prep_writer_finish, so a failed run leaves dir as it was. */
 void prep_writer_abort(prep_writer *w);
 void prep_writer_free(prep_writer *w);
+
+/* ------------------------------------------------------------------ synthetic tasks */
+
+/* skiplm prepare --synthetic mqar (prepare_synthetic.c): its own options; the exit status. */
+int prep_synthetic(int argc, char **argv);
 
 /* ------------------------------------------------------------------ chat */
 

@@ -10,6 +10,7 @@ right measure of seed-to-seed noise for an ablation.
     python3 scripts/sweep.py --grid layers --data data/sotu-char --out runs/sweep-layers
     python3 scripts/sweep.py --grid beyond --only nl9-nh6 --seq 128,512 --batch 8,2 ...   # + lengths
     python3 scripts/sweep.py --grid quick --data DIR --out DIR          # tiny, for CI
+    python3 scripts/sweep.py --grid mqar --out runs/mqar --pairs 8,16,32 --widths 64,128 --jobs 4
 
 Writes OUT/results-GRID.csv, OUT/results-GRID.md and OUT/curves-GRID.svg (seed 0 of every
 variant), OUT/runs-GRID.csv (one row per run: variant, seed, steps, T, val_loss, kv_cache_bytes,
@@ -21,8 +22,16 @@ step) are reused, so an interrupted sweep continues where it stopped, and grids 
 variants (the baseline, nl9-nh6) run them once when given the same OUT and settings.
 With --tag TAG the files are named GRID-TAG. With several --seq lengths, each length is a
 grid in OUT/T<seq>/ and OUT/results-GRID-seq.md/.csv puts the lengths side by side.
+--jobs N trains N runs at once (each run's result depends on its own options and --threads,
+not on --jobs).
+
+The `mqar` grid (scripts/sweep_mqar.py) is another kind of sweep: multi-query associative
+recall, scored by accuracy rather than loss, over pairs x widths x placements x learning rates
+x seeds; it generates its own data (no --data) and writes OUT/runs-mqar.csv and
+OUT/results-mqar.md.
 """
 import argparse
+import concurrent.futures
 import csv
 import functools
 import json
@@ -33,6 +42,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import sweep_mqar   # scripts/sweep_mqar.py, beside this file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -81,6 +92,8 @@ GRIDS = {
     "quick": [("baseline", []), ("nl1-nh2", ["--n_skip_layer", "1", "--n_skip_head", "2"]),
               ("multi", ["--routing", "2:1=-2;2:3=-1"])],
 }
+# multi-query associative recall (scripts/sweep_mqar.py) with the `kv` grid's variants
+GRIDS["mqar"] = GRIDS["kv"]
 QUICK_MODEL = ["--n_layer", "3", "--n_head", "4", "--n_embd", "32"]
 # the `kv` grid's shape: the quickstart's without SLA (Llama family with RoPE), the shape whose
 # budget leaves the plateau (docs/experiments.md, "A budget that leaves the plateau")
@@ -138,11 +151,19 @@ def run_one(skiplm, args, variant, extra, seed, outdir):
     cmd += args.train_opts.split()
     print(f"  {variant} seed {seed}: {' '.join(cmd[1:])}", flush=True)
     t0 = time.time()
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=run_env(args))
     if r.returncode != 0:
         sys.exit(f"sweep: run {variant} seed {seed} failed:\n{r.stdout}")
-    print(f"    {time.time() - t0:.0f} s", flush=True)
+    print(f"    {variant} seed {seed}: {time.time() - t0:.0f} s", flush=True)
     return read_log(log)
+
+
+def run_env(args):
+    """the environment of every run: OMP_NUM_THREADS=--threads where given"""
+    env = dict(os.environ)
+    if args.threads > 0:
+        env["OMP_NUM_THREADS"] = str(args.threads)
+    return env
 
 
 def val_shards(data):
@@ -164,7 +185,7 @@ def positions(skiplm, args, outdir):
         cmd = [skiplm, "eval", os.path.join(outdir, "ckpt.safetensors"), *val_shards(args.data), "--seq", str(args.seq),
                "--batch", str(args.batch), "--max-batches", str(args.eval_batches), "--buckets", str(min(args.buckets, args.seq)),
                "--position-out", path]
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=run_env(args))
         if r.returncode != 0:
             sys.exit(f"sweep: {' '.join(cmd)} failed:\n{r.stdout}")
     with open(path) as f:
@@ -259,17 +280,19 @@ def bench_speed(skiplm, args, variants):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", choices=sorted(GRIDS), required=True)
-    ap.add_argument("--data", required=True, help="prepared data folder (skiplm prepare)")
+    ap.add_argument("--data", help="prepared data folder (skiplm prepare); not for --grid mqar, which makes its own")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", default="8", help="sequences per step; with several --seq lengths, "
-                    "one value or one per length (e.g. 8,2,1 keeps the tokens per step)")
-    ap.add_argument("--seq", default="256", help="sequence length, or a comma-separated list: one grid "
-                    "per length in OUT/T<seq>/ and a table across lengths, OUT/results-GRID-seq.md")
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--steps", type=int, help="optimizer steps (300; mqar: 2000)")
+    ap.add_argument("--batch", help="sequences per step; with several --seq lengths, "
+                    "one value or one per length (e.g. 8,2,1 keeps the tokens per step) (8; mqar: 32)")
+    ap.add_argument("--seq", help="sequence length, or a comma-separated list: one grid "
+                    "per length in OUT/T<seq>/ and a table across lengths, OUT/results-GRID-seq.md (256; mqar: "
+                    "one length, the sequences' own)")
+    ap.add_argument("--lr", default="1e-3", help="peak learning rate; for --grid mqar a comma-separated list, "
+                    "a learning-rate axis of the grid (1e-3)")
+    ap.add_argument("--warmup", type=int, help="warmup steps (30; mqar: 100)")
+    ap.add_argument("--eval-every", type=int, help="validation loss every N steps (100; mqar: 500)")
     ap.add_argument("--eval-batches", type=int, default=20)
     ap.add_argument("--buckets", type=int, default=16, help="ranges of positions of the loss by position (16)")
     ap.add_argument("--model", default="", help="model options replacing the 12L/12H/192 default, e.g. '--n_layer 12 --n_head 12 --n_embd 256'")
@@ -278,10 +301,40 @@ def main():
     ap.add_argument("--skiplm", default=os.path.join(ROOT, "build", "skiplm"))
     ap.add_argument("--train-opts", default="", help="more options for every `skiplm train`, e.g. '--device cuda'")
     ap.add_argument("--bench-opts", default="", help="more options for every `skiplm bench`, e.g. '--device cuda'")
+    ap.add_argument("--jobs", type=int, default=1, help="runs trained at once (1); the results do not depend on it")
+    ap.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS of every run (0: the environment's); "
+                    "with --jobs N on the CPU, cores / N")
+    mq = ap.add_argument_group("--grid mqar (multi-query associative recall; docs/experiments.md)")
+    mq.add_argument("--pairs", default="8,16,32,48", help="numbers of key-value pairs, comma-separated (8,16,32,48)")
+    mq.add_argument("--widths", default="64,128", help="model widths (--n_embd), comma-separated (64,128)")
+    mq.add_argument("--placements", default="near,far", help="near, far or both (near,far)")
+    mq.add_argument("--queries", type=int, default=0, help="queries a sequence (0: as many as pairs)")
+    mq.add_argument("--vocab", type=int, default=256, help="vocabulary of the sequences (256)")
+    mq.add_argument("--train-sequences", type=int, default=20000, help="training sequences of each cell (20000)")
+    mq.add_argument("--val-sequences", type=int, default=1000, help="validation sequences, the accuracy's (1000)")
+    mq.add_argument("--data-seed", type=int, default=0, help="seed of the generated sequences (0)")
     ap.add_argument("--bench-rounds", type=int, default=0,
                     help="measure the speed column with this many round-robin rounds of `skiplm bench` "
                          "per variant (recommended: 3) instead of the training logs' step times")
     args = ap.parse_args()
+    mqar = args.grid == "mqar"
+    defaults = dict(steps=2000, batch="32", seq="256", warmup=100, eval_every=500) if mqar else \
+        dict(steps=300, batch="8", seq="256", warmup=30, eval_every=100)
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    try:
+        args.lrs = [float(x) for x in args.lr.split(",")]
+    except ValueError:
+        sys.exit(f"sweep: --lr must be a number or comma-separated numbers (got {args.lr!r})")
+    if args.jobs < 1 or args.threads < 0:
+        sys.exit("sweep: --jobs must be >= 1 and --threads >= 0")
+    if mqar == bool(args.data):
+        sys.exit("sweep: --grid mqar makes its own data: give no --data" if mqar else "sweep: give --data (a prepared folder)")
+    if not mqar:
+        if len(args.lrs) > 1:
+            sys.exit("sweep: several --lr values are for --grid mqar")
+        args.lr = args.lrs[0]
     if args.grid == "quick":       # tiny: a few steps, short sequences unless given
         args.steps, args.eval_every, args.eval_batches = min(args.steps, 6), 3, 2
         if args.seq == "256":
@@ -301,6 +354,12 @@ def main():
         if "baseline" not in keep:
             keep.insert(0, "baseline")
         variants = [(v, e) for v, e in variants if v in keep]
+    if mqar:
+        if len(seqs) != 1 or len(batches) != 1:
+            sys.exit("sweep: --grid mqar takes one --seq and one --batch")
+        args.seq, args.batch, args.name = seqs[0], batches[0], name(args)
+        sweep_mqar.run_mqar(args, variants)
+        return
     if len(seqs) == 1:
         args.seq, args.batch = seqs[0], batches[0]
         run_grid(args, variants)
@@ -320,13 +379,17 @@ def run_grid(args, variants):
     os.makedirs(args.out, exist_ok=True)
     results = {}
     # seed after seed, so that a sweep stopped early still has every variant paired with the baseline
-    for seed in range(args.seeds):
-        for variant, extra in variants:
-            rows = run_one(args.skiplm, args, variant, extra, seed, os.path.join(args.out, variant, f"s{seed}"))
+    # (with --jobs, --jobs runs at a time in that order)
+    def train(task):
+        variant, extra, seed = task
+        outdir = os.path.join(args.out, variant, f"s{seed}")
+        return run_one(args.skiplm, args, variant, extra, seed, outdir), positions(args.skiplm, args, outdir)
+    tasks = [(variant, extra, seed) for seed in range(args.seeds) for variant, extra in variants]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for (variant, _, seed), (rows, pos) in zip(tasks, pool.map(train, tasks)):
             log = [(r["step"], r["loss"], r["val_loss"]) for r in rows if "val_loss" in r]
             ms = [r["ms"] for r in rows[1:]] or [rows[0]["ms"]]       # the first step warms up
-            results[(variant, seed)] = dict(log=log, val=log[-1][2], ms=statistics.median(ms), train=rows[-1]["loss"],
-                                            pos=positions(args.skiplm, args, os.path.join(args.out, variant, f"s{seed}")))
+            results[(variant, seed)] = dict(log=log, val=log[-1][2], ms=statistics.median(ms), train=rows[-1]["loss"], pos=pos)
 
     decode = {}
     if args.bench_rounds > 0:

@@ -74,3 +74,9 @@ ms=$(grep '^| nl1-nh2 |' "$tmp/sweep/results-quick.md" | awk -F'|' '{print $7}' 
 tok=$(grep '^| nl1-nh2 |' "$tmp/sweep/results-quick.md" | awk -F'|' '{print $9}' | tr -d ' ')
 check "[ -n \"$tok\" ] && awk -v t=\"$tok\" 'BEGIN{exit !(t > 0)}'" "bench decoding speed in the table ($tok tok/s)"
 check "[ -n \"$ms\" ] && awk -v m=\"$ms\" 'BEGIN{exit !(m > 0)}'" "bench step time in the table ($ms ms)"
+# --jobs: runs trained at once give the same runs as one at a time
+"$PY" scripts/sweep.py --grid quick --data "$tmp/data" --out "$tmp/jobs" --seeds 2 --skiplm "$SKIPLM" --jobs 3 > "$tmp/log8" 2>&1
+rc=$?
+cut -d, -f1-8 "$tmp/sweep/runs-quick.csv" > "$tmp/one.csv"
+cut -d, -f1-8 "$tmp/jobs/runs-quick.csv" > "$tmp/three.csv" 2>/dev/null
+check "[ $rc -eq 0 ] && cmp -s $tmp/one.csv $tmp/three.csv" "--jobs 3 trains the runs of --jobs 1 to the same losses (rc $rc)"

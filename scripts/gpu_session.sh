@@ -142,6 +142,49 @@ summary() {
 
 start=$(($( { wc -l < "$LOG"; } 2>/dev/null || echo 0) + 1))
 case "$phase" in
+recall)
+    # the recall grid (docs/experiments.md, "Does SLA keep recall?") at widths 128 and 256 on the
+    # GPU: first the baseline's learning rate per width (32 pairs, far, 1 seed), then per width
+    # at its rate the K/V-saving variants over 16-64 pairs, near and far, seed after seed (16
+    # runs at once, 1 thread each), until RECALL_END seconds after the phase began (default
+    # 300); every finished run's log and accuracy, and the tables when a sweep finished, come
+    # back as $OUT/mqar-gpu.tar.gz (sweep.py reuses them to make the tables of the seeds done)
+    say "recall: $(date -u)"
+    t0=$(date +%s)
+    unpack
+    build
+    run nvidia-smi --query-gpu=name,memory.total --format=csv
+    dev=${RECALL_DEVICE_OPTS---device cuda}
+    M=runs/mqar-gpu
+    # mqt SECONDS ARGS...: one sweep, stopped after SECONDS
+    mqt() {
+        local sec=$1; shift
+        timeout -k 5 "$sec" python3 scripts/sweep.py --grid mqar --skiplm $B --train-opts "$dev" --eval-opts "$dev" \
+            --threads 1 ${RECALL_ARGS:-} "$@"
+    }
+    until_end() { echo $(( ${RECALL_END:-300} - ($(date +%s) - t0) )); }
+    mkdir -p $M
+    mqt $(( $(until_end) - 20 )) --out $M/lr --only baseline --pairs 32 --placements far --widths 128,256 \
+        --lr ${RECALL_LRS:-3e-4,1e-3,3e-3} --seeds 1 --jobs 6 2>&1 | tee -a "$LOG" | grep -E "^Width|token accuracy"
+    for w in 128 256; do
+        lr=$(python3 -c 'import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["width"] == sys.argv[2]]
+print(max(rows, key=lambda r: float(r["token_accuracy"]))["lr"])' $M/lr/runs-mqar.csv $w 2>/dev/null || echo 1e-3)
+        say "width $w: learning rate $lr"
+        left=$(( $(until_end) - 15 ))
+        [ "$left" -gt 30 ] || break
+        mqt $left --out $M/w$w --only ${RECALL_VARIANTS:-baseline,sla-nl3-nh3,cla-l3-h1-3,sla-nl2-nh4,gqa-kv2,cla-odd,multi-far} \
+            --pairs ${RECALL_PAIRS:-16,32,48,64} --placements near,far --widths $w --lr $lr --seeds 3 \
+            --jobs ${RECALL_JOBS:-8} > runs/recall-w$w.log 2>&1 &
+    done
+    wait
+    cat runs/recall-w*.log >> "$LOG" 2>/dev/null
+    grep -h "token accuracy" runs/recall-w*.log | tail -n 4
+    n=$(cat $M/w*/*/*/*/*/*/accuracy.json 2>/dev/null | wc -l)
+    say "recall: $n runs finished"
+    [ -n "${OUT:-}" ] && (cd runs && find mqar-gpu \( -name accuracy.json -o -name log.jsonl -o -name 'runs-mqar*.csv' \
+        -o -name 'results-mqar*.md' \) | tar czf "$OUT/mqar-gpu.tar.gz" -T -)
+    ;;
 kvseeds)
     say "kvseeds: $(date -u)"
     build

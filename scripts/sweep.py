@@ -301,6 +301,8 @@ def main():
     ap.add_argument("--skiplm", default=os.path.join(ROOT, "build", "skiplm"))
     ap.add_argument("--train-opts", default="", help="more options for every `skiplm train`, e.g. '--device cuda'")
     ap.add_argument("--bench-opts", default="", help="more options for every `skiplm bench`, e.g. '--device cuda'")
+    ap.add_argument("--eval-opts", default="", help="more options for every `skiplm eval` of --grid mqar's accuracy, e.g. "
+                    "'--device cuda'")
     ap.add_argument("--jobs", type=int, default=1, help="runs trained at once (1); the results do not depend on it")
     ap.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS of every run (0: the environment's); "
                     "with --jobs N on the CPU, cores / N")

@@ -81,7 +81,8 @@ def train_cmd(args, data, outdir, width, lr, seed, extra):
 
 def eval_cmd(args, data, outdir):
     return [args.skiplm, "eval", os.path.join(outdir, "ckpt.safetensors"), os.path.join(data, "val.bin"),
-            "--seq", str(args.seq), "--batch", str(eval_batch(args)), "--accuracy-out", os.path.join(outdir, "accuracy.json")]
+            "--seq", str(args.seq), "--batch", str(eval_batch(args)), "--accuracy-out", os.path.join(outdir, "accuracy.json"),
+            *args.eval_opts.split()]
 
 
 def eval_batch(args):

@@ -88,9 +88,20 @@ typedef __m512 v16;
 #define NPASS 1                     /* both halves of each 32-wide step in one pass over k */
 SK_INLINE v16 v_zero(void) { return _mm512_setzero_ps(); }
 SK_INLINE v16 v_fma(v16 a, v16 b, v16 c) { return _mm512_fmadd_ps(a, b, c); }
-SK_INLINE v16 v_x(const float *p) { return _mm512_loadu_ps(p); }
+/* the input in a register, shared by the tile's outputs (an empty asm keeps the compiler from
+ * folding the load into each multiply-add: one load per row instead of one per output; the
+ * same for fp32 weights below) */
+SK_INLINE v16 v_x(const float *p) {
+    v16 r = _mm512_loadu_ps(p);
+    __asm__("" : "+v"(r));
+    return r;
+}
 SK_INLINE v16 v_w(const void *w, int k, int kind, float s) {
-    if (kind == W_F32) return _mm512_loadu_ps((const float *)w + k);
+    if (kind == W_F32) {                          /* in a register too, shared by the tile's rows */
+        v16 r = _mm512_loadu_ps((const float *)w + k);
+        __asm__("" : "+v"(r));
+        return r;
+    }
     if (kind == W_BF16)
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k))), 16));
     __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)w + k))));
@@ -110,8 +121,17 @@ SK_INLINE v16 v_fma(v16 a, v16 b, v16 c) {
     v16 r = {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
     return r;
 }
-SK_INLINE v16 v_x(const float *p) { v16 r = {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; return r; }
-SK_INLINE v16 v_w(const void *w, int k, int kind, float s) { v16 r = {w8(w, k, kind, s), w8(w, k + 8, kind, s)}; return r; }
+/* loads kept in registers, as with AVX-512 */
+SK_INLINE v16 v_x(const float *p) {
+    v16 r = {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+    __asm__("" : "+x"(r.lo), "+x"(r.hi));
+    return r;
+}
+SK_INLINE v16 v_w(const void *w, int k, int kind, float s) {
+    v16 r = {w8(w, k, kind, s), w8(w, k + 8, kind, s)};
+    if (kind == W_F32) __asm__("" : "+x"(r.lo), "+x"(r.hi));
+    return r;
+}
 SK_INLINE __m256 v_lo(v16 a) { return a.lo; }
 SK_INLINE __m256 v_hi(v16 a) { return a.hi; }
 #define SK_ROWS_NAME "avx2, tiles of 2 rows x 2 outputs"
@@ -203,33 +223,37 @@ SK_INLINE void tile_any(float *out, size_t o0, const float *x, const void *wo, c
 }
 #undef TILE_CASE
 
-/* Each thread takes whole tiles of TILE_O weight rows (read from memory once per step) and
- * runs every row of the batch through them, TILE_R rows at a time. */
-SK_INLINE void rows(float *out, const float *inp, const void *w, const uint16_t *d, const float *b,
-                    int N, int IC, int OC, int kind) {
-    const int tiles = (OC + TILE_O - 1) / TILE_O, nb = IC / SK_Q8_BLOCK;
-    #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)OC * IC))
-    for (int t = 0; t < tiles; t++) {
-        const int o0 = t * TILE_O, O = OC - o0 < TILE_O ? OC - o0 : TILE_O;
-        const void *wo = w_row(w, (size_t)o0, IC, kind);
-        const uint16_t *dd = kind == W_Q8 ? d + (size_t)o0 * nb : NULL;
-        const float *bb = b ? b + o0 : NULL;
-        for (int n = 0; n < N; n += TILE_R) {
-            const int R = N - n < TILE_R ? N - n : TILE_R;
-            tile_any(out + (size_t)n * OC, (size_t)o0, inp + (size_t)n * IC, wo, dd, bb, IC, OC, R, O, kind);
-        }
+/* Output tile t (weight rows t * TILE_O ...) for every row of the batch, TILE_R rows at a time. */
+SK_INLINE void out_tile(int t, float *out, const float *inp, const void *w, const uint16_t *d, const float *b,
+                        int N, int IC, int OC, int kind) {
+    const int o0 = t * TILE_O, O = OC - o0 < TILE_O ? OC - o0 : TILE_O;
+    const void *wo = w_row(w, (size_t)o0, IC, kind);
+    const uint16_t *dd = kind == W_Q8 ? d + (size_t)o0 * (IC / SK_Q8_BLOCK) : NULL;
+    const float *bb = b ? b + o0 : NULL;
+    for (int n = 0; n < N; n += TILE_R) {
+        const int R = N - n < TILE_R ? N - n : TILE_R;
+        tile_any(out + (size_t)n * OC, (size_t)o0, inp + (size_t)n * IC, wo, dd, bb, IC, OC, R, O, kind);
     }
 }
 
+/* Each thread takes whole tiles of TILE_O weight rows (read from memory once per step) and runs
+ * every row of the batch through them. The weight kind is a constant inside each parallel loop
+ * (a loop of its own per kind), so each kind's tiles compile without a test on it. */
+#define ROWS_LOOP(KIND, W, D) do { \
+        const int tiles = (OC + TILE_O - 1) / TILE_O; \
+        _Pragma("omp parallel for schedule(static) if(SK_PAR((N) * (size_t)OC * IC))") \
+        for (int t = 0; t < tiles; t++) out_tile(t, out, inp, W, D, b, N, IC, OC, KIND); \
+    } while (0)
+
 void sk_linear_forward_rows(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC) {
-    rows(out, inp, w, NULL, b, N, IC, OC, W_F32);
+    ROWS_LOOP(W_F32, w, NULL);
 }
 
 void sk_linear_forward_bf16(float *out, const float *inp, const uint16_t *w, const float *b, int N, int IC, int OC) {
-    rows(out, inp, w, NULL, b, N, IC, OC, W_BF16);
+    ROWS_LOOP(W_BF16, w, NULL);
 }
 
 void sk_linear_forward_q8(float *out, const float *inp, const int8_t *q, const uint16_t *d, const float *b,
                           int N, int IC, int OC) {
-    rows(out, inp, q, d, b, N, IC, OC, W_Q8);
+    ROWS_LOOP(W_Q8, q, d);
 }

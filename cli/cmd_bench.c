@@ -338,6 +338,10 @@ int cmd_bench(int argc, char **argv) {
     }
     if (model) no_train = 1;
     if (prefill < 1) { fprintf(stderr, "skiplm bench: --prefill must be at least 1\n"); return 2; }
+    if (prefill > 1 && strcmp(device, "cpu")) {
+        fprintf(stderr, "skiplm bench: --prefill is for the CPU (with --device cuda, --seq is the generation prompt)\n");
+        return 2;
+    }
     if (cfg.vocab_size == 0) cfg.vocab_size = 50257;
     if (sk_config_check(&cfg)) return cli_fail("bench");
     if (T <= 0) T = cfg.block_size;

@@ -117,6 +117,8 @@ def many(tmp, vocab):
           f"bench --model with a model option refused: {r.stderr.strip()}")
     r = skiplm("bench", "--model", path, "--prefill", "64")
     check(r.returncode == 2 and "leaves no position" in r.stderr, f"bench --prefill past block_size refused: {r.stderr.strip()}")
+    r = skiplm("bench", "--prefill", "8", "--device", "cuda")
+    check(r.returncode == 2 and "--prefill is for the CPU" in r.stderr, f"bench --prefill with --device cuda refused: {r.stderr.strip()}")
 
 
 if __name__ == "__main__":

@@ -200,6 +200,8 @@ SK_INLINE void tile(float *out, size_t ldo, const float *x, size_t ldx, const vo
 
 const char *sk_rows_kernel(void) { return SK_ROWS_NAME; }
 
+_Static_assert((TILE_R <= 2 && TILE_O <= 2) || (TILE_R == 4 && TILE_O == 3), "tile_any lists these tile sizes' shapes only");
+
 /* one R x O tile with R and O as constants, so that its accumulators stay in registers */
 #define TILE_CASE(RR, OO) \
     case (RR) * 8 + (OO): tile(out + o0, (size_t)OC, x, (size_t)IC, wo, dd, bb, IC, RR, OO, kind); break
@@ -208,10 +210,19 @@ SK_INLINE void tile_any(float *out, size_t o0, const float *x, const void *wo, c
     switch (R * 8 + O) {
     TILE_CASE(1, 1);
 #if TILE_O >= 2
-    TILE_CASE(1, 2); TILE_CASE(2, 1); TILE_CASE(2, 2);
+    TILE_CASE(1, 2);
 #endif
 #if TILE_O >= 3
-    TILE_CASE(1, 3); TILE_CASE(2, 3);
+    TILE_CASE(1, 3);
+#endif
+#if TILE_R >= 2
+    TILE_CASE(2, 1);
+#if TILE_O >= 2
+    TILE_CASE(2, 2);
+#endif
+#if TILE_O >= 3
+    TILE_CASE(2, 3);
+#endif
 #endif
 #if TILE_R >= 3
     TILE_CASE(3, 1); TILE_CASE(3, 2); TILE_CASE(3, 3);

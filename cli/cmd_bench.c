@@ -252,18 +252,24 @@ static int bench_train(sk_model *m, int B, int T, int steps, int warmup, int rec
     return 0;
 }
 
-/* The generation benchmark on the CPU: gen tokens (at most block_size - 1) for each of S
- * sequences side by side from one start token (as sample --samples), with weights w (fp32, bf16
- * or 8-bit). */
-static int bench_gen(sk_model *m, int gen, int S, sk_weights w) {
+/* The generation benchmark on the CPU: a prompt of P tokens (timed when P > 1, as a prefill)
+ * decoded once and copied to S sequences, then gen tokens (at most block_size - P) for each of
+ * them side by side (as sample --samples), with weights w (fp32, bf16 or 8-bit). */
+static int bench_gen(sk_model *m, int gen, int S, int P, sk_weights w) {
     const sk_config *cfg = sk_model_config(m);
-    int n = gen < cfg->block_size ? gen : cfg->block_size - 1, V = cfg->vocab_size;
+    int n = gen < cfg->block_size - P ? gen : cfg->block_size - P, V = cfg->vocab_size;
     sk_kvcache *kv = NULL;
     float *logits = malloc(sizeof(float) * (size_t)S * V);
-    int32_t *tok = calloc(S, sizeof(int32_t));
+    int32_t *tok = calloc(S > P ? S : P, sizeof(int32_t));
     int *seqs = malloc(sizeof(int) * S);
-    int bad = !logits || !tok || !seqs ? sk_error(SK_ENOMEM, "out of memory") : sk_kvcache_new_seqs(&kv, m, n + 1, S, w);
-    bad = bad || sk_model_decode(m, kv, tok, 1, logits);
+    const char *wname = w == SK_WEIGHTS_BF16 ? "bf16" : w == SK_WEIGHTS_Q8 ? "q8_0" : "fp32";
+    int bad = !logits || !tok || !seqs ? sk_error(SK_ENOMEM, "out of memory") : sk_kvcache_new_seqs(&kv, m, P + n, S, w);
+    for (int i = 0; i < P; i++) tok[i] = (int32_t)((7u * (unsigned)i + 1u) % (unsigned)V);   /* any tokens: the work is the same */
+    double tp = sk_now();
+    bad = bad || sk_model_decode(m, kv, tok, P, logits);
+    tp = sk_now() - tp;
+    if (!bad && P > 1)
+        printf("prefill: %d tokens in %.2f ms, %.1f tok/s (%s weights)\n", P, tp * 1e3, P / tp, wname);
     for (int s = 0; s < S && !bad; s++) {
         seqs[s] = s;
         if (s) { sk_kvcache_seq_copy(kv, s, 0); memcpy(logits + (size_t)s * V, logits, sizeof(float) * V); }
@@ -276,11 +282,11 @@ static int bench_gen(sk_model *m, int gen, int S, sk_weights w) {
         bad = sk_model_decode_batch(m, kv, seqs, tok, S, logits);
     }
     double dt = sk_now() - t0;
-    if (!bad) {
+    if (!bad && n > 0) {
         /* q8_0: a byte per weight and an fp16 scale per 32 */
         double bytes = (w == SK_WEIGHTS_BF16 ? 2.0 : w == SK_WEIGHTS_Q8 ? 34.0 / 32.0 : 4.0) * sk_model_num_params(m);
         printf("generate: %d tokens x %d sequence%s, %.1f tok/s (%s weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
-               n, S, S > 1 ? "s" : "", (double)n * S / dt, w == SK_WEIGHTS_BF16 ? "bf16" : w == SK_WEIGHTS_Q8 ? "q8_0" : "fp32", bytes * n / dt / 1e9,
+               n, S, S > 1 ? "s" : "", (double)n * S / dt, wname, bytes * n / dt / 1e9,
                sk_kvcache_bytes(kv) / 1048576.0, sk_kvcache_bytes_full(kv) / 1048576.0);
         /* not built: K and V stay fp32; in q8_0 blocks (an int8 a value, an fp16 scale per 32)
          * they would take 34 bytes per 128 */
@@ -294,7 +300,8 @@ static int bench_gen(sk_model *m, int gen, int S, sk_weights w) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    int gen_seqs = 1;
+    int gen_seqs = 1, prefill = 1;
+    const char *model = NULL;
     int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1, tf32 = 0, bf16 = 0,
         q8 = 0, profile = 0;
     const char *device = "cpu";
@@ -309,6 +316,9 @@ int cmd_bench(int argc, char **argv) {
         {"no-train", 'b', &no_train, "skip the training benchmark"},
         {"no-gen", 'b', &no_gen, "skip the generation benchmark"},
         {"gen-seqs", 'i', &gen_seqs, "sequences generated side by side in the generation benchmark (CPU; as sample --samples) (1)"},
+        {"prefill", 'i', &prefill, "CPU: the generation benchmark's prompt length; above 1 its decoding is timed too (1)"},
+        {"model", 's', &model, "CPU: the generation benchmark on this model (any file sample loads; a quantized one in 8 bits), "
+                               "not a random one of the model options; no training benchmark"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &bf16, "with --device cuda: bf16 mixed precision (bf16 GEMMs, fp32 master weights); on the CPU: generation with bf16 weights"},
@@ -322,6 +332,16 @@ int cmd_bench(int argc, char **argv) {
     char *pos[1]; int np, given;
     int rc = cli_parse(argc, argv, "bench", "[model options] [options]   (default model: gpt2 124M)", opts, pos, 0, &np, &cfg, &given);
     if (rc) return rc == 1 ? 0 : rc;
+    if (model && (given || strcmp(device, "cpu"))) {
+        fprintf(stderr, "skiplm bench: --model takes the model's own configuration, on the CPU (no model options, no --device cuda)\n");
+        return 2;
+    }
+    if (model) no_train = 1;
+    if (prefill < 1) { fprintf(stderr, "skiplm bench: --prefill must be at least 1\n"); return 2; }
+    if (prefill > 1 && strcmp(device, "cpu")) {
+        fprintf(stderr, "skiplm bench: --prefill is for the CPU (with --device cuda, --seq is the generation prompt)\n");
+        return 2;
+    }
     if (cfg.vocab_size == 0) cfg.vocab_size = 50257;
     if (sk_config_check(&cfg)) return cli_fail("bench");
     if (T <= 0) T = cfg.block_size;
@@ -331,7 +351,7 @@ int cmd_bench(int argc, char **argv) {
     const int use_cuda = cli_device("bench", device);
     if (use_cuda < 0) return 2;
     if (tf32 && bf16) { fprintf(stderr, "skiplm bench: --tf32 and --bf16 exclude each other\n"); return 2; }
-    if (q8 && (bf16 || use_cuda || no_gen || gen == 0)) {
+    if (q8 && (bf16 || use_cuda || no_gen || (gen == 0 && prefill < 2))) {
         fprintf(stderr, "skiplm bench: --q8 applies to the CPU's generation benchmark, without --bf16\n");
         return 2;
     }
@@ -339,7 +359,7 @@ int cmd_bench(int argc, char **argv) {
     if (gen_seqs > 1 && use_cuda) { fprintf(stderr, "skiplm bench: --gen-seqs is for the CPU (the CUDA decoder runs one sequence)\n"); return 2; }
     if (profile && !use_cuda) { fprintf(stderr, "skiplm bench: --profile needs --device cuda\n"); return 2; }
     if (tf32 && !use_cuda) { fprintf(stderr, "skiplm bench: --tf32 needs --device cuda\n"); return 2; }
-    if (bf16 && !use_cuda && (no_gen || gen == 0)) { fprintf(stderr, "skiplm bench: on the CPU, --bf16 applies to the generation benchmark only\n"); return 2; }
+    if (bf16 && !use_cuda && (no_gen || (gen == 0 && prefill < 2))) { fprintf(stderr, "skiplm bench: on the CPU, --bf16 applies to the generation benchmark only\n"); return 2; }
     if (use_cuda && !cli_cuda_built("bench")) return 2;
 #ifdef SKIPLM_CUDA
     if (use_cuda) {
@@ -351,13 +371,31 @@ int cmd_bench(int argc, char **argv) {
     }
 #endif
     (void)tf32; (void)peak_tflops;
-    printf("bench: %s\nthreads: %d OpenMP\n", desc, omp_get_max_threads());
-
     sk_model *m;
-    if (sk_model_new(&m, &cfg, 1)) return cli_fail("bench");
+    if (model) {
+        if (cli_load_model(&m, model, NULL)) return cli_fail("bench");
+        cfg = *sk_model_config(m);
+        sk_config_describe(&cfg, desc, sizeof desc);
+        if (sk_model_q8(m) && bf16) {
+            sk_model_free(m);
+            fprintf(stderr, "skiplm bench: %s holds 8-bit weights: --bf16 does not apply\n", model);
+            return 2;
+        }
+        q8 |= sk_model_q8(m);
+    } else if (sk_model_new(&m, &cfg, 1)) {
+        return cli_fail("bench");
+    }
+    if (!no_gen && prefill >= cfg.block_size) {
+        sk_model_free(m);
+        fprintf(stderr, "skiplm bench: --prefill %d leaves no position of block_size %d to generate\n", prefill, cfg.block_size);
+        return 2;
+    }
+    printf("bench: %s%s%s\nthreads: %d OpenMP\n", model ? model : "", model ? ": " : "", desc, omp_get_max_threads());
     sk_model_set_recompute(m, recompute);
     printf("parameters: %.2fM\n", sk_model_num_params(m) / 1e6);
-    if ((!no_train && (rc = bench_train(m, B, T, steps, warmup, recompute))) || (!no_gen && gen > 0 && (rc = bench_gen(m, gen, gen_seqs, q8 ? SK_WEIGHTS_Q8 : bf16 ? SK_WEIGHTS_BF16 : SK_WEIGHTS_F32)))) {
+    if ((!no_train && (rc = bench_train(m, B, T, steps, warmup, recompute))) ||
+        (!no_gen && (gen > 0 || prefill > 1) &&
+         (rc = bench_gen(m, gen, gen_seqs, prefill, q8 ? SK_WEIGHTS_Q8 : bf16 ? SK_WEIGHTS_BF16 : SK_WEIGHTS_F32)))) {
         sk_model_free(m);
         return rc;
     }

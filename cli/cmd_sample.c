@@ -44,7 +44,7 @@ typedef struct {
     int32_t *nexts;
     float *logits, *lgb;             /* G x V: each sequence's next-token logits; the batch's */
     double t_prompt, t_gen;
-    long made;
+    long made, decoded;       /* new tokens; tokens run through the model in t_gen (the first of each sample comes from the prompt's pass) */
 } sampler;
 
 /* 0, or the exit status (1 --help, then 0; 2 a bad option) */
@@ -224,6 +224,7 @@ static int sample_group(sampler *s, const sample_opts *o, int k0, int g_n) {
         int na = sample_step(s, o, g_n, stream);
         if (i + 1 == o->n_new || na == 0) break;
         if (decode_step(s, na)) return 1;
+        s->decoded += na;
     }
     double t2 = sk_now();
     if (k0 == 0) s->t_prompt = t1 - t0;               /* the GPU decodes the prompt once per sample */
@@ -263,14 +264,17 @@ static void print_stats(sampler *s, const sample_opts *o) {
     size_t kv_bytes, kv_full;
     const char *kv_type = gen_dec_bytes(&s->dec, &kv_bytes, &kv_full);
     if (o->quiet) return;
-    const double rate = s->made / (s->t_gen > 0 ? s->t_gen : 1e-9);
+    /* the rate of the decoding steps alone: each sample's first new token comes from the
+     * prompt's pass, so N new tokens took N - 1 steps */
+    const double rate = s->decoded / (s->t_gen > 0 ? s->t_gen : 1e-9);
     if (o->n_samples == 1)
-        fprintf(stderr, "[prompt %zu tokens in %.3f s; %ld new tokens at %.1f tok/s; KV cache (%s) %.2f MiB, %.2f MiB without SLA's saving]\n",
-                s->n - s->start, s->t_prompt, s->made, rate, kv_type, kv_bytes / 1048576.0, kv_full / 1048576.0);
-    else
-        fprintf(stderr, "[prompt %zu tokens in %.3f s; %d samples, %ld new tokens at %.1f tok/s (%d side by side); "
+        fprintf(stderr, "[prompt %zu tokens in %.3f s; %ld new tokens at %.1f tok/s (%ld decoding steps in %.3f s); "
                 "KV cache (%s) %.2f MiB, %.2f MiB without SLA's saving]\n",
-                s->n - s->start, s->t_prompt, o->n_samples, s->made, rate, s->G, kv_type,
+                s->n - s->start, s->t_prompt, s->made, rate, s->decoded, s->t_gen, kv_type, kv_bytes / 1048576.0, kv_full / 1048576.0);
+    else
+        fprintf(stderr, "[prompt %zu tokens in %.3f s; %d samples, %ld new tokens at %.1f tok/s (%d side by side; %ld tokens "
+                "decoded in %.3f s); KV cache (%s) %.2f MiB, %.2f MiB without SLA's saving]\n",
+                s->n - s->start, s->t_prompt, o->n_samples, s->made, rate, s->G, s->decoded, s->t_gen, kv_type,
                 kv_bytes / 1048576.0, kv_full / 1048576.0);
 }
 

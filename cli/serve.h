@@ -148,11 +148,36 @@ int api_fail(api_err *e, int status, const char *type, const char *code, const c
 /* A request body (JSON text) for /v1/completions (chat 0) or /v1/chat/completions (chat 1)
  * as a job ready to submit: 0, or 1 with the error in *e. */
 int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api_err *e);
-/* Under the engine's lock, once the job is done: the whole response (JSON). */
+/* Once the job is done (the engine no longer touches it: no lock needed): the whole response
+ * (JSON). */
 int api_response(serve *s, const srv_job *j, char **buf, size_t *len);
-/* Under the engine's lock: the server-sent events for what the job made since the last call
- * (its text, logprobs, the finish, usage and "data: [DONE]" once done) appended to buf. */
-int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap);
+/* A stream's outbox: what the job made since the last take (its text, logprobs, the finishes,
+ * usage, the end), copied out of the job under the engine's lock by api_stream_take and made
+ * into server-sent events by api_stream_format outside it, so that building the JSON holds up
+ * neither the engine nor the other connections. */
+typedef struct {
+    int index, prompt, opening, first, content;  /* content: a chunk with text or logprobs */
+    char *text;                                  /* the new text, text_len bytes */
+    size_t text_len;
+    srv_lp *lps;                                 /* logprobs [lp_from, lp_to), after the one before lp_from if any */
+    int lp_from, lp_to;
+    int finish;                                  /* a finish chunk with this reason (SRV_STOP, SRV_LENGTH) */
+} api_piece;
+typedef struct {
+    api_piece *p;
+    int n, cap;
+    int prompt_tokens, completion_tokens, cached_tokens;
+    int done, failed, cancelled;                 /* done: the events end here ("data: [DONE]") */
+    char err[256];
+} api_outbox;
+/* Under the engine's lock: the job's new output into box (emptied first; marks it taken).
+ * 0, or -1 out of memory. */
+int api_stream_take(srv_job *j, api_outbox *box);
+int api_outbox_empty(const api_outbox *box);
+/* Without the lock (the job's fields it reads do not change while it runs): box's events
+ * appended to buf. 1 when they end the stream, 0 if more follow, -1 out of memory. */
+int api_stream_format(serve *s, const srv_job *j, const api_outbox *box, char **buf, size_t *len, size_t *cap);
+void api_outbox_free(api_outbox *box);
 /* {"error": {...}} */
 int api_error_body(const api_err *e, char **buf, size_t *len);
 /* GET /v1/models, GET /v1/models/ID (NULL when id is not this model), GET /health */

@@ -579,8 +579,29 @@ static void chunk(jbuf *b, serve *s, const srv_job *j) {
     head_json(b, s, j, j->chat ? "chat.completion.chunk" : "text_completion");
 }
 
-int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap) {
-    jbuf b = {*buf, *len, *cap, 0};
+static api_piece *piece(api_outbox *box, const srv_seq *q) {
+    if (box->n == box->cap) {
+        int cap = box->cap ? 2 * box->cap : 4;
+        api_piece *p = realloc(box->p, sizeof *p * (size_t)cap);
+        if (!p) return NULL;
+        box->p = p; box->cap = cap;
+    }
+    api_piece *p = &box->p[box->n++];
+    memset(p, 0, sizeof *p);
+    p->index = q->index; p->prompt = q->prompt;
+    return p;
+}
+
+void api_outbox_free(api_outbox *box) {
+    for (int i = 0; i < box->n; i++) { free(box->p[i].text); free(box->p[i].lps); }
+    free(box->p);
+    memset(box, 0, sizeof *box);
+}
+
+int api_outbox_empty(const api_outbox *box) { return box->n == 0 && !box->done; }
+
+int api_stream_take(srv_job *j, api_outbox *box) {
+    api_outbox_free(box);
     int all_sent = 1;
     for (int i = 0; i < j->n_seq; i++) {
         srv_seq *q = &j->seqs[i];
@@ -590,18 +611,64 @@ int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap) {
         if (q->finish) lp_to = q->n_lp;
         const int opening = q->streamed == SRV_NONE, first = j->chat && opening;
         const int text = end > q->sent || lp_to > q->lp_sent || (j->echo && opening);
-        if (first || text) {
+        const int finish = q->finish && j->state == SRV_DONE && !j->failed && q->streamed != SRV_FINISHED;
+        if (first || text || finish) {
+            api_piece *p = piece(box, q);
+            if (!p) return -1;
+            if (first || text) {
+                const int lp0 = q->lp_sent > 0 ? q->lp_sent - 1 : 0;   /* the one before: its end is the text offset */
+                p->content = 1; p->opening = opening; p->first = first;
+                p->text_len = end - q->sent;
+                p->text = malloc(p->text_len + 1);
+                p->lps = lp_to > lp0 ? malloc(sizeof *p->lps * (size_t)(lp_to - lp0)) : NULL;
+                if (!p->text || (lp_to > lp0 && !p->lps)) return -1;
+                if (p->text_len) memcpy(p->text, q->text + q->sent, p->text_len);
+                if (lp_to > lp0) memcpy(p->lps, q->lps + lp0, sizeof *p->lps * (size_t)(lp_to - lp0));
+                p->lp_from = q->lp_sent - lp0; p->lp_to = lp_to - lp0;
+                q->streamed = SRV_OPENED;
+                q->sent = end; q->lp_sent = lp_to;
+            }
+            if (finish) {
+                p->finish = q->finish;
+                q->streamed = SRV_FINISHED;
+            }
+        }
+        all_sent &= q->streamed == SRV_FINISHED;
+    }
+    box->prompt_tokens = j->prompt_tokens; box->completion_tokens = j->completion_tokens; box->cached_tokens = j->cached_tokens;
+    if (j->state == SRV_DONE && (all_sent || j->failed)) {
+        box->done = 1; box->failed = j->failed; box->cancelled = j->cancelled;
+        snprintf(box->err, sizeof box->err, "%s", j->err);
+    }
+    return 0;
+}
+
+static void usage_box(jbuf *b, const api_outbox *box) {
+    srv_job u;
+    memset(&u, 0, sizeof u);
+    u.prompt_tokens = box->prompt_tokens; u.completion_tokens = box->completion_tokens; u.cached_tokens = box->cached_tokens;
+    usage_json(b, &u);
+}
+
+int api_stream_format(serve *s, const srv_job *j, const api_outbox *box, char **buf, size_t *len, size_t *cap) {
+    jbuf b = {*buf, *len, *cap, 0};
+    for (int i = 0; i < box->n; i++) {
+        const api_piece *p = &box->p[i];
+        if (p->content) {
+            srv_seq q;                                  /* the piece's logprobs as logprobs_json reads them */
+            memset(&q, 0, sizeof q);
+            q.lps = p->lps;
             chunk(&b, s, j);
-            jprintf(&b, "{\"index\":%d,", q->index);
+            jprintf(&b, "{\"index\":%d,", p->index);
             if (j->chat) {
-                jputs(&b, first ? "\"delta\":{\"role\":\"assistant\",\"content\":" : "\"delta\":{\"content\":");
-                jstr(&b, q->text ? q->text + q->sent : "", end - q->sent);
+                jputs(&b, p->first ? "\"delta\":{\"role\":\"assistant\",\"content\":" : "\"delta\":{\"content\":");
+                jstr(&b, p->text, p->text_len);
                 jputs(&b, "},");
             } else {
                 jbuf t = {0};
-                const char *pt = j->prompt_text[q->prompt];
-                if (j->echo && opening && pt) jraw(&t, pt, strlen(pt));
-                jraw(&t, q->text ? q->text + q->sent : "", end - q->sent);
+                const char *pt = j->prompt_text[p->prompt];
+                if (j->echo && p->opening && pt) jraw(&t, pt, strlen(pt));
+                jraw(&t, p->text, p->text_len);
                 jputs(&b, "\"text\":");
                 jstr(&b, t.s ? t.s : "", t.len);
                 b.oom |= t.oom;
@@ -609,37 +676,31 @@ int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap) {
                 jputs(&b, ",");
             }
             jputs(&b, "\"logprobs\":");
-            logprobs_json(&b, s, j, q, q->lp_sent, lp_to, 0);
+            logprobs_json(&b, s, j, &q, p->lp_from, p->lp_to, 0);
             jputs(&b, ",\"finish_reason\":null}]}\n\n");
-            q->streamed = SRV_OPENED;
-            q->sent = end; q->lp_sent = lp_to;
         }
-        if (q->finish && j->state == SRV_DONE && !j->failed && q->streamed != SRV_FINISHED) {
+        if (p->finish) {
             chunk(&b, s, j);
-            jprintf(&b, "{\"index\":%d,%s\"logprobs\":null,\"finish_reason\":%s}],", q->index, j->chat ? "\"delta\":{}," : "\"text\":\"\",",
-                    finish_name(q->finish));
-            usage_json(&b, j);
+            jprintf(&b, "{\"index\":%d,%s\"logprobs\":null,\"finish_reason\":%s}],", p->index, j->chat ? "\"delta\":{}," : "\"text\":\"\",",
+                    finish_name(p->finish));
+            usage_box(&b, box);
             jputs(&b, "}\n\n");
-            q->streamed = SRV_FINISHED;
         }
-        all_sent &= q->streamed == SRV_FINISHED;
     }
-    int done = 0;
-    if (j->state == SRV_DONE && (all_sent || j->failed)) {
-        if (j->failed) {
+    if (box->done) {
+        if (box->failed) {
             api_err e;
             char *eb; size_t el;
-            api_fail(&e, j->cancelled ? 499 : 503, "server_error", NULL, NULL, "%s", j->err);
+            api_fail(&e, box->cancelled ? 499 : 503, "server_error", NULL, NULL, "%s", box->err);
             if (!api_error_body(&e, &eb, &el)) { jputs(&b, "data: "); jraw(&b, eb, el); jputs(&b, "\n\n"); free(eb); }
         } else if (j->include_usage) {
             chunk(&b, s, j);
             jputs(&b, "],");
-            usage_json(&b, j);
+            usage_box(&b, box);
             jputs(&b, "}\n\n");
         }
         jputs(&b, "data: [DONE]\n\n");
-        done = 1;
     }
     *buf = b.s; *len = b.len; *cap = b.cap;
-    return b.oom ? -1 : done;
+    return b.oom ? -1 : box->done;
 }

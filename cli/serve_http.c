@@ -94,10 +94,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         if (r->stream_done) return MHD_CONTENT_READER_END_OF_STREAM;
         r->out_len = r->out_off = 0;
+        /* the job's new output is copied out under the engine's lock, its JSON made outside */
+        api_outbox box = {0};
         srv_lock(s);
-        int rc = api_stream(s, r->job, &r->out, &r->out_len, &r->out_cap);
-        if (rc == 0 && !r->out_len) srv_wait(s, r->job, 100);
+        int rc = api_stream_take(r->job, &box);
+        if (rc == 0 && api_outbox_empty(&box)) srv_wait(s, r->job, 100);
         srv_unlock(s);
+        if (rc == 0) rc = api_stream_format(s, r->job, &box, &r->out, &r->out_len, &r->out_cap);
+        api_outbox_free(&box);
         if (rc < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (rc == 1) r->stream_done = 1;
         if (!r->out_len && !r->stream_done && client_gone(r->conn)) {
@@ -138,11 +142,12 @@ static enum MHD_Result generate(req *r, int chat) {
         srv_wait(s, j, 100);
         if (j->state != SRV_DONE && client_gone(r->conn)) srv_cancel(s, j);
     }
+    srv_unlock(s);
+    /* done: the engine no longer touches the job, so its JSON is made without the lock */
     char *body = NULL;
     size_t len = 0;
     int failed = j->failed, oom = !failed && api_response(s, j, &body, &len);
     if (failed) api_fail(&e, j->cancelled ? 499 : 503, "server_error", NULL, NULL, "%s", j->err);
-    srv_unlock(s);
     if (failed) return send_error(r, &e);
     if (oom) return send_body(r, 500, "text/plain", strdup("out of memory\n"), 14);
     return send_body(r, 200, "application/json", body, len);

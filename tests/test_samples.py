@@ -3,7 +3,8 @@ cache (sk_model_decode_batch). Sample k must be exactly what `--samples 1 --seed
 prints: both families, with SLA, fp32 and --bf16, top-k and top-p, past block_size (each
 sequence's cache rebuilt from its newest half), and end-of-sequence ids stopping some samples
 while the others go on. (That the batched logits equal one sequence's at a time, and that
-those equal PyTorch's, is tests/test_infer.c's and the torch tests'.)"""
+those equal PyTorch's, is tests/test_infer.c's, tests/test_gemm_rows.c's and the torch tests'.)
+Also 16 samples in fp32, bf16 and 8 bits, sample's rate line and bench --model."""
 import json, os, subprocess, tempfile
 from sktest import SKIPLM, check, finish
 
@@ -75,7 +76,49 @@ def main():
           f"--samples 300 over a memory limit refused before anything is printed: {r.stderr.strip()[-160:]}")
     r = skiplm("bench", "--preset", "nano", "--no-train", "--gen", "8", "--gen-seqs", "3")
     check(r.returncode == 0 and "8 tokens x 3 sequences" in r.stdout, f"bench --gen-seqs 3 runs: {r.stdout.strip()[-160:]}")
+    many(tmp, vocab)
     finish()
+
+
+def many(tmp, vocab):
+    """16 samples side by side (the batch kernels' tiles and every tail) print what 16 single
+    runs print, in every weight kind, greedy and sampled; the printed rate counts the decoding
+    steps; bench --model times a saved model."""
+    path = os.path.join(tmp, "llama64.st")
+    r = skiplm("init", path, "--family", "llama", "--n_layer", "2", "--n_head", "4", "--n_kv_head", "2", "--n_embd", "64",
+               "--ffn_hidden", "96", "--bias", "0", "--block_size", "64", "--vocab_size", str(len(VOCAB)), "--seed", "9")
+    if not check(r.returncode == 0, f"llama 64 wide: init {r.stderr.strip()[-200:]}"):
+        return
+    for prec in [[], ["--bf16"], ["--q8"]]:
+        for mode in [["--greedy"], ["--seed", "40", "--temperature", "1.5"]]:
+            r = sample(path, vocab, "--tokens", "24", "--samples", "16", "--quiet", *prec, *mode)
+            got = r.stdout.split(SEP)
+            if mode[0] == "--greedy":
+                want = [sample(path, vocab, "--tokens", "24", "--quiet", *prec, *mode).stdout] * 16
+            else:
+                want = [sample(path, vocab, "--tokens", "24", "--quiet", "--seed", str(40 + k), "--temperature", "1.5", *prec).stdout
+                        for k in range(16)]
+            check(r.returncode == 0 and got == want and (mode[0] == "--greedy" or len(set(want)) > 8),
+                  f"llama 64 wide {' '.join(prec) or 'fp32'} {' '.join(mode)}: --samples 16 prints what 16 single runs print "
+                  f"({len(set(want))} distinct) {r.stderr.strip()[-200:]}")
+    r = sample(path, vocab, "--tokens", "20", "--greedy")
+    check(r.returncode == 0 and "20 new tokens at " in r.stderr and "(19 decoding steps in " in r.stderr,
+          f"sample's rate is over the 19 decoding steps of 20 new tokens (the first comes from the prompt's pass): {r.stderr.strip()[-200:]}")
+    r = sample(path, vocab, "--tokens", "10", "--samples", "3", "--ignore-eos")
+    check(r.returncode == 0 and "30 new tokens at " in r.stderr and "27 tokens decoded in " in r.stderr,
+          f"--samples 3: the rate is over the 27 tokens decoded: {r.stderr.strip()[-200:]}")
+    for extra in [[], ["--q8"]]:
+        r = skiplm("bench", "--model", path, "--gen", "8", "--gen-seqs", "4", "--prefill", "16", *extra)
+        check(r.returncode == 0 and "prefill: 16 tokens in " in r.stdout and "generate: 8 tokens x 4 sequences" in r.stdout and
+              ("q8_0 weights" in r.stdout) == bool(extra) and "train:" not in r.stdout and "llama L=2" in r.stdout,
+              f"bench --model {' '.join(extra)}: the saved model's prefill and 4 sequences timed, no training: {r.stdout.strip()[-200:]}")
+    r = skiplm("bench", "--model", path, "--n_layer", "3")
+    check(r.returncode == 2 and "--model takes the model's own configuration" in r.stderr,
+          f"bench --model with a model option refused: {r.stderr.strip()}")
+    r = skiplm("bench", "--model", path, "--prefill", "64")
+    check(r.returncode == 2 and "leaves no position" in r.stderr, f"bench --prefill past block_size refused: {r.stderr.strip()}")
+    r = skiplm("bench", "--prefill", "8", "--device", "cuda")
+    check(r.returncode == 2 and "--prefill is for the CPU" in r.stderr, f"bench --prefill with --device cuda refused: {r.stderr.strip()}")
 
 
 if __name__ == "__main__":

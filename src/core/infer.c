@@ -163,17 +163,17 @@ static void norm(const sk_model *m, float *out, const float *x, const float *w, 
 }
 
 /* Up to this many rows of a prompt chunk the matrix products stream each weight row once for
- * all of them (the row kernels, fp32, bf16 or 8-bit); more go to the GEMM. A batch of
- * sequences always takes the row kernels (their results must not depend on the batch).
- * Measured on the 2-core AVX2 machine at stories15M's shapes, fp32, before the row kernel took
- * two rows at a time: 2.2x the GEMM's speed at 4 rows, 1.5x at 12, 0.7x at 16. */
+ * all of them (the decoding kernels of gemm_rows.c, fp32, bf16 or 8-bit); more go to the GEMM.
+ * A batch of sequences always takes the decoding kernels (their results must not depend on the
+ * batch). Measured on the 2-core AVX2 machine at stories15M's shapes, fp32, with the one-row
+ * kernel before the register tiles: 2.2x the GEMM's speed at 4 rows, 1.5x at 12, 0.7x at 16. */
 #define SK_ROWS_MAX 12
 
 /* out (n, OC) = inp (n, IC) @ w^T + b, from the cache's 8-bit or bf16 copy of w if it has one:
  * a few rows read it directly; more widen it back to fp32 (exactly: bf16 -> fp32 and q * d are
  * lossless), a block of w32's rows at a time, for the GEMM, which is compute-bound there. rows:
- * the row kernel whatever n is, so that each row's result is what it would be alone (a batch
- * of sequences, whose every row must not depend on the others). */
+ * the decoding kernels whatever n is, so that each row's result is what it would be alone (a
+ * batch of sequences, whose every row must not depend on the others). */
 static void linear(const sk_kvcache *kv, float *out, const float *inp, const float *w, const float *b, int n, int IC, int OC, int rows) {
     if (kv->q8) {
         size_t off = (size_t)(w - kv->q8_base);

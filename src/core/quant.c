@@ -1,13 +1,10 @@
-/* 8-bit weights (quant.h): fp16 scales, Q8_0 quantization of a model's matrices, and the
- * decoding kernel that reads them with fp32 activations. */
+/* 8-bit weights (quant.h): fp16 scales and Q8_0 quantization of a model's matrices (the
+ * decoding kernel that reads them with fp32 activations is gemm_rows.c). */
 #include "core/quant.h"
 #include "core/model.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
 
 #define SK_PAR(work) ((size_t)(work) >= 32768)
 
@@ -85,111 +82,6 @@ void sk_q8_dequantize(float *w, const int8_t *q, const uint16_t *d, size_t n) {
     for (size_t b = 0; b < nb; b++) {
         float s = sk_f16_to_f32(d[b]);
         for (int k = 0; k < SK_Q8_BLOCK; k++) w[b * SK_Q8_BLOCK + k] = (float)q[b * SK_Q8_BLOCK + k] * s;
-    }
-}
-
-/* ---------------------------------------------------------------- kernel */
-
-#if defined(__F16C__)
-#define F16(h) _cvtsh_ss(h)
-#else
-#define F16(h) sk_f16_to_f32(h)
-#endif
-
-/* res[r] = x_r . (q * d) over n (a multiple of 32) for R rows x_r = x + r ldx (R a constant
- * at each call, at most Q8_ROWS): each block's weights widened to fp32 once for the R rows;
- * per row each block's 32 products summed, times its scale, into two accumulators (even and
- * odd blocks). One fixed order per row, whatever R and the thread count: a row gives the same
- * bits alone or in a batch. */
-#define SK_INLINE static inline __attribute__((always_inline))
-#if defined(__AVX512F__)
-#define Q8_ROWS 4
-SK_INLINE void dot_q8_rows(float *res, const float *x, size_t ldx, const int8_t *q, const uint16_t *d, int n, int R) {
-    const int nb = n / SK_Q8_BLOCK;
-    __m512 a0[Q8_ROWS], a1[Q8_ROWS];
-    for (int r = 0; r < R; r++) a0[r] = a1[r] = _mm512_setzero_ps();
-#define W16(b, k) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * (b) + 16 * (k)))))
-#define BLK(acc, b) do { \
-        const __m512 w0 = W16(b, 0), w1 = W16(b, 1), s = _mm512_set1_ps(F16(d[b])); \
-        for (int r = 0; r < R; r++) { \
-            const float *xr = x + r * ldx + 32 * (b); \
-            acc[r] = _mm512_fmadd_ps(_mm512_fmadd_ps(w1, _mm512_loadu_ps(xr + 16), _mm512_mul_ps(w0, _mm512_loadu_ps(xr))), s, acc[r]); \
-        } } while (0)
-    int b = 0;
-    for (; b + 2 <= nb; b += 2) { BLK(a0, b); BLK(a1, b + 1); }
-    if (b < nb) BLK(a0, b);
-    for (int r = 0; r < R; r++) res[r] = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
-#undef BLK
-#undef W16
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-#define Q8_ROWS 2
-SK_INLINE void dot_q8_rows(float *res, const float *x, size_t ldx, const int8_t *q, const uint16_t *d, int n, int R) {
-    const int nb = n / SK_Q8_BLOCK;
-    __m256 a0[Q8_ROWS], a1[Q8_ROWS];
-    for (int r = 0; r < R; r++) a0[r] = a1[r] = _mm256_setzero_ps();
-#define W8(b, k) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 32 * (b) + 8 * (k)))))
-#define BLK(acc, b) do { \
-        const __m256 w0 = W8(b, 0), w1 = W8(b, 1), w2 = W8(b, 2), w3 = W8(b, 3), s = _mm256_set1_ps(F16(d[b])); \
-        for (int r = 0; r < R; r++) { \
-            const float *xr = x + r * ldx + 32 * (b); \
-            __m256 p = _mm256_mul_ps(w0, _mm256_loadu_ps(xr)); \
-            p = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), p); \
-            p = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xr + 16), p); \
-            p = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xr + 24), p); \
-            acc[r] = _mm256_fmadd_ps(p, s, acc[r]); \
-        } } while (0)
-    int b = 0;
-    for (; b + 2 <= nb; b += 2) { BLK(a0, b); BLK(a1, b + 1); }
-    if (b < nb) BLK(a0, b);
-    for (int r = 0; r < R; r++) {
-        __m256 a = _mm256_add_ps(a0[r], a1[r]);
-        __m128 t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-        t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-        t = _mm_add_ss(t, _mm_movehdup_ps(t));
-        res[r] = _mm_cvtss_f32(t);
-    }
-#undef BLK
-#undef W8
-}
-#else
-#define Q8_ROWS 1
-SK_INLINE void dot_q8_rows(float *res, const float *x, size_t ldx, const int8_t *q, const uint16_t *d, int n, int R) {
-    (void)ldx; (void)R;
-    float acc = 0.0f;
-    for (int b = 0; b < n / SK_Q8_BLOCK; b++) {
-        float s[8] = {0};
-        for (int k = 0; k < SK_Q8_BLOCK; k++) s[k % 8] += x[32 * b + k] * (float)q[32 * b + k];
-        acc += (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) * F16(d[b]);
-    }
-    res[0] = acc;
-}
-#endif
-
-void sk_linear_forward_q8(float *out, const float *inp, const int8_t *q, const uint16_t *d, const float *b,
-                          int N, int IC, int OC) {
-    const int nb = IC / SK_Q8_BLOCK;
-    #pragma omp parallel for schedule(static) if(SK_PAR((N) * (size_t)OC * IC))
-    for (int o = 0; o < OC; o++) {
-        const int8_t *row = q + (size_t)o * IC;
-        const uint16_t *dr = d + (size_t)o * nb;
-        float bias = b ? b[o] : 0.0f, res[Q8_ROWS];
-        for (int n = 0; n < N; n += Q8_ROWS) {
-            const float *x = inp + (size_t)n * IC;
-            const int R = N - n < Q8_ROWS ? N - n : Q8_ROWS;
-            /* R as a constant in each call, so the rows' accumulators stay in registers */
-            switch (R) {
-            case 1: dot_q8_rows(res, x, (size_t)IC, row, dr, IC, 1); break;
-#if Q8_ROWS >= 2
-            case 2: dot_q8_rows(res, x, (size_t)IC, row, dr, IC, 2); break;
-#endif
-#if Q8_ROWS >= 4
-            case 3: dot_q8_rows(res, x, (size_t)IC, row, dr, IC, 3); break;
-            case 4: dot_q8_rows(res, x, (size_t)IC, row, dr, IC, 4); break;
-#endif
-            }
-            for (int r = 0; r < R; r++) out[(size_t)(n + r) * OC + o] = bias + res[r];
-        }
     }
 }
 

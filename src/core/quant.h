@@ -24,8 +24,9 @@ void sk_q8_quantize(int8_t *q, uint16_t *d, const float *w, size_t n);
 void sk_q8_dequantize(float *w, const int8_t *q, const uint16_t *d, size_t n);
 
 /* out (N, OC) = inp (N, IC) @ (q * d)^T + b for a few rows (decoding); IC a multiple of
- * SK_Q8_BLOCK; q (OC, IC), d (OC, IC / SK_Q8_BLOCK). Each output is one thread's, summed in a
- * fixed order: the same bits for any thread count. */
+ * SK_Q8_BLOCK; q (OC, IC), d (OC, IC / SK_Q8_BLOCK) (gemm_rows.c). The bits of
+ * sk_linear_forward_rows on the dequantized matrix: each row's as it is alone, for any N and
+ * any thread count. */
 void sk_linear_forward_q8(float *out, const float *inp, const int8_t *q, const uint16_t *d, const float *b,
                           int N, int IC, int OC);
 

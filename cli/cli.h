@@ -82,6 +82,18 @@ int cli_tokenizer_of(const char *weights, char *out, size_t n);
  * vocab.json + merges.txt (hf_names 1), a char vocabulary as vocab.json (hf_names 0; with
  * hf_names 1 it has no Hugging Face form and 2 is returned). Atomic writes; 1 on error. */
 int cli_copy_tokenizer(const sk_tokenizer *tok, const char *src, const char *out, int hf_names);
+/* GGUF model files (cli/gguf_cli.c): 1 if path is a regular file starting with GGUF's magic;
+ * the tokenizer and the chat template a GGUF file holds; a tokenizer from a path that may be a
+ * GGUF file (else sk_tok_load). */
+int cli_is_gguf(const char *path);
+int cli_gguf_tokenizer(sk_tokenizer **tok, const char *path);
+int cli_gguf_chat(sk_chat **ct, const char *path);
+int cli_tok_load(sk_tokenizer **tok, const char *path);
+/* The tokenizer keys of a GGUF file into w: copied from a GGUF tok_path, else read from the
+ * tokenizer's files (sk_tok_vocab_read), with the end-of-sequence id (the model's eos id, else
+ * the chat template's eos token, else tok's end-of-text), the chat template and its bos token
+ * where the model has one. */
+int cli_gguf_add_tokenizer(sk_gguf_writer *w, const char *tok_path, const char *weights, const sk_tokenizer *tok);
 /* Reads a whole file (NUL-terminated). */
 int cli_read_file(const char *path, char **data, size_t *len);
 

@@ -94,6 +94,10 @@ int cli_tok_load(sk_tokenizer **tok, const char *path);
  * the chat template's eos token, else tok's end-of-text), the chat template and its bos token
  * where the model has one. */
 int cli_gguf_add_tokenizer(sk_gguf_writer *w, const char *tok_path, const char *weights, const sk_tokenizer *tok);
+/* A GGUF file's tokenizer as Hugging Face files in dir: tokenizer.json (as sk_tok_vocab_json
+ * writes it) and, where the file has them, tokenizer_config.json with its chat template and
+ * bos and eos tokens. Atomic writes. */
+int cli_gguf_write_hf_tokenizer(const char *gguf_path, const char *dir);
 /* Reads a whole file (NUL-terminated). */
 int cli_read_file(const char *path, char **data, size_t *len);
 

@@ -17,6 +17,7 @@ static int export_gguf(sk_model *m, const char *weights, const char *path, const
     sk_gguf_writer *w = sk_gguf_writer_new();
     if (!w) { sk_error(SK_ENOMEM, "out of memory"); return cli_fail("export"); }
     int rc = sk_model_to_gguf(m, w, t);
+    if (!rc && !tp[0]) fprintf(stderr, "skiplm export: %s records no tokenizer: the GGUF file gets none (give --tokenizer)\n", weights);
     sk_tokenizer *tok = NULL;
     if (!rc && tp[0]) {
         if (cli_tok_load(&tok, tp)) rc = SK_EINVAL;
@@ -58,7 +59,6 @@ int cmd_export(int argc, char **argv) {
     if (tok) snprintf(tp, sizeof tp, "%s", tok);
     else if (cli_tokenizer_of(pos[0], tp, sizeof tp)) tp[0] = 0;
     if (gguf) {
-        if (!tp[0]) fprintf(stderr, "skiplm export: %s records no tokenizer: the GGUF file gets none (give --tokenizer)\n", pos[0]);
         rc = export_gguf(m, pos[0], gguf, type, tp);
         sk_model_free(m);
         return rc;
@@ -81,17 +81,18 @@ int cmd_export(int argc, char **argv) {
         fprintf(stderr, "skiplm export: the model's tokenizer is not copied: %s\n", sk_last_error());
         tp[0] = 0;
     }
-    rc = t && !cli_is_gguf(tp) ? cli_copy_tokenizer(t, tp, out, 1) : 2;
+    const int from_gguf = t && cli_is_gguf(tp);
+    rc = from_gguf ? (cli_gguf_write_hf_tokenizer(tp, out) ? 1 : 0) : t ? cli_copy_tokenizer(t, tp, out, 1) : 2;
     const char *kind = t ? sk_tok_kind(t) : "none";
     sk_tok_free(t);
     if (rc == 1) return cli_fail("export");
-    if (rc == 2 && tok && !cli_is_gguf(tp)) { fprintf(stderr, "skiplm export: --tokenizer %s: a character-level tokenizer has no Hugging Face form\n", tok); return 1; }
+    if (rc == 2 && tok) { fprintf(stderr, "skiplm export: --tokenizer %s: a character-level tokenizer has no Hugging Face form\n", tok); return 1; }
     if (rc == 0)
         printf("wrote %s: model.safetensors, config.json, %s (from %s)\n", out,
-               strcmp(kind, "hf") ? "vocab.json + merges.txt (GPT-2 tokenizer)" : "tokenizer.json", tp);
+               from_gguf ? "tokenizer.json (+ tokenizer_config.json with the chat template, where the file has one)"
+               : strcmp(kind, "hf") ? "vocab.json + merges.txt (GPT-2 tokenizer)" : "tokenizer.json", tp);
     else
         printf("wrote %s: model.safetensors, config.json%s\n", out,
-               tp[0] && cli_is_gguf(tp) ? " (the GGUF file's tokenizer is not written as Hugging Face files)"
-               : tp[0] ? " (the character-level tokenizer has no Hugging Face form: not copied)" : "");
+               tp[0] ? " (the character-level tokenizer has no Hugging Face form: not copied)" : "");
     return 0;
 }

@@ -29,7 +29,8 @@ static int token_id(const sk_gguf *g, const char *key, size_t n_tokens) {
     return sk_gguf_get_int(g, key, &v) == 0 && v >= 0 && (uint64_t)v < n_tokens ? (int)v : -1;
 }
 
-static int tokenizer_of(sk_tokenizer **tok, const sk_gguf *g) {
+/* The vocabulary of g handed to fn (sk_tok_load_vocab, or the tokenizer.json writer) */
+static int with_vocab(const sk_gguf *g, int (*fn)(const sk_tok_vocab *v, const char *name, void *arg), void *arg) {
     const sk_gguf_kv *toks = sk_gguf_find(g, "tokenizer.ggml.tokens"), *merges = sk_gguf_find(g, "tokenizer.ggml.merges");
     const sk_gguf_kv *scores = sk_gguf_find(g, "tokenizer.ggml.scores"), *types = sk_gguf_find(g, "tokenizer.ggml.token_type");
     char *model = str_dup(g, "tokenizer.ggml.model"), *pre = str_dup(g, "tokenizer.ggml.pre");
@@ -78,16 +79,18 @@ static int tokenizer_of(sk_tokenizer **tok, const sk_gguf *g) {
         .n_merges = merges ? (size_t)merges->n : 0, .unk = token_id(g, "tokenizer.ggml.unknown_token_id", n),
         .add_space_prefix = asp != 0,
     };
-    rc = sk_tok_load_vocab(tok, &v, g->path);
+    rc = fn(&v, g->path, arg);
 done:
     free(model); free(pre); free(sc); free(ty);
     return rc;
 }
 
+static int load_fn(const sk_tok_vocab *v, const char *name, void *arg) { return sk_tok_load_vocab(arg, v, name); }
+
 int cli_gguf_tokenizer(sk_tokenizer **tok, const char *path) {
     sk_gguf g;
     int rc = sk_gguf_read(path, &g);
-    if (!rc) rc = tokenizer_of(tok, &g);
+    if (!rc) rc = with_vocab(&g, load_fn, tok);
     sk_gguf_free(&g);
     return rc;
 }
@@ -195,5 +198,66 @@ int cli_gguf_add_tokenizer(sk_gguf_writer *w, const char *tok_path, const char *
     if (!rc && eos_id >= 0) rc = sk_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos_id);
     if (!rc && bos >= 0) rc = sk_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
     sk_tok_vocab_free(&v);
+    return rc;
+}
+
+/* ------------------------------------------------ as Hugging Face files */
+
+static int json_fn(const sk_tok_vocab *v, const char *name, void *arg) {
+    char *json; size_t len;
+    int rc = sk_tok_vocab_json(v, &json, &len);
+    if (rc) return sk_error(rc, "%s: %s", name, sk_last_error());
+    rc = sk_write_atomic(arg, json, len);
+    free(json);
+    return rc;
+}
+
+/* s as a JSON string literal into f */
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+int cli_gguf_write_hf_tokenizer(const char *gguf_path, const char *dir) {
+    sk_gguf g;
+    int rc = sk_gguf_read(gguf_path, &g);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    if (!rc) rc = with_vocab(&g, json_fn, p);
+    /* tokenizer_config.json: the chat template, bos and eos tokens that sk_chat_load reads */
+    size_t n;
+    const char *tpl = rc ? NULL : sk_gguf_get_str(&g, "tokenizer.chat_template", &n);
+    char *bos = rc ? NULL : token_text(&g, "tokenizer.ggml.bos_token_id"), *eos = rc ? NULL : token_text(&g, "tokenizer.ggml.eos_token_id");
+    if (!rc && (tpl || bos || eos)) {
+        char *buf = NULL, *t = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (!f || (tpl && !(t = malloc(n + 1)))) rc = sk_error(SK_ENOMEM, "out of memory");
+        else {
+            fputs("{", f);
+            const char *sep = "";
+            if (bos) { fputs("\"bos_token\": ", f); json_str(f, bos); sep = ", "; }
+            if (eos) { fprintf(f, "%s\"eos_token\": ", sep); json_str(f, eos); sep = ", "; }
+            if (tpl) {
+                memcpy(t, tpl, n); t[n] = 0;
+                fprintf(f, "%s\"chat_template\": ", sep);
+                json_str(f, t);
+            }
+            fputs("}\n", f);
+            fclose(f);
+            f = NULL;
+            snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+            rc = sk_write_atomic(p, buf, len);
+        }
+        if (f) fclose(f);
+        free(buf); free(t);
+    }
+    free(bos); free(eos);
+    sk_gguf_free(&g);
     return rc;
 }

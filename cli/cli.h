@@ -98,6 +98,11 @@ int cli_gguf_add_tokenizer(sk_gguf_writer *w, const char *tok_path, const char *
  * writes it) and, where the file has them, tokenizer_config.json with its chat template and
  * bos and eos tokens. Atomic writes. */
 int cli_gguf_write_hf_tokenizer(const char *gguf_path, const char *dir);
+/* eval --choices (cli/eval_choices.c): multiple-choice items of file scored by the model's
+ * log-likelihood of each ending (delim in front of it); acc and acc_norm on stdout, each item's
+ * scores to out (JSON, or CSV for a name ending in .csv) when given. 0, or 1 (said). */
+int cli_eval_choices(const char *weights, const char *file, const cli_model_opts *mo, const char *tok_path, const char *out,
+                     const char *delim, int q8);
 /* Reads a whole file (NUL-terminated). */
 int cli_read_file(const char *path, char **data, size_t *len);
 

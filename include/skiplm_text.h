@@ -149,6 +149,17 @@ int sk_jsonl_text(const char *line, size_t len, const char *field, char **text, 
  * "content" strings, as OpenAI's and Hugging Face's chat data hold them; other members are
  * ignored. *msgs is one malloc'd block holding the strings too (free(*msgs)). */
 int sk_jsonl_messages(const char *line, size_t len, const char *field, sk_chat_msg **msgs, int *n);
+/* A multiple-choice item (eval --choices; HellaSwag's files as they are): "context" (or "ctx")
+ * a string, "endings" (or "choices") a list of at least two strings, "label" (or "gold") the
+ * index of the right one, a whole number in range (or a string of digits). sk_mc_item_free
+ * frees it (also after an error, when it is left empty). */
+typedef struct {
+    char *context; size_t context_len;
+    char **endings; size_t *ending_lens; int n_endings;
+    int label;
+} sk_mc_item;
+int sk_jsonl_choices(const char *line, size_t len, sk_mc_item *item);
+void sk_mc_item_free(sk_mc_item *item);
 
 /* ------------------------------------------------------------- BPE training
  *

@@ -351,7 +351,22 @@ int cli_copy_tokenizer(const sk_tokenizer *tok, const char *src, const char *out
     return 0;
 }
 
+static int load_model(sk_model **m, const char *path, const cli_model_opts *mo);
+
 int cli_load_model(sk_model **m, const char *path, const cli_model_opts *mo) {
+    int rc = load_model(m, path, mo);
+    if (rc || !mo || !mo->lora) return rc;
+    sk_lora *l;
+    if ((rc = sk_lora_load(&l, *m, mo->lora)) || (rc = sk_lora_merge(l, *m))) {
+        sk_model_free(*m);
+        *m = NULL;
+    }
+    sk_lora_free(l);
+    if (!rc) fprintf(stderr, "skiplm: LoRA adapter %s merged into %s\n", mo->lora, path);
+    return rc;
+}
+
+static int load_model(sk_model **m, const char *path, const cli_model_opts *mo) {
     static const cli_model_opts none = {0};
     if (!mo) mo = &none;
     if (mo->n_head < 0) return sk_error(SK_EINVAL, "--n_head must be positive (got %d)", mo->n_head);

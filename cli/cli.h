@@ -59,10 +59,10 @@ int cli_device(const char *cmd, const char *device);
 int cli_cuda_built(const char *cmd);
 /* What the command line may say about weights whose file does not (PyTorch-written weights
  * without metadata or config.json): the head count and the SLA setting (0 / NULL: not given). */
-typedef struct { int n_head, n_skip_layer, n_skip_head; const char *routing; } cli_model_opts;
+typedef struct { int n_head, n_skip_layer, n_skip_head; const char *routing, *lora; } cli_model_opts;
 /* sk_model_load with those options as the override (refused where the file says otherwise);
  * prints a warning for every metadata key that reads like a config field skiplm does not know
- * (sk_meta_unknown_keys). */
+ * (sk_meta_unknown_keys); with lora, the adapter merged into the weights (sk_lora_merge). */
 int cli_load_model(sk_model **m, const char *path, const cli_model_opts *mo);
 #define CLI_N_HEAD_HELP "attention heads, for weights whose file does not say (no metadata, no config.json)"
 /* The option table entries for cli_model_opts *MO (inside a cli_opt array). */
@@ -70,7 +70,8 @@ int cli_load_model(sk_model **m, const char *path, const cli_model_opts *mo);
     {"n_head", 'i', &(MO)->n_head, CLI_N_HEAD_HELP}, \
     {"n_skip_layer", 'i', &(MO)->n_skip_layer, "SLA for weights whose file carries none: layer l's last heads read layer l-N's K/V"}, \
     {"n_skip_head", 'i', &(MO)->n_skip_head, "SLA for weights whose file carries none: how many heads of a layer skip"}, \
-    {"routing", 's', &(MO)->routing, "general K/V routing table for weights whose file carries none (docs/models.md)"}
+    {"routing", 's', &(MO)->routing, "general K/V routing table for weights whose file carries none (docs/models.md)"}, \
+    {"lora", 's', &(MO)->lora, "a LoRA adapter folder (PEFT's adapter_config.json + adapter_model.safetensors) merged into the weights at load"}
 /* The tokenizer of a weights file or folder: the one its metadata records (a checkpoint),
  * else the folder holding it if a tokenizer is beside it (a Hugging Face folder:
  * tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe). Writes the path (a file or a folder) to out; an error names
@@ -111,6 +112,7 @@ int cmd_init(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_train_lora(int argc, char **argv);     /* train --lora R (cli/train_lora.c) */
 int cmd_sample(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

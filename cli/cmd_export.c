@@ -44,6 +44,7 @@ int cmd_export(int argc, char **argv) {
         {"gguf", 's', &gguf, "write one GGUF file instead (llama.cpp, ollama, LM Studio): weights, tokenizer, chat template"},
         {"type", 's', &type, "with --gguf: the matrices' type, f32 | bf16 | q8_0 (f32; an 8-bit model: q8_0, its own blocks)"},
         {"tokenizer", 's', &tok, "tokenizer to write with the weights: a GPT-2 folder or a tokenizer.json (default: the model's own)"},
+        {"merge-lora", 's', &mo.lora, "a LoRA adapter folder (PEFT's) merged into the weights written (the same as --lora)"},
         CLI_MODEL_OPTS(&mo),
         {0},
     };

@@ -342,6 +342,7 @@ def export(tmp):
           f"export of an SLA model refused: {r.stderr.strip()[-160:]}")
     # gpt2 and qwen2 round trips
     for fam, extra in (("gpt2", ["family=gpt2", "gelu=tanh"]), ("gpt2 erf", ["family=gpt2", "gelu=erf"]),
+                       ("gpt2 without biases (zero ones written)", ["family=gpt2", "gelu=tanh", "bias=0"]),
                        ("qwen2", ["family=llama", "qkv_bias=1"])):
         wf = os.path.join(tmp, "sk_fam.safetensors")
         assert run_tool("tool_model", "init", wf, "3", "n_layer=2", "n_head=4", "n_embd=64", "block_size=32",

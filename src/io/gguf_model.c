@@ -412,6 +412,16 @@ int sk_model_to_gguf(const sk_model *m, sk_gguf_writer *w, int type) {
             buf = f;
         }
         rc = sk_gguf_add_tensor(w, gn, tt, t->ndim, ne, buf, 1);
+        /* a GPT-2 without biases: zero biases where llama.cpp's GPT-2 requires them (the same function) */
+        const size_t gl = strlen(gn);
+        if (!rc && gpt2 && !c->bias && gl > 7 && !strcmp(gn + gl - 7, ".weight") && strncmp(gn, "token_embd", 10) &&
+            strncmp(gn, "position_embd", 13) && strcmp(gn, "output.weight")) {
+            char bn[140];
+            snprintf(bn, sizeof bn, "%.*s.bias", (int)(gl - 7), gn);
+            const int64_t bne[1] = {t->ndim == 2 ? rows : cols};
+            float *z = calloc((size_t)bne[0], sizeof(float));
+            rc = z ? sk_gguf_add_tensor(w, bn, SK_GGML_F32, 1, bne, z, 1) : sk_error(SK_ENOMEM, "out of memory");
+        }
         /* GPT-2's head in llama.cpp: output.weight, a copy of the embedding when tied (as its converter writes it) */
         if (!rc && gpt2 && !c->untied_head && !strcmp(t->name, "transformer.wte.weight")) {
             size_t bytes = tt == SK_GGML_Q8_0 ? n / 32 * 34 : tt == SK_GGML_BF16 ? n * 2 : n * 4;

@@ -7,7 +7,7 @@ its prebuilt CPU binaries, installed outside the repository:
     npm install --omit=optional --ignore-scripts node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1
     NODE_LLAMA_CPP=/tmp/llamacpp /usr/bin/python3 scripts/check_gguf_llamacpp.py
 
-Random models (Llama, Qwen2, Llama with an untied head, GPT-2; weights of scale 0.1) with
+Random models (Llama, Qwen2, Llama with an untied head, GPT-2 with and without biases) with
 GPT-2's tokenizer are exported with `skiplm export --gguf` as f32, bf16 and q8_0:
   - llama.cpp tokenizes the prompt as skiplm does (the tokenizer written into the file);
   - f32: llama.cpp's 24 greedy tokens equal `skiplm sample --temperature 0`'s;
@@ -74,9 +74,17 @@ def llama_folder(folder, V, qkv_bias=0, untied=0, seed=1):
               open(os.path.join(folder, "config.json"), "w"))
 
 
-def gpt2_folder(folder):
+def gpt2_folder(folder, bias=True):
+    """bias False: skiplm's own GPT-2 without biases (export writes zero ones, which llama.cpp requires)"""
     cfg = {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 256, "vocab_size": 50257, "layer_norm_epsilon": 1e-5,
            "activation_function": "gelu_new"}
+    if not bias:
+        out = folder + ".safetensors"
+        subprocess.run([os.path.join(os.path.dirname(SKIPLM), "tests", "tool_model"), "init", out, "3", "family=gpt2", "n_layer=2",
+                        "n_head=4", "n_embd=64", "block_size=256", "vocab_size=50257", "gelu=tanh", "bias=0"], check=True)
+        os.makedirs(folder, exist_ok=True)
+        os.replace(out, os.path.join(folder, "model.safetensors"))
+        return
     p = hf.random_params(cfg, seed=4)
     os.makedirs(folder, exist_ok=True)
     st.save_file({k: v.contiguous() for k, v in p.items() if not k.endswith((".attn.bias", ".attn.masked_bias"))},
@@ -92,7 +100,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="skiplm_llamacpp_")
     try:
         models = {"llama": lambda f: llama_folder(f, 50257), "qwen2": lambda f: llama_folder(f, 50257, qkv_bias=1, seed=2),
-                  "llama untied": lambda f: llama_folder(f, 50257, untied=1, seed=3), "gpt2": gpt2_folder}
+                  "llama untied": lambda f: llama_folder(f, 50257, untied=1, seed=3), "gpt2": gpt2_folder,
+                  "gpt2 without biases": lambda f: gpt2_folder(f, bias=False)}
         want_prompt = skiplm_ids(VOCAB, PROMPT, tmp)
         for name, make in models.items():
             folder = os.path.join(tmp, name.replace(" ", "_"))

@@ -44,7 +44,7 @@ struct sk_lora {
 };
 
 /* the short name of a 2-D tensor inside a layer, and its module name; 0 if it is not one */
-static int module_of(const sk_model *m, const sk_tensor *t, char *module, size_t n, const char **shortname) {
+static int module_of(const sk_tensor *t, char *module, size_t n, const char **shortname) {
     if (t->ndim != 2) return 0;
     const size_t len = strlen(t->name);
     if (len < 8 || strcmp(t->name + len - 7, ".weight")) return 0;
@@ -52,7 +52,6 @@ static int module_of(const sk_model *m, const sk_tensor *t, char *module, size_t
     snprintf(module, n, "%.*s", (int)(len - 7), t->name);
     const char *dot = strrchr(module, '.');
     *shortname = dot ? dot + 1 : module;
-    (void)m;
     return 1;
 }
 
@@ -103,7 +102,7 @@ static int lora_alloc(sk_lora **out, const sk_model *m, int rank, float alpha, c
     for (int i = 0; i < nt; i++) {
         char module[96];
         const char *sn;
-        if (!module_of(m, &ts[i], module, sizeof module, &sn) || !targeted(targets, sn, l->gpt2)) continue;
+        if (!module_of(&ts[i], module, sizeof module, &sn) || !targeted(targets, sn, l->gpt2)) continue;
         lora_t *e = &l->t[l->n++];
         e->tensor = i; e->off = ts[i].offset;
         e->out = (int)ts[i].shape[0]; e->in = (int)ts[i].shape[1];
@@ -210,15 +209,11 @@ void sk_lora_backward(sk_lora *l, const sk_model *m) {
 }
 
 double sk_lora_step(sk_lora *l, const sk_adamw_cfg *c, double lr, long t, float clip) {
-    sk_span sp = {0, l->nw, 0};          /* no weight decay on adapters unless asked (PEFT's default 0 through the trainer's) */
-    sk_span *spans = NULL;
-    int ns = 0;
-    /* spans of at most SK_SPAN_FLOATS, as the model's */
-    ns = (int)((l->nw + SK_SPAN_FLOATS - 1) / SK_SPAN_FLOATS);
-    spans = malloc((size_t)ns * sizeof *spans);
+    /* A and B as spans of at most SK_SPAN_FLOATS, as the model's; weight decay only where asked (c->weight_decay) */
+    const int ns = (int)((l->nw + SK_SPAN_FLOATS - 1) / SK_SPAN_FLOATS);
+    sk_span *spans = malloc((size_t)ns * sizeof *spans);
     if (!spans) return NAN;
     for (int i = 0; i < ns; i++) {
-        spans[i] = sp;
         spans[i].offset = (size_t)i * SK_SPAN_FLOATS;
         spans[i].n = l->nw - spans[i].offset < SK_SPAN_FLOATS ? l->nw - spans[i].offset : SK_SPAN_FLOATS;
         spans[i].decay = c->weight_decay > 0;

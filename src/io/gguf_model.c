@@ -290,6 +290,18 @@ int sk_model_load_gguf(sk_model **out, const sk_gguf *g, const sk_config *overri
         }
     }
     free(scratch);
+    /* every tensor of the file is the model's (a tied model's output.weight is its embedding's
+     * copy): one that is not (a bias skiplm's models lack, say) would change the numbers */
+    for (int k = 0; !rc && k < g->n_tensors; k++) {
+        const char *gn = g->tensors[k].name;
+        int used = !strcmp(gn, "output.weight");
+        for (int i = 0; !used && i < m->n_tensors; i++) {
+            char n2[128];
+            used = !gguf_name(m->tensors[i].name, n2, sizeof n2) && !strcmp(n2, gn);
+        }
+        if (!used) rc = sk_error(SK_EFORMAT, "%s: tensor '%s' is not part of skiplm's %s model (a weight skiplm's models do not "
+                                 "have)", g->path, gn, m->cfg.family == SK_GPT2 ? "gpt2" : "llama");
+    }
     if (rc) goto fail;
     m->q8 = z;
     *out = m;

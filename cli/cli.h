@@ -71,7 +71,8 @@ int cli_load_model(sk_model **m, const char *path, const cli_model_opts *mo);
     {"n_skip_layer", 'i', &(MO)->n_skip_layer, "SLA for weights whose file carries none: layer l's last heads read layer l-N's K/V"}, \
     {"n_skip_head", 'i', &(MO)->n_skip_head, "SLA for weights whose file carries none: how many heads of a layer skip"}, \
     {"routing", 's', &(MO)->routing, "general K/V routing table for weights whose file carries none (docs/models.md)"}, \
-    {"lora", 's', &(MO)->lora, "a LoRA adapter folder (PEFT's adapter_config.json + adapter_model.safetensors) merged into the weights at load"}
+    {"lora", 's', &(MO)->lora, "a LoRA adapter folder (PEFT's adapter_config.json + adapter_model.safetensors) merged into the weights at load"}, \
+    {"adapter", 's', &(MO)->lora, "the same as --lora"}
 /* The tokenizer of a weights file or folder: the one its metadata records (a checkpoint),
  * else the folder holding it if a tokenizer is beside it (a Hugging Face folder:
  * tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe). Writes the path (a file or a folder) to out; an error names

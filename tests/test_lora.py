@@ -210,6 +210,8 @@ def applying(tmp, cfg, folder, out, train, t, c):
     b = sk("eval", merged, val, "--batch", "2", "--seq", "16", "--max-batches", "4")
     check(a.returncode == 0 and a.stdout.split("\n")[0] == b.stdout.split("\n")[0],
           f"eval --lora: the loss of the merged folder ({a.stdout.strip()[:30]})")
+    a2 = sk("eval", folder, val, "--adapter", out, "--batch", "2", "--seq", "16", "--max-batches", "4")
+    check(a2.stdout == a.stdout, "eval --adapter is eval --lora")
     tok = os.path.join(tmp, "chars.json")
     json.dump({"type": "char", "vocab": [chr(ord("a") + i) for i in range(26)]}, open(tok, "w"))
     p = sk("sample", folder, "--lora", out, "--prompt", "abc", "--tokens", "5", "--temperature", "0", "--tokenizer", tok, "--quiet")

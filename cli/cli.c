@@ -268,6 +268,11 @@ int cli_read_docs(const char *cmd, const char *input, int is_default, cli_docs *
 
 int cli_tokenizer_of(const char *weights, char *out, size_t n) {
     char *file = sk_weights_file(weights);
+    if (file && cli_is_gguf(file)) {         /* a GGUF file holds its tokenizer */
+        snprintf(out, n, "%s", file);
+        free(file);
+        return SK_OK;
+    }
     sk_safetensors st;
     if (!file || sk_st_read(file, &st)) { free(file); return 1; }
     const char *p = sk_st_meta(&st, "tokenizer_path");
@@ -346,7 +351,22 @@ int cli_copy_tokenizer(const sk_tokenizer *tok, const char *src, const char *out
     return 0;
 }
 
+static int load_model(sk_model **m, const char *path, const cli_model_opts *mo);
+
 int cli_load_model(sk_model **m, const char *path, const cli_model_opts *mo) {
+    int rc = load_model(m, path, mo);
+    if (rc || !mo || !mo->lora) return rc;
+    sk_lora *l;
+    if ((rc = sk_lora_load(&l, *m, mo->lora)) || (rc = sk_lora_merge(l, *m))) {
+        sk_model_free(*m);
+        *m = NULL;
+    }
+    sk_lora_free(l);
+    if (!rc) fprintf(stderr, "skiplm: LoRA adapter %s merged into %s\n", mo->lora, path);
+    return rc;
+}
+
+static int load_model(sk_model **m, const char *path, const cli_model_opts *mo) {
     static const cli_model_opts none = {0};
     if (!mo) mo = &none;
     if (mo->n_head < 0) return sk_error(SK_EINVAL, "--n_head must be positive (got %d)", mo->n_head);
@@ -358,6 +378,11 @@ int cli_load_model(sk_model **m, const char *path, const cli_model_opts *mo) {
     if (mo->routing && sk_config_set(&o, "routing", mo->routing)) return SK_EINVAL;
     char *file = sk_weights_file(path);
     if (!file) return sk_error(SK_ENOMEM, "out of memory");
+    if (cli_is_gguf(file)) {
+        int rc = sk_model_load(m, file, &o);
+        free(file);
+        return rc;
+    }
     sk_safetensors st;
     int rc = sk_st_read(file, &st);
     if (!rc) {

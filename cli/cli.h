@@ -59,10 +59,10 @@ int cli_device(const char *cmd, const char *device);
 int cli_cuda_built(const char *cmd);
 /* What the command line may say about weights whose file does not (PyTorch-written weights
  * without metadata or config.json): the head count and the SLA setting (0 / NULL: not given). */
-typedef struct { int n_head, n_skip_layer, n_skip_head; const char *routing; } cli_model_opts;
+typedef struct { int n_head, n_skip_layer, n_skip_head; const char *routing, *lora; } cli_model_opts;
 /* sk_model_load with those options as the override (refused where the file says otherwise);
  * prints a warning for every metadata key that reads like a config field skiplm does not know
- * (sk_meta_unknown_keys). */
+ * (sk_meta_unknown_keys); with lora, the adapter merged into the weights (sk_lora_merge). */
 int cli_load_model(sk_model **m, const char *path, const cli_model_opts *mo);
 #define CLI_N_HEAD_HELP "attention heads, for weights whose file does not say (no metadata, no config.json)"
 /* The option table entries for cli_model_opts *MO (inside a cli_opt array). */
@@ -70,7 +70,9 @@ int cli_load_model(sk_model **m, const char *path, const cli_model_opts *mo);
     {"n_head", 'i', &(MO)->n_head, CLI_N_HEAD_HELP}, \
     {"n_skip_layer", 'i', &(MO)->n_skip_layer, "SLA for weights whose file carries none: layer l's last heads read layer l-N's K/V"}, \
     {"n_skip_head", 'i', &(MO)->n_skip_head, "SLA for weights whose file carries none: how many heads of a layer skip"}, \
-    {"routing", 's', &(MO)->routing, "general K/V routing table for weights whose file carries none (docs/models.md)"}
+    {"routing", 's', &(MO)->routing, "general K/V routing table for weights whose file carries none (docs/models.md)"}, \
+    {"lora", 's', &(MO)->lora, "a LoRA adapter folder (PEFT's adapter_config.json + adapter_model.safetensors) merged into the weights at load"}, \
+    {"adapter", 's', &(MO)->lora, "the same as --lora"}
 /* The tokenizer of a weights file or folder: the one its metadata records (a checkpoint),
  * else the folder holding it if a tokenizer is beside it (a Hugging Face folder:
  * tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe). Writes the path (a file or a folder) to out; an error names
@@ -82,6 +84,27 @@ int cli_tokenizer_of(const char *weights, char *out, size_t n);
  * vocab.json + merges.txt (hf_names 1), a char vocabulary as vocab.json (hf_names 0; with
  * hf_names 1 it has no Hugging Face form and 2 is returned). Atomic writes; 1 on error. */
 int cli_copy_tokenizer(const sk_tokenizer *tok, const char *src, const char *out, int hf_names);
+/* GGUF model files (cli/gguf_cli.c): 1 if path is a regular file starting with GGUF's magic;
+ * the tokenizer and the chat template a GGUF file holds; a tokenizer from a path that may be a
+ * GGUF file (else sk_tok_load). */
+int cli_is_gguf(const char *path);
+int cli_gguf_tokenizer(sk_tokenizer **tok, const char *path);
+int cli_gguf_chat(sk_chat **ct, const char *path);
+int cli_tok_load(sk_tokenizer **tok, const char *path);
+/* The tokenizer keys of a GGUF file into w: copied from a GGUF tok_path, else read from the
+ * tokenizer's files (sk_tok_vocab_read), with the end-of-sequence id (the model's eos id, else
+ * the chat template's eos token, else tok's end-of-text), the chat template and its bos token
+ * where the model has one. */
+int cli_gguf_add_tokenizer(sk_gguf_writer *w, const char *tok_path, const char *weights, const sk_tokenizer *tok);
+/* A GGUF file's tokenizer as Hugging Face files in dir: tokenizer.json (as sk_tok_vocab_json
+ * writes it) and, where the file has them, tokenizer_config.json with its chat template and
+ * bos and eos tokens. Atomic writes. */
+int cli_gguf_write_hf_tokenizer(const char *gguf_path, const char *dir);
+/* eval --choices (cli/eval_choices.c): multiple-choice items of file scored by the model's
+ * log-likelihood of each ending (delim in front of it); acc and acc_norm on stdout, each item's
+ * scores to out (JSON, or CSV for a name ending in .csv) when given. 0, or 1 (said). */
+int cli_eval_choices(const char *weights, const char *file, const cli_model_opts *mo, const char *tok_path, const char *out,
+                     const char *delim, int q8);
 /* Reads a whole file (NUL-terminated). */
 int cli_read_file(const char *path, char **data, size_t *len);
 
@@ -90,6 +113,7 @@ int cmd_init(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_train_lora(int argc, char **argv);     /* train --lora R (cli/train_lora.c) */
 int cmd_sample(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

@@ -139,7 +139,7 @@ static int parse_opts(chat_opts *o, int argc, char **argv) {
         {"temperature", 'f', &o->sp.temperature, "softmax temperature; 0 = greedy (0.7)"},
         GEN_SAMPLING_OPTS(o->sp, o->seed),
         {"greedy", 'b', &o->greedy, "same as --temperature 0"},
-        {"tokenizer", 's', &o->tok_path, "the tokenizer (default: beside the weights)"},
+        {"tokenizer", 's', &o->tok_path, "the tokenizer (default: the GGUF file's, or beside the weights)"},
         {"quiet", 'b', &o->quiet, "no statistics after each reply"},
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},

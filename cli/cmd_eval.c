@@ -19,6 +19,7 @@
 /* The command line. */
 typedef struct {
     const char *weights, *dump, *device, *pos_out, *acc_out;
+    const char *choices, *choices_out, *delim, *tok_path;       /* --choices (cli/eval_choices.c) */
     char **shards;
     cli_model_opts mo;
     int n_shards, B, T, max_batches, tf32, bf16, q8, use_cuda, by_pos, buckets, accuracy;
@@ -44,7 +45,7 @@ typedef struct {
 /* The command line into o (pos holds its positional arguments). cli_parse's status: 0, 1
  * (--help) or 2. */
 static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
-    *o = (eval_opts){.device = "cpu", .B = 8, .buckets = 16};
+    *o = (eval_opts){.device = "cpu", .B = 8, .buckets = 16, .delim = " "};
     cli_opt opts[] = {
         {"batch", 'i', &o->B, "sequences per batch (8)"},
         {"seq", 'i', &o->T, "sequence length (the model's block_size)"},
@@ -60,12 +61,27 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &o->bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
         {"q8", 'b', &o->q8, "the model with its 2-D weights quantized to 8 bits (q8_0, as sample --q8 decodes; fp32 activations), on the CPU; implied by a quantized file"},
+        {"choices", 's', &o->choices, "multiple choice instead of shards: a JSONL file of {context, endings, label} (HellaSwag's); acc and acc_norm"},
+        {"choices-out", 's', &o->choices_out, "with --choices: each item's log-likelihoods to this file: CSV if it ends in .csv, else JSON"},
+        {"choice-delim", 's', &o->delim, "with --choices: text put before each ending (\" \", as llm.c and lm-evaluation-harness)"},
+        {"tokenizer", 's', &o->tok_path, "with --choices: the tokenizer (default: the model's, as sample finds it)"},
         CLI_MODEL_OPTS(&o->mo),
         {0},
     };
     int np;
-    int rc = cli_parse(argc, argv, "eval", "WEIGHTS SHARD... [options]", opts, pos, 64, &np, NULL, NULL);
+    int rc = cli_parse(argc, argv, "eval", "WEIGHTS SHARD... [options] | WEIGHTS --choices FILE.jsonl [options]", opts, pos, 64, &np,
+                       NULL, NULL);
     if (rc) return rc;
+    if (o->choices) {
+        if (np != 1) { fprintf(stderr, "skiplm eval: --choices takes the weights only, no shards\n"); return 2; }
+        if (strcmp(o->device, "cpu") || o->dump || o->by_pos || o->pos_out || o->accuracy || o->acc_out) {
+            fprintf(stderr, "skiplm eval: --choices runs on the CPU, without --dump-logits, --by-position or --accuracy\n");
+            return 2;
+        }
+        o->weights = pos[0];
+        return 0;
+    }
+    if (o->choices_out || o->tok_path) { fprintf(stderr, "skiplm eval: --choices-out and --tokenizer are for --choices\n"); return 2; }
     if (np < 2) { fprintf(stderr, "skiplm eval: give a weights file and at least one token shard\n"); return 2; }
     o->weights = pos[0]; o->shards = pos + 1; o->n_shards = np - 1;
     if (o->B < 1) { fprintf(stderr, "skiplm eval: --batch must be >= 1\n"); return 2; }
@@ -310,6 +326,7 @@ int cmd_eval(int argc, char **argv) {
     char *pos[64];
     int rc = parse_opts(&o, argc, argv, pos);
     if (rc) return rc == 1 ? 0 : rc;
+    if (o.choices) return cli_eval_choices(o.weights, o.choices, &o.mo, o.tok_path, o.choices_out, o.delim, o.q8);
     eval_run e = {0};
     double mean = 0;
     rc = open_eval(&e, &o);

@@ -58,7 +58,7 @@ static int parse_opts(sample_opts *o, int argc, char **argv) {
         GEN_SAMPLING_OPTS(o->sp, o->seed),
         {"samples", 'i', &o->n_samples, "continuations of the prompt, decoded side by side on the CPU (one pass over the weights per step for all); sample k draws with seed + k; printed when done, separated by lines of dashes (1)"},
         {"greedy", 'b', &o->greedy, "same as --temperature 0"},
-        {"tokenizer", 's', &o->tok_path, "vocab.json (char), tokenizer.json, or a folder with encoder.json + vocab.bpe, tokenizer.json or vocab.json + merges.txt (default: from the checkpoint, or beside it)"},
+        {"tokenizer", 's', &o->tok_path, "vocab.json (char), tokenizer.json, a GGUF file, or a folder with encoder.json + vocab.bpe, tokenizer.json or vocab.json + merges.txt (default: from the checkpoint, the GGUF file, or beside it)"},
         {"quiet", 'b', &o->quiet, "print only the generated text (no prompt, no statistics)"},
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},

@@ -21,7 +21,7 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
         {"q8", 'b', &o->q8, "8-bit weights (q8_0) for the matrix products, a quarter of fp32's bytes (CPU; implied by a quantized file, skiplm quantize)"},
         {"api-key", 's', &o->api_key, "requests must carry 'Authorization: Bearer KEY' (GET /health excepted); also read from SKIPLM_API_KEY"},
         {"alias", 's', &o->alias, "the model's name in the API (default: the last part of MODEL's path)"},
-        {"tokenizer", 's', &o->tok_path, "the tokenizer (default: the checkpoint's, or beside the weights)"},
+        {"tokenizer", 's', &o->tok_path, "the tokenizer (default: the checkpoint's or GGUF file's, or beside the weights)"},
         {"chat-template", 's', &o->chat_tpl, "a .jinja file or a tokenizer_config.json for /v1/chat/completions (default: the model folder's)"},
         {"prefill-chunk", 'i', &o->prefill, "prompt tokens decoded between two decoding steps of the running requests, a multiple of 64: a long prompt delays the others by one such piece (256)"},
         {"queue", 'i', &o->queue, "requests that may wait for a slot; past it a request gets 503 (256)"},
@@ -33,7 +33,7 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
         {0},
     };
     char *pos[1]; int np;
-    int rc = cli_parse(argc, argv, "serve", "MODEL [options]   (MODEL: a checkpoint, a weights file or a Hugging Face folder)", opts, pos, 1,
+    int rc = cli_parse(argc, argv, "serve", "MODEL [options]   (MODEL: a checkpoint, a weights file, a Hugging Face folder or a GGUF file)", opts, pos, 1,
                        &np, NULL, NULL);
     if (rc) return rc;
     if (np != 1) { fprintf(stderr, "skiplm serve: give a model (a checkpoint, a weights file or a Hugging Face folder)\n"); return 2; }

@@ -128,6 +128,7 @@ static int parse_opts(train_opts *o, int argc, char **argv, sk_config *cfg) {
         {"out", 's', &o->out, "output directory: ckpt.safetensors, log.jsonl (out)"},
         {"resume", 's', &o->resume, "continue from a checkpoint (file or run directory)"},
         {"init", 's', &o->init, "start from these weights instead of a random init"},
+        {"lora", 'i', &o->lora, "LoRA fine-tuning of --init's frozen weights with adapters of rank R: see skiplm train --lora 1 --help"},
         {"overwrite", 'b', &o->overwrite, "allow starting a fresh run over an existing checkpoint in --out"},
         {"steps", 'i', &o->steps, "optimizer steps (1000)"},
         {"batch", 'i', &o->B, "sequences per micro-batch (8)"},
@@ -519,6 +520,8 @@ static int train_main(int argc, char **argv, int *agreed) {
  * agreed among the ranks (rank 0 prints them, all exit 1), any other error on a rank is
  * printed there and stops all ranks (MPI_Abort). */
 int cmd_train(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)                 /* LoRA fine-tuning: its own loop (cli/train_lora.c) */
+        if (!strcmp(argv[i], "--lora") || !strncmp(argv[i], "--lora=", 7)) return cmd_train_lora(argc, argv);
     if (sk_dist_init()) return cli_fail("train");
     int agreed = 0;
     int rc = train_main(argc, argv, &agreed);

@@ -13,10 +13,10 @@ int gen_sampling_ok(const sk_sampling *sp) {
 int gen_load(sk_model **m, sk_tokenizer **tok, const char *weights, const cli_model_opts *mo, const char *tok_path) {
     if (cli_load_model(m, weights, mo)) return 1;
     if (tok_path) {
-        if (sk_tok_load(tok, tok_path)) return 1;
+        if (cli_tok_load(tok, tok_path)) return 1;
     } else {
         char path[4096];
-        if (cli_tokenizer_of(weights, path, sizeof path) || sk_tok_load(tok, path)) return 1;
+        if (cli_tokenizer_of(weights, path, sizeof path) || cli_tok_load(tok, path)) return 1;
     }
     const int V = sk_model_config(*m)->vocab_size;
     if (sk_tok_vocab_size(*tok) > V)
@@ -45,6 +45,11 @@ static int has_chat_files(const char *path, int is_file) {
 int gen_load_chat(sk_chat **ct, const char *model, const char *tpl, const char *tok_given) {
     char *file = sk_weights_file(model);
     if (!file) return sk_error(SK_ENOMEM, "out of memory");
+    if (!tpl && cli_is_gguf(file)) {            /* the template a GGUF file holds */
+        int rc = cli_gguf_chat(ct, file);
+        free(file);
+        return rc;
+    }
     int here = has_chat_files(file, 1);
     free(file);
     char tp[4096];

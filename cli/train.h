@@ -18,6 +18,7 @@
 typedef struct {
     const char *data, *train, *val, *tokenizer, *out, *resume, *init, *device;
     int tf32, bf16, overwrite, skip_nonfinite, print_every, zero, recompute;
+    int lora;                /* listed in --help only: train --lora runs cmd_train_lora (cli/train_lora.c) */
     int steps, B, T, tps, accum, warmup, decay, eval_every, eval_batches, ckpt_every, shuffle;
     float lr, min_lr, wd, b1, b2, eps, clip;
     uint64_t seed;

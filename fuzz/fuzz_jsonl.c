@@ -1,5 +1,6 @@
 /* libFuzzer harness for the JSON Lines record readers (sk_jsonl_text, sk_jsonl_messages),
- * which prepare runs on every line of a .jsonl input. The first byte picks the field name;
+ * which prepare runs on every line of a .jsonl input, and sk_jsonl_choices (eval --choices'
+ * items: an accepted item has a context, at least two endings and a label in range). The first byte picks the field name;
  * the rest is the line. A record accepted must give a NUL-terminated string of the stated
  * length; a conversation, n > 0 messages whose role and content strings are readable (the
  * block is one allocation: ASan sees any overrun); a refusal leaves the outputs empty and says
@@ -31,5 +32,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int i = 0; i < n; i++) sum += strlen(m[i].role) + strlen(m[i].content);
         free(m);
     } else if (m || n || !*sk_last_error()) abort();
+    sk_mc_item it;
+    if (sk_jsonl_choices(line, len, &it) == 0) {
+        if (!it.context || it.context[it.context_len] != 0 || it.n_endings < 2 || it.label < 0 || it.label >= it.n_endings) abort();
+        for (int i = 0; i < it.n_endings; i++)
+            if (it.endings[i][it.ending_lens[i]] != 0) abort();
+        sk_mc_item_free(&it);
+    } else if (it.context || it.endings || it.n_endings || !*sk_last_error()) abort();
     return 0;
 }

@@ -42,6 +42,38 @@ int sk_tok_load_gpt2_dir(sk_tokenizer **tok, const char *dir);
  * exactly (other normalizers, pre-tokenizers, decoders or models, BPE dropout, ...) is
  * refused by name (docs/data.md). */
 int sk_tok_load_hf(sk_tokenizer **tok, const char *tokenizer_json);
+/* The same from tokenizer.json's text in memory; name is for messages. */
+int sk_tok_load_hf_text(sk_tokenizer **tok, const char *json, size_t len, const char *name);
+/* A vocabulary as a GGUF file holds it (tokenizer.ggml.*; src/text/tok_vocab.c): mapped onto
+ * the Hugging Face tokenizer above through the tokenizer.json that Hugging Face's converters
+ * write for it. model "gpt2": byte-level BPE with its merges, the pre-tokenizer named by pre
+ * (NULL, "default", "gpt-2", "llama-bpe", "qwen2", "smollm"; others refused by name); model
+ * "llama": sentencepiece BPE with merges made from the scores as transformers makes them,
+ * byte fallback when it has byte tokens (type 6). Types: 1 normal, 2 unknown, 3 control (both
+ * special added tokens), 4 user-defined (added), 5 unused, 6 byte. */
+typedef struct {
+    const char *model;                              /* "gpt2" or "llama" */
+    const char *pre;                                /* tokenizer.ggml.pre, or NULL */
+    const char *const *tokens; const size_t *token_lens; size_t n_tokens;
+    const float *scores;                            /* llama: one per token */
+    const int32_t *types;                           /* one per token, or NULL (all normal) */
+    const char *const *merges; const size_t *merge_lens; size_t n_merges;   /* gpt2: "a b" */
+    int unk;                                        /* -1: none */
+    int add_space_prefix;                           /* llama: a ▁ before the text (sentencepiece's default) */
+    void *owned_;                                   /* sk_tok_vocab_read's memory */
+} sk_tok_vocab;
+/* The other direction (writing a GGUF file): the vocabulary of a tokenizer's files, a folder
+ * with GPT-2's encoder.json + vocab.bpe (or vocab.json + merges.txt) or a tokenizer.json
+ * (file or folder). Byte-level files give model "gpt2", pre named after the pre-tokenizer
+ * (gpt-2, llama-bpe for Llama 3's Split, qwen2 for Qwen2's, smollm for Digits); sentencepiece-
+ * style files give model "llama", scores from the merges' ranks (a token's first merge:
+ * -rank), byte tokens typed 6. Added tokens: special ones control (3), others user-defined (4).
+ * sk_tok_vocab_free frees it. */
+int sk_tok_vocab_read(sk_tok_vocab *v, const char *path);
+void sk_tok_vocab_free(sk_tok_vocab *v);
+/* The tokenizer.json text of v (*json malloc'd). */
+int sk_tok_vocab_json(const sk_tok_vocab *v, char **json, size_t *len);
+int sk_tok_load_vocab(sk_tokenizer **tok, const sk_tok_vocab *v, const char *name);
 int sk_tok_build_char(sk_tokenizer **tok, const char *text, size_t len);
 int sk_tok_load_char(sk_tokenizer **tok, const char *vocab_json);
 int sk_tok_save_char(const sk_tokenizer *tok, const char *path);   /* atomic write */
@@ -83,9 +115,15 @@ typedef struct { const char *role, *content; } sk_chat_msg;   /* UTF-8, NUL-term
  * "default"). Special tokens come from that tokenizer_config.json. No template: SK_EINVAL
  * saying so; a template that does not parse: SK_EFORMAT naming the file and the line. */
 int sk_chat_load(sk_chat **c, const char *model, const char *template_path);
+/* A template given as text (a GGUF file's tokenizer.chat_template): where names it in
+ * messages; bos and eos (may be NULL) are the bos_token and eos_token it sees. */
+int sk_chat_from_text(sk_chat **c, const char *tpl, size_t len, const char *where, const char *bos, const char *eos);
 void sk_chat_free(sk_chat *c);
 /* tokenizer_config.json's eos_token (the end of an assistant's turn for most chat models), or NULL */
 const char *sk_chat_eos_token(const sk_chat *c);
+/* its bos_token, or NULL; the template's source text (a GGUF export writes it) */
+const char *sk_chat_bos_token(const sk_chat *c);
+const char *sk_chat_text(const sk_chat *c, size_t *len);
 /* Render n messages (with the assistant's header after them when add_generation_prompt), and
  * tools_json (a JSON array of function schemas as transformers takes them, or NULL: none):
  * *text is malloc'd and NUL-terminated. A template's raise_exception is an error with its
@@ -111,6 +149,17 @@ int sk_jsonl_text(const char *line, size_t len, const char *field, char **text, 
  * "content" strings, as OpenAI's and Hugging Face's chat data hold them; other members are
  * ignored. *msgs is one malloc'd block holding the strings too (free(*msgs)). */
 int sk_jsonl_messages(const char *line, size_t len, const char *field, sk_chat_msg **msgs, int *n);
+/* A multiple-choice item (eval --choices; HellaSwag's files as they are): "context" (or "ctx")
+ * a string, "endings" (or "choices") a list of at least two strings, "label" (or "gold") the
+ * index of the right one, a whole number in range (or a string of digits). sk_mc_item_free
+ * frees it (also after an error, when it is left empty). */
+typedef struct {
+    char *context; size_t context_len;
+    char **endings; size_t *ending_lens; int n_endings;
+    int label;
+} sk_mc_item;
+int sk_jsonl_choices(const char *line, size_t len, sk_mc_item *item);
+void sk_mc_item_free(sk_mc_item *item);
 
 /* ------------------------------------------------------------- BPE training
  *

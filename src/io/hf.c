@@ -210,6 +210,20 @@ int sk_hf_eos_ids(const char *path, int32_t *ids, int max, int *n) {
     char *file = sk_weights_file(path);
     if (!file) return SK_ENOMEM;
     int rc = SK_OK;
+    if (sk_is_gguf(file)) {            /* a GGUF file's end-of-sequence, end-of-turn and end-of-message ids */
+        sk_gguf g;
+        rc = sk_gguf_read(file, &g);
+        static const char *const keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"};
+        for (int k = 0; !rc && k < 3; k++) {
+            int64_t v;
+            int r = sk_gguf_get_int(&g, keys[k], &v);
+            if (r < 0 || (r == 0 && (v < 0 || v > 2147483647))) rc = sk_error(SK_EFORMAT, "%s: %s must be a token id", file, keys[k]);
+            else if (r == 0 && *n < max && !(*n && ids[*n - 1] == (int32_t)v)) ids[(*n)++] = (int32_t)v;
+        }
+        sk_gguf_free(&g);
+        free(file);
+        return rc;
+    }
     static const char *const names[2] = {"generation_config.json", "config.json"};
     for (int f = 0; f < 2 && !rc && !*n; f++) {
         char cp[4096];

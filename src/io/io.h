@@ -25,6 +25,8 @@ int sk_hf_gpt2_linear(const sk_model *m, const char *name);
 int sk_hf_rope_proj(const sk_model *m, const char *name, int *n_heads);
 /* rows of n_heads heads of size d, each row of width C: pairs -> halves (to_hf) or back */
 void sk_hf_permute_rope_rows(float *dst, const float *src, int n_heads, int d, int C, int to_hf);
+/* the same for rows of row_bytes bytes (an 8-bit matrix's int8 rows, its rows of scales) */
+void sk_permute_rows_bytes(void *dst, const void *src, int n_heads, int d, size_t row_bytes, int to_hf);
 /* dst (C, R) = src (R, C)^T, in 32 x 32 tiles */
 void sk_transpose(float *dst, const float *src, size_t R, size_t C);
 #endif

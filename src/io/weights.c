@@ -226,6 +226,14 @@ static int config_from_st(sk_config *c, const sk_safetensors *st, const char *pa
 int sk_config_from_file(sk_config *cfg, const char *path) {
     char *file = sk_weights_file(path);
     if (!file) return SK_ENOMEM;
+    if (sk_is_gguf(file)) {            /* the config of the model it holds */
+        sk_model *m;
+        int rc = sk_model_load(&m, file, NULL);
+        if (!rc) *cfg = *sk_model_config(m);
+        sk_model_free(m);
+        free(file);
+        return rc;
+    }
     sk_safetensors st;
     int rc = sk_st_read(file, &st);
     if (!rc) {
@@ -240,7 +248,7 @@ int sk_config_from_file(sk_config *cfg, const char *path) {
 
 /* rows of n_heads heads of size d, each row_bytes long: pairs -> halves (to_hf) or back (an
  * 8-bit file's int8 rows and their scale rows move as the fp32 rows do) */
-static void permute_rope_rows(void *dst, const void *src, int n_heads, int d, size_t row_bytes, int to_hf) {
+void sk_permute_rows_bytes(void *dst, const void *src, int n_heads, int d, size_t row_bytes, int to_hf) {
     for (int h = 0; h < n_heads; h++)
         for (int j = 0; j < d / 2; j++)
             for (int e = 0; e < 2; e++) {
@@ -250,7 +258,7 @@ static void permute_rope_rows(void *dst, const void *src, int n_heads, int d, si
             }
 }
 void sk_hf_permute_rope_rows(float *dst, const float *src, int n_heads, int d, int C, int to_hf) {
-    permute_rope_rows(dst, src, n_heads, d, sizeof(float) * (size_t)C, to_hf);
+    sk_permute_rows_bytes(dst, src, n_heads, d, sizeof(float) * (size_t)C, to_hf);
 }
 
 /* q/k projection weights and biases (qkv_bias): their rows are permuted */
@@ -287,8 +295,8 @@ static int add_q8_tensor(sk_st_writer *w, const sk_model *m, const sk_tensor *t,
         tmp[0] = malloc(t->numel);
         tmp[1] = malloc((size_t)t->shape[0] * nb * sizeof *d);
         if (!tmp[0] || !tmp[1]) return sk_error(SK_ENOMEM, "out of memory");
-        permute_rope_rows(tmp[0], q, nh, m->hs, (size_t)t->shape[1], 1);
-        permute_rope_rows(tmp[1], d, nh, m->hs, (size_t)nb * sizeof *d, 1);
+        sk_permute_rows_bytes(tmp[0], q, nh, m->hs, (size_t)t->shape[1], 1);
+        sk_permute_rows_bytes(tmp[1], d, nh, m->hs, (size_t)nb * sizeof *d, 1);
         q = tmp[0]; d = tmp[1];
     }
     char sname[96];
@@ -331,6 +339,14 @@ int sk_model_load(sk_model **out, const char *path, const sk_config *override) {
     *out = NULL;
     char *file = sk_weights_file(path);
     if (!file) return SK_ENOMEM;
+    if (sk_is_gguf(file)) {
+        sk_gguf g;
+        int rc = sk_gguf_read(file, &g);
+        if (!rc) rc = sk_model_load_gguf(out, &g, override);
+        sk_gguf_free(&g);
+        free(file);
+        return rc;
+    }
     sk_safetensors st;
     int rc = sk_st_read(file, &st);
     if (!rc) {
@@ -362,7 +378,7 @@ static int load_q8_tensor(sk_model *m, sk_q8 *z, const sk_safetensors *st, const
     int nh;
     const int rope = sk_hf_rope_proj(m, t->name, &nh);
     memcpy(rope ? scratch : (void *)q, st->data + ft->offset, t->numel);
-    if (rope) permute_rope_rows(q, scratch, nh, m->hs, (size_t)t->shape[1], 0);
+    if (rope) sk_permute_rows_bytes(q, scratch, nh, m->hs, (size_t)t->shape[1], 0);
     const uint8_t *sb = st->data + fs->offset;
     uint16_t *dd = rope ? (uint16_t *)scratch : d;
     for (size_t k = 0; k < nd; k++) {
@@ -370,7 +386,7 @@ static int load_q8_tensor(sk_model *m, sk_q8 *z, const sk_safetensors *st, const
         if ((dd[k] & 0x7c00u) == 0x7c00u)
             return sk_error(SK_ENUM, "%s: tensor '%s' holds a non-finite scale at element %zu", path, sname, k);
     }
-    if (rope) permute_rope_rows(d, scratch, nh, m->hs, (size_t)nb * sizeof *d, 0);
+    if (rope) sk_permute_rows_bytes(d, scratch, nh, m->hs, (size_t)nb * sizeof *d, 0);
     sk_q8_dequantize(m->params + t->offset, q, d, t->numel);
     return SK_OK;
 }

@@ -24,6 +24,9 @@ struct sk_chat {
     char *specials;            /* ,"bos_token":"<s>",... (JSON members, may be empty) */
     size_t specials_len;
     char *eos;                 /* eos_token, or NULL */
+    char *bos;                 /* bos_token, or NULL */
+    char *text;                /* the template's source */
+    size_t text_len;
 };
 
 /* the special-token names transformers puts in special_tokens_map */
@@ -63,6 +66,7 @@ static int add_specials(sk_chat *c, const sk_json *cfg, const char *path) {
         const sk_json *s = token_text(v);
         if (!s) return sk_error(SK_EFORMAT, "%s: \"%s\" is neither a string nor a token with a \"content\" string", path, special_names[i]);
         if (i == 1 && !(c->eos = strdup(s->str))) return sk_error(SK_ENOMEM, "out of memory");
+        if (i == 0 && !(c->bos = strdup(s->str))) return sk_error(SK_ENOMEM, "out of memory");
         char key[32];
         int kl = snprintf(key, sizeof key, ",\"%s\":", special_names[i]);
         if (sk_json_write_raw(&c->specials, &c->specials_len, &cap, key, (size_t)kl) ||
@@ -110,7 +114,9 @@ static int parse_template(sk_chat *c, const char *text, size_t len, const char *
     char err[512];
     free(c->src);
     c->src = strdup(where);
-    if (!c->src) return sk_error(SK_ENOMEM, "out of memory");
+    free(c->text);
+    if ((c->text = malloc(len + 1))) { memcpy(c->text, text, len); c->text[len] = 0; c->text_len = len; }
+    if (!c->src || !c->text) return sk_error(SK_ENOMEM, "out of memory");
     if (sk_jinja_parse(&c->tpl, text, len, err, sizeof err)) return sk_error(SK_EFORMAT, "%s: chat template: %s", where, err);
     return SK_OK;
 }
@@ -160,14 +166,40 @@ int sk_chat_load(sk_chat **out, const char *model, const char *template_path) {
     return SK_OK;
 }
 
+int sk_chat_from_text(sk_chat **out, const char *tpl, size_t len, const char *where, const char *bos, const char *eos) {
+    *out = NULL;
+    sk_chat *c = calloc(1, sizeof *c);
+    if (!c) return sk_error(SK_ENOMEM, "out of memory");
+    size_t cap = 0;
+    int rc = SK_OK;
+    const char *val[2] = {bos, eos}, *key[2] = {",\"bos_token\":", ",\"eos_token\":"};
+    for (int i = 0; i < 2 && !rc; i++) {
+        if (!val[i]) continue;
+        if (sk_json_write_raw(&c->specials, &c->specials_len, &cap, key[i], strlen(key[i])) ||
+            sk_json_write_str(&c->specials, &c->specials_len, &cap, val[i], strlen(val[i])))
+            rc = sk_error(SK_EFORMAT, "%s: the %s is not valid UTF-8", where, i ? "eos_token" : "bos_token");
+    }
+    if (!rc && eos && !(c->eos = strdup(eos))) rc = sk_error(SK_ENOMEM, "out of memory");
+    if (!rc && bos && !(c->bos = strdup(bos))) rc = sk_error(SK_ENOMEM, "out of memory");
+    if (!rc) rc = parse_template(c, tpl, len, where);
+    if (rc) { sk_chat_free(c); return rc; }
+    *out = c;
+    return SK_OK;
+}
+
 void sk_chat_free(sk_chat *c) {
     if (!c) return;
     sk_jinja_free(c->tpl);
-    free(c->src); free(c->specials); free(c->eos);
+    free(c->src); free(c->specials); free(c->eos); free(c->bos); free(c->text);
     free(c);
 }
 
 const char *sk_chat_eos_token(const sk_chat *c) { return c->eos; }
+const char *sk_chat_bos_token(const sk_chat *c) { return c->bos; }
+const char *sk_chat_text(const sk_chat *c, size_t *len) {
+    if (len) *len = c->text_len;
+    return c->text;
+}
 
 /* The length of the well-formed UTF-8 sequence at s[0..n), or of its maximal ill-formed subpart
  * (negated, at least 1 byte): the unit that decoders replace by one U+FFFD (base/utf8.h). */

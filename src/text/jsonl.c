@@ -67,3 +67,67 @@ int sk_jsonl_messages(const char *line, size_t len, const char *field, sk_chat_m
     sk_json_free(&j);
     return rc;
 }
+
+/* the first of names that obj has */
+static const sk_json *get_any(const sk_json *obj, const char *const *names, int n, const char **which) {
+    for (int i = 0; i < n; i++) {
+        const sk_json *v = sk_json_get(obj, names[i]);
+        if (v) { *which = names[i]; return v; }
+    }
+    *which = names[0];
+    return NULL;
+}
+
+void sk_mc_item_free(sk_mc_item *it) {
+    if (!it) return;
+    free(it->context);
+    for (int i = 0; i < it->n_endings; i++) free(it->endings[i]);
+    free(it->endings); free(it->ending_lens);
+    memset(it, 0, sizeof *it);
+}
+
+int sk_jsonl_choices(const char *line, size_t len, sk_mc_item *it) {
+    memset(it, 0, sizeof *it);
+    sk_json j;
+    int rc = parse_object(line, len, &j);
+    if (rc) return rc;
+    static const char *const cn[] = {"context", "ctx"}, *const en[] = {"endings", "choices"}, *const ln[] = {"label", "gold"};
+    const char *cw, *ew, *lw;
+    const sk_json *c = get_any(&j, cn, 2, &cw), *e = get_any(&j, en, 2, &ew), *l = get_any(&j, ln, 2, &lw);
+    double lv = -1;
+    if (!c) rc = sk_error(SK_EFORMAT, "no \"context\" (or \"ctx\") string");
+    else if (c->type != SK_JSON_STR) rc = sk_error(SK_EFORMAT, "\"%s\" is %s, not a string", cw, sk_json_type_name(c->type));
+    else if (!e) rc = sk_error(SK_EFORMAT, "no \"endings\" (or \"choices\") list");
+    else if (e->type != SK_JSON_ARR || e->n < 2)
+        rc = sk_error(SK_EFORMAT, "\"%s\" is %s, not a list of at least two strings", ew,
+                      e->type == SK_JSON_ARR ? (e->n ? "a list of one" : "an empty list") : sk_json_type_name(e->type));
+    else if (!l) rc = sk_error(SK_EFORMAT, "no \"label\" (or \"gold\"): the index of the right ending");
+    else if (l->type == SK_JSON_NUM) lv = l->num;
+    else if (l->type == SK_JSON_STR && l->str_len > 0 && l->str_len < 10 && strspn(l->str, "0123456789") == l->str_len) lv = atof(l->str);
+    else rc = sk_error(SK_EFORMAT, "\"%s\" is %s, not a whole number", lw, sk_json_type_name(l->type));
+    if (!rc && (lv != (double)(long)lv || lv < 0 || lv >= e->n))
+        rc = sk_error(SK_EFORMAT, "\"%s\" %g is not the index of one of the %d endings (0 to %d)", lw, lv, e->n, e->n - 1);
+    for (int i = 0; !rc && i < e->n; i++)
+        if (e->items[i].type != SK_JSON_STR)
+            rc = sk_error(SK_EFORMAT, "\"%s\"[%d] is %s, not a string", ew, i, sk_json_type_name(e->items[i].type));
+    if (!rc) {
+        it->endings = calloc((size_t)e->n, sizeof *it->endings);
+        it->ending_lens = calloc((size_t)e->n, sizeof *it->ending_lens);
+        it->context = malloc(c->str_len + 1);
+        if (!it->endings || !it->ending_lens || !it->context) rc = sk_error(SK_ENOMEM, "out of memory");
+        else {
+            memcpy(it->context, c->str, c->str_len + 1);
+            it->context_len = c->str_len;
+            it->n_endings = e->n;
+            it->label = (int)lv;
+            for (int i = 0; !rc && i < e->n; i++) {
+                const sk_json *s = &e->items[i];
+                if (!(it->endings[i] = malloc(s->str_len + 1))) rc = sk_error(SK_ENOMEM, "out of memory");
+                else { memcpy(it->endings[i], s->str, s->str_len + 1); it->ending_lens[i] = s->str_len; }
+            }
+        }
+    }
+    sk_json_free(&j);
+    if (rc) sk_mc_item_free(it);
+    return rc;
+}

@@ -1381,6 +1381,15 @@ int sk_tok_load_hf(sk_tokenizer **out, const char *path) {
     return rc;
 }
 
+int sk_tok_load_hf_text(sk_tokenizer **out, const char *text, size_t len, const char *name) {
+    sk_json j;
+    char err[160];
+    if (sk_json_parse(text, len, &j, err, sizeof err)) return sk_error(SK_EFORMAT, "%s: %s", name, err);
+    int rc = j.type == SK_JSON_OBJ ? load_hf(out, &j, name) : sk_error(SK_EFORMAT, "%s: not a tokenizer.json (expected an object)", name);
+    sk_json_free(&j);
+    return rc;
+}
+
 /* ------------------------------------------------------- character tokenizer */
 
 static int cmp_u32pair(const void *a, const void *b) {

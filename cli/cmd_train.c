@@ -184,9 +184,9 @@ static int set_hparams(train_run *r, const train_opts *o) {
     if (o->zero != 0 && o->zero != 1) return train_fail("--zero must be 0 or 1 (got %d)", o->zero);
     if ((r->use_cuda = cli_device("train", o->device)) < 0) return 1;
     if (r->use_cuda && !cli_cuda_built("train")) return 1;
-    if (o->tf32 && !r->use_cuda) return train_fail("--tf32 needs --device cuda");
     if (o->tf32 && o->bf16) return train_fail("--tf32 and --bf16 exclude each other");
     if (o->fp32 && o->bf16) return train_fail("--fp32 and --bf16 exclude each other");
+    if (o->tf32 && !r->use_cuda) return train_fail("--tf32 needs --device cuda");
     /* the precision: a checkpoint's (train.bf16) unless the command line says otherwise */
     r->bf16_from_ckpt = r->resume && tc->bf16 && !o->bf16 && !o->fp32 && !o->tf32;
     if (o->bf16) tc->bf16 = 1;

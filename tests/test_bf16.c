@@ -204,6 +204,10 @@ static void model(void) {
     rc = sk_model_set_bf16(m, 1) || sk_model_forward(m, x, y, B, T, &lf, logits);
     CHECK(!rc && fabsf(lf - l1) <= 1e-6f * l1 + 0.02f, "bf16 forward alone (no dropout): loss %.6f", lf);
     free(logits);
+    rc = sk_model_set_bf16(m, 0) || sk_model_quantize_q8(m);
+    int rq = sk_model_set_bf16(m, 1);
+    CHECK(!rc && rq == SK_EINVAL && strstr(sk_last_error(), "8-bit") && !sk_model_bf16(m),
+          "an 8-bit model refuses bf16: %s", sk_last_error());
     free(g32); free(g1); free(g2); free(g3);
     sk_model_free(m);
 }

@@ -17,7 +17,8 @@
 #     below AVX-512, so the widening fallback runs): train says so once, and the run follows
 #     the native one (each step's loss within 1e-2).
 #  5. bench --bf16 trains and reports the MFU against the bf16 GEMM rate; --gemm-rate prints both
-#     rates; eval --bf16 gives the loss of eval within 1e-2.
+#     rates; eval --bf16 gives the loss of eval within 1e-2; the
+#     memory check counts the weights' bf16 copy.
 #  6. With MPI (make MPI=1): 2 ranks x batch 4 == 1 process x batch 8 in bf16 (each step's loss
 #     within 1e-3), and ZeRO-1 gives the bits of plain data parallelism.
 #
@@ -157,6 +158,10 @@ $SK eval "$tmp/ref/ckpt.safetensors" "$tmp/val.bin" --batch 4 --max-batches 4 >"
 $SK eval "$tmp/ref/ckpt.safetensors" "$tmp/val.bin" --batch 4 --max-batches 4 --bf16 >"$tmp/e16" 2>&1
 e32=$(grep -o "loss [0-9.]*" "$tmp/e32" | head -1 | cut -d' ' -f2); e16=$(grep -o "loss [0-9.]*" "$tmp/e16" | head -1 | cut -d' ' -f2)
 check "eval --bf16: loss $e16 vs fp32 eval's $e32 (within 1e-2)" "$PY" -c "import sys; sys.exit(not ('$e16' and abs($e16 - $e32) <= 1e-2 * $e32))"
+
+SKIPLM_MEM_LIMIT=1000K $SK train $COMMON --steps 2 --bf16 --out "$tmp/mem" 2>"$tmp/mem.err"; rc=$?
+check "the memory check counts the bf16 copy of the weights (rc $rc): $(grep -o 'bf16 weights [0-9]*' "$tmp/mem.err")" \
+    grep -q "bf16 weights [0-9]" "$tmp/mem.err"
 
 # --- 6. MPI
 if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && [ "$BUILD" = build ]; then

@@ -76,12 +76,20 @@ static int g_ok;
 static entry **g_cache;                 /* entries never move: a pointer stays valid */
 static int g_n, g_cap;
 
-static _Thread_local dnnl_stream_t t_stream;
-static _Thread_local void *t_scratch;
-static _Thread_local size_t t_scratch_cap;
+/* Each calling thread's stream and scratchpad, freed when the thread ends. */
+typedef struct { dnnl_stream_t stream; void *scratch; size_t cap; } thread_state;
+static pthread_key_t g_key;
+
+static void thread_state_free(void *p) {
+    thread_state *t = p;
+    if (t->stream) dnnl_stream_destroy(t->stream);
+    free(t->scratch);
+    free(t);
+}
 
 static void engine_init(void) {
-    g_ok = dnnl_engine_create(&g_eng, dnnl_cpu, 0) == dnnl_success;
+    g_ok = dnnl_engine_create(&g_eng, dnnl_cpu, 0) == dnnl_success &&
+           pthread_key_create(&g_key, thread_state_free) == 0;
 }
 
 static void key_of(int *k, int ta, int tb, int M, int N, int K, int lda, int ldb, int bias, int acc, int c16, int ldc) {
@@ -139,16 +147,21 @@ static entry *lookup(const int *k) {
 }
 
 static int run_prim(const entry *e, const uint16_t *A, const uint16_t *B, const float *bias, void *C) {
-    if (!t_stream && dnnl_stream_create(&t_stream, g_eng, dnnl_stream_default_flags) != dnnl_success) {
-        t_stream = NULL;
-        return sk_error(SK_ENOMEM, "bf16 GEMM: oneDNN could not make a stream");
+    thread_state *t = pthread_getspecific(g_key);
+    if (!t) {
+        if (!(t = calloc(1, sizeof *t)) || pthread_setspecific(g_key, t)) {
+            free(t);
+            return sk_error(SK_ENOMEM, "bf16 GEMM: out of memory");
+        }
+        if (dnnl_stream_create(&t->stream, g_eng, dnnl_stream_default_flags) != dnnl_success) t->stream = NULL;
     }
-    if (e->scratch_bytes > t_scratch_cap) {
-        free(t_scratch);
-        t_scratch_cap = 0;
-        if (!(t_scratch = aligned_alloc(64, (e->scratch_bytes + 63) / 64 * 64)))
+    if (!t->stream) return sk_error(SK_ENOMEM, "bf16 GEMM: oneDNN could not make a stream");
+    if (e->scratch_bytes > t->cap) {
+        free(t->scratch);
+        t->cap = 0;
+        if (!(t->scratch = aligned_alloc(64, (e->scratch_bytes + 63) / 64 * 64)))
             return sk_error(SK_ENOMEM, "bf16 GEMM: out of memory for %zu bytes of oneDNN scratchpad", e->scratch_bytes);
-        t_scratch_cap = e->scratch_bytes;
+        t->cap = e->scratch_bytes;
     }
     dnnl_memory_t mem[5] = {0};
     dnnl_exec_arg_t args[5];
@@ -159,10 +172,10 @@ static int run_prim(const entry *e, const uint16_t *A, const uint16_t *B, const 
     ARG(DNNL_ARG_WEIGHTS, e->b, B);
     ARG(DNNL_ARG_DST, e->c, C);
     if (bias) ARG(DNNL_ARG_BIAS, e->bias, bias);
-    if (e->scratch_bytes) ARG(DNNL_ARG_SCRATCHPAD, e->scratch, t_scratch);
+    if (e->scratch_bytes) ARG(DNNL_ARG_SCRATCHPAD, e->scratch, t->scratch);
 #undef ARG
-    if (ok) ok = dnnl_primitive_execute(e->prim, t_stream, n, args) == dnnl_success &&
-                 dnnl_stream_wait(t_stream) == dnnl_success;
+    if (ok) ok = dnnl_primitive_execute(e->prim, t->stream, n, args) == dnnl_success &&
+                 dnnl_stream_wait(t->stream) == dnnl_success;
     for (int i = 0; i < n; i++) dnnl_memory_destroy(mem[i]);
     return ok ? SK_OK : sk_error(SK_EINVAL, "bf16 GEMM: oneDNN's matmul failed (%s)", e->impl);
 }

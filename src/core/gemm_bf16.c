@@ -103,7 +103,12 @@ static entry *lookup(const int *k) {
     for (int i = 0; i < g_n; i++)
         if (!memcmp(g_cache[i]->key, k, sizeof g_cache[i]->key)) { entry *e = g_cache[i]; pthread_mutex_unlock(&g_mu); return e; }
     entry *e = calloc(1, sizeof *e);
-    if (!e || (g_n == g_cap && !(g_cache = realloc(g_cache, sizeof(entry *) * (size_t)(g_cap = g_cap ? 2 * g_cap : 64))))) {
+    if (e && g_n == g_cap) {
+        const int cap = g_cap ? 2 * g_cap : 64;
+        entry **grown = realloc(g_cache, sizeof(entry *) * (size_t)cap);
+        if (grown) { g_cache = grown; g_cap = cap; }
+    }
+    if (!e || g_n == g_cap) {
         pthread_mutex_unlock(&g_mu);
         free(e);
         return NULL;

@@ -1,7 +1,8 @@
 # skiplm build. `make` builds the library and the CLI, `make test` runs the suite,
 # `make check-layers` checks that src/'s folders include only the layers below them.
 # Options: make SAN=1 (ASan+UBSan build in build-san/), make BLAS=openblas|none, BLAS_PKG=<pkg-config name>,
-# make MPI=1 (data-parallel training over MPI: mpicc, -DSK_HAVE_MPI, in build-mpi/), ZLIB=auto|0|1.
+# make MPI=1 (data-parallel training over MPI: mpicc, -DSK_HAVE_MPI, in build-mpi/), ZLIB=auto|0|1,
+# DNNL=auto|0|1 (oneDNN, libdnnl-dev: bf16 GEMMs for train --bf16 on the CPU).
 # make fuzz: libFuzzer harnesses (clang, build-fuzz/), each run FUZZ_SECONDS (scripts/fuzz.sh).
 # make cuda: the CLI with the CUDA backend in build-cuda/ (nvcc; NVCC=..., CUDA_ARCH=sm_90;
 # with MPI=1 in build-cuda-mpi/, multi-GPU, NCCL when found), make cuda-test: build it and run
@@ -18,6 +19,7 @@ BUILD   := build-fuzz
 CC      := clang
 OMP     := -Wno-unknown-pragmas
 BLAS    := none
+DNNL    := 0
 OPT     := -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 endif
 
@@ -85,6 +87,23 @@ endif
 ifeq ($(ZLIB),1)
 CFLAGS  += -DSK_HAVE_ZLIB
 LDLIBS  += -lz
+endif
+
+# oneDNN (optional; Debian: libdnnl-dev, installed by scripts/install_deps.sh): the bf16 GEMMs of
+# bf16 mixed precision on the CPU (train --bf16, bench --bf16; src/core/gemm_bf16.c). DNNL=auto
+# uses it when its header is installed, DNNL=0 builds without it (train --bf16 on the CPU then
+# refuses, saying what to install), DNNL=1 requires it. Debian's library runs on OpenMP (libgomp):
+# its GEMMs share skiplm's thread pool, as OpenBLAS's do.
+DNNL    ?= auto
+ifeq ($(DNNL),auto)
+DNNL    := $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),1,0)
+ifeq ($(DNNL)$(MAKELEVEL),00)
+$(info skiplm: oneDNN not found (/usr/include/oneapi/dnnl/dnnl.h): building without it, so train --bf16 on the CPU is off; install libdnnl-dev (bash scripts/install_deps.sh) and rebuild to turn it on)
+endif
+endif
+ifeq ($(DNNL),1)
+CFLAGS  += -DSK_HAVE_DNNL
+LDLIBS  += -ldnnl
 endif
 
 # The library, one folder a layer (docs/architecture.md): base <- core <- io, train; text

@@ -13,10 +13,13 @@ at first, then apart as rounding grows), and each bf16 run's mean offset from it
 over the second half: what the bf16 recipe costs, in skiplm and in PyTorch.
 
     python3 bench/bf16_curve.py --skiplm build-cuda/skiplm --train data/sotu-gpt2/train.bin
+    python3 bench/bf16_curve.py --skiplm build/skiplm --train data/sotu-char/train.bin --device cpu \\
+        --model "--n_layer 4 --n_head 4 --n_embd 256 --vocab_size 65" --batch 16 --seq 256 --steps 400
     python3 bench/bf16_curve.py --skiplm build/skiplm --train SHARD --device cpu --no-bf16 \\
         --model "--n_layer 2 --n_head 2 --n_embd 32 --vocab_size 256" --batch 2 --seq 32 --steps 20
 
-(the second: a smoke test of the script on a machine without a GPU)
+(the second: the CPU twin, skiplm train --bf16 through oneDNN against PyTorch's CPU autocast, whose
+attention is 1.13's F._scaled_dot_product_attention; the third: a smoke test of the script)
 """
 import argparse
 import json
@@ -71,7 +74,10 @@ class SdpaAttention(CausalSelfSkipLayerAttention):
         B, T, C = x.size()
         H = self.cfg.n_head
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.c_attn(x).split(C, dim=2))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:                               # PyTorch 1.13 (the CPU runs): its composite SDPA
+            y = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 

@@ -200,18 +200,43 @@ static int bench_cuda_gen(const sk_config *cfg, int T, int gen, sk_cuda_precisio
 }
 #endif
 
+/* The GEMM rates on the model's shapes for N tokens, (N, 4C, C), (N, C, 4C), (N, 3C, C): fp32
+ * (OpenBLAS sgemm) or bf16 (oneDNN, fp32 accumulation); returns the best, the reference rate of
+ * the MFU. */
+static double gemm_rates(int N, int C, int bf16, int print) {
+    char impl[96] = "";
+    double g[3];
+    const int shape[3][3] = {{N, 4 * C, C}, {N, C, 4 * C}, {N, 3 * C, C}};
+    for (int i = 0; i < 3; i++)
+        g[i] = bf16 ? sk_bf16_gemm_rate(shape[i][0], shape[i][1], shape[i][2], i ? NULL : impl, sizeof impl)
+                    : sgemm_rate(shape[i][0], shape[i][1], shape[i][2]);
+    double peak = fmax(g[0], fmax(g[1], g[2]));
+    if (print && bf16)
+        printf("bf16 GEMM (%s, %s) on this model's shapes: %.1f / %.1f / %.1f GFLOP/s -> reference rate %.1f GFLOP/s\n",
+               sk_bf16_version(), impl, g[0], g[1], g[2], peak);
+    else if (print)
+        printf("sgemm (OpenBLAS) on this model's shapes: %.1f / %.1f / %.1f GFLOP/s -> reference rate %.1f GFLOP/s\n", g[0], g[1], g[2], peak);
+    return peak;
+}
+
 /* The training benchmark on the CPU: warm-up steps, then timed ones (forward + backward,
- * gradient norm, clipping, AdamW), with the time of each phase. */
-static int bench_train(sk_model *m, int B, int T, int steps, int warmup, int recompute) {
+ * gradient norm, clipping, AdamW), with the time of each phase; in bf16 mixed precision with
+ * bf16 (sk_model_set_bf16), its MFU against the bf16 GEMM rate. */
+static int bench_train(sk_model *m, int B, int T, int steps, int warmup, int recompute, int bf16) {
     /* refuse up front what cannot fit (parameters, gradients, AdamW m and v, activations)
      * before the sgemm probe allocates its matrices */
     if ((long long)B * T > INT_MAX) { fprintf(stderr, "skiplm bench: --batch x --seq = %lld tokens is too many\n", (long long)B * T); return 2; }
+    if (bf16 && sk_model_set_bf16(m, 1)) return cli_fail("bench");
     if (sk_model_reserve(m, B, T, 1)) return cli_fail("bench");
     const sk_config *cfg = sk_model_config(m);
     int N = B * T, C = cfg->n_embd;
-    double g1 = sgemm_rate(N, 4 * C, C), g2 = sgemm_rate(N, C, 4 * C), g3 = sgemm_rate(N, 3 * C, C);
-    double peak = fmax(g1, fmax(g2, g3));
-    printf("sgemm (OpenBLAS) on this model's shapes: %.1f / %.1f / %.1f GFLOP/s -> reference rate %.1f GFLOP/s\n", g1, g2, g3, peak);
+    if (bf16) {
+        printf("train: bf16 mixed precision (bf16 GEMMs with fp32 accumulation, %s, %s)\n", sk_bf16_version(), sk_bf16_isa());
+        if (!sk_bf16_native())
+            printf("note: this CPU has no native bf16 instructions (avx512_bf16 or AMX; oneDNN sees %s): bf16 computes "
+                   "through a fallback here and will be slower than fp32\n", sk_bf16_isa());
+    }
+    double peak = gemm_rates(N, C, bf16, 1);
     int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
     random_batch(x, y, N, cfg->vocab_size);
     int nt; const sk_tensor *ts = sk_model_tensors(m, &nt);
@@ -233,14 +258,20 @@ static int bench_train(sk_model *m, int B, int T, int steps, int warmup, int rec
         float *g = sk_model_grads(m);
         double norm = sk_grad_norm(g, spans, ns);
         sk_clip_grads(g, spans, ns, norm, 1.0f);
-        sk_adamw_step(sk_model_params(m), g, mom, vel, spans, ns, &ac, 1e-4, s + warmup);
+        uint16_t *p16 = sk_model_params_bf16(m);     /* bf16: the update rounds the weights' copy too */
+        if (p16) {
+            sk_adamw_step_bf16(sk_model_params(m), g, mom, vel, spans, ns, &ac, 1e-4, s + warmup, p16);
+            sk_model_params_bf16_synced(m);
+        } else {
+            sk_adamw_step(sk_model_params(m), g, mom, vel, spans, ns, &ac, 1e-4, s + warmup);
+        }
         double t2 = sk_now();
         if (s > 0) { times[s - 1] = t2 - t0; t_opt += t2 - t1; }
     }
     sk_model_phase_times(m, &ph, 1);
     double med = median(times, steps), gf = step_gflops(m, B, T, med);
-    printf("train: B=%d T=%d: %.1f ms/step (median of %d), %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of the sgemm rate\n",
-           B, T, med * 1e3, steps, N / med, gf, 100.0 * gf / peak);
+    printf("train: B=%d T=%d: %.1f ms/step (median of %d), %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of the %s rate\n",
+           B, T, med * 1e3, steps, N / med, gf, 100.0 * gf / peak, bf16 ? "bf16 GEMM" : "sgemm");
     double tot = ph.matmul + ph.attention + ph.norm + ph.elementwise + ph.classifier + t_opt;
     printf("  per step: matmul %.1f ms, attention %.1f ms, norms %.1f ms, elementwise %.1f ms, classifier+loss %.1f ms, adamw %.1f ms (other %.1f ms)\n",
            ph.matmul / steps * 1e3, ph.attention / steps * 1e3, ph.norm / steps * 1e3, ph.elementwise / steps * 1e3,
@@ -303,7 +334,7 @@ int cmd_bench(int argc, char **argv) {
     int gen_seqs = 1, prefill = 1;
     const char *model = NULL;
     int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1, tf32 = 0, bf16 = 0,
-        q8 = 0, profile = 0;
+        q8 = 0, profile = 0, gemm_rate = 0;
     const char *device = "cpu";
     float peak_tflops = 0;
     cli_opt opts[] = {
@@ -321,7 +352,10 @@ int cmd_bench(int argc, char **argv) {
                                "not a random one of the model options; no training benchmark"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
-        {"bf16", 'b', &bf16, "with --device cuda: bf16 mixed precision (bf16 GEMMs, fp32 master weights); on the CPU: generation with bf16 weights"},
+        {"bf16", 'b', &bf16, "bf16 mixed precision training (bf16 GEMMs, fp32 master weights; the CPU's needs oneDNN), and "
+                             "on the CPU generation with bf16 weights"},
+        {"gemm-rate", 'b', &gemm_rate, "print the fp32 (OpenBLAS) and bf16 (oneDNN) GEMM rates on the model's shapes for "
+                                       "--batch x --seq tokens, and nothing else"},
         {"q8", 'b', &q8, "on the CPU: generation with 8-bit weights (q8_0, as sample --q8)"},
         {"peak-tflops", 'f', &peak_tflops, "with --device cuda: also report MFU against this peak (e.g. 989 for H100 SXM bf16 dense)"},
         {"profile", 'i', &profile, "with --device cuda: N more training steps (and the decoding steps) timed per op with CUDA events, as a table (0)"},
@@ -359,8 +393,23 @@ int cmd_bench(int argc, char **argv) {
     if (gen_seqs > 1 && use_cuda) { fprintf(stderr, "skiplm bench: --gen-seqs is for the CPU (the CUDA decoder runs one sequence)\n"); return 2; }
     if (profile && !use_cuda) { fprintf(stderr, "skiplm bench: --profile needs --device cuda\n"); return 2; }
     if (tf32 && !use_cuda) { fprintf(stderr, "skiplm bench: --tf32 needs --device cuda\n"); return 2; }
-    if (bf16 && !use_cuda && (no_gen || (gen == 0 && prefill < 2))) { fprintf(stderr, "skiplm bench: on the CPU, --bf16 applies to the generation benchmark only\n"); return 2; }
+    if (bf16 && !use_cuda && !no_train && !gemm_rate && !sk_bf16_available()) {
+        fprintf(stderr, "skiplm bench: --bf16 training on the CPU needs oneDNN, and this skiplm was built without it: install "
+                "libdnnl-dev (Debian/Ubuntu; bash scripts/install_deps.sh does) and rebuild with make (or give --no-train: "
+                "generation with bf16 weights needs nothing)\n");
+        return 2;
+    }
+    if (gemm_rate && use_cuda) { fprintf(stderr, "skiplm bench: --gemm-rate measures the CPU's GEMMs\n"); return 2; }
     if (use_cuda && !cli_cuda_built("bench")) return 2;
+    if (gemm_rate) {
+        if ((long long)B * T > INT_MAX) { fprintf(stderr, "skiplm bench: --batch x --seq is too many tokens\n"); return 2; }
+        printf("bench: %s\nthreads: %d OpenMP\n", desc, omp_get_max_threads());
+        double f = gemm_rates(B * T, cfg.n_embd, 0, 1);
+        double h = sk_bf16_available() ? gemm_rates(B * T, cfg.n_embd, 1, 1) : 0.0;
+        printf("gemm-rate: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (%s, %s%s)\n", f, h, sk_bf16_version(), sk_bf16_isa(),
+               sk_bf16_available() && !sk_bf16_native() ? ", no native bf16" : "");
+        return 0;
+    }
 #ifdef SKIPLM_CUDA
     if (use_cuda) {
         const sk_cuda_precision prec = bf16 ? SK_CUDA_BF16 : tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
@@ -393,7 +442,7 @@ int cmd_bench(int argc, char **argv) {
     printf("bench: %s%s%s\nthreads: %d OpenMP\n", model ? model : "", model ? ": " : "", desc, omp_get_max_threads());
     sk_model_set_recompute(m, recompute);
     printf("parameters: %.2fM\n", sk_model_num_params(m) / 1e6);
-    if ((!no_train && (rc = bench_train(m, B, T, steps, warmup, recompute))) ||
+    if ((!no_train && (rc = bench_train(m, B, T, steps, warmup, recompute, bf16))) ||
         (!no_gen && (gen > 0 || prefill > 1) &&
          (rc = bench_gen(m, gen, gen_seqs, prefill, q8 ? SK_WEIGHTS_Q8 : bf16 ? SK_WEIGHTS_BF16 : SK_WEIGHTS_F32)))) {
         sk_model_free(m);

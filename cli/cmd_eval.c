@@ -59,7 +59,8 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
         {"accuracy-out", 's', &o->acc_out, "write --accuracy's figures to this file: CSV if it ends in .csv, else JSON (implies --accuracy)"},
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs"},
-        {"bf16", 'b', &o->bf16, "with --device cuda: bf16 GEMMs (bf16 copy of the weights, fp32 everything else)"},
+        {"bf16", 'b', &o->bf16, "the forward pass of train --bf16: bf16 GEMMs with fp32 accumulation on a bf16 copy of "
+                                "the weights, the rest fp32 (the CPU's needs oneDNN)"},
         {"q8", 'b', &o->q8, "the model with its 2-D weights quantized to 8 bits (q8_0, as sample --q8 decodes; fp32 activations), on the CPU; implied by a quantized file"},
         {"choices", 's', &o->choices, "multiple choice instead of shards: a JSONL file of {context, endings, label} (HellaSwag's); acc and acc_norm"},
         {"choices-out", 's', &o->choices_out, "with --choices: each item's log-likelihoods to this file: CSV if it ends in .csv, else JSON"},
@@ -93,8 +94,13 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
     o->use_cuda = cli_device("eval", o->device);
     if (o->use_cuda < 0) return 2;
     if (o->tf32 && o->bf16) { fprintf(stderr, "skiplm eval: --tf32 and --bf16 exclude each other\n"); return 2; }
-    if ((o->tf32 || o->bf16) && !o->use_cuda) {
-        fprintf(stderr, "skiplm eval: --%s needs --device cuda\n", o->tf32 ? "tf32" : "bf16");
+    if (o->tf32 && !o->use_cuda) {
+        fprintf(stderr, "skiplm eval: --tf32 needs --device cuda\n");
+        return 2;
+    }
+    if (o->bf16 && !o->use_cuda && !sk_bf16_available()) {
+        fprintf(stderr, "skiplm eval: --bf16 on the CPU needs oneDNN, and this skiplm was built without it: install "
+                "libdnnl-dev (Debian/Ubuntu; bash scripts/install_deps.sh does) and rebuild with make\n");
         return 2;
     }
     if (o->q8 && (o->use_cuda || o->bf16 || o->tf32)) { fprintf(stderr, "skiplm eval: --q8 is for the CPU, without --bf16 or --tf32\n"); return 2; }
@@ -131,6 +137,11 @@ static int open_eval(eval_run *e, eval_opts *o) {
     }
     if (o->q8 && sk_model_quantize_q8(e->m)) return cli_fail("eval");
     if (sk_model_q8(e->m)) fprintf(stderr, "skiplm eval: weights in 8 bits (q8_0)%s\n", o->q8 ? "" : ", as the file holds them");
+    if (o->bf16 && !o->use_cuda) {
+        if (sk_model_set_bf16(e->m, 1)) return cli_fail("eval");
+        fprintf(stderr, "skiplm eval: bf16 GEMMs with fp32 accumulation (%s, %s)%s\n", sk_bf16_version(), sk_bf16_isa(),
+                sk_bf16_native() ? "" : "; this CPU has no native bf16: slower than fp32");
+    }
     if (o->T <= 0) o->T = e->c->block_size;
     if (o->T > e->c->block_size) {
         fprintf(stderr, "skiplm eval: --seq %d exceeds the model's block_size %d\n", o->T, e->c->block_size);

@@ -155,7 +155,10 @@ static int parse_opts(train_opts *o, int argc, char **argv, sk_config *cfg) {
         {"zero", 'i', &o->zero, "under mpirun: 1 = shard the AdamW state over the ranks (ZeRO stage 1), 0 = replicate it (0)"},
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs (faster, ~1e-3 relative GEMM error)"},
-        {"bf16", 'b', &o->bf16, "with --device cuda: bf16 mixed precision (bf16 GEMMs, fp32 master weights and AdamW state)"},
+        {"bf16", 'b', &o->bf16, "bf16 mixed precision: every GEMM on bf16 operands with fp32 accumulation, fp32 master weights, "
+                                "gradients and AdamW state (CPU: needs oneDNN, libdnnl-dev; --device cuda: tensor cores). A resumed "
+                                "run keeps its checkpoint's precision"},
+        {"fp32", 'b', &o->fp32, "with --resume: go on in fp32 from a checkpoint of a --bf16 run"},
         {0},
     };
     char *pos[4]; int np, cfg_given = 0;
@@ -182,8 +185,17 @@ static int set_hparams(train_run *r, const train_opts *o) {
     if (o->zero != 0 && o->zero != 1) return train_fail("--zero must be 0 or 1 (got %d)", o->zero);
     if ((r->use_cuda = cli_device("train", o->device)) < 0) return 1;
     if (r->use_cuda && !cli_cuda_built("train")) return 1;
-    if ((o->tf32 || o->bf16) && !r->use_cuda) return train_fail("--%s needs --device cuda", o->tf32 ? "tf32" : "bf16");
     if (o->tf32 && o->bf16) return train_fail("--tf32 and --bf16 exclude each other");
+    if (o->fp32 && o->bf16) return train_fail("--fp32 and --bf16 exclude each other");
+    if (o->tf32 && !r->use_cuda) return train_fail("--tf32 needs --device cuda");
+    /* the precision: a checkpoint's (train.bf16) unless the command line says otherwise */
+    r->bf16_from_ckpt = r->resume && tc->bf16 && !o->bf16 && !o->fp32 && !o->tf32;
+    if (o->bf16) tc->bf16 = 1;
+    if (o->fp32 || o->tf32) tc->bf16 = 0;
+    if (tc->bf16 && !r->use_cuda && !sk_bf16_available())
+        return train_fail("--bf16 on the CPU needs oneDNN, and this skiplm was built without it: install libdnnl-dev "
+                          "(Debian/Ubuntu; bash scripts/install_deps.sh does) and rebuild with make%s; nothing was written",
+                          r->bf16_from_ckpt ? " (the checkpoint was trained with --bf16; --fp32 goes on in fp32)" : "");
     if (o->recompute < -1 || o->recompute > 1) return train_fail("--recompute must be -1, 0 or 1 (got %d)", o->recompute);
     tc->zero = o->zero;
     tc->world_size = r->world;
@@ -284,6 +296,7 @@ static int match_config(train_run *r) {
 static int build_trainer(train_run *r, const train_opts *o) {
     if (!r->m && sk_model_new(&r->m, &r->cfg, r->tc.seed)) return cli_fail("train");
     sk_model_set_recompute(r->m, o->recompute);
+    if (r->tc.bf16 && !r->use_cuda && sk_model_set_bf16(r->m, 1)) return cli_fail("train");
     if (sk_trainer_new(&r->tr, r->m, &r->tc, r->Ltr, r->Lval)) return cli_fail("train");
     r->fault = (fail_at){-1, -1, r->tr};
     const char *fa = getenv("SKIPLM_TEST_FAIL_AT");
@@ -291,7 +304,7 @@ static int build_trainer(train_run *r, const train_opts *o) {
     if (r->resume && sk_trainer_resume(r->tr, &r->ck, r->ckpt_path))
         return train_fail("cannot resume: %s; nothing was written", sk_last_error());
 #ifdef SKIPLM_CUDA
-    r->prec = o->bf16 ? SK_CUDA_BF16 : o->tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
+    r->prec = r->tc.bf16 ? SK_CUDA_BF16 : o->tf32 ? SK_CUDA_TF32 : SK_CUDA_FP32;
     if (r->use_cuda) {
         sk_train_backend be;
         if (sk_cuda_select_device() || sk_cuda_device_info(r->devdesc, sizeof r->devdesc)) return cli_fail("train");
@@ -355,6 +368,14 @@ static void print_banner(const train_run *r) {
                              world < 2 ? "" : sk_cuda_nccl_enabled() ? "; one GPU per rank, gradients averaged by NCCL"
                                                                      : "; one GPU per rank, gradients averaged through host memory (MPI)");
 #endif
+    if (!r->use_cuda && tc->bf16) {
+        fprintf(r->err, "skiplm train: bf16 mixed precision%s: bf16 GEMMs with fp32 accumulation (%s, %s), fp32 master weights, "
+                "gradients and AdamW state\n", r->bf16_from_ckpt ? " (the checkpoint's; --fp32 goes on in fp32)" : "",
+                sk_bf16_version(), sk_bf16_isa());
+        if (!sk_bf16_native())
+            fprintf(r->err, "skiplm train: note: this CPU has no native bf16 instructions (avx512_bf16 or AMX; oneDNN sees %s): "
+                    "--bf16 computes through a fallback here and will be slower than fp32\n", sk_bf16_isa());
+    }
     fprintf(r->err, "skiplm train: %d steps of %d x %d x %d = %d tokens, lr %g -> %g (warmup %d, decay %d), wd %g, clip %g, seed %" PRIu64 "%s\n",
             tc->steps, tc->accum, tc->B, tc->T, tc->accum * tc->B * tc->T, tc->lr, tc->min_lr, tc->warmup,
             tc->lr_decay_steps, tc->weight_decay, tc->grad_clip, tc->seed, tc->shuffle ? "" : ", sequential data");

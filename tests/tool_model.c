@@ -1,7 +1,8 @@
 /* Test driver for the PyTorch comparisons (tests/test_gpt2_torch.py).
- *   tool_model run  WEIGHTS BATCH OUT   forward + backward on BATCH (I32 "inputs", "targets"
+ *   tool_model run  WEIGHTS BATCH OUT [bf16]  forward + backward on BATCH (I32 "inputs", "targets"
  *                                       of shape (B, T)); OUT holds "logits", "loss",
- *                                       "loss_fb" (from forward_backward) and "grad.<name>".
+ *                                       "loss_fb" (from forward_backward) and "grad.<name>";
+ *                                       bf16: in bf16 mixed precision (sk_model_set_bf16).
  *   tool_model decode WEIGHTS BATCH OUT fp32|bf16   row 0 of "inputs" through the KV cache one
  *                                       token at a time (bf16: sk_kvcache_new_bf16); OUT holds
  *                                       "logits" (T, V), each position's logits from the cache.
@@ -62,12 +63,13 @@ int main(int argc, char **argv) {
         sk_model_free(m);
         return 0;
     }
-    if (argc != 5 || strcmp(argv[1], "run")) {
-        fprintf(stderr, "usage: tool_model run WEIGHTS BATCH OUT | decode WEIGHTS BATCH OUT fp32|bf16 | init OUT SEED k=v...\n");
+    if (argc < 5 || argc > 6 || strcmp(argv[1], "run") || (argc == 6 && strcmp(argv[5], "bf16"))) {
+        fprintf(stderr, "usage: tool_model run WEIGHTS BATCH OUT [bf16] | decode WEIGHTS BATCH OUT fp32|bf16 | init OUT SEED k=v...\n");
         return 2;
     }
     sk_model *m;
     if (sk_model_load(&m, argv[2], NULL)) return die();
+    if (argc == 6 && sk_model_set_bf16(m, 1)) return die();
     sk_safetensors bt;
     if (sk_st_read(argv[3], &bt)) return die();
     int64_t B, T, B2, T2;

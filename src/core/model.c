@@ -1,6 +1,8 @@
 /* The decoder-only transformer: GPT-2/nanoGPT and Llama/minimind families with
  * Skip-Layer Attention. The call sequence in forward() and backward() is the model. */
 #include "core/model.h"
+#include "core/gemm_bf16.h"
+#include "core/ops_bf16.h"
 #include "core/quant.h"
 #include "core/config.h"
 #include "core/ops.h"
@@ -228,13 +230,15 @@ void sk_model_free(sk_model *m) {
     if (!m) return;
     free(m->params); free(m->grads); free(m->tensors); free(m->acts_mem);
     free(m->lend_index); free(m->rope); free(m->sinus); free(m->runs); free(m->n_runs);
-    free(m->qkv_cols); free(m->n_qkv_cols);
+    free(m->qkv_cols); free(m->n_qkv_cols); free(m->params16);
     sk_q8_free(m->q8);
     free(m);
 }
 
 const sk_config *sk_model_config(const sk_model *m) { return &m->cfg; }
-float *sk_model_params(sk_model *m) { return m->params; }
+/* A caller may write the parameters through this pointer: in bf16 mode their bf16 copy is
+ * rounded anew before the next pass. */
+float *sk_model_params(sk_model *m) { m->params16_stale = 1; return m->params; }
 float *sk_model_grads(sk_model *m) { return m->grads; }
 size_t sk_model_num_params(const sk_model *m) { return m->n_params; }
 const sk_tensor *sk_model_tensors(const sk_model *m, int *n) { *n = m->n_tensors; return m->tensors; }
@@ -268,42 +272,89 @@ static int classifier_chunk(const sk_model *m, int N) {
     return r < N ? r : N;
 }
 
-/* Lays out (or just counts, when base == NULL) the activations for (B, T). */
+/* Lays out (or just counts, when base == NULL) the activations for (B, T). In bf16 mode the
+ * activations that only GEMMs read are bf16 (half a float each) and their fp32 buffers absent. */
 static size_t acts_layout(const sk_model *m, int B, int T, int grads, int recompute, float *base, sk_acts *a) {
     size_t BT = (size_t)B * T, C = m->C, F = m->F;
     size_t Ffc = m->gated ? 2 * F : F;
     int gpt = m->cfg.family == SK_GPT2;
     size_t L = recompute ? 1 : (size_t)m->L;                     /* per-layer workspaces */
     size_t Lq = recompute ? (size_t)sk_model_n_lenders(m) + 1 : (size_t)m->L;   /* qkv slots */
-    size_t sizes[32]; float **ptrs[32]; int n = 0;
+    const size_t h = m->bf16 ? 1 : 0, f = 1 - h;                 /* bf16 / fp32 storage */
+    const size_t chunk = (size_t)classifier_chunk(m, (int)BT);
+    float *v16[9] = {0};
+    uint16_t **p16[9] = {&a->ln1_16, &a->ln2_16, &a->fch16, &a->act16, &a->lnf16, &a->x16, &a->dy16, &a->dfch16, &a->dlogits16};
+    size_t sizes[48]; float **ptrs[48]; int n = 0;
 #define A(ptr, size) do { ptrs[n] = &a->ptr; sizes[n++] = (size); } while (0)
+#define H(i, size) do { ptrs[n] = &v16[i]; sizes[n++] = ((size) + 1) / 2; } while (0)
     A(encoded, BT * C);
-    A(ln1, L * BT * C); A(ln1_mean, gpt ? L * BT : 0); A(ln1_rstd, L * BT);
+    A(ln1, f * L * BT * C); A(ln1_mean, gpt ? L * BT : 0); A(ln1_rstd, L * BT);
     A(qkv, Lq * BT * m->QKV);
     A(atty, L * BT * C);
     A(lse, L * BT * m->H);
     A(res2, L * BT * C);
-    A(ln2, L * BT * C); A(ln2_mean, gpt ? L * BT : 0); A(ln2_rstd, L * BT);
-    A(fch, L * BT * Ffc);
-    A(fch_act, L * BT * F);
+    A(ln2, f * L * BT * C); A(ln2_mean, gpt ? L * BT : 0); A(ln2_rstd, L * BT);
+    A(fch, f * L * BT * Ffc);
+    A(fch_act, f * L * BT * F);
     A(res3, (size_t)m->L * BT * C);
-    A(lnf, BT * C); A(lnf_mean, gpt ? BT : 0); A(lnf_rstd, BT);
-    A(logits, (size_t)classifier_chunk(m, (int)BT) * m->Vp);
+    A(lnf, f * BT * C); A(lnf_mean, gpt ? BT : 0); A(lnf_rstd, BT);
+    A(logits, chunk * m->Vp);
     A(losses, BT);
+    H(0, h * L * BT * C); H(1, h * L * BT * C); H(2, h * L * BT * Ffc); H(3, h * L * BT * F);
+    H(4, h * BT * C); H(5, h * BT * C);
     if (grads) {
         A(dres, BT * C); A(dbtc, BT * C); A(dbtc2, BT * C);
-        A(dfch, BT * Ffc); A(dfch_act, BT * F);
+        A(dfch, f * BT * Ffc); A(dfch_act, BT * F);
         A(dqkv_lend, (size_t)sk_model_n_lenders(m) * BT * m->QKV);
         A(dqkv_own, BT * m->QKV);
+        H(6, h * BT * ((size_t)m->QKV > C ? (size_t)m->QKV : C)); H(7, h * BT * Ffc); H(8, h * chunk * m->Vp);
     }
 #undef A
+#undef H
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         if (base) *ptrs[i] = sizes[i] ? base + total : NULL;
         total += (sizes[i] + 15) / 16 * 16;    /* 64-byte aligned views */
     }
+    if (base)
+        for (int i = 0; i < 9; i++) *p16[i] = (uint16_t *)v16[i];
     return total;
 }
+
+int sk_model_set_bf16(sk_model *m, int on) {
+    on = on != 0;
+    if (on == m->bf16) return SK_OK;
+    if (on && !sk_bf16_available())
+        return sk_error(SK_EINVAL, "bf16 on the CPU needs oneDNN, and this skiplm was built without it: install "
+                        "libdnnl-dev (Debian/Ubuntu; bash scripts/install_deps.sh does) and rebuild (make)");
+    if (on && m->q8) return sk_error(SK_EINVAL, "the weights are 8-bit (a quantized file): bf16 does not apply");
+    if (on) {
+        char what[96];
+        snprintf(what, sizeof what, "the bf16 copy of the weights (%zu parameters)", m->n_params);
+        int rc = check_alloc(m->n_params * (sizeof(float) + sizeof(uint16_t)), what);
+        if (rc) return rc;
+        m->params16 = malloc(m->n_params * sizeof(uint16_t));
+        if (!m->params16) return sk_error(SK_ENOMEM, "out of memory for %s", what);
+    } else {
+        free(m->params16);
+        m->params16 = NULL;
+    }
+    m->bf16 = on;
+    m->params16_stale = 1;
+    free(m->acts_mem);
+    m->acts_mem = NULL;     /* the activations are laid out anew: bf16 ones replace fp32 ones */
+    return SK_OK;
+}
+
+int sk_model_bf16(const sk_model *m) { return m->bf16; }
+
+static void bf16_weights(sk_model *m);
+uint16_t *sk_model_params_bf16(sk_model *m) {
+    if (!m->bf16) return NULL;
+    bf16_weights(m);
+    return m->params16;
+}
+void sk_model_params_bf16_synced(sk_model *m) { if (m->bf16) m->params16_stale = 0; }
 
 size_t sk_model_activation_bytes(const sk_model *m, int B, int T, int with_grads) {
     sk_acts a;
@@ -328,19 +379,23 @@ static void layer_acts(const sk_model *m, int l, sk_layer_acts *la) {
     const sk_acts *a = &m->a;
     size_t BT = (size_t)m->B * m->T, C = m->C, F = m->F, Ffc = m->gated ? 2 * F : F;
     size_t w = m->recompute_on ? 0 : (size_t)l;
-    la->ln1 = a->ln1 + w * BT * C;
+    la->ln1 = a->ln1 ? a->ln1 + w * BT * C : NULL;
     la->ln1_mean = a->ln1_mean ? a->ln1_mean + w * BT : NULL;
     la->ln1_rstd = a->ln1_rstd + w * BT;
     la->qkv = qkv_of(m, l);
     la->atty = a->atty + w * BT * C;
     la->lse = a->lse + w * BT * m->H;
     la->res2 = a->res2 + w * BT * C;
-    la->ln2 = a->ln2 + w * BT * C;
+    la->ln2 = a->ln2 ? a->ln2 + w * BT * C : NULL;
     la->ln2_mean = a->ln2_mean ? a->ln2_mean + w * BT : NULL;
     la->ln2_rstd = a->ln2_rstd + w * BT;
-    la->fch = a->fch + w * BT * Ffc;
-    la->fch_act = a->fch_act + w * BT * F;
+    la->fch = a->fch ? a->fch + w * BT * Ffc : NULL;
+    la->fch_act = a->fch_act ? a->fch_act + w * BT * F : NULL;
     la->res3 = a->res3 + (size_t)l * BT * C;
+    la->ln1_16 = a->ln1_16 ? a->ln1_16 + w * BT * C : NULL;
+    la->ln2_16 = a->ln2_16 ? a->ln2_16 + w * BT * C : NULL;
+    la->fch16 = a->fch16 ? a->fch16 + w * BT * Ffc : NULL;
+    la->act16 = a->act16 ? a->act16 + w * BT * F : NULL;
 }
 
 int sk_model_reserve(sk_model *m, int B, int T, int with_grads) {
@@ -363,17 +418,20 @@ int sk_model_reserve(sk_model *m, int B, int T, int with_grads) {
     }
     size_t floats = acts_layout(m, B, T, with_grads, rec, NULL, &m->a);
     size_t P = m->n_params * sizeof(float), A = floats * sizeof(float);
+    size_t P16 = m->bf16 ? m->n_params * sizeof(uint16_t) : 0;    /* the weights' bf16 copy */
+    char p16[64] = "";
+    if (P16) snprintf(p16, sizeof p16, " + bf16 weights %zu", P16);
     int rc;
-    char what[256];
+    char what[320];
     if (with_grads) {
         /* training: every training path (sk_trainer_new, bench) also holds AdamW's m and v,
          * so the up-front number is the whole run's: parameters, gradients, m, v, activations */
-        snprintf(what, sizeof what, "training with B=%d, T=%d (parameters %zu + gradients %zu + AdamW m and v %zu + "
-                 "activations %zu bytes)", B, T, P, P, 2 * P, A);
-        rc = check_alloc(4 * P + A, what);
+        snprintf(what, sizeof what, "training with B=%d, T=%d (parameters %zu + gradients %zu + AdamW m and v %zu%s + "
+                 "activations %zu bytes)", B, T, P, P, 2 * P, p16, A);
+        rc = check_alloc(4 * P + P16 + A, what);
     } else {
-        snprintf(what, sizeof what, "the forward pass with B=%d, T=%d (parameters %zu + activations %zu bytes)", B, T, P, A);
-        rc = check_alloc(P + A, what);
+        snprintf(what, sizeof what, "the forward pass with B=%d, T=%d (parameters %zu%s + activations %zu bytes)", B, T, P, p16, A);
+        rc = check_alloc(P + P16 + A, what);
     }
     if (rc) return rc;
     free(m->acts_mem);
@@ -459,6 +517,95 @@ static void sk_mlp_act_backward(const sk_model *m, float *dh, const float *h, co
     else sk_gelu_backward(dh, h, dact, n, m->cfg.gelu == SK_GELU_TANH);
 }
 
+/* ------------------------------------------------- bf16 mixed precision
+ *
+ * In bf16 mode (sk_model_set_bf16) each GEMM multiplies bf16 operands with fp32 accumulation
+ * (sk_gemm_bf16): the weights from params16, the activations that only GEMMs read from their
+ * bf16 buffers (written rounded by the op before: the norms, the MLP's activation and its
+ * backward), and any other operand rounded into a scratch first (the attention's output, each
+ * backward dY, dqkv). Everything else is the fp32 code. */
+
+/* W's bf16 copy: the same offset in params16 */
+static const uint16_t *w16(const sk_model *m, const float *w) { return m->params16 + (w - m->params); }
+
+/* Round the parameters into params16 if they may have changed since the last time. */
+static void bf16_weights(sk_model *m) {
+    if (!m->bf16 || !m->params16_stale) return;
+    sk_round_bf16(m->params16, m->params, m->n_params);
+    m->params16_stale = 0;
+}
+
+static void norm_forward16(const sk_model *m, uint16_t *out, float *mean, float *rstd, const float *inp,
+                           const float *w, const float *b, int N) {
+    if (m->cfg.family == SK_GPT2) sk_layernorm_forward_bf16(out, mean, rstd, inp, w, b, N, m->C, m->cfg.norm_eps);
+    else sk_rmsnorm_forward_bf16(out, rstd, inp, w, N, m->C, m->cfg.norm_eps);
+}
+static void mlp_act_forward16(const sk_model *m, uint16_t *act, const uint16_t *h, int N) {
+    size_t n = (size_t)N * m->F;
+    if (m->cfg.relu) sk_relu_forward_bf16(act, h, n);
+    else if (m->gated) sk_swiglu_forward_bf16(act, h, N, m->F);
+    else sk_gelu_forward_bf16(act, h, n, m->cfg.gelu == SK_GELU_TANH);
+}
+static void mlp_act_backward16(const sk_model *m, uint16_t *dh, const uint16_t *h, const float *dact, int N) {
+    size_t n = (size_t)N * m->F;
+    if (m->cfg.relu) sk_relu_backward_bf16(dh, h, dact, n);
+    else if (m->gated) sk_swiglu_backward_bf16(dh, h, dact, N, m->F);
+    else sk_gelu_backward_bf16(dh, h, dact, n, m->cfg.gelu == SK_GELU_TANH);
+}
+
+/* out (N, OC) = x (N, IC) @ W^T + b in bf16: out fp32, or out16 rounded once */
+static int linear16_forward(const sk_model *m, float *out, uint16_t *out16, const uint16_t *x, const float *w,
+                            const float *b, int N, int IC, int OC) {
+    return sk_gemm_bf16(0, 1, N, OC, IC, x, IC, w16(m, w), IC, b, 0, out, out16, OC);
+}
+/* dx (N, IC) = dy @ W (overwritten; fp32), dW (OC, IC) += dy^T @ x, from the bf16 dy and x */
+static int linear16_backward(const sk_model *m, float *dx, float *dw, const uint16_t *dy, const uint16_t *x,
+                             const float *w, int N, int IC, int OC) {
+    int rc = sk_gemm_bf16(0, 0, N, IC, OC, dy, OC, w16(m, w), IC, NULL, 0, dx, NULL, IC);
+    return rc ? rc : sk_gemm_bf16(1, 0, OC, IC, N, dy, OC, x, IC, NULL, 1, dw, NULL, IC);
+}
+
+/* qkv_forward in bf16: the same column ranges */
+static int qkv_forward16(const sk_model *m, int l, float *qkv, const uint16_t *ln1, int N) {
+    const float *w = m->p.qkvw + (size_t)l * m->QKV * m->C, *b = m->p.qkvb ? m->p.qkvb + (size_t)l * m->QKV : NULL;
+    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
+    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV, rc = SK_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        int c0 = r[2 * i], cw = r[2 * i + 1];
+        rc = sk_gemm_bf16(0, 1, N, cw, C, ln1, C, w16(m, w) + (size_t)c0 * C, C, b ? b + c0 : NULL, 0, qkv + c0, NULL, QKV);
+    }
+    return rc;
+}
+
+/* qkv_backward in bf16: dqkv16 is dqkv rounded (the GEMMs' operand); the bias gradient sums the
+ * fp32 dqkv as the fp32 path does */
+static int qkv_backward16(sk_model *m, int l, float *dln1, const float *dqkv, const uint16_t *dqkv16,
+                          const uint16_t *ln1, int N) {
+    size_t off = (size_t)l * m->QKV * m->C;
+    const uint16_t *w = w16(m, m->p.qkvw + off);
+    float *dw = m->g.qkvw + off, *db = m->g.qkvb ? m->g.qkvb + (size_t)l * m->QKV : NULL;
+    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
+    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV, rc = SK_OK;
+    if (n == 1 && r[1] == QKV) {
+        rc = sk_gemm_bf16(0, 0, N, C, QKV, dqkv16, QKV, w, C, NULL, 0, dln1, NULL, C);
+        if (!rc) rc = sk_gemm_bf16(1, 0, QKV, C, N, dqkv16, QKV, ln1, C, NULL, 1, dw, NULL, C);
+        if (!rc && db) sk_colsum_add(db, dqkv, N, QKV);
+        return rc;
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        int c0 = r[2 * i], cw = r[2 * i + 1];
+        rc = sk_gemm_bf16(0, 0, N, C, cw, dqkv16 + c0, QKV, w + (size_t)c0 * C, C, NULL, i > 0, dln1, NULL, C);
+        if (!rc) rc = sk_gemm_bf16(1, 0, cw, C, N, dqkv16 + c0, QKV, ln1, C, NULL, 1, dw + (size_t)c0 * C, NULL, C);
+        if (db) {
+            for (int t = 0; t < N; t++) {
+                const float *row = dqkv + (size_t)t * QKV + c0;
+                for (int c = 0; c < cw; c++) db[c0 + c] += row[c];
+            }
+        }
+    }
+    return rc;
+}
+
 /* qkv (N, QKV) = ln1 @ Wqkv^T + b, computing only the columns some layer reads (the rest
  * of the row is left as it is: nobody reads it). */
 static void qkv_forward(const sk_model *m, int l, float *qkv, const float *ln1, int N) {
@@ -497,37 +644,59 @@ static void qkv_backward(sk_model *m, int l, float *dln1, const float *dqkv, con
     }
 }
 
-/* One block: x -> la->res3, saving what the backward pass needs in la. */
+/* One block: x -> la->res3, saving what the backward pass needs in la. In bf16 mode (h) the
+ * norms write bf16 outputs, the GEMMs read bf16 operands and c_fc writes a bf16 pre-activation. */
 static int layer_forward(sk_model *m, int l, const float *x, const sk_layer_acts *la, int B, int T,
                          int training, uint64_t seed) {
     const sk_config *c = &m->cfg;
     const sk_params *p = &m->p;
-    int C = m->C, F = m->F, N = B * T;
+    int C = m->C, F = m->F, N = B * T, rc = SK_OK;
     int Ffc = m->gated ? 2 * F : F;
+    const int h = m->bf16;
     size_t BT = (size_t)N;
     float drop = training ? c->dropout : 0.0f;
-    TIMED(norm, norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x,
-                             p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, N));
-    TIMED(matmul, qkv_forward(m, l, la->qkv, la->ln1, N));
+    const float *ln1w = p->ln1w + (size_t)l * C, *ln1b = p->ln1b ? p->ln1b + (size_t)l * C : NULL;
+    if (h) {
+        TIMED(norm, norm_forward16(m, la->ln1_16, la->ln1_mean, la->ln1_rstd, x, ln1w, ln1b, N));
+        TIMED(matmul, rc = qkv_forward16(m, l, la->qkv, la->ln1_16, N));
+        if (rc) return rc;
+    } else {
+        TIMED(norm, norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, ln1w, ln1b, N));
+        TIMED(matmul, qkv_forward(m, l, la->qkv, la->ln1, N));
+    }
     if (m->rope) TIMED(elementwise, sk_rope(la->qkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
     for (int part = 0; part < m->n_runs[l]; part++) {
         sk_attn d;
         attn_desc(m, &d, l, part, B, T, drop, seed, training, la);
-        int rc;
         TIMED(attention, rc = sk_attn_forward(&d));
         if (rc) return rc;
     }
-    TIMED(matmul, sk_linear_forward(la->res2, la->atty, p->attprojw + (size_t)l * C * C,
-                                    p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, C));
+    const float *projw = p->attprojw + (size_t)l * C * C, *projb = p->attprojb ? p->attprojb + (size_t)l * C : NULL;
+    if (h) {
+        TIMED(elementwise, sk_round_bf16(m->a.x16, la->atty, BT * C));
+        TIMED(matmul, rc = linear16_forward(m, la->res2, NULL, m->a.x16, projw, projb, N, C, C));
+        if (rc) return rc;
+    } else {
+        TIMED(matmul, sk_linear_forward(la->res2, la->atty, projw, projb, N, C, C));
+    }
     sk_dropout(la->res2, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT));
     TIMED(elementwise, sk_add_inplace(la->res2, x, BT * C));
-    TIMED(norm, norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2,
-                             p->ln2w + (size_t)l * C, p->ln2b ? p->ln2b + (size_t)l * C : NULL, N));
-    TIMED(matmul, sk_linear_forward(la->fch, la->ln2, p->fcw + (size_t)l * Ffc * C,
-                                    p->fcb ? p->fcb + (size_t)l * F : NULL, N, C, Ffc));
-    TIMED(elementwise, sk_mlp_act_forward(m, la->fch_act, la->fch, N));
-    TIMED(matmul, sk_linear_forward(la->res3, la->fch_act, p->fcprojw + (size_t)l * C * F,
-                                    p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, C));
+    const float *ln2w = p->ln2w + (size_t)l * C, *ln2b = p->ln2b ? p->ln2b + (size_t)l * C : NULL;
+    const float *fcw = p->fcw + (size_t)l * Ffc * C, *fcb = p->fcb ? p->fcb + (size_t)l * F : NULL;
+    const float *fcprojw = p->fcprojw + (size_t)l * C * F, *fcprojb = p->fcprojb ? p->fcprojb + (size_t)l * C : NULL;
+    if (h) {
+        TIMED(norm, norm_forward16(m, la->ln2_16, la->ln2_mean, la->ln2_rstd, la->res2, ln2w, ln2b, N));
+        TIMED(matmul, rc = linear16_forward(m, NULL, la->fch16, la->ln2_16, fcw, fcb, N, C, Ffc));
+        if (rc) return rc;
+        TIMED(elementwise, mlp_act_forward16(m, la->act16, la->fch16, N));
+        TIMED(matmul, rc = linear16_forward(m, la->res3, NULL, la->act16, fcprojw, fcprojb, N, F, C));
+        if (rc) return rc;
+    } else {
+        TIMED(norm, norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, ln2w, ln2b, N));
+        TIMED(matmul, sk_linear_forward(la->fch, la->ln2, fcw, fcb, N, C, Ffc));
+        TIMED(elementwise, sk_mlp_act_forward(m, la->fch_act, la->fch, N));
+        TIMED(matmul, sk_linear_forward(la->res3, la->fch_act, fcprojw, fcprojb, N, F, C));
+    }
     sk_dropout(la->res3, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT));
     TIMED(elementwise, sk_add_inplace(la->res3, la->res2, BT * C));
     return SK_OK;
@@ -542,6 +711,7 @@ static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int 
     size_t BT = (size_t)N;
     float drop = training ? c->dropout : 0.0f;
 
+    if (m->bf16) TIMED(elementwise, bf16_weights(m));
     TIMED(elementwise, sk_embed_forward(a->encoded, inputs, p->wte, p->wpe ? p->wpe : m->sinus, B, T, C));
     sk_dropout(a->encoded, BT * C, drop, seed, drop_stream(L, 0));
     for (int l = 0; l < L; l++) {
@@ -550,8 +720,9 @@ static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int 
         int rc = layer_forward(m, l, l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C, &la, B, T, training, seed);
         if (rc) return rc;
     }
-    TIMED(norm, norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3 + (size_t)(L - 1) * BT * C,
-                             p->lnfw, p->lnfb, N));
+    const float *xf = a->res3 + (size_t)(L - 1) * BT * C;
+    if (m->bf16) TIMED(norm, norm_forward16(m, a->lnf16, a->lnf_mean, a->lnf_rstd, xf, p->lnfw, p->lnfb, N));
+    else TIMED(norm, norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, xf, p->lnfw, p->lnfb, N));
     return SK_OK;
 }
 
@@ -561,18 +732,25 @@ static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int 
  * whole. */
 static int classifier(sk_model *m, const int32_t *targets, int N, float *loss, float *logits_out,
                       float *dlnf, float scale) {
-    int V = m->cfg.vocab_size, Vp = m->Vp, C = m->C;
+    int V = m->cfg.vocab_size, Vp = m->Vp, C = m->C, rc = SK_OK;
     sk_acts *a = &m->a;
+    /* bf16: the logits come out of a bf16 GEMM in fp32, and their gradient is rounded to bf16
+     * (dlogits16) for the two backward GEMMs */
+    const int h = m->bf16;
+    const uint16_t *lm16 = h ? w16(m, m->p.lmhead) : NULL;
     size_t n_valid = 0;
     if (targets) for (int i = 0; i < N; i++) n_valid += targets[i] >= 0;
     float row_scale = n_valid ? scale / (float)n_valid : 0.0f;
-    for (int r0 = 0; r0 < N; r0 += m->chunk) {
+    for (int r0 = 0; r0 < N && !rc; r0 += m->chunk) {
         int R = N - r0 < m->chunk ? N - r0 : m->chunk;
         float *lg = a->logits;
-        TIMED(classifier, sk_gemm(0, 1, R, Vp, C, 1.0f, a->lnf + (size_t)r0 * C, C, m->p.lmhead, C, 0.0f, lg, Vp));
+        if (h) TIMED(classifier, rc = sk_gemm_bf16(0, 1, R, Vp, C, a->lnf16 + (size_t)r0 * C, C, lm16, C, NULL, 0, lg, NULL, Vp));
+        else TIMED(classifier, sk_gemm(0, 1, R, Vp, C, 1.0f, a->lnf + (size_t)r0 * C, C, m->p.lmhead, C, 0.0f, lg, Vp));
+        if (rc) break;
         double t0 = sk_now();
         if (logits_out)
             for (int r = 0; r < R; r++) memcpy(logits_out + (size_t)(r0 + r) * V, lg + (size_t)r * Vp, sizeof(float) * V);
+        uint16_t *d16 = h && dlnf ? a->dlogits16 : NULL;
         if (targets) {
             #pragma omp parallel for schedule(static)
             for (int r = 0; r < R; r++) {
@@ -589,15 +767,24 @@ static int classifier(sk_model *m, const int32_t *targets, int N, float *loss, f
                     for (int v = 0; v < V; v++) z[v] = s * sk_fexp(z[v] - lse);
                     if (tgt >= 0) z[tgt] -= s;
                     for (int v = V; v < Vp; v++) z[v] = 0.0f;
+                    if (d16) {
+                        uint16_t *o = d16 + (size_t)r * Vp;
+                        #pragma omp simd
+                        for (int v = 0; v < Vp; v++) o[v] = sk_rne_bf16(z[v]);
+                    }
                 }
             }
         }
         m->times.classifier += sk_now() - t0;
-        if (dlnf) {
+        if (dlnf && h) {
+            TIMED(classifier, rc = sk_gemm_bf16(0, 0, R, C, Vp, d16, Vp, lm16, C, NULL, 0, dlnf + (size_t)r0 * C, NULL, C));
+            if (!rc) TIMED(classifier, rc = sk_gemm_bf16(1, 0, Vp, C, R, d16, Vp, a->lnf16 + (size_t)r0 * C, C, NULL, 1, m->g.lmhead, NULL, C));
+        } else if (dlnf) {
             TIMED(classifier, sk_gemm(0, 0, R, C, Vp, 1.0f, lg, Vp, m->p.lmhead, C, 0.0f, dlnf + (size_t)r0 * C, C));
             TIMED(classifier, sk_gemm(1, 0, Vp, C, R, 1.0f, lg, Vp, a->lnf + (size_t)r0 * C, C, 1.0f, m->g.lmhead, C));
         }
     }
+    if (rc) return rc;
     if (loss) {
         double s = 0.0;
         if (targets) for (int i = 0; i < N; i++) s += a->losses[i];
@@ -647,6 +834,7 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
     int Ffc = m->gated ? 2 * F : F;
     size_t BT = (size_t)N;
     float drop = c->dropout;
+    const int h = m->bf16;
 
     /* a->dbtc holds dlnf from the classifier */
     memset(a->dres, 0, BT * C * sizeof(float));
@@ -664,21 +852,41 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
             if (rc) return rc;
         }
         const float *ln1 = la.ln1, *atty = la.atty, *res2 = la.res2, *ln2 = la.ln2, *fch = la.fch, *fch_act = la.fch_act;
+        const float *fcprojw = p->fcprojw + (size_t)l * C * F, *fcw = p->fcw + (size_t)l * Ffc * C;
+        const float *attprojw = p->attprojw + (size_t)l * C * C;
+        float *g_fcprojb = g->fcprojb ? g->fcprojb + (size_t)l * C : NULL, *g_fcb = g->fcb ? g->fcb + (size_t)l * F : NULL;
+        float *g_attprojb = g->attprojb ? g->attprojb + (size_t)l * C : NULL;
+        int rc = SK_OK;
         /* MLP: res3 = res2 + drop(fcproj(act(fc(norm2(res2))))) */
         const float *dy = branch_grad(m, drop, seed, l, DROP_MLP_OUT, BT);
-        TIMED(matmul, sk_linear_backward(a->dfch_act, g->fcprojw + (size_t)l * C * F,
-                                         g->fcprojb ? g->fcprojb + (size_t)l * C : NULL, dy, fch_act,
-                                         p->fcprojw + (size_t)l * C * F, N, F, C));
-        TIMED(elementwise, sk_mlp_act_backward(m, a->dfch, fch, a->dfch_act, N));
-        TIMED(matmul, sk_linear_backward(a->dbtc2, g->fcw + (size_t)l * Ffc * C, g->fcb ? g->fcb + (size_t)l * F : NULL,
-                                         a->dfch, ln2, p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
+        if (h) {
+            /* dY rounded once for its two GEMMs; the bias gradient sums the fp32 dY */
+            TIMED(elementwise, sk_round_bf16(a->dy16, dy, BT * C));
+            TIMED(matmul, rc = linear16_backward(m, a->dfch_act, g->fcprojw + (size_t)l * C * F, a->dy16, la.act16, fcprojw, N, F, C));
+            if (rc) return rc;
+            if (g_fcprojb) TIMED(matmul, sk_colsum_add(g_fcprojb, dy, N, C));
+            TIMED(elementwise, mlp_act_backward16(m, a->dfch16, la.fch16, a->dfch_act, N));
+            TIMED(matmul, rc = linear16_backward(m, a->dbtc2, g->fcw + (size_t)l * Ffc * C, a->dfch16, la.ln2_16, fcw, N, C, Ffc));
+            if (rc) return rc;
+            if (g_fcb) TIMED(matmul, sk_colsum_add_bf16(g_fcb, a->dfch16, N, Ffc));
+        } else {
+            TIMED(matmul, sk_linear_backward(a->dfch_act, g->fcprojw + (size_t)l * C * F, g_fcprojb, dy, fch_act, fcprojw, N, F, C));
+            TIMED(elementwise, sk_mlp_act_backward(m, a->dfch, fch, a->dfch_act, N));
+            TIMED(matmul, sk_linear_backward(a->dbtc2, g->fcw + (size_t)l * Ffc * C, g_fcb, a->dfch, ln2, fcw, N, C, Ffc));
+        }
         TIMED(norm, norm_backward(m, a->dres, g->ln2w + (size_t)l * C, g->ln2b ? g->ln2b + (size_t)l * C : NULL,
                                   a->dbtc2, res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
         /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))) */
         dy = branch_grad(m, drop, seed, l, DROP_ATTN_OUT, BT);
-        TIMED(matmul, sk_linear_backward(a->dbtc2, g->attprojw + (size_t)l * C * C,
-                                         g->attprojb ? g->attprojb + (size_t)l * C : NULL, dy, atty,
-                                         p->attprojw + (size_t)l * C * C, N, C, C));
+        if (h) {
+            TIMED(elementwise, sk_round_bf16(a->dy16, dy, BT * C));
+            TIMED(elementwise, sk_round_bf16(a->x16, atty, BT * C));
+            TIMED(matmul, rc = linear16_backward(m, a->dbtc2, g->attprojw + (size_t)l * C * C, a->dy16, a->x16, attprojw, N, C, C));
+            if (rc) return rc;
+            if (g_attprojb) TIMED(matmul, sk_colsum_add(g_attprojb, dy, N, C));
+        } else {
+            TIMED(matmul, sk_linear_backward(a->dbtc2, g->attprojw + (size_t)l * C * C, g_attprojb, dy, atty, attprojw, N, C, C));
+        }
         float *dqkv = dqkv_of(m, l, BT);
         if (m->lend_index[l] < 0) memset(dqkv, 0, BT * m->QKV * sizeof(float));
         for (int part = 0; part < m->n_runs[l]; part++) {
@@ -692,12 +900,17 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
             float *dk = dsrc + (d.k - qkv_src);
             float *dv = dsrc + (d.v - qkv_src);
             const float *dout = a->dbtc2 + (d.out - la.atty);
-            int rc;
             TIMED(attention, rc = sk_attn_backward(&d, dout, dq, dk, dv));
             if (rc) return rc;
         }
         if (m->rope) TIMED(elementwise, sk_rope(dqkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 1));
-        TIMED(matmul, qkv_backward(m, l, a->dbtc, dqkv, ln1, N));
+        if (h) {
+            TIMED(elementwise, sk_round_bf16(a->dy16, dqkv, BT * m->QKV));
+            TIMED(matmul, rc = qkv_backward16(m, l, a->dbtc, dqkv, a->dy16, la.ln1_16, N));
+            if (rc) return rc;
+        } else {
+            TIMED(matmul, qkv_backward(m, l, a->dbtc, dqkv, ln1, N));
+        }
         TIMED(norm, norm_backward(m, a->dres, g->ln1w + (size_t)l * C, g->ln1b ? g->ln1b + (size_t)l * C : NULL,
                                   a->dbtc, x, p->ln1w + (size_t)l * C, la.ln1_mean, la.ln1_rstd, N));
     }

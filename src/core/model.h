@@ -44,6 +44,16 @@ typedef struct {
     float *dfch, *dfch_act;               /* (B, T, F or 2F), (B, T, F) */
     float *dqkv_lend;                     /* (n_lenders, B, T, QKV): layers whose K/V are borrowed */
     float *dqkv_own;                      /* (B, T, QKV) scratch for the others */
+    /* bf16 mixed precision (sk_model_set_bf16): the activations that only GEMMs read are kept
+     * in bf16 and their fp32 buffers above (ln1, ln2, fch, fch_act, lnf, dfch) are not made */
+    uint16_t *ln1_16, *ln2_16;            /* (L, B, T, C) the norms' outputs */
+    uint16_t *fch16;                      /* (L, B, T, F or 2F) the MLP's pre-activation */
+    uint16_t *act16;                      /* (L, B, T, F) the MLP's activation */
+    uint16_t *lnf16;                      /* (B, T, C) */
+    uint16_t *x16;                        /* (B, T, C) the attention output, rounded for c_proj */
+    uint16_t *dy16;                       /* (B, T, max(QKV, C)) a backward dY rounded for its GEMMs */
+    uint16_t *dfch16;                     /* (B, T, F or 2F) the pre-activation's gradient */
+    uint16_t *dlogits16;                  /* (chunk, Vp) the logits' gradient */
 } sk_acts;
 
 struct sk_model {
@@ -72,12 +82,18 @@ struct sk_model {
     int recompute_on;                     /* the mode of the current activation plan */
     struct sk_q8 *q8;                     /* 8-bit matrices (core/quant.h), or NULL; with them the
                                              fp32 matrices hold their dequantized values */
+    int bf16;                             /* bf16 mixed precision (sk_model_set_bf16) */
+    uint16_t *params16;                   /* with it, params rounded to bf16 (the same layout): the
+                                             GEMMs' weight operands */
+    int params16_stale;                   /* params may have changed since params16 was rounded
+                                             (set by sk_model_params); the next pass rounds anew */
 };
 
 /* One layer's activation views (see sk_acts). */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean, *ln2_rstd,
           *fch, *fch_act, *res3;
+    uint16_t *ln1_16, *ln2_16, *fch16, *act16;    /* bf16 mixed precision */
 } sk_layer_acts;
 
 /* act (N, F) = the MLP activation of h (N, F or 2F), for the model's kind. */

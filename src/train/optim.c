@@ -6,6 +6,7 @@
  * so the gradient norm, summed as one double per span in span order, does not depend on
  * the number of OpenMP threads. */
 #include "skiplm_train.h"
+#include "core/ops_bf16.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,8 +49,31 @@ void sk_adamw_default(sk_adamw_cfg *c) {
 
 /* The float operations follow PyTorch's single-tensor AdamW op by op: each Python scalar
  * (computed in double) is rounded to float, then applied elementwise in float. */
-void sk_adamw_step(float *p, const float *g, float *m, float *v,
-                   const sk_span *spans, int n_spans, const sk_adamw_cfg *c, double lr, long t) {
+/* The AdamW update of the spans; with p16, each updated weight also rounded into p16 (the model's
+ * bf16 copy, same offsets) in the same pass. The fp32 arithmetic is the same either way. */
+#define ADAMW_SPANS(STORE16)                                                                       \
+    _Pragma("omp parallel for schedule(static)")                                                   \
+    for (int s = 0; s < n_spans; s++) {                                                            \
+        const size_t o = spans[s].offset, n = spans[s].n;                                          \
+        float *ps = p + o, *ms = m + o, *vs = v + o;                                               \
+        const float *gs = g + o;                                                                   \
+        const int dec = wd && spans[s].decay;                                                      \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            float pi = ps[i], gi = gs[i];                                                          \
+            if (dec) pi = pi * decay;                                                              \
+            float mi = ms[i] * fb1;                                                                \
+            mi = mi + a1 * gi;                                                                     \
+            float vi = vs[i] * fb2;                                                                \
+            vi = vi + a2 * gi * gi;                                                                \
+            float denom = sqrtf(vi) / bc2_sqrt + eps;                                              \
+            pi = pi + (-step_size) * (mi / denom);                                                 \
+            ps[i] = pi; ms[i] = mi; vs[i] = vi;                                                    \
+            STORE16;                                                                               \
+        }                                                                                          \
+    }
+
+static void adamw(float *p, const float *g, float *m, float *v, const sk_span *spans, int n_spans,
+                  const sk_adamw_cfg *c, double lr, long t, uint16_t *p16) {
     double b1 = c->beta1, b2 = c->beta2;
     const float decay = (float)(1.0 - lr * (double)c->weight_decay);
     const float fb1 = (float)b1, fb2 = (float)b2, a1 = (float)(1.0 - b1), a2 = (float)(1.0 - b2);
@@ -57,24 +81,18 @@ void sk_adamw_step(float *p, const float *g, float *m, float *v,
     const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)t));
     const float eps = c->eps;
     const int wd = c->weight_decay != 0.0f;
-#pragma omp parallel for schedule(static)
-    for (int s = 0; s < n_spans; s++) {
-        const size_t o = spans[s].offset, n = spans[s].n;
-        float *ps = p + o, *ms = m + o, *vs = v + o;
-        const float *gs = g + o;
-        const int dec = wd && spans[s].decay;
-        for (size_t i = 0; i < n; i++) {
-            float pi = ps[i], gi = gs[i];
-            if (dec) pi = pi * decay;
-            float mi = ms[i] * fb1;
-            mi = mi + a1 * gi;
-            float vi = vs[i] * fb2;
-            vi = vi + a2 * gi * gi;
-            float denom = sqrtf(vi) / bc2_sqrt + eps;
-            pi = pi + (-step_size) * (mi / denom);
-            ps[i] = pi; ms[i] = mi; vs[i] = vi;
-        }
-    }
+    if (p16) { ADAMW_SPANS(p16[o + i] = sk_rne_bf16(pi)) }
+    else { ADAMW_SPANS((void)0) }
+}
+
+void sk_adamw_step(float *p, const float *g, float *m, float *v,
+                   const sk_span *spans, int n_spans, const sk_adamw_cfg *c, double lr, long t) {
+    adamw(p, g, m, v, spans, n_spans, c, lr, t, NULL);
+}
+
+void sk_adamw_step_bf16(float *p, const float *g, float *m, float *v, const sk_span *spans, int n_spans,
+                        const sk_adamw_cfg *c, double lr, long t, uint16_t *p16) {
+    adamw(p, g, m, v, spans, n_spans, c, lr, t, p16);
 }
 
 double sk_grad_norm(const float *g, const sk_span *spans, int n_spans) {

@@ -66,7 +66,7 @@ static const tfield TFIELDS[] = {
     TF(beta1, 'f', 1), TF(beta2, 'f', 1), TF(eps, 'f', 1), TF(weight_decay, 'f', 1),
     TF(grad_clip, 'f', 1), TF(seed, 'u', 1), TF(shuffle, 'i', 1), TF(skip_nonfinite, 'i', 0),
     TF(eval_every, 'i', 0), TF(eval_batches, 'i', 0), TF(ckpt_every, 'i', 0),
-    TF(world_size, 'i', 0), TF(zero, 'i', 0),
+    TF(world_size, 'i', 0), TF(zero, 'i', 0), TF(bf16, 'i', 0),
 };
 #undef TF
 #define N_TFIELDS (int)(sizeof TFIELDS / sizeof TFIELDS[0])
@@ -455,10 +455,16 @@ int sk_trainer_step(sk_trainer *tr, sk_step_info *info) {
     if (c->grad_clip > 0) sk_clip_grads(pg, us, nus, norm, c->grad_clip);
     sk_adamw_cfg ac = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay};
     tr->adam_t++;
+    /* in bf16 mode the update also rounds the weights into the model's bf16 copy (not under
+     * ZeRO: the all-gathered weights are rounded by the next pass) */
+    uint16_t *p16 = W > 1 && zero ? NULL : sk_model_params_bf16(m);
     float *p = sk_model_params(m);
     if (W > 1 && zero) {
         sk_adamw_step(p + tr->starts[tr->rank], pg, tr->mom, tr->vel, us, nus, &ac, lr, tr->adam_t);
         if ((rc = sk_dist_allgather_f32(p, tr->starts))) return rc;
+    } else if (p16) {
+        sk_adamw_step_bf16(p, g, tr->mom, tr->vel, tr->spans, tr->n_spans, &ac, lr, tr->adam_t, p16);
+        sk_model_params_bf16_synced(m);
     } else {
         sk_adamw_step(p, g, tr->mom, tr->vel, tr->spans, tr->n_spans, &ac, lr, tr->adam_t);
     }

@@ -99,6 +99,7 @@ static int start(serve *s, serve_opts *o) {
     }
     s->ctx = o->ctx ? o->ctx : dflt;
     if (s->ctx < 2) return sk_error(SK_EINVAL, "--ctx %d leaves no room for a prompt and a reply", s->ctx);
+    if (sk_jg_vocab_from_tok(&s->jv, s->tok, s->V)) return 1;
     s->name = model_name(o);
     s->started = (long)time(NULL);
     pthread_mutex_init(&s->text_mu, NULL);
@@ -137,6 +138,7 @@ int cmd_serve(int argc, char **argv) {
     srv_engine_free(&s);
     if (s.name) pthread_mutex_destroy(&s.text_mu);
     sk_chat_free(s.chat);
+    sk_jg_vocab_free(s.jv);
     sk_tok_free(s.tok);
     sk_model_free(s.m);
     return rc ? 1 : 0;

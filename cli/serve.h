@@ -52,6 +52,7 @@ typedef struct {
     int streamed;               /* a stream's progress: SRV_NONE, SRV_OPENED (the first chunk: a chat's role,
                                  * an echo's prompt), SRV_FINISHED (its finish_reason went out) */
     int ready;                  /* its prompt is decoded: it draws tokens */
+    sk_jg_match *jm;            /* response_format's matcher: the tokens its reply may go on with */
     size_t pf;                  /* a prompt's first sequence: the prompt's positions in its cache */
 } srv_seq;
 
@@ -73,6 +74,7 @@ typedef struct srv_job {
     int32_t *bias_id;
     float *bias;
     int logprobs;               /* -1: none; else the alternatives wanted (0..SRV_MAX_TOP) */
+    sk_jg *grammar;             /* response_format json_object / json_schema: every reply is such JSON */
     char id[48];
     long created;
     /* the engine's part */
@@ -101,6 +103,7 @@ typedef struct {
     int32_t eos[GEN_MAX_EOS], chat_eos[GEN_MAX_EOS];
     int n_eos, n_chat_eos;
     int V, ctx;
+    sk_jg_vocab *jv;            /* the tokens as bytes, for response_format's masks */
     pthread_mutex_t text_mu;
     srv_engine *eng;
     long started;

@@ -340,14 +340,9 @@ static int chat_content(const sk_json *c, int i, jbuf *b, api_err *e) {
 static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
     if (!s->chat)
         return BAD(e, "messages", "this model has no chat template (give skiplm serve --chat-template, or use /v1/completions)");
-    const sk_json *m = field(o, "messages"), *tools = field(o, "tools"), *rf = field(o, "response_format");
+    const sk_json *m = field(o, "messages"), *tools = field(o, "tools");
     if (!m || m->type != SK_JSON_ARR || !m->n) return BAD(e, "messages", "'messages' must be a non-empty list of messages");
     if (tools && tools->type != SK_JSON_ARR) return BAD(e, "tools", "'tools' must be a list of tool schemas");
-    if (rf) {
-        const sk_json *t = rf->type == SK_JSON_OBJ ? field(rf, "type") : NULL;
-        if (!t || t->type != SK_JSON_STR || strcmp(t->str, "text"))
-            return BAD(e, "response_format", "only response_format {\"type\": \"text\"} is supported");
-    }
     jbuf b = {0}, tb = {0};
     jputs(&b, "[");
     for (int i = 0; i < m->n; i++) {
@@ -380,6 +375,36 @@ static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
     return 0;
 }
 
+/* response_format: text (nothing), json_object (any JSON object) or json_schema (its schema
+ * compiled to the grammar every reply follows) */
+static int response_format(const sk_json *o, srv_job *j, api_err *e) {
+    const sk_json *rf = field(o, "response_format");
+    if (!rf) return 0;
+    const sk_json *t = rf->type == SK_JSON_OBJ ? field(rf, "type") : NULL;
+    if (!t || t->type != SK_JSON_STR)
+        return BAD(e, "response_format", "'response_format' must be an object with a 'type': text, json_object or json_schema");
+    if (!strcmp(t->str, "text")) return 0;
+    jbuf b = {0};
+    if (!strcmp(t->str, "json_schema")) {
+        const sk_json *js = field(rf, "json_schema");
+        if (!js || js->type != SK_JSON_OBJ)
+            return BAD(e, "response_format", "response_format json_schema needs a 'json_schema' object ({\"name\", \"schema\", \"strict\"})");
+        const sk_json *nm = field(js, "name"), *sc = field(js, "schema"), *st = field(js, "strict");
+        if (nm && nm->type != SK_JSON_STR) return BAD(e, "response_format", "'response_format.json_schema.name' must be a string");
+        if (st && st->type != SK_JSON_BOOL) return BAD(e, "response_format", "'response_format.json_schema.strict' must be true or false");
+        if (sc && sc->type != SK_JSON_OBJ && sc->type != SK_JSON_BOOL)
+            return BAD(e, "response_format", "'response_format.json_schema.schema' must be a JSON Schema (an object)");
+        if (sc) jdump(&b, sc);
+        if (b.oom) { free(b.s); return api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
+    } else if (strcmp(t->str, "json_object")) {
+        return BAD(e, "response_format", "response_format type '%.100s' is not one of text, json_object, json_schema", t->str);
+    }
+    int rc = sk_jg_compile(&j->grammar, b.s, b.len);
+    free(b.s);
+    if (rc) return BAD(e, "response_format", "response_format's schema: %s", sk_last_error());
+    return 0;
+}
+
 static void job_id(srv_job *j, const char *prefix) {
     static unsigned long long counter;
     unsigned long long k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
@@ -398,7 +423,7 @@ int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api
     srv_job *j = srv_job_new();
     if (!j) { api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
     j->chat = chat;
-    if (common_fields(s, &o, j, &n, &max_tokens, e)) goto out;
+    if (common_fields(s, &o, j, &n, &max_tokens, e) || response_format(&o, j, e)) goto out;
     if (chat) {
         long long mct = -1;
         if (get_int(&o, "max_completion_tokens", 0, 1e9, &mct, e) || get_bool(&o, "logprobs", &lp_on, e) ||

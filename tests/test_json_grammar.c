@@ -54,7 +54,7 @@ static void texts(const sk_jg_vocab *v) {
     struct { const char *schema, *text; int want; } cases[] = {
         {PERSON, "{\"name\":\"bob\",\"age\":42}", 1},
         {PERSON, "{\"age\":0,\"name\":\"x\",\"tags\":[\"a\",\"b\"],\"nick\":null}", 1},
-        {PERSON, " { \"name\" : \"bob\" ,\n  \"age\" : 7 }", 1},
+        {PERSON, " { \"name\" : \"bob\" ,\t\"age\" : 7 }", 1},
         {PERSON, "{\"name\":\"\xc3\xa9\xc3\xa9\\n\\u00e9\",\"age\":120,\"score\":2.2499}", 1},
         {PERSON, "{\"name\":\"bob\"", 0},
         {PERSON, "{\"name\":\"bob\"}", -1},
@@ -75,8 +75,11 @@ static void texts(const sk_jg_vocab *v) {
         {PERSON, "{\"name\":\"\xc0\xaf\"", -1},
         {PERSON, "{\"name\":\"a\x01\"", -1},
         {PERSON, "{\"age\":1}x", -1},
-        {PERSON, "{                \"age\":1", 0},
-        {PERSON, "{                 \"age\":1", -1},
+        {PERSON, "{            \"age\":1", 0},
+        {PERSON, "{             \"age\":1", -1},
+        {PERSON, "{\r\"age\":1", -1},
+        {"{\"type\":\"integer\"}", "-0", -1},
+        {"{\"type\":\"number\"}", "-0.5", 1},
         {"{\"type\":\"integer\",\"minimum\":-5,\"maximum\":-2}", "-3", 1},
         {"{\"type\":\"integer\",\"minimum\":-5,\"maximum\":-2}", "-1", -1},
         {"{\"type\":\"integer\",\"minimum\":-5,\"maximum\":-2}", "-6", -1},
@@ -151,7 +154,7 @@ static uint64_t rng_next(uint64_t *s) {
 
 /* the mask equals feeding each token alone, after a prefix */
 static void mask_equals_feed(const sk_jg_vocab *v, int n) {
-    const char *prefixes[] = {"", "{\"na", "{\"name\":\"\xc3", "{\"age\":1", "{\"tags\":[", "{\"score\":1.", "{\"name\":\"a\",\"age\":3"};
+    const char *prefixes[] = {"", "{\"na", "{\"name\":\"\xc3", "{\"age\":1", "{\"tags\":[", "{\"score\":1.", "{\"name\":\"a", "{\"name\":\"abcd", "{\"name\":\"a\",\"age\":3"};
     sk_jg *g = compile(PERSON);
     unsigned char *allow = malloc(n);
     for (size_t p = 0; p < sizeof prefixes / sizeof *prefixes; p++) {

@@ -12,7 +12,7 @@
 #define JG_MAX_DEPTH 32                /* nesting of one value, its root included */
 #define JG_MAX_STACKS 16               /* readings of the bytes so far held at once (anyOf) */
 #define JG_MAX_FRAMES 256              /* frames of all readings together */
-#define JG_MAX_WS 16                   /* whitespace bytes between two tokens of JSON */
+#define JG_MAX_WS 12                   /* whitespace bytes (space, newline, tab) between two tokens of JSON */
 
 enum { JG_ALT, JG_OBJ, JG_MAP, JG_ARR, JG_STR, JG_NUM, JG_ENUM };
 /* nodes every grammar has: any value, a string, a number, false/null/true, any object, any array */

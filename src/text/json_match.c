@@ -51,7 +51,7 @@ typedef struct {
 
 static size_t state_size(const jg_state *s) { return offsetof(jg_state, f) + sizeof(jg_frame) * s->nf; }
 
-static int is_ws(int c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+static int is_ws(int c) { return c == ' ' || c == '\n' || c == '\t'; }
 static uint64_t add(uint64_t a, uint64_t b) { return a + b >= JG_INF ? JG_INF : a + b; }
 static uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static int64_t P10(int e) { int64_t r = 1; while (e-- > 0) r *= 10; return r; }
@@ -86,7 +86,7 @@ uint64_t jg_num_rest(const jg_node *nd, int phase, int neg, uint64_t p, uint32_t
         for (int d = 0; d < 10; d++) best = min64(best, add(1, jg_num_rest(nd, JG_NUM_INT, 0, d, 1, 0, 0)));
         return best;
     case JG_NUM_MINUS:
-        for (int d = 0; d < 10; d++) best = min64(best, add(1, jg_num_rest(nd, JG_NUM_INT, 1, d, 1, 0, 0)));
+        for (int d = F == 0; d < 10; d++) best = min64(best, add(1, jg_num_rest(nd, JG_NUM_INT, 1, d, 1, 0, 0)));
         return best;
     case JG_NUM_INT: {
         const int jmax = p == 0 && n_int == 1 ? 0 : nd->int_cap - (int)n_int;
@@ -133,7 +133,7 @@ static int feed_num(const jg_node *nd, jg_frame *t, int c) {
         t->phase = JG_NUM_INT; t->bits = (uint64_t)(c - '0'); t->n = 1;
         break;
     case JG_NUM_MINUS:
-        if (!digit) return NO;
+        if (!digit || (c == '0' && nd->frac == 0)) return NO;          /* no -0 for an integer */
         t->phase = JG_NUM_INT; t->bits = (uint64_t)(c - '0'); t->n = 1;
         break;
     case JG_NUM_INT:
@@ -534,44 +534,99 @@ static void state_prune(const sk_jg *g, jg_state *s) {
 
 /* ------------------------------------------------------------ the vocabulary */
 
+/* a trie of byte strings: node 0 is the root; a node's children are a list (child, then sib);
+ * head: the first token ending at a node, next: the token after it there */
+typedef struct {
+    int n_nodes, cap;
+    uint8_t *lab;
+    int32_t *child, *sib, *head, *next;
+    int32_t root_of[256];              /* the root's child for each byte */
+} jg_trie;
+
 struct sk_jg_vocab {
     int n, max_len;
     char *blob;                        /* every token's bytes */
     size_t *off;
     uint32_t *len;
-    /* the trie: node 0 is the root; a node's children are a list (child, then sib) */
-    int n_nodes, cap_nodes;
-    uint8_t *lab;
-    int32_t *child, *sib, *head;       /* head: the first token ending at the node (next: the others) */
-    int32_t *next;
-    int32_t root_of[256];              /* the root's child for each byte */
+    jg_trie all;                       /* every usable token */
+    jg_trie other;                     /* those that are not plain */
+    /* plain tokens: bytes that go into a JSON string as they are (no quote, backslash or
+     * control byte; whole UTF-8 characters): their code points. Inside a string they are
+     * checked by counting, without a walk. */
+    uint32_t *chars;
+    int32_t *plain;
+    int n_plain;
 };
 
-static int trie_node(sk_jg_vocab *v, int parent, uint8_t byte) {
-    if (v->n_nodes == v->cap_nodes) {
-        int nc = v->cap_nodes ? 2 * v->cap_nodes : 1024;
-        uint8_t *l = realloc(v->lab, nc);
-        if (l) v->lab = l;
-        int32_t *c = realloc(v->child, sizeof(int32_t) * nc);
-        if (c) v->child = c;
-        int32_t *s = realloc(v->sib, sizeof(int32_t) * nc);
-        if (s) v->sib = s;
-        int32_t *h = realloc(v->head, sizeof(int32_t) * nc);
-        if (h) v->head = h;
+static int trie_node(jg_trie *t, int parent, uint8_t byte) {
+    if (t->n_nodes == t->cap) {
+        int nc = t->cap ? 2 * t->cap : 1024;
+        uint8_t *l = realloc(t->lab, nc);
+        if (l) t->lab = l;
+        int32_t *c = realloc(t->child, sizeof(int32_t) * nc);
+        if (c) t->child = c;
+        int32_t *s = realloc(t->sib, sizeof(int32_t) * nc);
+        if (s) t->sib = s;
+        int32_t *h = realloc(t->head, sizeof(int32_t) * nc);
+        if (h) t->head = h;
         if (!l || !c || !s || !h) return -1;
-        v->cap_nodes = nc;
+        t->cap = nc;
     }
-    const int k = v->n_nodes++;
-    v->lab[k] = byte; v->child[k] = -1; v->head[k] = -1;
-    v->sib[k] = parent >= 0 ? v->child[parent] : -1;
-    if (parent >= 0) v->child[parent] = k;
+    const int k = t->n_nodes++;
+    t->lab[k] = byte; t->child[k] = -1; t->head[k] = -1;
+    t->sib[k] = parent >= 0 ? t->child[parent] : -1;
+    if (parent >= 0) t->child[parent] = k;
     return k;
+}
+
+static int trie_init(jg_trie *t, int n) {
+    t->next = malloc(sizeof(int32_t) * (n ? n : 1));
+    for (int b = 0; b < 256; b++) t->root_of[b] = -1;
+    return !t->next || trie_node(t, -1, 0) != 0;
+}
+
+static int trie_add(jg_trie *t, const char *bytes, size_t len, int id) {
+    int node = 0;
+    for (size_t k = 0; k < len; k++) {
+        const uint8_t b = (uint8_t)bytes[k];
+        int ch = -1;
+        if (node == 0) ch = t->root_of[b];
+        else for (int c = t->child[node]; c >= 0; c = t->sib[c]) if (t->lab[c] == b) { ch = c; break; }
+        if (ch < 0) {
+            if ((ch = trie_node(t, node, b)) < 0) return 1;
+            if (node == 0) t->root_of[b] = ch;
+        }
+        node = ch;
+    }
+    t->next[id] = t->head[node];
+    t->head[node] = id;
+    return 0;
+}
+
+static void trie_free(jg_trie *t) { free(t->lab); free(t->child); free(t->sib); free(t->head); free(t->next); }
+
+/* the code points of a plain token, 0 when it is not plain */
+static uint32_t plain_chars(const unsigned char *b, size_t n) {
+    uint32_t c = 0;
+    for (size_t i = 0; i < n; c++) {
+        if (b[i] < 0x20 || b[i] == '"' || b[i] == '\\') return 0;
+        if (b[i] < 0x80) { i++; continue; }
+        const size_t need = b[i] >= 0xC2 && b[i] <= 0xDF ? 1 : b[i] >= 0xE0 && b[i] <= 0xEF ? 2 : b[i] >= 0xF0 && b[i] <= 0xF4 ? 3 : 0;
+        if (!need || i + need >= n) return 0;
+        /* the ranges feed_str accepts: no overlong forms, surrogates or code points past U+10FFFF */
+        unsigned lo = 0x80, hi = 0xBF;
+        if (b[i] == 0xE0) lo = 0xA0; else if (b[i] == 0xED) hi = 0x9F; else if (b[i] == 0xF0) lo = 0x90; else if (b[i] == 0xF4) hi = 0x8F;
+        if (b[i + 1] < lo || b[i + 1] > hi) return 0;
+        for (size_t k = 2; k <= need; k++) if (b[i + k] < 0x80 || b[i + k] > 0xBF) return 0;
+        i += need + 1;
+    }
+    return c;
 }
 
 void sk_jg_vocab_free(sk_jg_vocab *v) {
     if (!v) return;
-    free(v->blob); free(v->off); free(v->len);
-    free(v->lab); free(v->child); free(v->sib); free(v->head); free(v->next);
+    free(v->blob); free(v->off); free(v->len); free(v->chars); free(v->plain);
+    trie_free(&v->all); trie_free(&v->other);
     free(v);
 }
 
@@ -587,33 +642,28 @@ int sk_jg_vocab_new(sk_jg_vocab **out, int n, const char *const *bytes, const si
     v->blob = malloc(total ? total : 1);
     v->off = malloc(sizeof(size_t) * (n ? n : 1));
     v->len = malloc(sizeof(uint32_t) * (n ? n : 1));
-    v->next = malloc(sizeof(int32_t) * (n ? n : 1));
-    if (!v->blob || !v->off || !v->len || !v->next || trie_node(v, -1, 0) != 0) { sk_jg_vocab_free(v); return sk_error(SK_ENOMEM, "out of memory"); }
-    for (int b = 0; b < 256; b++) v->root_of[b] = -1;
+    v->chars = calloc(n ? n : 1, sizeof(uint32_t));
+    v->plain = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!v->blob || !v->off || !v->len || !v->chars || !v->plain || trie_init(&v->all, n) || trie_init(&v->other, n)) {
+        sk_jg_vocab_free(v);
+        return sk_error(SK_ENOMEM, "out of memory");
+    }
     size_t o = 0;
     for (int i = 0; i < n; i++) {
         const int use = bytes[i] && lens[i] && (!usable || usable[i]);
         v->off[i] = o;
         v->len[i] = use ? (uint32_t)lens[i] : 0;
-        v->next[i] = -1;
+        v->all.next[i] = v->other.next[i] = -1;
         if (!use) continue;
         memcpy(v->blob + o, bytes[i], lens[i]);
         o += lens[i];
         if ((int)lens[i] > v->max_len) v->max_len = (int)lens[i];
-        int node = 0;
-        for (size_t k = 0; k < lens[i]; k++) {
-            const uint8_t b = (uint8_t)bytes[i][k];
-            int ch = -1;
-            if (node == 0) ch = v->root_of[b];
-            else for (int c = v->child[node]; c >= 0; c = v->sib[c]) if (v->lab[c] == b) { ch = c; break; }
-            if (ch < 0) {
-                if ((ch = trie_node(v, node, b)) < 0) { sk_jg_vocab_free(v); return sk_error(SK_ENOMEM, "out of memory"); }
-                if (node == 0) v->root_of[b] = ch;
-            }
-            node = ch;
+        v->chars[i] = plain_chars((const unsigned char *)bytes[i], lens[i]);
+        if (v->chars[i]) v->plain[v->n_plain++] = i;
+        if (trie_add(&v->all, bytes[i], lens[i], i) || (!v->chars[i] && trie_add(&v->other, bytes[i], lens[i], i))) {
+            sk_jg_vocab_free(v);
+            return sk_error(SK_ENOMEM, "out of memory");
         }
-        v->next[i] = v->head[node];
-        v->head[node] = i;
     }
     *out = v;
     return 0;
@@ -696,19 +746,36 @@ int sk_jg_match_done(const sk_jg_match *m) {
     return s->ns == 1 && s->depth[0] == 1 && s->f[0].phase == R_END;
 }
 
-static int walk(sk_jg_match *m, int node, int d) {
-    const sk_jg_vocab *v = m->v;
+static int walk(sk_jg_match *m, const jg_trie *tr, int node, int d) {
     const jg_state *s = d ? m->lv[d] : m->cur;
     if (!m->lv[d + 1] && !(m->lv[d + 1] = malloc(sizeof(jg_state)))) return 1;
     jg_state *t = m->lv[d + 1];
-    for (int ch = v->child[node]; ch >= 0; ch = v->sib[ch]) {
-        state_feed(m->g, s, v->lab[ch], t);
+    for (int ch = tr->child[node]; ch >= 0; ch = tr->sib[ch]) {
+        state_feed(m->g, s, tr->lab[ch], t);
         if (!t->ns) continue;
-        if (v->head[ch] >= 0) {
+        if (tr->head[ch] >= 0) {
             const uint64_t c = state_cost(m->g, t);
-            for (int tok = v->head[ch]; tok >= 0; tok = v->next[tok]) m->tcost[tok] = c;
+            for (int tok = tr->head[ch]; tok >= 0; tok = tr->next[tok]) m->tcost[tok] = c;
         }
-        if (v->child[ch] >= 0 && walk(m, ch, d + 1)) return 1;
+        if (tr->child[ch] >= 0 && walk(m, tr, ch, d + 1)) return 1;
+    }
+    return 0;
+}
+
+/* inside a string (one reading, no character half written): each plain token's cost by
+ * counting its code points; 1 when this does not apply */
+static int plain_costs(sk_jg_match *m) {
+    const jg_state *s = m->cur;
+    const jg_frame *t = &s->f[s->nf - 1];
+    if (s->ns != 1 || t->kind != K_STR || t->phase != S_IN) return 1;
+    const jg_node *nd = &m->g->nodes[t->node];
+    const uint64_t below = stack_cost(m->g, s->f, s->nf - 1);
+    const sk_jg_vocab *v = m->v;
+    for (int i = 0; i < v->n_plain; i++) {
+        const int tok = v->plain[i];
+        const uint64_t n = (uint64_t)t->n + v->chars[tok];
+        if (n > nd->max_len) continue;
+        m->tcost[tok] = add(below, (nd->min_len > n ? nd->min_len - n : 0) + 1);
     }
     return 0;
 }
@@ -718,7 +785,7 @@ int sk_jg_match_mask(sk_jg_match *m, unsigned char *allow, long budget) {
     memset(allow, 0, (size_t)n);
     if (budget == 0) return 0;
     for (int i = 0; i < n; i++) m->tcost[i] = JG_INF;
-    if (walk(m, 0, 0)) return -1;
+    if (plain_costs(m) ? walk(m, &m->v->all, 0, 0) : walk(m, &m->v->other, 0, 0)) return -1;
     const uint64_t limit = budget < 0 ? JG_INF - 1 : (uint64_t)(budget - 1);
     uint64_t best = JG_INF;
     int count = 0;

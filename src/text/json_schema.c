@@ -210,7 +210,9 @@ static int number_node(cctx *c, const sk_json *o, int integer, int32_t *out, con
     nd->bounded = hmn || hmx || hemn || hemx;
     nd->frac = integer ? 0 : nd->bounded ? 6 : 15;
     nd->int_cap = integer ? 15 : nd->bounded ? 12 : 15;
-    const int64_t cap = pow10i(nd->int_cap + nd->frac) - 1;
+    *out = id;
+    if (!nd->bounded) return 0;
+    const int64_t cap = pow10i(nd->int_cap + nd->frac) - 1;      /* at most 10^18 - 1 */
     nd->lo = -cap; nd->hi = cap;
     if (hmn) { int64_t l = scaled(mn, nd->frac, 1, cap); if (l > nd->lo) nd->lo = l; }
     if (hemn) { int64_t l = scaled(emn, nd->frac, 0, cap) + 1; if (l > nd->lo) nd->lo = l; }

@@ -75,6 +75,8 @@ typedef struct srv_job {
     float *bias;
     int logprobs;               /* -1: none; else the alternatives wanted (0..SRV_MAX_TOP) */
     sk_jg *grammar;             /* response_format json_object / json_schema: every reply is such JSON */
+    srv_lp **prompt_lps;        /* echo with logprobs: each prompt's tokens' logprobs (the first has none: NaN), */
+    int prompt_lps_ready;       /* made by the engine when it admits the job */
     char id[48];
     long created;
     /* the engine's part */

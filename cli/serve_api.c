@@ -442,6 +442,10 @@ int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api
         if (completion_prompts(s, &o, j, n, e)) goto out;
     }
     j->logprobs = (int)logprobs;
+    if (j->echo && logprobs >= 0 && !(j->prompt_lps = calloc(j->n_prompts, sizeof *j->prompt_lps))) {
+        api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        goto out;
+    }
     /* the context: every prompt, and the reply's room */
     size_t longest = 0;
     for (int p = 0; p < j->n_prompts; p++) longest = j->prompt_n[p] > longest ? j->prompt_n[p] : longest;
@@ -485,8 +489,10 @@ static void token_str(jbuf *b, serve *s, int32_t id) {
 }
 
 /* logprobs of tokens [from, to) of q: the chat shape ({"content": [...]}) or the completions
- * one (tokens, token_logprobs, top_logprobs, text_offset; base: the text's offset) */
-static void logprobs_json(jbuf *b, serve *s, const srv_job *j, const srv_seq *q, int from, int to, size_t base) {
+ * one (tokens, token_logprobs, top_logprobs, text_offset; base: the text's offset), after those
+ * of the prompt's np tokens pl (echo: the first one's logprob and alternatives are null) */
+static void logprobs_json(jbuf *b, serve *s, const srv_job *j, const srv_seq *q, int from, int to, size_t base,
+                          const srv_lp *pl, size_t np) {
     if (j->logprobs < 0) { jputs(b, "null"); return; }
     if (j->chat) {
         jputs(b, "{\"content\":[");
@@ -510,13 +516,26 @@ static void logprobs_json(jbuf *b, serve *s, const srv_job *j, const srv_seq *q,
         return;
     }
     jputs(b, "{\"tokens\":[");
-    for (int i = from; i < to; i++) { if (i > from) jputs(b, ","); token_str(b, s, q->lps[i].id); }
+    for (size_t i = 0; i < np; i++) { if (i) jputs(b, ","); token_str(b, s, pl[i].id); }
+    for (int i = from; i < to; i++) { if (i > from || np) jputs(b, ","); token_str(b, s, q->lps[i].id); }
     jputs(b, "],\"token_logprobs\":[");
-    for (int i = from; i < to; i++) { if (i > from) jputs(b, ","); jnum(b, q->lps[i].lp); }
+    for (size_t i = 0; i < np; i++) { if (i) jputs(b, ","); if (isnan(pl[i].lp)) jputs(b, "null"); else jnum(b, pl[i].lp); }
+    for (int i = from; i < to; i++) { if (i > from || np) jputs(b, ","); jnum(b, q->lps[i].lp); }
     jputs(b, "],\"top_logprobs\":[");
+    for (size_t i = 0; i < np; i++) {
+        if (i) jputs(b, ",");
+        if (isnan(pl[i].lp)) { jputs(b, "null"); continue; }
+        jputs(b, "{");
+        for (int k = 0; k < pl[i].n_top; k++) {
+            if (k) jputs(b, ",");
+            token_str(b, s, pl[i].top_id[k]);
+            jputs(b, ":"); jnum(b, pl[i].top_lp[k]);
+        }
+        jputs(b, "}");
+    }
     for (int i = from; i < to; i++) {
         const srv_lp *l = &q->lps[i];
-        jputs(b, i > from ? ",{" : "{");
+        jputs(b, i > from || np ? ",{" : "{");
         for (int k = 0; k < l->n_top; k++) {
             if (k) jputs(b, ",");
             token_str(b, s, l->top_id[k]);
@@ -525,7 +544,8 @@ static void logprobs_json(jbuf *b, serve *s, const srv_job *j, const srv_seq *q,
         jputs(b, "}");
     }
     jputs(b, "],\"text_offset\":[");
-    for (int i = from; i < to; i++) jprintf(b, i > from ? ",%zu" : "%zu", base + (i ? q->lps[i - 1].end : 0));
+    for (size_t i = 0; i < np; i++) jprintf(b, i ? ",%zu" : "%zu", i ? pl[i - 1].end : 0);
+    for (int i = from; i < to; i++) jprintf(b, i > from || np ? ",%zu" : "%zu", base + (i ? q->lps[i - 1].end : 0));
     jputs(b, "]}");
 }
 
@@ -569,7 +589,8 @@ int api_response(serve *s, const srv_job *j, char **buf, size_t *len) {
             jputs(&b, ",");
         }
         jputs(&b, "\"logprobs\":");
-        logprobs_json(&b, s, j, q, 0, q->n_lp, j->echo && pt ? strlen(pt) : 0);
+        const srv_lp *pl = j->prompt_lps ? j->prompt_lps[q->prompt] : NULL;
+        logprobs_json(&b, s, j, q, 0, q->n_lp, j->echo && pt ? strlen(pt) : 0, pl, pl ? j->prompt_n[q->prompt] : 0);
         jprintf(&b, ",\"finish_reason\":%s}", finish_name(q->finish));
     }
     jputs(&b, "],");
@@ -614,6 +635,8 @@ int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap) {
         while (lp_to < q->n_lp && q->lps[lp_to].end <= end) lp_to++;
         if (q->finish) lp_to = q->n_lp;
         const int opening = q->streamed == SRV_NONE, first = j->chat && opening;
+        if (opening && j->prompt_lps && !j->prompt_lps_ready && j->state != SRV_DONE) { all_sent = 0; continue; }   /* echo waits for the prompt's logprobs */
+        const srv_lp *pl = opening && j->prompt_lps_ready ? j->prompt_lps[q->prompt] : NULL;
         const int text = end > q->sent || lp_to > q->lp_sent || (j->echo && opening);
         if (first || text) {
             chunk(&b, s, j);
@@ -634,7 +657,7 @@ int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap) {
                 jputs(&b, ",");
             }
             jputs(&b, "\"logprobs\":");
-            logprobs_json(&b, s, j, q, q->lp_sent, lp_to, 0);
+            logprobs_json(&b, s, j, q, q->lp_sent, lp_to, 0, pl, pl ? j->prompt_n[q->prompt] : 0);
             jputs(&b, ",\"finish_reason\":null}]}\n\n");
             q->streamed = SRV_OPENED;
             q->sent = end; q->lp_sent = lp_to;

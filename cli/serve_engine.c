@@ -82,6 +82,8 @@ void srv_job_free(srv_job *j) {
         sk_jg_match_free(j->seqs[i].jm);
     }
     sk_jg_free(j->grammar);
+    for (int p = 0; j->prompt_lps && p < j->n_prompts; p++) free(j->prompt_lps[p]);
+    free(j->prompt_lps);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->prompts); free(j->prompt_n); free(j->prompt_text); free(j->seqs); free(j->bias_id); free(j->bias);
     pthread_cond_destroy(&j->cv);
@@ -220,6 +222,38 @@ static int admit(srv_engine *e, srv_job **out) {
     return n;
 }
 
+static void logprobs_of(const float *lg, int V, int32_t id, int top, srv_lp *out);
+
+/* echo with logprobs: the log-softmax at each prompt position of the model's forward pass over
+ * the whole prompt (sk_model_forward, as skiplm eval), the first token having none */
+static int prompt_logprobs(serve *s, srv_job *j) {
+    const int V = s->V;
+    for (int p = 0; p < j->n_prompts; p++) {
+        const int32_t *ids = j->prompts[p];
+        const size_t n = j->prompt_n[p];
+        srv_lp *l = calloc(n, sizeof *l);
+        if (!l) return sk_error(SK_ENOMEM, "out of memory");
+        j->prompt_lps[p] = l;
+        if (n > 1) {
+            if (sk_mem_check(sizeof(float) * n * (size_t)V, "the prompt's logits (echo with logprobs)")) return 1;
+            float *lg = malloc(sizeof(float) * n * (size_t)V), loss;
+            if (!lg) return sk_error(SK_ENOMEM, "out of memory for the prompt's logits");
+            if (sk_model_forward(s->m, ids, NULL, 1, (int)n, &loss, lg)) { free(lg); return 1; }
+            for (size_t i = 1; i < n; i++) logprobs_of(lg + (i - 1) * (size_t)V, V, ids[i], j->logprobs, &l[i]);
+            free(lg);
+        }
+        l[0].id = ids[0];
+        l[0].lp = NAN;
+        size_t end = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t len = 0;
+            if (!sk_tok_decode_one(s->tok, ids[i], &len)) len = 0;
+            l[i].end = end += len;
+        }
+    }
+    return 0;
+}
+
 /* outside the lock, at admission: each prompt's first sequence keeps what its slot's cache
  * shares with the prompt (the rest is decoded by prefill_some); every sequence's ids start with
  * its prompt */
@@ -249,6 +283,13 @@ static int start_job(serve *s, srv_job *j) {
         }
         j->prompt_tokens += (int)n;
         j->cached_tokens += (int)keep;
+    }
+    if (j->prompt_lps) {
+        if (prompt_logprobs(s, j)) return 1;
+        pthread_mutex_lock(&e->mu);
+        j->prompt_lps_ready = 1;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&e->mu);
     }
     return 0;
 }

@@ -17,7 +17,7 @@
 #define SRV_MAX_TOP 20          /* top_logprobs */
 
 typedef struct {
-    const char *model, *host, *alias, *api_key, *tok_path, *chat_tpl, *device;
+    const char *model, *host, *alias, *api_key, *tok_path, *chat_tpl, *device, *tool_format;
     cli_model_opts mo;          /* --n_head, --n_skip_layer, --n_skip_head, --routing for a file that does not say */
     int port, parallel, ctx, bf16, q8, queue, max_body, grace, quiet, use_cuda, prefill;
 } serve_opts;
@@ -34,6 +34,7 @@ typedef struct {
 } srv_lp;
 
 enum { SRV_GOING, SRV_STOP, SRV_LENGTH };              /* why a sequence ended */
+enum { SRV_TOOLS_HERMES, SRV_TOOLS_LLAMA, SRV_TOOLS_MISTRAL };   /* how a model writes tool calls (serve_tools.c) */
 enum { SRV_QUEUED, SRV_RUNNING, SRV_DONE };            /* a job's state */
 enum { SRV_NONE, SRV_OPENED, SRV_FINISHED };           /* a sequence's stream */
 
@@ -75,6 +76,9 @@ typedef struct srv_job {
     float *bias;
     int logprobs;               /* -1: none; else the alternatives wanted (0..SRV_MAX_TOP) */
     sk_jg *grammar;             /* response_format json_object / json_schema: every reply is such JSON */
+    int tools_on, tool_fmt;     /* tools given (tool_choice not "none"): replies are read for tool calls, in this format */
+    int n_tools;
+    char **tool_names, **tool_params;   /* each tool's name and its parameters' schema (JSON text) */
     srv_lp **prompt_lps;        /* echo with logprobs: each prompt's tokens' logprobs (the first has none: NaN), */
     int prompt_lps_ready;       /* made by the engine when it admits the job */
     char id[48];
@@ -106,6 +110,7 @@ typedef struct {
     int n_eos, n_chat_eos;
     int V, ctx;
     sk_jg_vocab *jv;            /* the tokens as bytes, for response_format's masks */
+    int tool_fmt;               /* the format of tool calls, from the vocabulary's markers */
     pthread_mutex_t text_mu;
     srv_engine *eng;
     long started;
@@ -163,6 +168,23 @@ int api_error_body(const api_err *e, char **buf, size_t *len);
 /* GET /v1/models, GET /v1/models/ID (NULL when id is not this model), GET /health */
 char *api_models(serve *s, const char *id);
 char *api_health(serve *s);
+
+/* a parsed JSON value written back as compact JSON text, appended to buf */
+struct sk_json;
+void srv_json_dump(char **buf, size_t *len, size_t *cap, const struct sk_json *v);
+
+/* ------------------------------------------------------------- serve_tools.c */
+/* The format of tool calls: the one whose marker is a token of the vocabulary, else hermes. */
+int tools_format(sk_tokenizer *tok);
+/* tool_choice "required" (only < 0) or a named function (its index): the job's grammar makes
+ * the reply one call of those tools in the job's format. 0, or 1 (said). */
+int tools_grammar(srv_job *j, int only);
+/* The calls in a reply, in the job's tools: their number (0: none, the reply is content; -1
+ * out of memory), *calls a JSON list of OpenAI's tool_calls (stream: with their index), and
+ * *content_end the length of the content before them. */
+int tools_parse(const srv_job *j, const char *text, size_t len, size_t *content_end, char **calls, int stream);
+/* How much of a reply so far can be streamed as content: none of what may become a call. */
+size_t tools_hold(const srv_job *j, const char *text, size_t len);
 
 /* -------------------------------------------------------------- serve_http.c */
 /* Listens on --host:--port until SIGINT or SIGTERM; then stops as srv_engine_stop says. 0, or

@@ -91,6 +91,12 @@ static void jdump(jbuf *b, const sk_json *v) {
     }
 }
 
+void srv_json_dump(char **buf, size_t *len, size_t *cap, const sk_json *v) {
+    jbuf b = {*buf, *len, *cap, 0};
+    jdump(&b, v);
+    *buf = b.s; *len = b.len; *cap = b.cap;
+}
+
 int api_error_body(const api_err *e, char **buf, size_t *len) {
     jbuf b = {0};
     jputs(&b, "{\"error\":{\"message\":");
@@ -336,6 +342,88 @@ static int chat_content(const sk_json *c, int i, jbuf *b, api_err *e) {
     return 0;
 }
 
+/* an assistant message's tool_calls for the chat template: each function's arguments, a JSON
+ * string in OpenAI's format, as the object it holds (templates write them with tojson) */
+static void dump_tool_calls(jbuf *b, const sk_json *tc) {
+    if (tc->type != SK_JSON_ARR) { jdump(b, tc); return; }
+    jputs(b, "[");
+    for (int i = 0; i < tc->n; i++) {
+        const sk_json *c = &tc->items[i];
+        if (i) jputs(b, ",");
+        if (c->type != SK_JSON_OBJ) { jdump(b, c); continue; }
+        jputs(b, "{");
+        for (int k = 0; k < c->n; k++) {
+            const sk_json *f = &c->items[k];
+            if (k) jputs(b, ",");
+            jstr(b, c->keys[k], c->key_lens[k]);
+            jputs(b, ":");
+            if (strcmp(c->keys[k], "function") || f->type != SK_JSON_OBJ) { jdump(b, f); continue; }
+            jputs(b, "{");
+            for (int m = 0; m < f->n; m++) {
+                const sk_json *a = &f->items[m];
+                sk_json parsed;
+                char err[8];
+                if (m) jputs(b, ",");
+                jstr(b, f->keys[m], f->key_lens[m]);
+                jputs(b, ":");
+                if (!strcmp(f->keys[m], "arguments") && a->type == SK_JSON_STR && !sk_json_parse(a->str, a->str_len, &parsed, err, sizeof err)) {
+                    jdump(b, &parsed);
+                    sk_json_free(&parsed);
+                } else {
+                    jdump(b, a);
+                }
+            }
+            jputs(b, "}");
+        }
+        jputs(b, "}");
+    }
+    jputs(b, "]");
+}
+
+/* tools and tool_choice: the tools' names and parameters; "required" or a named function
+ * compiles the grammar of a call */
+static int tool_fields(serve *s, const sk_json *o, srv_job *j, api_err *e) {
+    const sk_json *tools = field(o, "tools"), *tc = field(o, "tool_choice");
+    int only = -2;                                     /* -2 auto, -1 required, else the named tool */
+    const char *named = NULL;
+    if (tc && tc->type == SK_JSON_STR) {
+        if (!strcmp(tc->str, "none")) return 0;
+        if (!strcmp(tc->str, "required")) only = -1;
+        else if (strcmp(tc->str, "auto")) return BAD(e, "tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else if (tc) {
+        const sk_json *f = tc->type == SK_JSON_OBJ ? field(tc, "function") : NULL, *nm = f && f->type == SK_JSON_OBJ ? field(f, "name") : NULL;
+        if (!nm || nm->type != SK_JSON_STR) return BAD(e, "tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        named = nm->str;
+    }
+    if (!tools || !tools->n) {
+        if (only == -1 || named) return BAD(e, "tool_choice", "'tool_choice' asks for a tool call, and there are no 'tools'");
+        return 0;
+    }
+    if (!(j->tool_names = calloc(tools->n, sizeof(char *))) || !(j->tool_params = calloc(tools->n, sizeof(char *))))
+        return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    j->n_tools = tools->n;
+    for (int k = 0; k < tools->n; k++) {
+        const sk_json *t = &tools->items[k], *ty = t->type == SK_JSON_OBJ ? field(t, "type") : NULL;
+        const sk_json *f = t->type == SK_JSON_OBJ ? field(t, "function") : NULL;
+        const sk_json *nm = f && f->type == SK_JSON_OBJ ? field(f, "name") : NULL, *pa = f && f->type == SK_JSON_OBJ ? field(f, "parameters") : NULL;
+        if ((ty && (ty->type != SK_JSON_STR || strcmp(ty->str, "function"))) || !nm || nm->type != SK_JSON_STR)
+            return BAD(e, "tools", "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}", k);
+        if (pa && pa->type != SK_JSON_OBJ) return BAD(e, "tools", "tools[%d].function.parameters must be a JSON Schema (an object)", k);
+        jbuf pb = {0};
+        if (pa) jdump(&pb, pa); else jputs(&pb, "{\"type\":\"object\"}");
+        if (pb.oom || !(j->tool_names[k] = strdup(nm->str))) { free(pb.s); return api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
+        j->tool_params[k] = pb.s;
+        if (named && !strcmp(named, nm->str)) only = k;
+    }
+    if (named && only < 0) return BAD(e, "tool_choice", "'tool_choice' names '%.100s', which is not among the tools", named);
+    j->tools_on = 1;
+    j->tool_fmt = s->tool_fmt;
+    if (only == -2) return 0;
+    if (j->grammar) return BAD(e, "tool_choice", "'tool_choice' %s with a JSON 'response_format' is not supported", named ? "naming a function" : "required");
+    if (tools_grammar(j, only)) return BAD(e, "tools", "the tools' parameters: %s", sk_last_error());
+    return 0;
+}
+
 /* a chat's prompt: the messages (content parts joined) and tools through the chat template */
 static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
     if (!s->chat)
@@ -354,6 +442,7 @@ static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
             jstr(&b, msg->keys[k], msg->key_lens[k]);
             jputs(&b, ":");
             if (!strcmp(msg->keys[k], "content")) { if (chat_content(&msg->items[k], i, &b, e)) { free(b.s); return 1; } }
+            else if (!strcmp(msg->keys[k], "tool_calls")) dump_tool_calls(&b, &msg->items[k]);
             else jdump(&b, &msg->items[k]);
         }
         jputs(&b, "}");
@@ -432,7 +521,7 @@ int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api
         if (mct >= 0) max_tokens = mct;
         if (field(&o, "top_logprobs") && !lp_on) { BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true"); goto out; }
         logprobs = lp_on ? top : -1;
-        if (size_job(s, j, 1, n, e) || chat_prompt(s, &o, j, e)) goto out;
+        if (size_job(s, j, 1, n, e) || chat_prompt(s, &o, j, e) || tool_fields(s, &o, j, e)) goto out;
     } else {
         const sk_json *sfx = field(&o, "suffix");
         if (get_bool(&o, "echo", &j->echo, e) || get_int(&o, "logprobs", 0, 5, &logprobs, e) || get_int(&o, "best_of", 1, 128, &best_of, e))
@@ -570,9 +659,17 @@ int api_response(serve *s, const srv_job *j, char **buf, size_t *len) {
         const srv_seq *q = &j->seqs[i];
         const char *pt = j->prompt_text[q->prompt];
         jprintf(&b, "%s{\"index\":%d,", i ? "," : "", q->index);
+        char *calls = NULL;
+        size_t cend = q->len;
+        const int nc = j->chat && q->finish == SRV_STOP ? tools_parse(j, q->text, q->len, &cend, &calls, 0) : 0;
+        if (nc < 0) b.oom = 1;
         if (j->chat) {
             jputs(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
-            jstr(&b, q->text ? q->text : "", q->len);
+            int blank = 1;
+            for (size_t k = 0; k < cend && blank; k++) blank = q->text[k] == ' ' || q->text[k] == '\n' || q->text[k] == '\t' || q->text[k] == '\r';
+            if (nc > 0 && blank) jputs(&b, "null");
+            else jstr(&b, q->text ? q->text : "", cend);
+            if (nc > 0) { jputs(&b, ",\"tool_calls\":"); jputs(&b, calls); }
             jputs(&b, "},");
         } else {
             jputs(&b, "\"text\":");
@@ -591,7 +688,8 @@ int api_response(serve *s, const srv_job *j, char **buf, size_t *len) {
         jputs(&b, "\"logprobs\":");
         const srv_lp *pl = j->prompt_lps ? j->prompt_lps[q->prompt] : NULL;
         logprobs_json(&b, s, j, q, 0, q->n_lp, j->echo && pt ? strlen(pt) : 0, pl, pl ? j->prompt_n[q->prompt] : 0);
-        jprintf(&b, ",\"finish_reason\":%s}", finish_name(q->finish));
+        jprintf(&b, ",\"finish_reason\":%s}", nc > 0 ? "\"tool_calls\"" : finish_name(q->finish));
+        free(calls);
     }
     jputs(&b, "],");
     usage_json(&b, j);
@@ -604,12 +702,20 @@ int api_response(serve *s, const srv_job *j, char **buf, size_t *len) {
 /* the bytes of q's text that can go out now: all once it ended; before, none that a stop
  * string might still claim, and no character cut in two */
 static size_t sendable(const srv_job *j, const srv_seq *q) {
-    if (q->finish) return q->len;
+    if (q->finish) {
+        size_t cend = q->len;
+        char *calls = NULL;
+        if (q->finish == SRV_STOP && tools_parse(j, q->text, q->len, &cend, &calls, 1) > 0 && cend < q->sent) cend = q->sent;
+        free(calls);
+        return cend;
+    }
     size_t hold = 0;
     for (int k = 0; k < j->n_stop; k++)
         for (size_t m = j->stop_len[k] - 1; m > hold; m--)
             if (m <= q->len && !memcmp(q->text + q->len - m, j->stop[k], m)) { hold = m; break; }
     size_t end = q->len - hold;
+    const size_t tool = tools_hold(j, q->text, q->len);   /* nothing that may become a tool call */
+    if (tool < end) end = tool < q->sent ? q->sent : tool;
     for (size_t back = 1; back <= 3 && back <= end; back++) {
         unsigned char c = (unsigned char)q->text[end - back];
         if ((c & 0xC0) == 0x80) continue;              /* a continuation byte: look further back */
@@ -663,9 +769,21 @@ int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap) {
             q->sent = end; q->lp_sent = lp_to;
         }
         if (q->finish && j->state == SRV_DONE && !j->failed && q->streamed != SRV_FINISHED) {
+            char *calls = NULL;
+            size_t cend;
+            const int nc = j->chat && q->finish == SRV_STOP ? tools_parse(j, q->text, q->len, &cend, &calls, 1) : 0;
+            if (nc < 0) b.oom = 1;
+            if (nc > 0) {                               /* the calls, whole, in one chunk */
+                chunk(&b, s, j);
+                jprintf(&b, "{\"index\":%d,\"delta\":{%s\"tool_calls\":", q->index, q->streamed == SRV_NONE ? "\"role\":\"assistant\"," : "");
+                jputs(&b, calls);
+                jputs(&b, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+                q->streamed = SRV_OPENED;
+            }
+            free(calls);
             chunk(&b, s, j);
             jprintf(&b, "{\"index\":%d,%s\"logprobs\":null,\"finish_reason\":%s}],", q->index, j->chat ? "\"delta\":{}," : "\"text\":\"\",",
-                    finish_name(q->finish));
+                    nc > 0 ? "\"tool_calls\"" : finish_name(q->finish));
             usage_json(&b, j);
             jputs(&b, "}\n\n");
             q->streamed = SRV_FINISHED;

@@ -82,6 +82,8 @@ void srv_job_free(srv_job *j) {
         sk_jg_match_free(j->seqs[i].jm);
     }
     sk_jg_free(j->grammar);
+    for (int k = 0; k < j->n_tools; k++) { if (j->tool_names) free(j->tool_names[k]); if (j->tool_params) free(j->tool_params[k]); }
+    free(j->tool_names); free(j->tool_params);
     for (int p = 0; j->prompt_lps && p < j->n_prompts; p++) free(j->prompt_lps[p]);
     free(j->prompt_lps);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);

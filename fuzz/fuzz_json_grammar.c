@@ -1,6 +1,6 @@
 /* libFuzzer harness for constrained decoding (src/text/json_schema.c, json_match.c). The input
  * is a schema, a NUL byte, then bytes for the matcher. The schema is compiled or refused with a
- * message; a compiled one is fed the bytes one by one (up to the first it refuses), and at
+ * message (a third of them, by length, then wrapped in tags as sk_jg_wrap does); a compiled one is fed the bytes one by one (up to the first it refuses), and at
  * each step: a token allowed by the mask must be accepted when fed, a complete value must cost
  * 0, and from wherever the bytes stopped, taking the first allowed token with a budget of the
  * state's cost must reach a complete value in exactly that many tokens (the shortest completion
@@ -39,6 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (g || !sk_last_error()[0]) abort();
         return 0;
     }
+    if (sl % 3 == 0 && sk_jg_wrap(g, "<t>\n", "\n</t>")) abort();   /* a third of the schemas between tags, as tool calls */
     sk_jg_match *m = sk_jg_match_new(g, V);
     unsigned char *allow = malloc(NV);
     if (!m || !allow) abort();

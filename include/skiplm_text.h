@@ -115,6 +115,9 @@ typedef struct sk_jg_match sk_jg_match;     /* the state of one output */
  * ignored. NULL (len 0): any JSON object, as OpenAI's {"type": "json_object"}. */
 int sk_jg_compile(sk_jg **g, const char *schema_json, size_t len);
 void sk_jg_free(sk_jg *g);
+/* The text becomes prefix, then the value, then suffix (e.g. "<tool_call>\n" and
+ * "\n</tool_call>"); whitespace is allowed only where JSON allows it. */
+int sk_jg_wrap(sk_jg *g, const char *prefix, const char *suffix);
 /* bytes[i] (lens[i] bytes) is token i's text; a token with no bytes (or usable[i] == 0 when
  * usable is given) is never allowed. */
 int sk_jg_vocab_new(sk_jg_vocab **v, int n, const char *const *bytes, const size_t *lens, const unsigned char *usable);

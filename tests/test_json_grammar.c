@@ -120,6 +120,24 @@ static void texts(const sk_jg_vocab *v) {
     }
 }
 
+/* sk_jg_wrap: the value between fixed bytes (a tool call's tags) */
+static void wrapped(const sk_jg_vocab *v) {
+    sk_jg *g = compile("{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"f\"}},\"required\":[\"name\"]}");
+    CHECK(g && !sk_jg_wrap(g, "<tool_call>\n", "\n</tool_call>"), "wrap a grammar in tags");
+    struct { const char *text; int want; } cases[] = {
+        {"<tool_call>\n{\"name\":\"f\"}\n</tool_call>", 1}, {"<tool_call>\n {\"name\":\"f\"}", 0},
+        {"{\"name\":\"f\"}", -1}, {"<tool_call>\n{\"name\":\"f\"}</tool_call>", -1}, {"<tool_call>\n{\"name\":\"f\"}\n</tool_call>x", -1}};
+    for (size_t i = 0; g && i < sizeof cases / sizeof *cases; i++) {
+        int whole = match(g, v, cases[i].text, 0), bytes = match(g, v, cases[i].text, 1);
+        CHECK(whole == cases[i].want && bytes == cases[i].want, "wrapped: '%s' gives %d (bytewise %d), want %d", cases[i].text, whole, bytes, cases[i].want);
+    }
+    sk_jg_match *m = g ? sk_jg_match_new(g, v) : NULL;
+    CHECK(m && sk_jg_match_cost(m) == strlen("<tool_call>\n{\"name\":\"f\"}\n</tool_call>"), "wrapped: the shortest text counts the tags (%zu)",
+          m ? sk_jg_match_cost(m) : 0);
+    sk_jg_match_free(m);
+    sk_jg_free(g);
+}
+
 static void refusals(void) {
     struct { const char *schema, *says; } cases[] = {
         {"{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern' at # is not supported"},
@@ -250,6 +268,7 @@ int main(void) {
     sk_jg_vocab *v = vocab(&n);
     texts(v);
     refusals();
+    wrapped(v);
     mask_equals_feed(v, n);
     walks(v, n);
     sk_jg_vocab_free(v);

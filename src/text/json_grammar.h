@@ -58,6 +58,8 @@ struct sk_jg {
     jg_node *nodes;
     int n, cap;
     int32_t root;
+    char *pre, *suf;           /* sk_jg_wrap: bytes before and after the value */
+    uint32_t pre_len, suf_len;
 };
 
 /* the number rules (json_match.c): bytes still needed by a number whose state is given, 0 when

@@ -19,7 +19,7 @@
 /* ------------------------------------------------------------ frames and states */
 
 enum { K_ROOT, K_OBJ, K_MAP, K_ARR, K_STR, K_NUM, K_ENUM };
-enum { R_WS, R_VAL, R_END };                                           /* the root */
+enum { R_WS, R_VAL, R_END, R_PRE, R_SUF };                             /* the root (n: bytes of the prefix or suffix matched) */
 enum { O_START, O_OPEN, O_KEY, O_COLON, O_VALWS, O_VAL, O_AFTER, O_COMMA };   /* objects and maps */
 enum { A_START, A_OPEN, A_VAL, A_AFTER, A_COMMA };                      /* arrays */
 enum { S_START, S_IN, S_ESC, S_U, S_UTF8 };                             /* strings */
@@ -334,6 +334,13 @@ static int feed_frame(const sk_jg *g, jg_frame *t, int c, int32_t *push) {
     const jg_node *nd = &g->nodes[t->node];
     switch (t->kind) {
     case K_ROOT:
+        if (t->phase == R_PRE || t->phase == R_SUF) {
+            const char *w = t->phase == R_PRE ? g->pre : g->suf;
+            const uint32_t wl = t->phase == R_PRE ? g->pre_len : g->suf_len;
+            if ((unsigned char)w[t->n] != c) return NO;
+            if (++t->n == wl) { t->phase = t->phase == R_PRE ? R_WS : R_END; t->n = 0; }
+            return TAKE;
+        }
         if (t->phase != R_WS) return NO;
         if (is_ws(c)) return ws_gap(t);
         t->phase = R_VAL;
@@ -350,9 +357,9 @@ static int feed_frame(const sk_jg *g, jg_frame *t, int c, int32_t *push) {
 }
 
 /* the frame's child value ended */
-static void child_done(jg_frame *t) {
+static void child_done(const sk_jg *g, jg_frame *t) {
     t->ws = 0;
-    if (t->kind == K_ROOT) t->phase = R_END;
+    if (t->kind == K_ROOT) { t->phase = g->suf_len ? R_SUF : R_END; t->n = 0; }
     else if (t->kind == K_ARR) t->phase = A_AFTER;
     else if (t->kind == K_MAP && t->phase == O_KEY) t->phase = O_COLON;
     else t->phase = O_AFTER;
@@ -381,7 +388,14 @@ static uint64_t arr_need(const sk_jg *g, const jg_node *nd, uint32_t from, uint3
 static uint64_t frame_cost(const sk_jg *g, const jg_frame *t) {
     const jg_node *nd = &g->nodes[t->node];
     switch (t->kind) {
-    case K_ROOT: return t->phase == R_WS ? nd->minlen : 0;
+    case K_ROOT:
+        switch (t->phase) {
+        case R_PRE: return add(g->pre_len - t->n, add(nd->minlen, g->suf_len));
+        case R_WS: return add(nd->minlen, g->suf_len);
+        case R_VAL: return g->suf_len;
+        case R_SUF: return g->suf_len - t->n;
+        }
+        return 0;
     case K_OBJ: {
         uint64_t r, sum;
         required_left(g, nd, t->bits, &r, &sum);
@@ -505,7 +519,7 @@ static void stack_feed(const sk_jg *g, jg_frame *st, int d, int c, jg_state *out
         if (r == NO) return;
         if (r == PUSH) { push_feed(g, st, d, push, c, out); return; }
         d--;                                            /* the value ended: with c (DONE), or before it (PASS) */
-        child_done(&st[d - 1]);
+        child_done(g, &st[d - 1]);
         if (r == DONE) { emit(out, st, d); return; }
     }
 }
@@ -714,7 +728,7 @@ sk_jg_match *sk_jg_match_new(const sk_jg *g, const sk_jg_vocab *v) {
     memset(&m->cur->f[0], 0, sizeof(jg_frame));
     m->cur->f[0].node = g->root;
     m->cur->f[0].kind = K_ROOT;
-    m->cur->f[0].phase = R_WS;
+    m->cur->f[0].phase = g->pre_len ? R_PRE : R_WS;
     return m;
 }
 

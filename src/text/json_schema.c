@@ -586,7 +586,17 @@ void sk_jg_free(sk_jg *g) {
         free(n->props); free(n->prefix); free(n->cand); free(n->cand_len); free(n->alt);
     }
     free(g->nodes);
+    free(g->pre); free(g->suf);
     free(g);
+}
+
+int sk_jg_wrap(sk_jg *g, const char *prefix, const char *suffix) {
+    char *p = strdup(prefix ? prefix : ""), *s = strdup(suffix ? suffix : "");
+    if (!p || !s) { free(p); free(s); return oom(); }
+    free(g->pre); free(g->suf);
+    g->pre = p; g->suf = s;
+    g->pre_len = (uint32_t)strlen(p); g->suf_len = (uint32_t)strlen(s);
+    return 0;
 }
 
 int sk_jg_compile(sk_jg **out, const char *schema_json, size_t len) {

@@ -1,9 +1,10 @@
-/* skiplm serve: an OpenAI-compatible HTTP server (docs/serving.md). Four parts:
+/* skiplm serve: an OpenAI-compatible HTTP server (docs/serving.md). Five parts:
  *   cmd_serve.c     the command: options, the model, signals, shutdown;
  *   serve_http.c    HTTP through libmicrohttpd: routes, the API key, bodies, server-sent events,
  *                   the access log;
  *   serve_api.c     OpenAI's request and response shapes: a request's JSON becomes a job, a
  *                   job's state becomes a response, a chunk, or an error object;
+ *   serve_tools.c   tool calls: the formats models write them in, their grammar, reading them;
  *   serve_engine.c  continuous batching: a queue, --parallel slots of one KV cache, one batched
  *                   decoding step for every running sequence, the prompt cache.
  * A job is shared by its connection's thread and the engine's thread; everything in it past

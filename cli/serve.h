@@ -116,6 +116,7 @@ typedef struct {
     srv_engine *eng;
     long started;
     int requests;               /* requests begun and not yet logged */
+    long n_requests, n_prompt, n_predicted;   /* GET /metrics: requests answered, their prompt and new tokens (atomic) */
 } serve;
 
 /* ------------------------------------------------------------- serve_engine.c */
@@ -169,6 +170,14 @@ int api_error_body(const api_err *e, char **buf, size_t *len);
 /* GET /v1/models, GET /v1/models/ID (NULL when id is not this model), GET /health */
 char *api_models(serve *s, const char *id);
 char *api_health(serve *s);
+/* llama-server's utilities: POST /tokenize ({"content", "with_pieces"} -> {"tokens"}), POST
+ * /detokenize ({"tokens"} -> {"content"}), POST /apply-template ({"messages", "tools"} ->
+ * {"prompt"}): 0 with the response's JSON in *out, or 1 with the error in *e. */
+int api_tokenize(serve *s, const char *body, size_t len, char **out, api_err *e);
+int api_detokenize(serve *s, const char *body, size_t len, char **out, api_err *e);
+int api_apply_template(serve *s, const char *body, size_t len, char **out, api_err *e);
+/* GET /metrics: Prometheus' text format */
+char *api_metrics(serve *s);
 
 /* a parsed JSON value written back as compact JSON text, appended to buf */
 struct sk_json;

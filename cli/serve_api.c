@@ -424,8 +424,8 @@ static int tool_fields(serve *s, const sk_json *o, srv_job *j, api_err *e) {
     return 0;
 }
 
-/* a chat's prompt: the messages (content parts joined) and tools through the chat template */
-static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
+/* a chat's text: the messages (content parts joined) and tools through the chat template */
+static int chat_render(serve *s, const sk_json *o, char **text, size_t *len, api_err *e) {
     if (!s->chat)
         return BAD(e, "messages", "this model has no chat template (give skiplm serve --chat-template, or use /v1/completions)");
     const sk_json *m = field(o, "messages"), *tools = field(o, "tools");
@@ -450,14 +450,21 @@ static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
     jputs(&b, "]");
     if (tools) jdump(&tb, tools);
     if (b.oom || tb.oom) { free(b.s); free(tb.s); return api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
-    char *text = NULL; size_t len = 0;
     pthread_mutex_lock(&s->text_mu);
-    int rc = sk_chat_render_json(s->chat, b.s, tools ? tb.s : NULL, 1, &text, &len);
+    int rc = sk_chat_render_json(s->chat, b.s, tools ? tb.s : NULL, 1, text, len);
     char why[400];
     if (rc) snprintf(why, sizeof why, "%s", sk_last_error());
     pthread_mutex_unlock(&s->text_mu);
     free(b.s); free(tb.s);
     if (rc) return BAD(e, "messages", "the chat template refused the messages: %s", why);
+    return 0;
+}
+
+/* a chat's prompt: the template's text, tokenized */
+static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
+    char *text = NULL;
+    size_t len = 0;
+    if (chat_render(s, o, &text, &len, e)) return 1;
     j->prompt_text[0] = text;
     if (encode(s, text, len, &j->prompts[0], &j->prompt_n[0], e)) return 1;
     if (!j->prompt_n[0]) return BAD(e, "messages", "the chat template made an empty prompt");
@@ -808,4 +815,117 @@ int api_stream(serve *s, srv_job *j, char **buf, size_t *len, size_t *cap) {
     }
     *buf = b.s; *len = b.len; *cap = b.cap;
     return b.oom ? -1 : done;
+}
+
+/* ------------------------------------------------------------ utilities (llama-server's) */
+
+/* the body as a JSON object */
+static int body_object(const char *body, size_t len, sk_json *o, api_err *e) {
+    char perr[200];
+    if (sk_json_parse(body, len, o, perr, sizeof perr)) return BAD(e, NULL, "the body is not valid JSON: %s", perr);
+    if (o->type != SK_JSON_OBJ) { sk_json_free(o); return BAD(e, NULL, "the body must be a JSON object"); }
+    return 0;
+}
+
+static int finish_util(jbuf *b, char **out, api_err *e) {
+    if (b->oom) { free(b->s); return api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
+    *out = b->s;
+    return 0;
+}
+
+int api_tokenize(serve *s, const char *body, size_t len, char **out, api_err *e) {
+    sk_json o;
+    if (body_object(body, len, &o, e)) return 1;
+    const sk_json *c = field(&o, "content");
+    int pieces = 0, rc = 1;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (!c || c->type != SK_JSON_STR) { BAD(e, "content", "'content' must be a string"); goto done; }
+    if (get_bool(&o, "with_pieces", &pieces, e) || (c->str_len && encode(s, c->str, c->str_len, &ids, &n, e))) goto done;
+    jbuf b = {0};
+    jputs(&b, "{\"tokens\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i) jputs(&b, ",");
+        if (!pieces) { jprintf(&b, "%d", ids[i]); continue; }
+        jprintf(&b, "{\"id\":%d,\"piece\":", ids[i]);
+        token_str(&b, s, ids[i]);
+        jputs(&b, "}");
+    }
+    jputs(&b, "]}");
+    rc = finish_util(&b, out, e);
+done:
+    free(ids);
+    sk_json_free(&o);
+    return rc;
+}
+
+int api_detokenize(serve *s, const char *body, size_t len, char **out, api_err *e) {
+    sk_json o;
+    if (body_object(body, len, &o, e)) return 1;
+    const sk_json *t = field(&o, "tokens");
+    int rc = 1;
+    int32_t *ids = NULL;
+    char *text = NULL;
+    size_t tl = 0;
+    if (!t || t->type != SK_JSON_ARR) { BAD(e, "tokens", "'tokens' must be a list of token ids"); goto done; }
+    if (!(ids = malloc(sizeof(int32_t) * (t->n ? t->n : 1)))) { api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); goto done; }
+    const int nv = sk_tok_vocab_size(s->tok);
+    for (int i = 0; i < t->n; i++) {
+        const sk_json *x = &t->items[i];
+        if (x->type != SK_JSON_NUM || x->num != floor(x->num) || x->num < 0 || x->num >= nv) {
+            BAD(e, "tokens", "tokens[%d] is not a token id in [0, %d)", i, nv);
+            goto done;
+        }
+        ids[i] = (int32_t)x->num;
+    }
+    if (sk_tok_decode(s->tok, ids, (size_t)t->n, &text, &tl)) { BAD(e, "tokens", "%s", sk_last_error()); goto done; }
+    jbuf b = {0};
+    jputs(&b, "{\"content\":");
+    jstr(&b, text, tl);
+    jputs(&b, "}");
+    rc = finish_util(&b, out, e);
+done:
+    free(ids); free(text);
+    sk_json_free(&o);
+    return rc;
+}
+
+int api_apply_template(serve *s, const char *body, size_t len, char **out, api_err *e) {
+    sk_json o;
+    if (body_object(body, len, &o, e)) return 1;
+    char *text = NULL;
+    size_t tl = 0;
+    int rc = chat_render(s, &o, &text, &tl, e);
+    if (!rc) {
+        jbuf b = {0};
+        jputs(&b, "{\"prompt\":");
+        jstr(&b, text, tl);
+        jputs(&b, "}");
+        rc = finish_util(&b, out, e);
+    }
+    free(text);
+    sk_json_free(&o);
+    return rc;
+}
+
+char *api_metrics(serve *s) {
+    int running, queued, slots;
+    srv_lock(s);
+    srv_load(s, &running, &queued, &slots);
+    srv_unlock(s);
+    static const struct { const char *name, *type, *help; } m[] = {
+        {"skiplm_requests_total", "counter", "Requests answered (any endpoint, any status)."},
+        {"skiplm_prompt_tokens_total", "counter", "Prompt tokens of the completions answered."},
+        {"skiplm_tokens_predicted_total", "counter", "New tokens of the completions answered."},
+        {"skiplm_requests_processing", "gauge", "Sequences decoding now (busy slots)."},
+        {"skiplm_requests_deferred", "gauge", "Requests waiting for a slot."},
+        {"skiplm_slots", "gauge", "Sequences the KV cache holds (--parallel)."},
+    };
+    const long v[] = {__atomic_load_n(&s->n_requests, __ATOMIC_RELAXED), __atomic_load_n(&s->n_prompt, __ATOMIC_RELAXED),
+                      __atomic_load_n(&s->n_predicted, __ATOMIC_RELAXED), running, queued, slots};
+    jbuf b = {0};
+    for (size_t i = 0; i < sizeof m / sizeof *m; i++)
+        jprintf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %ld\n", m[i].name, m[i].help, m[i].name, m[i].type, m[i].name, v[i]);
+    if (b.oom) { free(b.s); return NULL; }
+    return b.s;
 }

@@ -34,6 +34,7 @@ def run(args, timeout=120):
 
 def serve(model):
     err = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    serve.log = err.name
     p = subprocess.Popen([SKIPLM, "serve", model, "--port", "0", "--quiet", "--parallel", "2"], stdout=subprocess.DEVNULL, stderr=err)
     for _ in range(300):
         m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", open(err.name).read())
@@ -83,6 +84,7 @@ def main():
     top = [None] + [sorted(lsm[i].topk(5).values.tolist(), reverse=True) for i in range(len(ids) - 1)]
 
     p, url = serve(model)
+    log = serve.log
     if not check(url is not None, "the server starts"):
         finish()
     base = {"prompt": ids, "echo": True, "logprobs": 5, "max_tokens": 0}
@@ -115,6 +117,7 @@ def main():
           f"a text prompt: its tokens and logprobs, logprobs 0 gives no alternatives ({l!r:.200})")
     p.send_signal(signal.SIGTERM)
     check(p.wait(timeout=30) == 0, "the server exits 0")
+    check(not re.search(r"runtime error|AddressSanitizer|LeakSanitizer", open(log).read()), "the server's log has no sanitizer report")
     finish()
 
 

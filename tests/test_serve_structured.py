@@ -95,6 +95,8 @@ class Server:
             time.sleep(0.05)
 
     def stop(self):
+        log = open(self.err.name).read()
+        check(not re.search(r"runtime error|AddressSanitizer|LeakSanitizer", log), "the server's log has no sanitizer report")
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
             try:

@@ -118,6 +118,7 @@ def main():
     check(code == 200 and json.loads(out).get("status") == "ok", "/health needs no key")
     p.send_signal(signal.SIGTERM)
     check(p.wait(timeout=30) == 0, "the server exits 0")
+    check(not re.search(r"runtime error|AddressSanitizer|LeakSanitizer", open(err.name).read()), "the server's log has no sanitizer report")
     finish()
 
 

@@ -420,6 +420,12 @@ static int tool_fields(serve *s, const sk_json *o, srv_job *j, api_err *e) {
     j->tool_fmt = s->tool_fmt;
     if (only == -2) return 0;
     if (j->grammar) return BAD(e, "tool_choice", "'tool_choice' %s with a JSON 'response_format' is not supported", named ? "naming a function" : "required");
+    for (int k = 0; k < j->n_tools; k++) {             /* each tool's parameters alone first: an error names the tool */
+        sk_jg *g = NULL;
+        if ((only < 0 || k == only) && sk_jg_compile(&g, j->tool_params[k], strlen(j->tool_params[k])))
+            return BAD(e, "tools", "tools[%d] (%.100s): its parameters: %s", k, j->tool_names[k], sk_last_error());
+        sk_jg_free(g);
+    }
     if (tools_grammar(j, only)) return BAD(e, "tools", "the tools' parameters: %s", sk_last_error());
     return 0;
 }

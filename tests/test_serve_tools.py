@@ -174,6 +174,8 @@ def main():
             for (b, param), g in zip(bad, got):
                 e = g.get("error", {})
                 check(e.get("status") == 400 and e.get("param") == param, f"refused with 400, param {param}: {e.get('message', g)!r:.110}")
+            check("tools[0] (f): its parameters: 'pattern' at #/properties/s is not supported" in got[4].get("error", {}).get("message", ""),
+                  "an unsupported keyword in a tool's parameters is named with the tool and where it is")
             check(got[-1].get("finish") == ["tool_calls"], "after the bad requests the server still makes calls")
         check(srv.stop() == 0, f"--tool-format {fmt}: the server exits 0")
     finish()

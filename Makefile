@@ -229,6 +229,9 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libskiplm.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
 bench-attention: $(BUILD)/bench/bench_attention
 .PHONY: bench-attention
+# The token mask of constrained decoding, per step: make bench-json-mask
+bench-json-mask: $(BUILD)/bench/bench_json_mask
+.PHONY: bench-json-mask
 
 # CUDA backend (docs/cuda.md): build-cuda/skiplm (train/bench/sample --device cuda) and the
 # parity tests (training: test_cuda_parity, cached generation: test_cuda_infer); compile

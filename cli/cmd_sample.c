@@ -4,15 +4,16 @@
  * side by side in one cache (sample k draws with seed + k) and prints each when done. Stops at
  * --tokens or at a Hugging Face folder's end-of-sequence ids; statistics go to stderr. */
 #include "generate.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* The command line. */
 typedef struct {
-    const char *weights, *prompt, *tok_path, *device, *system, *chat_tpl, *msgs_file, *tools_file;
+    const char *weights, *prompt, *tok_path, *device, *system, *chat_tpl, *msgs_file, *tools_file, *schema_file;
     cli_model_opts mo;
-    int n_new, greedy, quiet, tf32, bf16, q8, ignore_eos, chat, n_samples, use_cuda;
+    int n_new, greedy, quiet, tf32, bf16, q8, ignore_eos, chat, n_samples, use_cuda, json;
     sk_sampling sp;
     uint64_t seed;
 } sample_opts;
@@ -43,6 +44,10 @@ typedef struct {
     int *act;                        /* the sequences still going, and their next tokens */
     int32_t *nexts;
     float *logits, *lgb;             /* G x V: each sequence's next-token logits; the batch's */
+    sk_jg *jg;                       /* --json-schema / --json: the grammar, the tokens as bytes, */
+    sk_jg_vocab *jv;                 /* each sequence's matcher and a token mask */
+    sk_jg_match **jm;
+    unsigned char *allow;
     double t_prompt, t_gen;
     long made, decoded;       /* new tokens; tokens run through the model in t_gen (the first of each sample comes from the prompt's pass) */
 } sampler;
@@ -70,6 +75,8 @@ static int parse_opts(sample_opts *o, int argc, char **argv) {
         {"chat-template", 's', &o->chat_tpl, "with --chat: a .jinja file or a tokenizer_config.json (default: the model folder's)"},
         {"messages", 's', &o->msgs_file, "a JSON file with the whole conversation, a list of messages (role, content, tool_calls, ...) as transformers takes them (implies --chat; not with --prompt)"},
         {"tools", 's', &o->tools_file, "with --chat: a JSON file with a list of tool (function) schemas, for templates that show them"},
+        {"json-schema", 's', &o->schema_file, "a JSON Schema file: the text is JSON valid against it (constrained decoding; it closes within --tokens when the vocabulary has single-byte tokens; docs/serving.md lists the keywords)"},
+        {"json", 'b', &o->json, "the text is a JSON object (any), as response_format json_object"},
         CLI_MODEL_OPTS(&o->mo),
         {0},
     };
@@ -100,6 +107,39 @@ static int parse_opts(sample_opts *o, int argc, char **argv) {
     if (o->msgs_file && (o->prompt || o->system)) { fprintf(stderr, "skiplm sample: --messages holds the whole conversation: no --prompt or --system\n"); return 2; }
     if (o->chat && !o->prompt && !o->msgs_file) { fprintf(stderr, "skiplm sample: --chat needs the user's message in --prompt (or a conversation in --messages)\n"); return 2; }
     if (o->use_cuda && !cli_cuda_built("sample")) return 2;
+    if (o->json && o->schema_file) { fprintf(stderr, "skiplm sample: --json and --json-schema exclude each other\n"); return 2; }
+    return 0;
+}
+
+/* --json-schema / --json: the grammar, the vocabulary as bytes, one matcher per sequence */
+static int setup_json(sampler *s, const sample_opts *o) {
+    char *schema = NULL;
+    size_t len = 0;
+    if (o->schema_file && cli_read_file(o->schema_file, &schema, &len)) return 1;
+    int rc = sk_jg_compile(&s->jg, schema, len);
+    free(schema);
+    if (rc) return sk_error(SK_EINVAL, "%s: %s", o->schema_file ? o->schema_file : "--json", sk_last_error());
+    if (sk_jg_vocab_from_tok(&s->jv, s->tok, s->V)) return 1;
+    s->jm = calloc(s->G, sizeof *s->jm);
+    s->allow = malloc((size_t)s->V);
+    if (!s->jm || !s->allow) return sk_error(SK_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* The JSON's mask on sequence g's logits, with n tokens left: 0; 1 when nothing may follow
+ * (the JSON is whole, and no end-of-sequence token); -1 when no token can continue it. */
+static int json_mask(sampler *s, int g, float *lg, long left) {
+    sk_jg_match *m = s->jm[g];
+    int n = sk_jg_match_mask(m, s->allow, left);
+    if (n < 0) return sk_error(SK_ENOMEM, "out of memory"), -1;
+    if (sk_jg_match_complete(m))
+        for (int e = 0; e < s->n_eos; e++)
+            if (s->eos[e] >= 0 && s->eos[e] < s->V && !s->allow[s->eos[e]]) { s->allow[s->eos[e]] = 1; n++; }
+    if (!n) {
+        if (sk_jg_match_complete(m)) return 1;
+        return sk_error(SK_EINVAL, "no token of the vocabulary can continue the JSON"), -1;
+    }
+    for (int v = 0; v < s->V; v++) if (!s->allow[v]) lg[v] = -INFINITY;
     return 0;
 }
 
@@ -164,20 +204,27 @@ static int sample_step(sampler *s, const sample_opts *o, int g_n, int stream) {
     for (int g = 0; g < g_n; g++) {
         sample_seq *q = &s->seqs[g];
         if (q->done) continue;
+        if (s->jg) {
+            const int r = json_mask(s, g, s->logits + (size_t)g * s->V, (long)o->n_new - q->made);
+            if (r < 0) return -1;
+            if (r) { q->done = 1; continue; }
+        }
         int32_t next = sk_sample(s->logits + (size_t)g * s->V, s->V, &o->sp, q->ids, q->n, &q->rng);
         if (next >= sk_tok_vocab_size(s->tok)) next = 0;   /* padded rows of a wider model */
         for (int e = 0; e < s->n_eos; e++)
             if (next == s->eos[e]) q->eos = next;
         if (q->eos >= 0) { q->done = 1; continue; }    /* not printed, as decode(skip_special_tokens) */
+        if (s->jg && sk_jg_match_feed_token(s->jm[g], next)) return sk_error(SK_EINVAL, "token %d does not continue the JSON", next), -1;
         q->ids[q->n++] = next;
         q->made++;
+        if (s->jg && sk_jg_match_done(s->jm[g])) q->done = 1;   /* the JSON is whole */
         if (stream) {
             size_t len;
             /* a chat reply leaves special tokens out, as decode(skip_special_tokens=True) */
             const char *t = s->chat && sk_tok_is_special(s->tok, next) ? NULL : sk_tok_decode_one(s->tok, next, &len);
             if (t) { fwrite(t, 1, len, stdout); fflush(stdout); }
         }
-        s->act[na] = g; s->nexts[na++] = next;
+        if (!q->done) { s->act[na] = g; s->nexts[na++] = next; }
     }
     return na;
 }
@@ -211,6 +258,10 @@ static int sample_group(sampler *s, const sample_opts *o, int k0, int g_n) {
         q->n = s->n; q->made = 0; q->done = 0; q->eos = -1;
         q->rng = o->seed + (uint64_t)(k0 + g);
         gen_dec_truncate(&s->dec, g, 0);
+        if (s->jg) {
+            sk_jg_match_free(s->jm[g]);
+            if (!(s->jm[g] = sk_jg_match_new(s->jg, s->jv))) return sk_error(SK_ENOMEM, "out of memory");
+        }
     }
     if (stream && !o->quiet && s->prompt) fwrite(s->prompt, 1, strlen(s->prompt), stdout);
     double t0 = sk_now();
@@ -222,6 +273,7 @@ static int sample_group(sampler *s, const sample_opts *o, int k0, int g_n) {
     double t1 = sk_now();
     for (int i = 0; i < o->n_new; i++) {
         int na = sample_step(s, o, g_n, stream);
+        if (na < 0) return 1;
         if (i + 1 == o->n_new || na == 0) break;
         if (decode_step(s, na)) return 1;
         s->decoded += na;
@@ -280,6 +332,10 @@ static void print_stats(sampler *s, const sample_opts *o) {
 
 static void sampler_free(sampler *s) {
     for (int g = 0; s->seqs && g < s->G; g++) free(s->seqs[g].ids);
+    for (int g = 0; s->jm && g < s->G; g++) sk_jg_match_free(s->jm[g]);
+    free(s->jm); free(s->allow);
+    sk_jg_vocab_free(s->jv);
+    sk_jg_free(s->jg);
     free(s->seqs); free(s->act); free(s->nexts); free(s->lgb);
     free(s->ids); free(s->logits); free(s->chat_text);
     sk_chat_free(s->chat);
@@ -303,7 +359,7 @@ int cmd_sample(int argc, char **argv) {
         return rc;
     }
     if (o.chat) s.prompt = s.chat_text;
-    rc = setup(&s, &o);
+    rc = setup(&s, &o) || ((o.json || o.schema_file) && setup_json(&s, &o));
     for (int k0 = 0; !rc && k0 < o.n_samples; k0 += s.G) {
         const int g_n = o.n_samples - k0 < s.G ? o.n_samples - k0 : s.G;
         rc = sample_group(&s, &o, k0, g_n) || print_group(&s, &o, k0, g_n);

@@ -23,6 +23,7 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
         {"alias", 's', &o->alias, "the model's name in the API (default: the last part of MODEL's path)"},
         {"tokenizer", 's', &o->tok_path, "the tokenizer (default: the checkpoint's or GGUF file's, or beside the weights)"},
         {"chat-template", 's', &o->chat_tpl, "a .jinja file or a tokenizer_config.json for /v1/chat/completions (default: the model folder's)"},
+        {"tool-format", 's', &o->tool_format, "how the model writes tool calls: hermes (<tool_call>{...}</tool_call>), llama (a JSON object) or mistral ([TOOL_CALLS][...]) (default: the one whose marker is a token of the vocabulary, else hermes)"},
         {"prefill-chunk", 'i', &o->prefill, "prompt tokens decoded between two decoding steps of the running requests, a multiple of 64: a long prompt delays the others by one such piece (256)"},
         {"queue", 'i', &o->queue, "requests that may wait for a slot; past it a request gets 503 (256)"},
         {"max-body", 'i', &o->max_body, "largest request body in bytes; past it 413 (4194304)"},
@@ -51,6 +52,10 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
     if (o->q8 && (o->bf16 || o->use_cuda)) { fprintf(stderr, "skiplm serve: --q8 is for the CPU, without --bf16\n"); return 2; }
     if (o->use_cuda && o->parallel != 1) { fprintf(stderr, "skiplm serve: --device cuda decodes one sequence at a time: --parallel 1\n"); return 2; }
     if (o->api_key && !*o->api_key) { fprintf(stderr, "skiplm serve: --api-key is empty\n"); return 2; }
+    if (o->tool_format && strcmp(o->tool_format, "hermes") && strcmp(o->tool_format, "llama") && strcmp(o->tool_format, "mistral")) {
+        fprintf(stderr, "skiplm serve: --tool-format is hermes, llama or mistral\n");
+        return 2;
+    }
     return 0;
 }
 
@@ -99,6 +104,9 @@ static int start(serve *s, serve_opts *o) {
     }
     s->ctx = o->ctx ? o->ctx : dflt;
     if (s->ctx < 2) return sk_error(SK_EINVAL, "--ctx %d leaves no room for a prompt and a reply", s->ctx);
+    if (sk_jg_vocab_from_tok(&s->jv, s->tok, s->V)) return 1;
+    s->tool_fmt = !o->tool_format ? tools_format(s->tok) : !strcmp(o->tool_format, "llama") ? SRV_TOOLS_LLAMA
+                : !strcmp(o->tool_format, "mistral") ? SRV_TOOLS_MISTRAL : SRV_TOOLS_HERMES;
     s->name = model_name(o);
     s->started = (long)time(NULL);
     pthread_mutex_init(&s->text_mu, NULL);
@@ -137,6 +145,7 @@ int cmd_serve(int argc, char **argv) {
     srv_engine_free(&s);
     if (s.name) pthread_mutex_destroy(&s.text_mu);
     sk_chat_free(s.chat);
+    sk_jg_vocab_free(s.jv);
     sk_tok_free(s.tok);
     sk_model_free(s.m);
     return rc ? 1 : 0;

@@ -1,9 +1,10 @@
-/* skiplm serve: an OpenAI-compatible HTTP server (docs/serving.md). Four parts:
+/* skiplm serve: an OpenAI-compatible HTTP server (docs/serving.md). Five parts:
  *   cmd_serve.c     the command: options, the model, signals, shutdown;
  *   serve_http.c    HTTP through libmicrohttpd: routes, the API key, bodies, server-sent events,
  *                   the access log;
  *   serve_api.c     OpenAI's request and response shapes: a request's JSON becomes a job, a
  *                   job's state becomes a response, a chunk, or an error object;
+ *   serve_tools.c   tool calls: the formats models write them in, their grammar, reading them;
  *   serve_engine.c  continuous batching: a queue, --parallel slots of one KV cache, one batched
  *                   decoding step for every running sequence, the prompt cache.
  * A job is shared by its connection's thread and the engine's thread; everything in it past
@@ -17,7 +18,7 @@
 #define SRV_MAX_TOP 20          /* top_logprobs */
 
 typedef struct {
-    const char *model, *host, *alias, *api_key, *tok_path, *chat_tpl, *device;
+    const char *model, *host, *alias, *api_key, *tok_path, *chat_tpl, *device, *tool_format;
     cli_model_opts mo;          /* --n_head, --n_skip_layer, --n_skip_head, --routing for a file that does not say */
     int port, parallel, ctx, bf16, q8, queue, max_body, grace, quiet, use_cuda, prefill;
 } serve_opts;
@@ -34,6 +35,7 @@ typedef struct {
 } srv_lp;
 
 enum { SRV_GOING, SRV_STOP, SRV_LENGTH };              /* why a sequence ended */
+enum { SRV_TOOLS_HERMES, SRV_TOOLS_LLAMA, SRV_TOOLS_MISTRAL };   /* how a model writes tool calls (serve_tools.c) */
 enum { SRV_QUEUED, SRV_RUNNING, SRV_DONE };            /* a job's state */
 enum { SRV_NONE, SRV_OPENED, SRV_FINISHED };           /* a sequence's stream */
 
@@ -52,6 +54,7 @@ typedef struct {
     int streamed;               /* a stream's progress: SRV_NONE, SRV_OPENED (the first chunk: a chat's role,
                                  * an echo's prompt), SRV_FINISHED (its finish_reason went out) */
     int ready;                  /* its prompt is decoded: it draws tokens */
+    sk_jg_match *jm;            /* response_format's matcher: the tokens its reply may go on with */
     size_t pf;                  /* a prompt's first sequence: the prompt's positions in its cache */
 } srv_seq;
 
@@ -73,6 +76,12 @@ typedef struct srv_job {
     int32_t *bias_id;
     float *bias;
     int logprobs;               /* -1: none; else the alternatives wanted (0..SRV_MAX_TOP) */
+    sk_jg *grammar;             /* response_format json_object / json_schema: every reply is such JSON */
+    int tools_on, tool_fmt;     /* tools given (tool_choice not "none"): replies are read for tool calls, in this format */
+    int n_tools;
+    char **tool_names, **tool_params;   /* each tool's name and its parameters' schema (JSON text) */
+    srv_lp **prompt_lps;        /* echo with logprobs: each prompt's tokens' logprobs (the first has none: NaN), */
+    int prompt_lps_ready;       /* made by the engine when it admits the job */
     char id[48];
     long created;
     /* the engine's part */
@@ -101,10 +110,13 @@ typedef struct {
     int32_t eos[GEN_MAX_EOS], chat_eos[GEN_MAX_EOS];
     int n_eos, n_chat_eos;
     int V, ctx;
+    sk_jg_vocab *jv;            /* the tokens as bytes, for response_format's masks */
+    int tool_fmt;               /* the format of tool calls, from the vocabulary's markers */
     pthread_mutex_t text_mu;
     srv_engine *eng;
     long started;
     int requests;               /* requests begun and not yet logged */
+    long n_requests, n_prompt, n_predicted;   /* GET /metrics: requests answered, their prompt and new tokens (atomic) */
 } serve;
 
 /* ------------------------------------------------------------- serve_engine.c */
@@ -161,7 +173,11 @@ typedef struct {
     size_t text_len;
     srv_lp *lps;                                 /* logprobs [lp_from, lp_to), after the one before lp_from if any */
     int lp_from, lp_to;
+    const srv_lp *prompt_lps;                    /* with echo, on the opening chunk: the prompt's logprobs */
+    size_t prompt_n;                             /*   (the job's, fixed once ready), prompt_n of them */
     int finish;                                  /* a finish chunk with this reason (SRV_STOP, SRV_LENGTH) */
+    char *calls;                                 /* with the finish: the reply's tool calls as JSON, sent in one */
+    int calls_opening;                           /*   chunk before it (calls_opening: it opens the message) */
 } api_piece;
 typedef struct {
     api_piece *p;
@@ -183,6 +199,31 @@ int api_error_body(const api_err *e, char **buf, size_t *len);
 /* GET /v1/models, GET /v1/models/ID (NULL when id is not this model), GET /health */
 char *api_models(serve *s, const char *id);
 char *api_health(serve *s);
+/* llama-server's utilities: POST /tokenize ({"content", "with_pieces"} -> {"tokens"}), POST
+ * /detokenize ({"tokens"} -> {"content"}), POST /apply-template ({"messages", "tools"} ->
+ * {"prompt"}): 0 with the response's JSON in *out, or 1 with the error in *e. */
+int api_tokenize(serve *s, const char *body, size_t len, char **out, api_err *e);
+int api_detokenize(serve *s, const char *body, size_t len, char **out, api_err *e);
+int api_apply_template(serve *s, const char *body, size_t len, char **out, api_err *e);
+/* GET /metrics: Prometheus' text format */
+char *api_metrics(serve *s);
+
+/* a parsed JSON value written back as compact JSON text, appended to buf */
+struct sk_json;
+void srv_json_dump(char **buf, size_t *len, size_t *cap, const struct sk_json *v);
+
+/* ------------------------------------------------------------- serve_tools.c */
+/* The format of tool calls: the one whose marker is a token of the vocabulary, else hermes. */
+int tools_format(sk_tokenizer *tok);
+/* tool_choice "required" (only < 0) or a named function (its index): the job's grammar makes
+ * the reply one call of those tools in the job's format. 0, or 1 (said). */
+int tools_grammar(srv_job *j, int only);
+/* The calls in a reply, in the job's tools: their number (0: none, the reply is content; -1
+ * out of memory), *calls a JSON list of OpenAI's tool_calls (stream: with their index), and
+ * *content_end the length of the content before them. */
+int tools_parse(const srv_job *j, const char *text, size_t len, size_t *content_end, char **calls, int stream);
+/* How much of a reply so far can be streamed as content: none of what may become a call. */
+size_t tools_hold(const srv_job *j, const char *text, size_t len);
 
 /* -------------------------------------------------------------- serve_http.c */
 /* Listens on --host:--port until SIGINT or SIGTERM; then stops as srv_engine_stop says. 0, or

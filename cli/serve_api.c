@@ -91,6 +91,12 @@ static void jdump(jbuf *b, const sk_json *v) {
     }
 }
 
+void srv_json_dump(char **buf, size_t *len, size_t *cap, const sk_json *v) {
+    jbuf b = {*buf, *len, *cap, 0};
+    jdump(&b, v);
+    *buf = b.s; *len = b.len; *cap = b.cap;
+}
+
 int api_error_body(const api_err *e, char **buf, size_t *len) {
     jbuf b = {0};
     jputs(&b, "{\"error\":{\"message\":");
@@ -336,18 +342,101 @@ static int chat_content(const sk_json *c, int i, jbuf *b, api_err *e) {
     return 0;
 }
 
-/* a chat's prompt: the messages (content parts joined) and tools through the chat template */
-static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
+/* an assistant message's tool_calls for the chat template: each function's arguments, a JSON
+ * string in OpenAI's format, as the object it holds (templates write them with tojson) */
+static void dump_tool_calls(jbuf *b, const sk_json *tc) {
+    if (tc->type != SK_JSON_ARR) { jdump(b, tc); return; }
+    jputs(b, "[");
+    for (int i = 0; i < tc->n; i++) {
+        const sk_json *c = &tc->items[i];
+        if (i) jputs(b, ",");
+        if (c->type != SK_JSON_OBJ) { jdump(b, c); continue; }
+        jputs(b, "{");
+        for (int k = 0; k < c->n; k++) {
+            const sk_json *f = &c->items[k];
+            if (k) jputs(b, ",");
+            jstr(b, c->keys[k], c->key_lens[k]);
+            jputs(b, ":");
+            if (strcmp(c->keys[k], "function") || f->type != SK_JSON_OBJ) { jdump(b, f); continue; }
+            jputs(b, "{");
+            for (int m = 0; m < f->n; m++) {
+                const sk_json *a = &f->items[m];
+                sk_json parsed;
+                char err[8];
+                if (m) jputs(b, ",");
+                jstr(b, f->keys[m], f->key_lens[m]);
+                jputs(b, ":");
+                if (!strcmp(f->keys[m], "arguments") && a->type == SK_JSON_STR && !sk_json_parse(a->str, a->str_len, &parsed, err, sizeof err)) {
+                    jdump(b, &parsed);
+                    sk_json_free(&parsed);
+                } else {
+                    jdump(b, a);
+                }
+            }
+            jputs(b, "}");
+        }
+        jputs(b, "}");
+    }
+    jputs(b, "]");
+}
+
+/* tools and tool_choice: the tools' names and parameters; "required" or a named function
+ * compiles the grammar of a call */
+static int tool_fields(serve *s, const sk_json *o, srv_job *j, api_err *e) {
+    const sk_json *tools = field(o, "tools"), *tc = field(o, "tool_choice");
+    int only = -2;                                     /* -2 auto, -1 required, else the named tool */
+    const char *named = NULL;
+    if (tc && tc->type == SK_JSON_STR) {
+        if (!strcmp(tc->str, "none")) return 0;
+        if (!strcmp(tc->str, "required")) only = -1;
+        else if (strcmp(tc->str, "auto")) return BAD(e, "tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else if (tc) {
+        const sk_json *f = tc->type == SK_JSON_OBJ ? field(tc, "function") : NULL, *nm = f && f->type == SK_JSON_OBJ ? field(f, "name") : NULL;
+        if (!nm || nm->type != SK_JSON_STR) return BAD(e, "tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        named = nm->str;
+    }
+    if (!tools || !tools->n) {
+        if (only == -1 || named) return BAD(e, "tool_choice", "'tool_choice' asks for a tool call, and there are no 'tools'");
+        return 0;
+    }
+    if (!(j->tool_names = calloc(tools->n, sizeof(char *))) || !(j->tool_params = calloc(tools->n, sizeof(char *))))
+        return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    j->n_tools = tools->n;
+    for (int k = 0; k < tools->n; k++) {
+        const sk_json *t = &tools->items[k], *ty = t->type == SK_JSON_OBJ ? field(t, "type") : NULL;
+        const sk_json *f = t->type == SK_JSON_OBJ ? field(t, "function") : NULL;
+        const sk_json *nm = f && f->type == SK_JSON_OBJ ? field(f, "name") : NULL, *pa = f && f->type == SK_JSON_OBJ ? field(f, "parameters") : NULL;
+        if ((ty && (ty->type != SK_JSON_STR || strcmp(ty->str, "function"))) || !nm || nm->type != SK_JSON_STR)
+            return BAD(e, "tools", "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}", k);
+        if (pa && pa->type != SK_JSON_OBJ) return BAD(e, "tools", "tools[%d].function.parameters must be a JSON Schema (an object)", k);
+        jbuf pb = {0};
+        if (pa) jdump(&pb, pa); else jputs(&pb, "{\"type\":\"object\"}");
+        if (pb.oom || !(j->tool_names[k] = strdup(nm->str))) { free(pb.s); return api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
+        j->tool_params[k] = pb.s;
+        if (named && !strcmp(named, nm->str)) only = k;
+    }
+    if (named && only < 0) return BAD(e, "tool_choice", "'tool_choice' names '%.100s', which is not among the tools", named);
+    j->tools_on = 1;
+    j->tool_fmt = s->tool_fmt;
+    if (only == -2) return 0;
+    if (j->grammar) return BAD(e, "tool_choice", "'tool_choice' %s with a JSON 'response_format' is not supported", named ? "naming a function" : "required");
+    for (int k = 0; k < j->n_tools; k++) {             /* each tool's parameters alone first: an error names the tool */
+        sk_jg *g = NULL;
+        if ((only < 0 || k == only) && sk_jg_compile(&g, j->tool_params[k], strlen(j->tool_params[k])))
+            return BAD(e, "tools", "tools[%d] (%.100s): its parameters: %s", k, j->tool_names[k], sk_last_error());
+        sk_jg_free(g);
+    }
+    if (tools_grammar(j, only)) return BAD(e, "tools", "the tools' parameters: %s", sk_last_error());
+    return 0;
+}
+
+/* a chat's text: the messages (content parts joined) and tools through the chat template */
+static int chat_render(serve *s, const sk_json *o, char **text, size_t *len, api_err *e) {
     if (!s->chat)
         return BAD(e, "messages", "this model has no chat template (give skiplm serve --chat-template, or use /v1/completions)");
-    const sk_json *m = field(o, "messages"), *tools = field(o, "tools"), *rf = field(o, "response_format");
+    const sk_json *m = field(o, "messages"), *tools = field(o, "tools");
     if (!m || m->type != SK_JSON_ARR || !m->n) return BAD(e, "messages", "'messages' must be a non-empty list of messages");
     if (tools && tools->type != SK_JSON_ARR) return BAD(e, "tools", "'tools' must be a list of tool schemas");
-    if (rf) {
-        const sk_json *t = rf->type == SK_JSON_OBJ ? field(rf, "type") : NULL;
-        if (!t || t->type != SK_JSON_STR || strcmp(t->str, "text"))
-            return BAD(e, "response_format", "only response_format {\"type\": \"text\"} is supported");
-    }
     jbuf b = {0}, tb = {0};
     jputs(&b, "[");
     for (int i = 0; i < m->n; i++) {
@@ -359,6 +448,7 @@ static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
             jstr(&b, msg->keys[k], msg->key_lens[k]);
             jputs(&b, ":");
             if (!strcmp(msg->keys[k], "content")) { if (chat_content(&msg->items[k], i, &b, e)) { free(b.s); return 1; } }
+            else if (!strcmp(msg->keys[k], "tool_calls")) dump_tool_calls(&b, &msg->items[k]);
             else jdump(&b, &msg->items[k]);
         }
         jputs(&b, "}");
@@ -366,17 +456,54 @@ static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
     jputs(&b, "]");
     if (tools) jdump(&tb, tools);
     if (b.oom || tb.oom) { free(b.s); free(tb.s); return api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
-    char *text = NULL; size_t len = 0;
     pthread_mutex_lock(&s->text_mu);
-    int rc = sk_chat_render_json(s->chat, b.s, tools ? tb.s : NULL, 1, &text, &len);
+    int rc = sk_chat_render_json(s->chat, b.s, tools ? tb.s : NULL, 1, text, len);
     char why[400];
     if (rc) snprintf(why, sizeof why, "%s", sk_last_error());
     pthread_mutex_unlock(&s->text_mu);
     free(b.s); free(tb.s);
     if (rc) return BAD(e, "messages", "the chat template refused the messages: %s", why);
+    return 0;
+}
+
+/* a chat's prompt: the template's text, tokenized */
+static int chat_prompt(serve *s, const sk_json *o, srv_job *j, api_err *e) {
+    char *text = NULL;
+    size_t len = 0;
+    if (chat_render(s, o, &text, &len, e)) return 1;
     j->prompt_text[0] = text;
     if (encode(s, text, len, &j->prompts[0], &j->prompt_n[0], e)) return 1;
     if (!j->prompt_n[0]) return BAD(e, "messages", "the chat template made an empty prompt");
+    return 0;
+}
+
+/* response_format: text (nothing), json_object (any JSON object) or json_schema (its schema
+ * compiled to the grammar every reply follows) */
+static int response_format(const sk_json *o, srv_job *j, api_err *e) {
+    const sk_json *rf = field(o, "response_format");
+    if (!rf) return 0;
+    const sk_json *t = rf->type == SK_JSON_OBJ ? field(rf, "type") : NULL;
+    if (!t || t->type != SK_JSON_STR)
+        return BAD(e, "response_format", "'response_format' must be an object with a 'type': text, json_object or json_schema");
+    if (!strcmp(t->str, "text")) return 0;
+    jbuf b = {0};
+    if (!strcmp(t->str, "json_schema")) {
+        const sk_json *js = field(rf, "json_schema");
+        if (!js || js->type != SK_JSON_OBJ)
+            return BAD(e, "response_format", "response_format json_schema needs a 'json_schema' object ({\"name\", \"schema\", \"strict\"})");
+        const sk_json *nm = field(js, "name"), *sc = field(js, "schema"), *st = field(js, "strict");
+        if (nm && nm->type != SK_JSON_STR) return BAD(e, "response_format", "'response_format.json_schema.name' must be a string");
+        if (st && st->type != SK_JSON_BOOL) return BAD(e, "response_format", "'response_format.json_schema.strict' must be true or false");
+        if (sc && sc->type != SK_JSON_OBJ && sc->type != SK_JSON_BOOL)
+            return BAD(e, "response_format", "'response_format.json_schema.schema' must be a JSON Schema (an object)");
+        if (sc) jdump(&b, sc);
+        if (b.oom) { free(b.s); return api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
+    } else if (strcmp(t->str, "json_object")) {
+        return BAD(e, "response_format", "response_format type '%.100s' is not one of text, json_object, json_schema", t->str);
+    }
+    int rc = sk_jg_compile(&j->grammar, b.s, b.len);
+    free(b.s);
+    if (rc) return BAD(e, "response_format", "response_format's schema: %s", sk_last_error());
     return 0;
 }
 
@@ -398,7 +525,7 @@ int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api
     srv_job *j = srv_job_new();
     if (!j) { api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
     j->chat = chat;
-    if (common_fields(s, &o, j, &n, &max_tokens, e)) goto out;
+    if (common_fields(s, &o, j, &n, &max_tokens, e) || response_format(&o, j, e)) goto out;
     if (chat) {
         long long mct = -1;
         if (get_int(&o, "max_completion_tokens", 0, 1e9, &mct, e) || get_bool(&o, "logprobs", &lp_on, e) ||
@@ -407,7 +534,7 @@ int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api
         if (mct >= 0) max_tokens = mct;
         if (field(&o, "top_logprobs") && !lp_on) { BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true"); goto out; }
         logprobs = lp_on ? top : -1;
-        if (size_job(s, j, 1, n, e) || chat_prompt(s, &o, j, e)) goto out;
+        if (size_job(s, j, 1, n, e) || chat_prompt(s, &o, j, e) || tool_fields(s, &o, j, e)) goto out;
     } else {
         const sk_json *sfx = field(&o, "suffix");
         if (get_bool(&o, "echo", &j->echo, e) || get_int(&o, "logprobs", 0, 5, &logprobs, e) || get_int(&o, "best_of", 1, 128, &best_of, e))
@@ -417,6 +544,10 @@ int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api
         if (completion_prompts(s, &o, j, n, e)) goto out;
     }
     j->logprobs = (int)logprobs;
+    if (j->echo && logprobs >= 0 && !(j->prompt_lps = calloc(j->n_prompts, sizeof *j->prompt_lps))) {
+        api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        goto out;
+    }
     /* the context: every prompt, and the reply's room */
     size_t longest = 0;
     for (int p = 0; p < j->n_prompts; p++) longest = j->prompt_n[p] > longest ? j->prompt_n[p] : longest;
@@ -460,8 +591,10 @@ static void token_str(jbuf *b, serve *s, int32_t id) {
 }
 
 /* logprobs of tokens [from, to) of q: the chat shape ({"content": [...]}) or the completions
- * one (tokens, token_logprobs, top_logprobs, text_offset; base: the text's offset) */
-static void logprobs_json(jbuf *b, serve *s, const srv_job *j, const srv_seq *q, int from, int to, size_t base) {
+ * one (tokens, token_logprobs, top_logprobs, text_offset; base: the text's offset), after those
+ * of the prompt's np tokens pl (echo: the first one's logprob and alternatives are null) */
+static void logprobs_json(jbuf *b, serve *s, const srv_job *j, const srv_seq *q, int from, int to, size_t base,
+                          const srv_lp *pl, size_t np) {
     if (j->logprobs < 0) { jputs(b, "null"); return; }
     if (j->chat) {
         jputs(b, "{\"content\":[");
@@ -485,13 +618,26 @@ static void logprobs_json(jbuf *b, serve *s, const srv_job *j, const srv_seq *q,
         return;
     }
     jputs(b, "{\"tokens\":[");
-    for (int i = from; i < to; i++) { if (i > from) jputs(b, ","); token_str(b, s, q->lps[i].id); }
+    for (size_t i = 0; i < np; i++) { if (i) jputs(b, ","); token_str(b, s, pl[i].id); }
+    for (int i = from; i < to; i++) { if (i > from || np) jputs(b, ","); token_str(b, s, q->lps[i].id); }
     jputs(b, "],\"token_logprobs\":[");
-    for (int i = from; i < to; i++) { if (i > from) jputs(b, ","); jnum(b, q->lps[i].lp); }
+    for (size_t i = 0; i < np; i++) { if (i) jputs(b, ","); if (isnan(pl[i].lp)) jputs(b, "null"); else jnum(b, pl[i].lp); }
+    for (int i = from; i < to; i++) { if (i > from || np) jputs(b, ","); jnum(b, q->lps[i].lp); }
     jputs(b, "],\"top_logprobs\":[");
+    for (size_t i = 0; i < np; i++) {
+        if (i) jputs(b, ",");
+        if (isnan(pl[i].lp)) { jputs(b, "null"); continue; }
+        jputs(b, "{");
+        for (int k = 0; k < pl[i].n_top; k++) {
+            if (k) jputs(b, ",");
+            token_str(b, s, pl[i].top_id[k]);
+            jputs(b, ":"); jnum(b, pl[i].top_lp[k]);
+        }
+        jputs(b, "}");
+    }
     for (int i = from; i < to; i++) {
         const srv_lp *l = &q->lps[i];
-        jputs(b, i > from ? ",{" : "{");
+        jputs(b, i > from || np ? ",{" : "{");
         for (int k = 0; k < l->n_top; k++) {
             if (k) jputs(b, ",");
             token_str(b, s, l->top_id[k]);
@@ -500,7 +646,8 @@ static void logprobs_json(jbuf *b, serve *s, const srv_job *j, const srv_seq *q,
         jputs(b, "}");
     }
     jputs(b, "],\"text_offset\":[");
-    for (int i = from; i < to; i++) jprintf(b, i > from ? ",%zu" : "%zu", base + (i ? q->lps[i - 1].end : 0));
+    for (size_t i = 0; i < np; i++) jprintf(b, i ? ",%zu" : "%zu", i ? pl[i - 1].end : 0);
+    for (int i = from; i < to; i++) jprintf(b, i > from || np ? ",%zu" : "%zu", base + (i ? q->lps[i - 1].end : 0));
     jputs(b, "]}");
 }
 
@@ -525,9 +672,17 @@ int api_response(serve *s, const srv_job *j, char **buf, size_t *len) {
         const srv_seq *q = &j->seqs[i];
         const char *pt = j->prompt_text[q->prompt];
         jprintf(&b, "%s{\"index\":%d,", i ? "," : "", q->index);
+        char *calls = NULL;
+        size_t cend = q->len;
+        const int nc = j->chat && q->finish == SRV_STOP ? tools_parse(j, q->text, q->len, &cend, &calls, 0) : 0;
+        if (nc < 0) b.oom = 1;
         if (j->chat) {
             jputs(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
-            jstr(&b, q->text ? q->text : "", q->len);
+            int blank = 1;
+            for (size_t k = 0; k < cend && blank; k++) blank = q->text[k] == ' ' || q->text[k] == '\n' || q->text[k] == '\t' || q->text[k] == '\r';
+            if (nc > 0 && blank) jputs(&b, "null");
+            else jstr(&b, q->text ? q->text : "", cend);
+            if (nc > 0) { jputs(&b, ",\"tool_calls\":"); jputs(&b, calls); }
             jputs(&b, "},");
         } else {
             jputs(&b, "\"text\":");
@@ -544,8 +699,10 @@ int api_response(serve *s, const srv_job *j, char **buf, size_t *len) {
             jputs(&b, ",");
         }
         jputs(&b, "\"logprobs\":");
-        logprobs_json(&b, s, j, q, 0, q->n_lp, j->echo && pt ? strlen(pt) : 0);
-        jprintf(&b, ",\"finish_reason\":%s}", finish_name(q->finish));
+        const srv_lp *pl = j->prompt_lps ? j->prompt_lps[q->prompt] : NULL;
+        logprobs_json(&b, s, j, q, 0, q->n_lp, j->echo && pt ? strlen(pt) : 0, pl, pl ? j->prompt_n[q->prompt] : 0);
+        jprintf(&b, ",\"finish_reason\":%s}", nc > 0 ? "\"tool_calls\"" : finish_name(q->finish));
+        free(calls);
     }
     jputs(&b, "],");
     usage_json(&b, j);
@@ -558,12 +715,20 @@ int api_response(serve *s, const srv_job *j, char **buf, size_t *len) {
 /* the bytes of q's text that can go out now: all once it ended; before, none that a stop
  * string might still claim, and no character cut in two */
 static size_t sendable(const srv_job *j, const srv_seq *q) {
-    if (q->finish) return q->len;
+    if (q->finish) {
+        size_t cend = q->len;
+        char *calls = NULL;
+        if (q->finish == SRV_STOP && tools_parse(j, q->text, q->len, &cend, &calls, 1) > 0 && cend < q->sent) cend = q->sent;
+        free(calls);
+        return cend;
+    }
     size_t hold = 0;
     for (int k = 0; k < j->n_stop; k++)
         for (size_t m = j->stop_len[k] - 1; m > hold; m--)
             if (m <= q->len && !memcmp(q->text + q->len - m, j->stop[k], m)) { hold = m; break; }
     size_t end = q->len - hold;
+    const size_t tool = tools_hold(j, q->text, q->len);   /* nothing that may become a tool call */
+    if (tool < end) end = tool < q->sent ? q->sent : tool;
     for (size_t back = 1; back <= 3 && back <= end; back++) {
         unsigned char c = (unsigned char)q->text[end - back];
         if ((c & 0xC0) == 0x80) continue;              /* a continuation byte: look further back */
@@ -593,7 +758,7 @@ static api_piece *piece(api_outbox *box, const srv_seq *q) {
 }
 
 void api_outbox_free(api_outbox *box) {
-    for (int i = 0; i < box->n; i++) { free(box->p[i].text); free(box->p[i].lps); }
+    for (int i = 0; i < box->n; i++) { free(box->p[i].text); free(box->p[i].lps); free(box->p[i].calls); }
     free(box->p);
     memset(box, 0, sizeof *box);
 }
@@ -610,6 +775,8 @@ int api_stream_take(srv_job *j, api_outbox *box) {
         while (lp_to < q->n_lp && q->lps[lp_to].end <= end) lp_to++;
         if (q->finish) lp_to = q->n_lp;
         const int opening = q->streamed == SRV_NONE, first = j->chat && opening;
+        if (opening && j->prompt_lps && !j->prompt_lps_ready && j->state != SRV_DONE) { all_sent = 0; continue; }   /* echo waits for the prompt's logprobs */
+        const srv_lp *pl = opening && j->prompt_lps_ready ? j->prompt_lps[q->prompt] : NULL;
         const int text = end > q->sent || lp_to > q->lp_sent || (j->echo && opening);
         const int finish = q->finish && j->state == SRV_DONE && !j->failed && q->streamed != SRV_FINISHED;
         if (first || text || finish) {
@@ -625,10 +792,16 @@ int api_stream_take(srv_job *j, api_outbox *box) {
                 if (p->text_len) memcpy(p->text, q->text + q->sent, p->text_len);
                 if (lp_to > lp0) memcpy(p->lps, q->lps + lp0, sizeof *p->lps * (size_t)(lp_to - lp0));
                 p->lp_from = q->lp_sent - lp0; p->lp_to = lp_to - lp0;
+                p->prompt_lps = pl; p->prompt_n = pl ? j->prompt_n[q->prompt] : 0;
                 q->streamed = SRV_OPENED;
                 q->sent = end; q->lp_sent = lp_to;
             }
             if (finish) {
+                size_t cend;
+                const int nc = j->chat && q->finish == SRV_STOP ? tools_parse(j, q->text, q->len, &cend, &p->calls, 1) : 0;
+                if (nc < 0) return -1;
+                if (nc == 0) { free(p->calls); p->calls = NULL; }
+                p->calls_opening = q->streamed == SRV_NONE;
                 p->finish = q->finish;
                 q->streamed = SRV_FINISHED;
             }
@@ -676,13 +849,19 @@ int api_stream_format(serve *s, const srv_job *j, const api_outbox *box, char **
                 jputs(&b, ",");
             }
             jputs(&b, "\"logprobs\":");
-            logprobs_json(&b, s, j, &q, p->lp_from, p->lp_to, 0);
+            logprobs_json(&b, s, j, &q, p->lp_from, p->lp_to, 0, p->prompt_lps, p->prompt_n);
             jputs(&b, ",\"finish_reason\":null}]}\n\n");
         }
         if (p->finish) {
+            if (p->calls) {                             /* the calls, whole, in one chunk */
+                chunk(&b, s, j);
+                jprintf(&b, "{\"index\":%d,\"delta\":{%s\"tool_calls\":", p->index, p->calls_opening ? "\"role\":\"assistant\"," : "");
+                jputs(&b, p->calls);
+                jputs(&b, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+            }
             chunk(&b, s, j);
             jprintf(&b, "{\"index\":%d,%s\"logprobs\":null,\"finish_reason\":%s}],", p->index, j->chat ? "\"delta\":{}," : "\"text\":\"\",",
-                    finish_name(p->finish));
+                    p->calls ? "\"tool_calls\"" : finish_name(p->finish));
             usage_box(&b, box);
             jputs(&b, "}\n\n");
         }
@@ -703,4 +882,117 @@ int api_stream_format(serve *s, const srv_job *j, const api_outbox *box, char **
     }
     *buf = b.s; *len = b.len; *cap = b.cap;
     return b.oom ? -1 : box->done;
+}
+
+/* ------------------------------------------------------------ utilities (llama-server's) */
+
+/* the body as a JSON object */
+static int body_object(const char *body, size_t len, sk_json *o, api_err *e) {
+    char perr[200];
+    if (sk_json_parse(body, len, o, perr, sizeof perr)) return BAD(e, NULL, "the body is not valid JSON: %s", perr);
+    if (o->type != SK_JSON_OBJ) { sk_json_free(o); return BAD(e, NULL, "the body must be a JSON object"); }
+    return 0;
+}
+
+static int finish_util(jbuf *b, char **out, api_err *e) {
+    if (b->oom) { free(b->s); return api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
+    *out = b->s;
+    return 0;
+}
+
+int api_tokenize(serve *s, const char *body, size_t len, char **out, api_err *e) {
+    sk_json o;
+    if (body_object(body, len, &o, e)) return 1;
+    const sk_json *c = field(&o, "content");
+    int pieces = 0, rc = 1;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (!c || c->type != SK_JSON_STR) { BAD(e, "content", "'content' must be a string"); goto done; }
+    if (get_bool(&o, "with_pieces", &pieces, e) || (c->str_len && encode(s, c->str, c->str_len, &ids, &n, e))) goto done;
+    jbuf b = {0};
+    jputs(&b, "{\"tokens\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i) jputs(&b, ",");
+        if (!pieces) { jprintf(&b, "%d", ids[i]); continue; }
+        jprintf(&b, "{\"id\":%d,\"piece\":", ids[i]);
+        token_str(&b, s, ids[i]);
+        jputs(&b, "}");
+    }
+    jputs(&b, "]}");
+    rc = finish_util(&b, out, e);
+done:
+    free(ids);
+    sk_json_free(&o);
+    return rc;
+}
+
+int api_detokenize(serve *s, const char *body, size_t len, char **out, api_err *e) {
+    sk_json o;
+    if (body_object(body, len, &o, e)) return 1;
+    const sk_json *t = field(&o, "tokens");
+    int rc = 1;
+    int32_t *ids = NULL;
+    char *text = NULL;
+    size_t tl = 0;
+    if (!t || t->type != SK_JSON_ARR) { BAD(e, "tokens", "'tokens' must be a list of token ids"); goto done; }
+    if (!(ids = malloc(sizeof(int32_t) * (t->n ? t->n : 1)))) { api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); goto done; }
+    const int nv = sk_tok_vocab_size(s->tok);
+    for (int i = 0; i < t->n; i++) {
+        const sk_json *x = &t->items[i];
+        if (x->type != SK_JSON_NUM || x->num != floor(x->num) || x->num < 0 || x->num >= nv) {
+            BAD(e, "tokens", "tokens[%d] is not a token id in [0, %d)", i, nv);
+            goto done;
+        }
+        ids[i] = (int32_t)x->num;
+    }
+    if (sk_tok_decode(s->tok, ids, (size_t)t->n, &text, &tl)) { BAD(e, "tokens", "%s", sk_last_error()); goto done; }
+    jbuf b = {0};
+    jputs(&b, "{\"content\":");
+    jstr(&b, text, tl);
+    jputs(&b, "}");
+    rc = finish_util(&b, out, e);
+done:
+    free(ids); free(text);
+    sk_json_free(&o);
+    return rc;
+}
+
+int api_apply_template(serve *s, const char *body, size_t len, char **out, api_err *e) {
+    sk_json o;
+    if (body_object(body, len, &o, e)) return 1;
+    char *text = NULL;
+    size_t tl = 0;
+    int rc = chat_render(s, &o, &text, &tl, e);
+    if (!rc) {
+        jbuf b = {0};
+        jputs(&b, "{\"prompt\":");
+        jstr(&b, text, tl);
+        jputs(&b, "}");
+        rc = finish_util(&b, out, e);
+    }
+    free(text);
+    sk_json_free(&o);
+    return rc;
+}
+
+char *api_metrics(serve *s) {
+    int running, queued, slots;
+    srv_lock(s);
+    srv_load(s, &running, &queued, &slots);
+    srv_unlock(s);
+    static const struct { const char *name, *type, *help; } m[] = {
+        {"skiplm_requests_total", "counter", "Requests answered (any endpoint, any status)."},
+        {"skiplm_prompt_tokens_total", "counter", "Prompt tokens of the completions answered."},
+        {"skiplm_tokens_predicted_total", "counter", "New tokens of the completions answered."},
+        {"skiplm_requests_processing", "gauge", "Sequences decoding now (busy slots)."},
+        {"skiplm_requests_deferred", "gauge", "Requests waiting for a slot."},
+        {"skiplm_slots", "gauge", "Sequences the KV cache holds (--parallel)."},
+    };
+    const long v[] = {__atomic_load_n(&s->n_requests, __ATOMIC_RELAXED), __atomic_load_n(&s->n_prompt, __ATOMIC_RELAXED),
+                      __atomic_load_n(&s->n_predicted, __ATOMIC_RELAXED), running, queued, slots};
+    jbuf b = {0};
+    for (size_t i = 0; i < sizeof m / sizeof *m; i++)
+        jprintf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %ld\n", m[i].name, m[i].help, m[i].name, m[i].type, m[i].name, v[i]);
+    if (b.oom) { free(b.s); return NULL; }
+    return b.s;
 }

@@ -29,6 +29,7 @@ struct srv_engine {
     float *logits;                /* n_slots x V: each slot's next-token logits */
     float *lgb;                   /* a batch's logits */
     float **raw;                  /* per slot, when asked: the model's logits before logit_bias and penalties */
+    unsigned char *allow;         /* n_slots x V: the tokens response_format allows each slot */
     int32_t *draw;                /* a step's draws, and their logprobs */
     srv_lp *draw_lp;
     int *cand;
@@ -76,7 +77,15 @@ void srv_job_free(srv_job *j) {
         if (j->prompts) free(j->prompts[p]);
         if (j->prompt_text) free(j->prompt_text[p]);
     }
-    for (int i = 0; j->seqs && i < j->n_seq; i++) { free(j->seqs[i].ids); free(j->seqs[i].text); free(j->seqs[i].lps); }
+    for (int i = 0; j->seqs && i < j->n_seq; i++) {
+        free(j->seqs[i].ids); free(j->seqs[i].text); free(j->seqs[i].lps);
+        sk_jg_match_free(j->seqs[i].jm);
+    }
+    sk_jg_free(j->grammar);
+    for (int k = 0; k < j->n_tools; k++) { if (j->tool_names) free(j->tool_names[k]); if (j->tool_params) free(j->tool_params[k]); }
+    free(j->tool_names); free(j->tool_params);
+    for (int p = 0; j->prompt_lps && p < j->n_prompts; p++) free(j->prompt_lps[p]);
+    free(j->prompt_lps);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->prompts); free(j->prompt_n); free(j->prompt_text); free(j->seqs); free(j->bias_id); free(j->bias);
     pthread_cond_destroy(&j->cv);
@@ -215,6 +224,38 @@ static int admit(srv_engine *e, srv_job **out) {
     return n;
 }
 
+static void logprobs_of(const float *lg, int V, int32_t id, int top, srv_lp *out);
+
+/* echo with logprobs: the log-softmax at each prompt position of the model's forward pass over
+ * the whole prompt (sk_model_forward, as skiplm eval), the first token having none */
+static int prompt_logprobs(serve *s, srv_job *j) {
+    const int V = s->V;
+    for (int p = 0; p < j->n_prompts; p++) {
+        const int32_t *ids = j->prompts[p];
+        const size_t n = j->prompt_n[p];
+        srv_lp *l = calloc(n, sizeof *l);
+        if (!l) return sk_error(SK_ENOMEM, "out of memory");
+        j->prompt_lps[p] = l;
+        if (n > 1) {
+            if (sk_mem_check(sizeof(float) * n * (size_t)V, "the prompt's logits (echo with logprobs)")) return 1;
+            float *lg = malloc(sizeof(float) * n * (size_t)V), loss;
+            if (!lg) return sk_error(SK_ENOMEM, "out of memory for the prompt's logits");
+            if (sk_model_forward(s->m, ids, NULL, 1, (int)n, &loss, lg)) { free(lg); return 1; }
+            for (size_t i = 1; i < n; i++) logprobs_of(lg + (i - 1) * (size_t)V, V, ids[i], j->logprobs, &l[i]);
+            free(lg);
+        }
+        l[0].id = ids[0];
+        l[0].lp = NAN;
+        size_t end = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t len = 0;
+            if (!sk_tok_decode_one(s->tok, ids[i], &len)) len = 0;
+            l[i].end = end += len;
+        }
+    }
+    return 0;
+}
+
 /* outside the lock, at admission: each prompt's first sequence keeps what its slot's cache
  * shares with the prompt (the rest is decoded by prefill_some); every sequence's ids start with
  * its prompt */
@@ -240,9 +281,17 @@ static int start_job(serve *s, srv_job *j) {
             memcpy(q->ids, ids, sizeof(int32_t) * n);
             q->n = q->n_prompt = n;
             q->rng = j->seed + (uint64_t)k;           /* choice k draws as sample --seed SEED+k */
+            if (j->grammar && !(q->jm = sk_jg_match_new(j->grammar, s->jv))) return sk_error(SK_ENOMEM, "out of memory");
         }
         j->prompt_tokens += (int)n;
         j->cached_tokens += (int)keep;
+    }
+    if (j->prompt_lps) {
+        if (prompt_logprobs(s, j)) return 1;
+        pthread_mutex_lock(&e->mu);
+        j->prompt_lps_ready = 1;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&e->mu);
     }
     return 0;
 }
@@ -362,6 +411,33 @@ static int add_text(serve *s, srv_job *j, srv_seq *q, int32_t next) {
     return 0;
 }
 
+static int is_eos(const serve *s, const srv_job *j, int32_t id) {
+    const int32_t *eos = j->chat ? s->chat_eos : s->eos;
+    const int n_eos = j->chat ? s->n_chat_eos : s->n_eos;
+    for (int k = 0; k < n_eos; k++) if (id == eos[k]) return 1;
+    return 0;
+}
+
+/* response_format: the logits of the tokens the reply's JSON cannot go on with become -inf
+ * (the end of the text only once the JSON is whole), within what is left of max_tokens and the
+ * context: 0, or -2 out of memory, -3 no token fits (the vocabulary cannot write what the
+ * schema needs), -4 the JSON is whole and nothing may follow (the reply ends) */
+static int constrain(serve *s, const srv_job *j, const srv_seq *q, float *lg, unsigned char *allow) {
+    const int V = s->V;
+    long left = (long)j->max_tokens - q->made, room = (long)s->ctx - (long)q->n;
+    int n = sk_jg_match_mask(q->jm, allow, left < room ? left : room);
+    if (n < 0) return -2;
+    if (sk_jg_match_complete(q->jm)) {
+        const int32_t *eos = j->chat ? s->chat_eos : s->eos;
+        const int n_eos = j->chat ? s->n_chat_eos : s->n_eos;
+        for (int k = 0; k < n_eos; k++) if (eos[k] >= 0 && eos[k] < V && !allow[eos[k]]) { allow[eos[k]] = 1; n++; }
+        if (!n) return -4;
+    }
+    if (!n) return -3;
+    for (int v = 0; v < V; v++) if (!allow[v]) lg[v] = -INFINITY;
+    return 0;
+}
+
 /* One draw for every running sequence, in parallel (each sequence has its own random stream,
  * so the draws are the same on any number of threads). Outside the lock: only the engine
  * touches a sequence's ids, random state and logits. The candidates are listed in cand, their
@@ -381,15 +457,20 @@ static int draw_all(serve *s, int *cand) {
         if (q->made >= j->max_tokens) continue;
         float *lg = e->logits + (size_t)a * V;
         const float *model_lg = lg;                     /* logprobs: the model's own distribution */
-        if (j->logprobs >= 0 && (j->n_bias || j->presence != 0.0f || j->frequency != 0.0f)) {
+        if (j->logprobs >= 0 && (j->n_bias || j->presence != 0.0f || j->frequency != 0.0f || q->jm)) {
             if (!e->raw[a] && !(e->raw[a] = malloc(sizeof(float) * V))) { e->draw[i] = -2; continue; }
             memcpy(e->raw[a], lg, sizeof(float) * V);
             model_lg = e->raw[a];
         }
         adjust(j, q, lg, V);
+        if (q->jm) {
+            const int r = constrain(s, j, q, lg, e->allow + (size_t)a * V);
+            if (r < 0) { e->draw[i] = r; continue; }
+        }
         int32_t next = sk_sample(lg, V, &j->sp, q->ids, q->n, &q->rng);
         if (next < 0) { e->draw[i] = -2; continue; }
         if (next >= tok_v) next = 0;                    /* padded rows of a wider model */
+        if (q->jm && !is_eos(s, j, next) && sk_jg_match_feed_token(q->jm, next)) { e->draw[i] = -3; continue; }
         e->draw[i] = next;
         if (j->logprobs >= 0) logprobs_of(model_lg, V, next, j->logprobs, &e->draw_lp[i]);
     }
@@ -409,6 +490,8 @@ static int take_draws(serve *s, const int *cand, int n) {
         const int32_t next = e->draw[i];
         if (next == -2) return sk_error(SK_ENOMEM, "out of memory while sampling");
         if (next == -1) { q->finish = SRV_LENGTH; continue; }
+        if (next == -4) { q->finish = SRV_STOP; continue; }
+        if (next == -3) { job_fail(e, j, "no token of the vocabulary can continue the JSON of response_format"); continue; }
         const int32_t *eos = j->chat ? s->chat_eos : s->eos;
         const int n_eos = j->chat ? s->n_chat_eos : s->n_eos;
         for (int k = 0; k < n_eos; k++)
@@ -418,6 +501,7 @@ static int take_draws(serve *s, const int *cand, int n) {
         q->made++;
         if (!j->t_first) j->t_first = sk_now();
         if (add_text(s, j, q, next)) return sk_error(SK_ENOMEM, "out of memory for a reply");
+        if (q->jm && !q->finish && sk_jg_match_done(q->jm)) q->finish = SRV_STOP;   /* the JSON is whole: only the end may follow */
         if (j->logprobs >= 0) {
             if (q->n_lp == q->lp_cap) {
                 int nc = q->lp_cap ? 2 * q->lp_cap : 32;
@@ -541,6 +625,7 @@ int srv_engine_start(serve *s) {
     e->logits = malloc(sizeof(float) * (size_t)n * V);
     e->lgb = malloc(sizeof(float) * (size_t)n * V);
     e->raw = calloc(n, sizeof *e->raw);
+    e->allow = malloc((size_t)n * V);
     e->draw = malloc(sizeof(int32_t) * n);
     e->draw_lp = malloc(sizeof(srv_lp) * n);
     e->cand = malloc(sizeof(int) * n);
@@ -548,7 +633,7 @@ int srv_engine_start(serve *s) {
     e->nexts = malloc(sizeof(int32_t) * n);
     e->running = calloc(n, sizeof *e->running);
     if (!e->slot_job || !e->slot_seq || !e->slot_tok || !e->slot_n || !e->slot_exact || !e->slot_used || !e->logits ||
-        !e->lgb || !e->raw || !e->draw || !e->draw_lp || !e->cand || !e->act || !e->nexts || !e->running)
+        !e->lgb || !e->raw || !e->allow || !e->draw || !e->draw_lp || !e->cand || !e->act || !e->nexts || !e->running)
         return sk_error(SK_ENOMEM, "out of memory");
     if (pthread_create(&e->th, NULL, engine_main, s)) return sk_error(SK_EIO, "cannot start the engine's thread");
     e->th_started = 1;
@@ -590,7 +675,7 @@ void srv_engine_free(serve *s) {
     for (int a = 0; a < e->n_slots && e->slot_tok; a++) free(e->slot_tok[a]);
     for (int a = 0; a < e->n_slots && e->raw; a++) free(e->raw[a]);
     free(e->slot_job); free(e->slot_seq); free(e->slot_tok); free(e->slot_n); free(e->slot_exact); free(e->slot_used);
-    free(e->logits); free(e->lgb); free(e->raw); free(e->draw); free(e->draw_lp); free(e->cand); free(e->act); free(e->nexts); free(e->running);
+    free(e->logits); free(e->lgb); free(e->raw); free(e->allow); free(e->draw); free(e->draw_lp); free(e->cand); free(e->act); free(e->nexts); free(e->running);
     gen_dec_free(&e->dec);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -153,12 +154,23 @@ static enum MHD_Result generate(req *r, int chat) {
     return send_body(r, 200, "application/json", body, len);
 }
 
+/* Authorization: Bearer KEY (the scheme in any case, as RFC 7235 has it; spaces around the key) */
 static int authorized(req *r) {
     const char *key = r->s->o->api_key;
     if (!key) return 1;
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7)) return 0;
-    h += 7;
+    if (!h) return 0;
+    while (*h == ' ') h++;
+    if (strncasecmp(h, "Bearer", 6) || (h[6] != ' ' && h[6] != '\t')) return 0;
+    h += 6;
+    while (*h == ' ' || *h == '\t') h++;
+    size_t hl = strlen(h);
+    while (hl && (h[hl - 1] == ' ' || h[hl - 1] == '\t')) hl--;
+    char tok[1024];
+    if (hl >= sizeof tok) return 0;
+    memcpy(tok, h, hl);
+    tok[hl] = 0;
+    h = tok;
     size_t a = strlen(h), b = strlen(key);
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned char)h[i] ^ (unsigned char)key[i];   /* no early exit */
@@ -179,10 +191,20 @@ static enum MHD_Result route(req *r) {
     if (!strncmp(p, "/v1/", 4)) p += 3;               /* /v1/models and /models alike, as llama.cpp */
     const int health = !strcmp(p, "/health"), models = !strcmp(p, "/models"), model = !strncmp(p, "/models/", 8),
               cmpl = !strcmp(p, "/completions"), chat = !strcmp(p, "/chat/completions");
-    if (!health && !authorized(r))
-        return api_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
-                        "a missing or wrong API key: send the header 'Authorization: Bearer KEY' (skiplm serve --api-key)"),
-               send_error(r, &e);
+    const int tokenize = !strcmp(p, "/tokenize"), detokenize = !strcmp(p, "/detokenize"), apply = !strcmp(p, "/apply-template"),
+              metrics = !strcmp(p, "/metrics");
+    if (!health && !authorized(r)) {
+        char *b; size_t n;
+        api_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                 "a missing or wrong API key: send the header 'Authorization: Bearer KEY' (skiplm serve --api-key)");
+        snprintf(r->err, sizeof r->err, "%s", e.msg);
+        if (api_error_body(&e, &b, &n)) return MHD_NO;
+        struct MHD_Response *resp = MHD_create_response_from_buffer(n, b, MHD_RESPMEM_MUST_FREE);
+        if (!resp) { free(b); return MHD_NO; }
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+        return queue(r, 401, resp);
+    }
     const int get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), post = !strcmp(m, "POST");
     if (health || models || model) {
         if (!get) return api_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s %s: use GET", m, r->path), send_error(r, &e);
@@ -193,12 +215,31 @@ static enum MHD_Result route(req *r) {
                             p + 8, s->name), send_error(r, &e);
         return send_json(r, 200, b);
     }
+    if (metrics) {
+        if (!get) return api_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s %s: use GET", m, r->path), send_error(r, &e);
+        char *b = api_metrics(s);
+        if (!b) return send_body(r, 500, "text/plain", strdup("out of memory\n"), 14);
+        return send_body(r, 200, "text/plain; version=0.0.4", b, strlen(b));
+    }
+    if (tokenize || detokenize || apply) {
+        if (!post) return api_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s %s: use POST", m, r->path), send_error(r, &e);
+        if (r->too_big)
+            return api_fail(&e, 413, "invalid_request_error", "request_too_large", NULL, "the body is over %d bytes (--max-body)", s->o->max_body),
+                   send_error(r, &e);
+        char *out = NULL;
+        const char *body = r->body ? r->body : "";
+        if (tokenize ? api_tokenize(s, body, r->len, &out, &e) : detokenize ? api_detokenize(s, body, r->len, &out, &e)
+                     : api_apply_template(s, body, r->len, &out, &e))
+            return send_error(r, &e);
+        return send_json(r, 200, out);
+    }
     if (cmpl || chat) {
         if (!post) return api_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s %s: use POST", m, r->path), send_error(r, &e);
         return generate(r, chat);
     }
     return api_fail(&e, 404, "invalid_request_error", "not_found", NULL,
-                    "no such endpoint: %s %s (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health)", m, r->path),
+                    "no such endpoint: %s %s (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, "
+                    "POST /tokenize, POST /detokenize, POST /apply-template, GET /metrics)", m, r->path),
            send_error(r, &e);
 }
 
@@ -254,6 +295,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         srv_unlock(s);
         srv_release(s, r->job);
     }
+    __atomic_add_fetch(&s->n_requests, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->n_prompt, pt, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->n_predicted, ct, __ATOMIC_RELAXED);
     if (!s->o->quiet || r->status >= 400 || r->err[0]) {
         char when[32];
         time_t now = time(NULL);

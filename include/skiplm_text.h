@@ -137,6 +137,52 @@ int sk_chat_render(const sk_chat *c, const sk_chat_msg *msgs, int n, const char 
 int sk_chat_render_json(const sk_chat *c, const char *messages_json, const char *tools_json, int add_generation_prompt,
                         char **text, size_t *len);
 
+/* ------------------------------------------------------ constrained decoding
+ *
+ * A JSON Schema compiled to a grammar, and a matcher that says which tokens may come next so
+ * that the text stays a prefix of a value the schema accepts (src/text/json_schema.c,
+ * src/text/json_match.c; docs/serving.md lists what is supported). The matcher works on
+ * bytes, so a token may hold several characters or part of one, with any tokenizer. */
+typedef struct sk_jg sk_jg;                 /* a compiled schema */
+typedef struct sk_jg_vocab sk_jg_vocab;     /* a vocabulary's tokens as bytes, in a trie */
+typedef struct sk_jg_match sk_jg_match;     /* the state of one output */
+
+/* schema_json: a JSON Schema (text). A keyword that would constrain the value and is not
+ * supported is refused, naming it and where it is (e.g. "'pattern' at #/properties/zip is
+ * not supported"); annotations (title, description, examples, default, $schema, ...) are
+ * ignored. NULL (len 0): any JSON object, as OpenAI's {"type": "json_object"}. */
+int sk_jg_compile(sk_jg **g, const char *schema_json, size_t len);
+void sk_jg_free(sk_jg *g);
+/* The text becomes prefix, then the value, then suffix (e.g. "<tool_call>\n" and
+ * "\n</tool_call>"); whitespace is allowed only where JSON allows it. */
+int sk_jg_wrap(sk_jg *g, const char *prefix, const char *suffix);
+/* bytes[i] (lens[i] bytes) is token i's text; a token with no bytes (or usable[i] == 0 when
+ * usable is given) is never allowed. */
+int sk_jg_vocab_new(sk_jg_vocab **v, int n, const char *const *bytes, const size_t *lens, const unsigned char *usable);
+/* the tokenizer's tokens, but its special ones and ids from n up (n: the model's vocabulary) */
+int sk_jg_vocab_from_tok(sk_jg_vocab **v, const sk_tokenizer *tok, int n);
+void sk_jg_vocab_free(sk_jg_vocab *v);
+int sk_jg_vocab_size(const sk_jg_vocab *v);
+/* A matcher at the start of a value (NULL when out of memory). */
+sk_jg_match *sk_jg_match_new(const sk_jg *g, const sk_jg_vocab *v);
+void sk_jg_match_free(sk_jg_match *m);
+/* Appends bytes: 0, or 1 (state unchanged) when they cannot continue a value of the schema. */
+int sk_jg_match_feed(sk_jg_match *m, const char *bytes, size_t n);
+/* Token id's bytes appended as sk_jg_match_feed. */
+int sk_jg_match_feed_token(sk_jg_match *m, int32_t id);
+/* 1 when the bytes so far are a whole value; sk_jg_match_done: and nothing may follow it. */
+int sk_jg_match_complete(const sk_jg_match *m);
+int sk_jg_match_done(const sk_jg_match *m);
+/* The fewest bytes that complete the value (0 when complete). */
+size_t sk_jg_match_cost(const sk_jg_match *m);
+/* allow[i] = 1 for each token that may come next, 0 for the others (sk_jg_vocab_size
+ * entries); the end of the text is the caller's to allow when sk_jg_match_complete. budget:
+ * the tokens left, this one included (< 0: no limit): a token is allowed only when the
+ * value can still be completed within budget - 1 more tokens of one byte each, so a value
+ * closes in time when the vocabulary has single-byte tokens; when none fits, the tokens that
+ * come closest are allowed. Returns the number allowed, or -1 when out of memory. */
+int sk_jg_match_mask(sk_jg_match *m, unsigned char *allow, long budget);
+
 /* ------------------------------------------------------------- JSON Lines
  *
  * One record a line, each a JSON object (the line given without its newline). Errors are

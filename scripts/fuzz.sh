@@ -3,7 +3,7 @@
 # each for FUZZ_SECONDS (default 20) on a copy of its seed corpus fuzz/corpus/<name>/.
 # A crash, leak, sanitizer report or timeout stops with the reproducer saved as
 # build-fuzz/crashes/<name>-crash-* (replay: build-fuzz/fuzz/fuzz_<name> FILE).
-# Usage: scripts/fuzz.sh [name...]   (names: json safetensors shard tok_char tok_gpt2 tok_hf config model hf jinja serve jsonl gguf)
+# Usage: scripts/fuzz.sh [name...]   (names: json safetensors shard tok_char tok_gpt2 tok_hf config model hf jinja serve jsonl gguf json_grammar)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${FUZZ_SECONDS:-20}
@@ -11,11 +11,11 @@ make --no-print-directory FUZZ=1 -j"${FUZZ_JOBS:-2}" fuzz-build >build-fuzz.log 
     { tail -30 build-fuzz.log; echo "fuzz: build failed (needs clang with libFuzzer: scripts/install_deps.sh)"; exit 1; }
 rm -f build-fuzz.log
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(json safetensors shard tok_char tok_gpt2 tok_hf config model hf jinja serve jsonl gguf)
+[ ${#names[@]} -gt 0 ] || names=(json safetensors shard tok_char tok_gpt2 tok_hf config model hf jinja serve jsonl gguf json_grammar)
 # longest input per harness: enough for the seeds plus room to grow
 declare -A maxlen=([json]=4096 [safetensors]=4096 [shard]=4096 [tok_char]=4096 [tok_gpt2]=16384 [tok_hf]=16384
                    [config]=1024 [model]=16384 [hf]=2048 [jinja]=8192 [serve]=4096 [jsonl]=4096
-                   [gguf]=20480)
+                   [gguf]=20480 [json_grammar]=4096)
 mkdir -p build-fuzz/crashes
 status=0
 ok=0 bad=0

@@ -193,9 +193,11 @@ def stops_and_logprobs(srv, model):
     g = client(srv, [{"kind": "completion", "params": {"prompt": "In the year", "max_tokens": 5, "temperature": 0, "logprobs": 2,
                                                           "echo": True}}])[0]
     lp = (g.get("logprobs") or [None])[0]
-    check(lp is not None and len(lp["tokens"]) == 5 and g["texts"][0].startswith("In the year") and
-          lp["text_offset"][0] == len("In the year") and all(len(t) == 2 for t in lp["top_logprobs"]),
-          "completions: echo puts the prompt first; logprobs 2 lists 2 alternatives and the text offsets")
+    n_p = (g.get("usage") or {}).get("prompt_tokens", 0)
+    check(lp is not None and len(lp["tokens"]) == n_p + 5 and n_p > 0 and g["texts"][0].startswith("In the year") and
+          lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None and lp["text_offset"][0] == 0 and
+          lp["text_offset"][n_p] == len("In the year") and all(len(t) == 2 for t in lp["top_logprobs"][1:]),
+          "completions: echo puts the prompt first, its tokens scored (the first null); logprobs 2 lists 2 alternatives and the text offsets")
 
 
 def prompt_cache(srv, model):

@@ -21,6 +21,9 @@
    mid-stream (its slot freed);
 5. SIGTERM: a running stream ends whole, new connections are refused, the server exits 0; the
    access log has one line per request.
+
+`python3 tests/test_serve.py chat stops` runs only those sections (the mutation catalogue's
+way to a quick answer); without arguments, all.
 """
 import json
 import os
@@ -450,12 +453,15 @@ def second_server(model, tmp):
 
 
 def main():
+    """the sections named on the command line (chat stops cache sse load bad options q8 second), or all"""
+    want = set(sys.argv[1:]) or {"chat", "stops", "cache", "sse", "load", "bad", "options", "q8", "second"}
     tmp = tempfile.mkdtemp()
     model = os.path.join(tmp, "m")
     ok = make_model(model, "--family", "llama", "--n_layer", "3", "--n_head", "4", "--n_kv_head", "2", "--n_embd", "32",
                     "--bias", "0", "--block_size", "512", "--n_skip_layer", "1", "--n_skip_head", "2", scale=8.0)
     slow = os.path.join(tmp, "slow")
-    ok = ok and make_model(slow, "--n_layer", "4", "--n_head", "4", "--n_embd", "256", "--block_size", "1024", chars=True)
+    ok = ok and ("second" not in want or make_model(slow, "--n_layer", "4", "--n_head", "4", "--n_embd", "256", "--block_size",
+                                                    "1024", chars=True))
     if not check(ok, "models for the server"):
         finish()
     # prompts past 64 tokens are decoded in pieces, with the running requests' steps between them
@@ -465,19 +471,21 @@ def main():
     try:
         g = client(srv, [{"kind": "models"}])[0]
         check(g.get("ids") == ["m"], f"the openai client lists the model ({g})")
-        completions_and_chat(srv, model, Reference(model, tmp))
-        stops_and_logprobs(srv, model)
-        prompt_cache(srv, model)
-        raw_sse(srv)
-        load(srv)
-        bad_input(srv, model)
-        bad_options(model, srv.port)
+        sections = [("chat", lambda: completions_and_chat(srv, model, Reference(model, tmp))),
+                    ("stops", lambda: stops_and_logprobs(srv, model)), ("cache", lambda: prompt_cache(srv, model)),
+                    ("sse", lambda: raw_sse(srv)), ("load", lambda: load(srv)), ("bad", lambda: bad_input(srv, model)),
+                    ("options", lambda: bad_options(model, srv.port))]
+        for name, f in sections:
+            if name in want:
+                f()
     finally:
         rc = srv.stop()
     check(rc == 0, f"the server exits 0 on SIGTERM ({rc})")
     clean(srv)
-    q8_server(model)
-    second_server(slow, tmp)
+    if "q8" in want:
+        q8_server(model)
+    if "second" in want:
+        second_server(slow, tmp)
     finish()
 
 

@@ -96,8 +96,9 @@ def copy_tree(dst):
             continue
         os.makedirs(os.path.dirname(os.path.join(dst, rel)) or dst, exist_ok=True)
         shutil.copy2(src, os.path.join(dst, rel))
-    if os.path.isdir(os.path.join(ROOT, BUILD)):
-        shutil.copytree(os.path.join(ROOT, BUILD), os.path.join(dst, BUILD), symlinks=True)
+    for b in (BUILD, "build-mpi"):                  # build-mpi: what tests/test_mpi.sh builds and reuses
+        if os.path.isdir(os.path.join(ROOT, b)):
+            shutil.copytree(os.path.join(ROOT, b), os.path.join(dst, b), symlinks=True)
     if os.path.isdir(os.path.join(ROOT, "node_modules")):
         os.symlink(os.path.join(ROOT, "node_modules"), os.path.join(dst, "node_modules"))
 

@@ -9,7 +9,9 @@
  *   tool_model rope IN OUT key=value...     skiplm's RoPE (sk_rope_freqs, sk_rope_table,
  *                                       sk_rope) on the rows of IN's F32 "x" (N, hs), row i at
  *                                       position "pos" (I32 (N, 1)), under a config of those
- *                                       key=values (rope_theta, rope_scaling...); OUT: "y". */
+ *                                       key=values (rope_theta, rope_scaling...); OUT: "y".
+ *   tool_model gelu IN OUT              sk_gelu_forward / _backward (dout = 1) on IN's F32 "x"
+ *                                       (N, 1): OUT holds "erf", "tanh", "derf", "dtanh". */
 #include "skiplm.h"
 #include "core/config.h"
 #include "core/ops.h"
@@ -77,6 +79,30 @@ int main(int argc, char **argv) {
         if (sk_st_write(w, argv[3])) return die();
         sk_st_writer_free(w);
         free(freq); free(table); free(y); free(pos);
+        sk_st_free(&in);
+        return 0;
+    }
+    if (argc == 4 && !strcmp(argv[1], "gelu")) {
+        sk_safetensors in;
+        if (sk_st_read(argv[2], &in)) return die();
+        const sk_st_tensor *x = sk_st_find(&in, "x");
+        if (!x || x->dtype != SK_F32 || x->ndim != 2) { fprintf(stderr, "bad gelu file\n"); return 1; }
+        size_t n = x->nbytes / sizeof(float);
+        const float *xv = (const float *)(in.data + x->offset);
+        float *y[4];
+        for (int k = 0; k < 4; k++) y[k] = malloc(x->nbytes);
+        for (int t = 0; t < 2; t++) {
+            sk_gelu_forward(y[t], xv, n, t);
+            for (size_t i = 0; i < n; i++) y[2 + t][i] = 1.0f;
+            sk_gelu_backward(y[2 + t], xv, y[2 + t], n, t);
+        }
+        sk_st_writer *w = sk_st_writer_new();
+        int64_t shape[2] = {x->shape[0], x->shape[1]};
+        const char *names[4] = {"erf", "tanh", "derf", "dtanh"};
+        for (int k = 0; k < 4; k++) sk_st_add(w, names[k], SK_F32, 2, shape, y[k]);
+        if (sk_st_write(w, argv[3])) return die();
+        sk_st_writer_free(w);
+        for (int k = 0; k < 4; k++) free(y[k]);
         sk_st_free(&in);
         return 0;
     }

@@ -6,7 +6,8 @@ non-zero or runs past the time limit) and SURVIVED when all pass. The exit statu
 when a mutation survived, no longer applies (its text is not in the file exactly once), or
 does not build.
 
-    python3 tests/mutations/run.py [--fast] [--list] [--keep] [NAME-SUBSTRING...]
+    python3 tests/mutations/run.py [--fast] [--list] [--keep] [--verbose] [NAME-SUBSTRING...]
+    (--verbose prints every FAIL line of the test that caught a mutation)
     MUT=attn make mutation-test            # the mutations whose name contains "attn"
     make mutation-test FAST=1              # the ten marked `fast: yes` (what .ci/run runs)
 
@@ -117,6 +118,8 @@ def run_test(tree, cmd):
     except subprocess.TimeoutExpired:
         return True, f"ran past {TEST_TIMEOUT} s"
     fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL ")]
+    if fails and "--verbose" in sys.argv:
+        print("\n".join("    " + f[:160] for f in fails))
     if fails:
         return True, f"{len(fails)} FAIL: {fails[0][5:90]}"
     if r.returncode != 0:

@@ -199,10 +199,20 @@ test:
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) bash tests/run_tests.sh
 
+# The mutation catalogue (tests/mutations/, docs/testing.md): each small bug applied to a scratch
+# copy of the tree, the copy rebuilt, the named tests run; fails if a mutation survives or no
+# longer applies. MUT="name ..." runs the mutations whose names contain one of them; FAST=1 the
+# ten marked fast (what .ci/run runs).
+mutation-test:
+	@bash scripts/install_deps.sh
+	@bash scripts/setup.sh >/dev/null
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) MUT="$(MUT)" /usr/bin/python3 tests/mutations/run.py $(if $(filter 1,$(FAST)),--fast)
+
 clean:
 	rm -rf build build-san build-san-native build-mpi build-mpi-san build-fuzz build-cuda build-cuda-mpi build-cuda-emu build-cuda-emu-mpi build-cuda-emu-san
 
-.PHONY: all test clean
+.PHONY: all test mutation-test clean
 
 # The layering of src/ (docs/architecture.md): the core never includes a text header, ...
 check-layers:

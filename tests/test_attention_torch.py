@@ -215,7 +215,8 @@ def fully_masked_row():
 
 def dropout_case():
     """skiplm's dropout keep-mask is a hash; recover it from the returned (post-dropout)
-    weights and check out and gradients against the float64 math with that fixed mask."""
+    weights and check out and gradients against the float64 math with that fixed mask; the
+    dropped fraction within 4 standard deviations of p."""
     B, H, Lq, Lk, D, p = 2, 3, 9, 12, 8, 0.3
     q, k, v, dout = torch.randn(B, H, Lq, D), torch.randn(B, H, Lk, D), torch.randn(B, H, Lk, D), torch.randn(B, H, Lq, D)
     for causal in (False, True):
@@ -228,11 +229,24 @@ def dropout_case():
             o6, w6 = math_sdpa(q6, k6, v6, is_causal=causal, keep=keep, p=p)
             o6.backward(dout.double())
             tag = "dropout p=0.3 causal=%d [%s]" % (causal, "ref" if ref else "fused")
-            check(0.1 < frac < 0.5, "%s: dropped fraction %.3f" % (tag, frac))
+            n = int((w0 != 0).sum())
+            sd = (p * (1 - p) / n) ** 0.5
+            check(abs(frac - p) < 4 * sd, "%s: dropped fraction %.3f of %d weights, within 4 sd (%.3f) of p" % (tag, frac, n, 4 * sd))
             cmp(tag + " weights (post-dropout) vs math", r["w"], w6.detach(), FWD)
             cmp(tag + " out vs math with same keep mask", r["out"], o6.detach(), FWD)
             for g, g6 in (("dq", q6.grad), ("dk", k6.grad), ("dv", v6.grad)):
                 cmp("%s %s vs float64 autograd" % (tag, g), r[g], g6, GRAD)
+    # the rate on many weights: the dropped fraction within 4 standard deviations of p (for p = 0.3
+    # on 32,768 weights, 4 sd is 0.010: a dropout that drops 0.7 p is 36 sd away)
+    qb, kb, vb, db = torch.randn(2, 4, 64, 8), torch.randn(2, 4, 64, 8), torch.randn(2, 4, 64, 8), torch.randn(2, 4, 64, 8)
+    for pr in (0.1, 0.3, 0.5):
+        for ref in (0, 1):
+            r = sk_sdpa(qb, kb, vb, db, p=pr, training=1, seed=5, weights=1, ref=ref)
+            n = r["w"].numel()
+            frac = (r["w"] == 0).double().mean().item()
+            sd = (pr * (1 - pr) / n) ** 0.5
+            check(abs(frac - pr) < 4 * sd, "dropout p=%.1f [%s]: dropped fraction %.4f of %d weights, within 4 sd (%.4f) of p" % (
+                pr, "ref" if ref else "fused", frac, n, 4 * sd))
     r1 = sk_sdpa(q, k, v, dout, p=p, training=1, seed=17)
     r2 = sk_sdpa(q, k, v, dout, p=p, training=1, seed=17)
     r3 = sk_sdpa(q, k, v, dout, p=p, training=1, seed=18)

@@ -126,8 +126,29 @@ def compare_direction2(tmp):
     check(abs(out["loss"].item() - loss.item()) <= 1e-5 * loss.item(), f"loss {out['loss'].item():.6f} vs {loss.item():.6f}")
 
 
+def gelu_ops(tmp):
+    """skiplm's two GELUs (sk_gelu_forward / _backward through tool_model gelu) on 4,001 points
+    of [-8, 8] against torch's F.gelu in float64 (approximate 'none' and 'tanh') and its
+    autograd derivative: a whole model's comparison hides a small change of the formula"""
+    x = torch.linspace(-8, 8, 4001).view(-1, 1)
+    i, o = os.path.join(tmp, "gelu_in.safetensors"), os.path.join(tmp, "gelu_out.safetensors")
+    st.save_file({"x": x}, i)
+    if not check(run_tool("tool_model", "gelu", i, o), "skiplm's GELUs ran"):
+        return
+    out = st.load_file(o)[0]
+    for name, approx in (("erf", "none"), ("tanh", "tanh")):
+        x6 = x.double().requires_grad_()
+        y6 = torch.nn.functional.gelu(x6, approximate=approx)
+        y6.sum().backward()
+        d = (out[name].double() - y6.detach()).abs().max().item()
+        dd = (out["d" + name].double() - x6.grad).abs().max().item()
+        check(d <= 2e-6 and dd <= 1e-5, f"GELU ({name}) on [-8, 8]: forward max abs diff {d:.1e} (<= 2e-6), derivative "
+                                        f"{dd:.1e} (<= 1e-5) from torch's float64")
+
+
 with tempfile.TemporaryDirectory() as tmp:
     for name, kw, B, T in CONFIGS:
         compare_direction1(name, kw, B, T, tmp)
     compare_direction2(tmp)
+    gelu_ops(tmp)
 finish()

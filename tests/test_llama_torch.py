@@ -5,7 +5,8 @@
    loss, logits and every gradient must match (same tolerances as the GPT-2 engine); one
    case with llama3 rope_scaling (frequencies in all three bands), from skiplm's metadata.
 2. HF's formulation (rotate_half) reads a file skiplm wrote and gets skiplm's logits.
-3. RoPE's relative-position property: q_m . k_n depends only on m - n.
+3. skiplm's own RoPE (tests/tool_model.c rope) against the reference's rotation, and its
+   relative-position property: q_m . k_n depends only on m - n.
 """
 import os
 import sys
@@ -120,32 +121,44 @@ def direction2(tmp):
     check((lb - lh).abs().max().item() > 1e-3, "a file without the q/k permutation would give HF other logits")
 
 
-def rope_relative():
-    d, theta = 16, 1e6
-    fc = precompute_freqs_cis(d, 64, theta)
+def rope_relative(tmp):
+    """skiplm's RoPE (tool_model rope: sk_rope_freqs, sk_rope_table, sk_rope) on random q and k at
+    positions m and n: each rotated vector equals the reference's complex rotation, and
+    q_m . k_n depends only on m - n"""
+    d = 16
     g = torch.Generator().manual_seed(1)
-    q = torch.randn(d, generator=g, dtype=torch.float64)
-    k = torch.randn(d, generator=g, dtype=torch.float64)
-
-    def rot(x, p):
-        xc = torch.view_as_complex(x.view(-1, 2).contiguous())
-        return torch.view_as_real(xc * fc[p].to(torch.complex128)).flatten()
-
-    base = {}
-    worst = 0.0
-    for m in range(0, 40, 3):
-        for n in range(0, m + 1, 2):
-            s = torch.dot(rot(q, m), rot(k, n)).item()
+    q = torch.randn(d, generator=g)
+    k = torch.randn(d, generator=g)
+    pairs = [(m, n) for m in range(0, 40, 3) for n in range(0, m + 1, 2)]
+    for theta in (1e6, 1e4):
+        rows = torch.stack([q] * len(pairs) + [k] * len(pairs))
+        pos = torch.tensor([m for m, _ in pairs] + [n for _, n in pairs], dtype=torch.int32)[:, None]
+        i, o = os.path.join(tmp, "rope_in.safetensors"), os.path.join(tmp, "rope_out.safetensors")
+        st.save_file({"x": rows, "pos": pos}, i)
+        if not check(run_tool("tool_model", "rope", i, o, f"rope_theta={theta:g}"), f"skiplm's RoPE ran (theta {theta:g})"):
+            return
+        y = st.load_file(o)[0]["y"].double()
+        fc = precompute_freqs_cis(d, 64, theta).to(torch.complex128)
+        want = torch.stack([torch.view_as_real(torch.view_as_complex(r.double().view(-1, 2).contiguous()) * fc[int(p)]).flatten()
+                            for r, p in zip(rows, pos[:, 0])])
+        diff = (y - want).abs().max().item()
+        check(diff < 1e-5, f"skiplm's RoPE, theta {theta:g}: each rotated vector equals the reference's complex rotation of "
+                           f"adjacent pairs (max abs diff {diff:.1e})")
+        base, worst = {}, 0.0
+        for j, (m, n) in enumerate(pairs):
+            s = torch.dot(y[j], y[len(pairs) + j]).item()
             if (m - n) in base:
                 worst = max(worst, abs(s - base[m - n]))
             else:
                 base[m - n] = s
-    check(worst < 1e-5, f"RoPE scores depend only on m - n (max deviation {worst:.1e})")
+        spread = max(base.values()) - min(base.values())
+        check(worst < 1e-4 and spread > 0.1, f"skiplm's RoPE, theta {theta:g}: q_m . k_n depends only on m - n (max deviation "
+                                            f"{worst:.1e}; across offsets the scores spread over {spread:.2f})")
 
 
 with tempfile.TemporaryDirectory() as tmp:
     for name, kw, B, T in CONFIGS:
         direction1(name, kw, B, T, tmp)
     direction2(tmp)
-rope_relative()
+    rope_relative(tmp)
 finish()

@@ -3,7 +3,8 @@ Qwen2's) against Python's unicodedata.normalize("NFC"), whose tables scripts/gen
 
 1. every code point alone (1,112,064 of them);
 2. known values: composition, a singleton, Hangul (LV, LVT, jamo runs), a composition
-   exclusion, a blocked mark, reordering of marks by combining class;
+   exclusion, a blocked mark, reordering of marks by combining class; every pair of jamo and
+   syllables at the edges of Hangul's ranges;
 3. 20,000 random strings drawn to stress the algorithm (base letters, marks of many classes in
    any order, jamo, precomposed and excluded characters, compatibility characters), 300 runs
    of 17-300 marks, and a 320,000-mark run in linear time;
@@ -76,6 +77,13 @@ with tempfile.TemporaryDirectory() as tmp:
     pool = bases * 3 + [chr(m) for m in marks] * 2 + jamo + other
     texts = ["".join(rng.choice(pool) for _ in range(rng.randint(1, 24))) for _ in range(20000)]
     compare("random strings of letters, marks (any order), jamo, composites", texts, tmp)
+    # Hangul at the edges of its ranges: every pair of jamo and syllables from one below to one
+    # above each range (L U+1100..1112, V U+1161..1175, T U+11A8..11C2; U+11A7 is no trailing
+    # consonant), the first, last and neighbouring LV and LVT syllables
+    edge = ([chr(c) for c in list(range(0x10FF, 0x1115)) + list(range(0x115F, 0x1178)) + list(range(0x11A6, 0x11C5))] +
+            ["\uabff", "\uac00", "\uac01", "\uac1b", "\uac1c", "\ud788", "\ud789", "\ud7a3", "\ud7a4"])
+    compare("Hangul at the edges of the L, V and T ranges and of the syllables, every pair",
+            [a + b for a in edge for b in edge], tmp)
 
     # long runs of marks (sorted by counting there): against unicodedata up to 300 marks, then a
     # 320,000-mark run that an insertion sort would take minutes over

@@ -94,6 +94,9 @@ static void test_clip(void) {
     float h[4] = {0.3f, 0, 0.4f, 0};
     coef = sk_clip_grads(h, sp, ns, sk_grad_norm(h, sp, ns), 1.0f);
     CHECK(coef == 1.0f && h[0] == 0.3f && h[2] == 0.4f, "norm 0.5 < 1: unchanged");
+    /* the coefficient alone (what the CUDA update multiplies by when it is not 1): clamped to 1 */
+    CHECK(sk_clip_coef(0.5, 1.0f) == 1.0f && sk_clip_coef(0.0, 1.0f) == 1.0f && sk_clip_coef(5.0, 1.0f) == want,
+          "sk_clip_coef: 1 below the limit and at norm 0, 1/(5+1e-6) above it");
     free(sp);
 }
 

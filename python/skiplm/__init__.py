@@ -2,7 +2,7 @@
 
     import skiplm
     with skiplm.Model.load("runs/quickstart/ckpt.safetensors") as m, \\
-         skiplm.Tokenizer.load("data/sotu/vocab.json") as tok:
+         skiplm.Tokenizer.load("data/sotu-char/vocab.json") as tok:
         ids = tok.encode("Fellow citizens")
         print(tok.decode(m.generate(ids, max_tokens=40, seed=1)))
         print(m.loss(ids), m.logits(ids).shape)      # mean next-token loss; (T, vocab_size)

@@ -175,11 +175,11 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libskiplm.a
 
 # The shared library (docs/library.md): $(BUILD)/libskiplm.so (soname libskiplm.so.0) of the
 # same sources compiled again with -fPIC into $(BUILD)/pic/ (the archive and the CLI keep their
-# own objects), exporting exactly the functions the public headers declare (skiplm_cuda.h
-# only in a CUDA build): scripts/export_syms.sh lists them into a linker version script and
-# everything else is local. examples/*.c are built against it. `make install PREFIX=/usr/local`
-# (DESTDIR too) copies the libraries, the public headers and the CLI.
-PUB_HDR  := $(filter-out $(if $(filter 1,$(CUDA)$(CUDA_EMU)),,include/skiplm_cuda.h),$(wildcard include/*.h))
+# own objects), exporting exactly the functions the public headers but skiplm_cuda.h declare
+# (the CUDA builds make no .so): scripts/export_syms.sh lists them into a linker version script
+# and everything else is local. examples/*.c are built against it. `make install
+# PREFIX=/usr/local` (DESTDIR too) copies the libraries, the public headers and the CLI.
+PUB_HDR  := $(filter-out include/skiplm_cuda.h,$(wildcard include/*.h))
 PIC_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/pic/src/%.o)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 PREFIX   ?= /usr/local

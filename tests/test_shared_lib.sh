@@ -6,7 +6,9 @@
 # equals gcc's own list of the headers' prototypes (-aux-info); a self-check links the same
 # objects without the version script and must see the internal helpers leak. Then the
 # examples built against the .so run: examples/generate prints what `skiplm sample --greedy`
-# does, and a bad path gives the library's message. PASS/FAIL lines (tests/run_tests.sh).
+# does, and a bad path gives the library's message; examples/score prints a loss;
+# examples/train's checkpoint equals skiplm train's bit for bit. PASS/FAIL lines
+# (tests/run_tests.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
@@ -107,5 +109,36 @@ fi
 "$BUILD/examples/score" "$tmp/m.safetensors" "$tmp/vocab.json" "abcabc abcabc" >"$tmp/score.out" 2>&1 &&
     grep -qE '^loss [0-9.]+ tokens 12$' "$tmp/score.out" && pass "examples/score: $(cat "$tmp/score.out")" ||
     fail "examples/score: $(cat "$tmp/score.out")"
+
+# examples/train: 20 steps, then the tensors (weights, AdamW's m and v) of skiplm train's checkpoint
+"$PY" - "$tmp/data/train.bin" <<'EOF' || fail "writing the shard"
+import os, random, struct, sys
+r = random.Random(1)
+ids = []
+for _ in range(2000):
+    ids += [0, 1, 2, 11, r.randrange(3, 11), 11]
+os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, len(ids), *[0] * 253) + struct.pack(f"<{len(ids)}H", *ids))
+EOF
+cp "$tmp/data/train.bin" "$tmp/data/val.bin"; cp "$tmp/vocab.json" "$tmp/data/"
+"$BUILD/examples/train" "$tmp/data/train.bin" 12 20 "$tmp/ex_train.safetensors" >"$tmp/tr.out" 2>&1
+rc=$?
+"$SK" train --data "$tmp/data" --out "$tmp/run" --n_layer 2 --n_head 4 --n_embd 64 --block_size 32 --sla --steps 20 \
+    --batch 8 --seq 32 --lr 3e-3 --eval-every 0 >"$tmp/sktr.out" 2>&1 || fail "skiplm train: $(tail -2 "$tmp/sktr.out")"
+same=$("$PY" - "$tmp/ex_train.safetensors" "$tmp/run/ckpt.safetensors" <<'EOF'
+import sys
+sys.path.insert(0, "tests/ref")
+import st
+a, _ = st.load_file(sys.argv[1])
+b, _ = st.load_file(sys.argv[2])
+print(len(a) if set(a) == set(b) and all(a[k].numpy().tobytes() == b[k].numpy().tobytes() for k in a) else 0)
+EOF
+)
+first=$(sed -n 's/^step 1 loss //p' "$tmp/tr.out"); last=$(sed -n 's/^step 20 loss //p' "$tmp/tr.out")
+if [ "$rc" = 0 ] && [ "${same:-0}" -gt 20 ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1) }'; then
+    pass "examples/train: loss $first -> $last in 20 steps; its $same tensors equal skiplm train's checkpoint bit for bit"
+else
+    fail "examples/train (rc $rc, loss $first -> $last, $same equal tensors): $(tail -2 "$tmp/tr.out")"
+fi
 
 [ "$fails" -eq 0 ]

@@ -8,9 +8,10 @@ reference (tests/ref) writes:
   - Tokenizer: encode/decode of a character vocabulary and of GPT-2's (known ids);
   - errors from C arrive as SkiplmError with the library's message and code;
   - `with` frees; 300 loads and frees (and generations) leave the process's memory flat;
+  - Trainer: 20 steps give the checkpoint of `skiplm train`, tensor for tensor;
   - without NumPy the same numbers come back as lists.
 PASS/FAIL lines (tests/run_tests.sh)."""
-import json, os, re, struct, subprocess, sys, tempfile
+import ctypes, json, os, re, struct, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -271,6 +272,54 @@ def test_asan_leaks(path, vocab):
     check(len(mine) >= 1 and "sk_tok_encode" in mine[0], f"ASan self-check: a deliberate leak is reported ({len(mine)})")
 
 
+def test_trainer(tmp):
+    """20 steps of skiplm.Trainer against skiplm train's checkpoint, tensor for tensor."""
+    import random
+    r = random.Random(1)
+    ids = []
+    for _ in range(2000):
+        ids += [0, 1, 2, 11, r.randrange(3, 11), 11]
+    data = os.path.join(tmp, "train_data")
+    os.makedirs(data, exist_ok=True)
+    for name in ("train.bin", "val.bin"):
+        write_shard(os.path.join(data, name), ids)
+    json.dump({"type": "char", "vocab": VOCAB}, open(os.path.join(data, "vocab.json"), "w"))
+    # a run is bit-identical for the same thread count (docs/training.md): skiplm train gets
+    # this process's OpenMP threads (torch.set_num_threads above set them)
+    threads = ctypes.CDLL("libgomp.so.1").omp_get_max_threads()
+    r = subprocess.run([SKIPLM, "train", "--data", data, "--out", os.path.join(tmp, "run"), "--n_layer", "2", "--n_head", "4",
+                        "--n_embd", "64", "--block_size", "32", "--sla", "--steps", "20", "--batch", "8", "--lr", "3e-3",
+                        "--eval-every", "0"], capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    if not check(r.returncode == 0, "skiplm train ran" + ("" if r.returncode == 0 else ": " + r.stderr.strip()[-200:])):
+        return
+    out = os.path.join(tmp, "py_ckpt.safetensors")
+    with skiplm.Trainer(dict(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=len(VOCAB)),
+                        os.path.join(data, "train.bin"), val=os.path.join(data, "val.bin"), sla=True,
+                        steps=20, B=8, lr=3e-3, eval_every=0) as tr:
+        losses = [tr.step()["loss"] for _ in range(20)]
+        val = tr.eval()
+        c = tr.model.config
+        tr.save(out)
+    a, _ = st.load_file(out)
+    b, _ = st.load_file(os.path.join(tmp, "run", "ckpt.safetensors"))
+    same = set(a) == set(b) and all(a[k].numpy().tobytes() == b[k].numpy().tobytes() for k in a)
+    check(same and len(a) > 20 and losses[-1] < losses[0] - 1 and (c["n_skip_layer"], c["n_skip_head"]) == (1, 3),
+          f"Trainer: 20 steps (loss {losses[0]:.3f} -> {losses[-1]:.3f}, validation {val:.3f}) give skiplm train's "
+          f"checkpoint, its {len(a)} tensors bit for bit ({threads} threads)")
+    for kw, want in ((dict(n_head=3), "n_embd (64) must be a multiple of n_head (3)"), (dict(n_layerz=2), "unknown field 'n_layerz'")):
+        try:
+            skiplm.Trainer(dict(dict(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=12), **kw),
+                           os.path.join(data, "train.bin"))
+            check(False, f"Trainer refuses {kw}")
+        except skiplm.SkiplmError as e:
+            check(want in str(e), f"Trainer with {kw}: SkiplmError: {e}")
+    try:
+        skiplm.Trainer(dict(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=5), os.path.join(data, "train.bin"))
+        check(False, "Trainer refuses a shard with tokens outside the vocabulary")
+    except skiplm.SkiplmError as e:
+        check("outside the vocabulary" in str(e), f"Trainer on a shard beyond vocab_size: SkiplmError: {e}")
+
+
 def test_no_numpy(path):
     code = ("import sys; sys.modules['numpy'] = None; import skiplm; m = skiplm.Model.load(sys.argv[1]); "
             "l = m.logits([[1, 2, 3], [4, 5, 6]]); print(type(l).__name__, len(l), len(l[0]), len(l[0][0]), repr(l[1][2][3]))")
@@ -292,6 +341,7 @@ def main():
         test_model(name, path, ref, cfg, vocab, tmp)
     test_tokenizers(vocab, tmp)
     test_errors(models[0][1], tmp)
+    test_trainer(tmp)
     test_memory(models[0][1], vocab)
     test_asan_leaks(models[0][1], vocab)
     test_no_numpy(models[0][1])

@@ -22,7 +22,7 @@ try:
 except ImportError:   # lists instead of arrays
     _np = None
 
-__all__ = ["Model", "Tokenizer", "SkiplmError", "lib_path"]
+__all__ = ["Model", "Tokenizer", "Trainer", "make_config", "SkiplmError", "lib_path"]
 
 _FAMILY = {0: "gpt2", 1: "llama"}
 _GELU = {0: "erf", 1: "tanh"}
@@ -330,3 +330,6 @@ class Tokenizer:
     def decode(self, ids):
         """The text of ids (invalid UTF-8 replaced by U+FFFD)."""
         return self.decode_bytes(ids).decode("utf-8", "replace")
+
+
+from ._train import Trainer, make_config  # noqa: E402  (Trainer.model is a Model)

@@ -9,7 +9,8 @@ reference (tests/ref) writes:
   - errors from C arrive as SkiplmError with the library's message and code;
   - `with` frees; 300 loads and frees (and generations) leave the process's memory flat;
   - Trainer: 20 steps give the checkpoint of `skiplm train`, tensor for tensor;
-  - without NumPy the same numbers come back as lists.
+  - without NumPy the same numbers come back as lists;
+  - `pip install --no-build-isolation ./python` into a virtual environment works offline.
 PASS/FAIL lines (tests/run_tests.sh)."""
 import ctypes, json, os, re, struct, subprocess, sys, tempfile
 
@@ -320,6 +321,38 @@ def test_trainer(tmp):
         check("outside the vocabulary" in str(e), f"Trainer on a shard beyond vocab_size: SkiplmError: {e}")
 
 
+def test_pip_install(path, tmp):
+    """pip install --no-build-isolation ./python into a virtual environment (offline), then
+    import skiplm there from elsewhere: with SKIPLM_LIB it runs; without it and with no
+    installed library, ImportError says where to get one."""
+    venv = os.path.join(tmp, "venv")
+    r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"info: no venv module ({r.stderr.strip()[-120:]}): pip install not checked")
+        return
+    r = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--no-build-isolation", "--no-index", "--no-deps",
+                        os.path.join(ROOT, "python")], capture_output=True, text=True, cwd=tmp)
+    if not check(r.returncode == 0, "pip install --no-build-isolation ./python" + ("" if r.returncode == 0 else ": " + r.stderr[-300:])):
+        return
+    code = ("import sys, skiplm; m = skiplm.Model.load(sys.argv[1]); "
+            "print(skiplm.__file__.startswith(sys.prefix), m.generate([0, 1, 2], 12, seed=5))")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SKIPLM_LIB")}
+    vpy = os.path.join(venv, "bin", "python")
+    r = subprocess.run([vpy, "-c", code, path], capture_output=True, text=True, cwd=tmp,
+                       env=dict(env, SKIPLM_LIB=os.environ["SKIPLM_LIB"]))
+    with skiplm.Model.load(path) as m:
+        want = m.generate([0, 1, 2], 12, seed=5)
+    check(r.returncode == 0 and r.stdout.strip() == f"True {want}",
+          f"the installed package (outside the repository, SKIPLM_LIB set) generates the same: {r.stdout.strip()} {r.stderr.strip()[-200:]}")
+    import ctypes.util
+    if ctypes.util.find_library("skiplm"):
+        print("info: a libskiplm is installed system-wide: the ImportError without SKIPLM_LIB is not checked")
+        return
+    r = subprocess.run([vpy, "-c", "import skiplm"], capture_output=True, text=True, cwd=tmp, env=env)
+    check(r.returncode != 0 and "ImportError: skiplm: cannot load libskiplm.so" in r.stderr and "SKIPLM_LIB" in r.stderr,
+          f"installed, without SKIPLM_LIB and no installed library: {r.stderr.strip().splitlines()[-1][:200]}")
+
+
 def test_no_numpy(path):
     code = ("import sys; sys.modules['numpy'] = None; import skiplm; m = skiplm.Model.load(sys.argv[1]); "
             "l = m.logits([[1, 2, 3], [4, 5, 6]]); print(type(l).__name__, len(l), len(l[0]), len(l[0][0]), repr(l[1][2][3]))")
@@ -345,6 +378,7 @@ def main():
     test_memory(models[0][1], vocab)
     test_asan_leaks(models[0][1], vocab)
     test_no_numpy(models[0][1])
+    test_pip_install(models[0][1], tmp)
     finish()
 
 

@@ -2,7 +2,8 @@
 GPT-2-family and a Llama-family (GQA) model with Skip-Layer Attention whose weights PyTorch's
 reference (tests/ref) writes:
   - Model.load's config is the file's; logits and loss equal PyTorch's (1e-4 / 1e-5), and the
-    logits equal `skiplm eval --dump-logits`'s bit for bit for the same batches;
+    logits equal `skiplm eval --dump-logits`'s bit for bit for the same batches; Model.eval's
+    mean loss is skiplm eval's;
   - generate() gives the tokens of `skiplm sample`: greedy, seeded with top-k/top-p past
     block_size, with a repetition penalty, and with dtype bf16 and q8 (--bf16, --q8);
   - Tokenizer: encode/decode of a character vocabulary and of GPT-2's (known ids);
@@ -120,6 +121,13 @@ def test_model(name, path, ref, cfg, vocab, tmp):
             inp, dl = t["inputs"].numpy(), t["logits"].numpy()
             same = all(np.array_equal(m.logits(inp[b:b + 2]), dl[b:b + 2]) for b in range(0, inp.shape[0], 2))
             check(inp.shape == (6, 16) and same, f"{name}: logits of eval's 3 batches equal --dump-logits bit for bit")
+            e = m.eval(shard, batch=2, seq=16, max_batches=3)
+            line = f"loss {e['loss']:.6f} ppl {e['ppl']:.4f} tokens {e['tokens']} batches {e['batches']}"
+            check(line == r.stdout.strip(), f"{name}: Model.eval prints as skiplm eval: '{line}' vs '{r.stdout.strip()}'")
+            r2 = sk("eval", path, shard, "--batch", "2")
+            e = m.eval([shard], batch=2)
+            line = f"loss {e['loss']:.6f} ppl {e['ppl']:.4f} tokens {e['tokens']} batches {e['batches']}"
+            check(line == r2.stdout.strip(), f"{name}: Model.eval with seq = block_size: '{line}' vs '{r2.stdout.strip()}'")
 
         # generate against skiplm sample
         prompt = [VOCAB.index(ch) for ch in "abc"]

@@ -204,6 +204,13 @@ class Model:
         check(lib.sk_model_forward(self._h(), x, y, B, T, ctypes.byref(loss), None))
         return loss.value
 
+    def eval(self, shards, batch=8, seq=None, max_batches=0):
+        """The mean loss over token shards as `skiplm eval WEIGHTS SHARD... --batch B --seq T
+        --max-batches N` computes it (its windows in order; loss masks beside the shards
+        count): a dict with loss, ppl, tokens and batches. seq defaults to block_size."""
+        from ._train import evaluate
+        return evaluate(self, shards, batch, seq, max_batches)
+
     # -- cached decoding
     def stream(self, prompt, max_tokens=256, temperature=0.8, top_k=0, top_p=1.0, min_p=0.0,
                repetition_penalty=1.0, seed=1337, greedy=False, stop=None):

@@ -43,6 +43,8 @@ for _name, _res, _args in [
     ("sk_train_default", None, [ctypes.POINTER(SkTrainCfg)]),
     ("sk_loader_open", _int, [_pp, ctypes.POINTER(_str), _int, ctypes.POINTER(SkLoaderCfg)]),
     ("sk_loader_free", None, [_p]),
+    ("sk_loader_n_windows", _u64, [_p]),
+    ("sk_loader_next_xy", _int, [_p, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32)]),
     ("sk_trainer_new", _int, [_pp, _p, ctypes.POINTER(SkTrainCfg), _p, _p]),
     ("sk_trainer_free", None, [_p]),
     ("sk_trainer_step", _int, [_p, ctypes.POINTER(SkStepInfo)]),
@@ -71,6 +73,42 @@ def make_config(preset=None, sla=False, **fields):
         lib.sk_config_sla_default(ctypes.byref(c))
     check(lib.sk_config_check(ctypes.byref(c)))
     return c
+
+
+def evaluate(model, shards, batch=8, seq=None, max_batches=0):
+    """Model.eval: skiplm eval's mean loss over the windows of shards, in order."""
+    import math
+    c = lib.sk_model_config(model._h()).contents
+    T = seq or c.block_size
+    if not 1 <= T <= c.block_size or batch < 1 or max_batches < 0:
+        raise ValueError(f"need 1 <= seq <= block_size {c.block_size}, batch >= 1, max_batches >= 0")
+    paths = [shards] if isinstance(shards, (str, os.PathLike)) else list(shards)
+    arr = (ctypes.c_char_p * len(paths))(*[os.fsencode(os.fspath(p)) for p in paths])
+    lc = SkLoaderCfg(B=batch, T=T, vocab_size=c.vocab_size)
+    L = ctypes.c_void_p()
+    check(lib.sk_loader_open(ctypes.byref(L), arr, len(paths), ctypes.byref(lc)))
+    try:
+        nb = lib.sk_loader_n_windows(L) // batch
+        if nb == 0:
+            raise ValueError(f"the shards hold {lib.sk_loader_n_windows(L)} windows of {T + 1} tokens, fewer than one batch of {batch}")
+        if 0 < max_batches < nb:
+            nb = max_batches
+        x, y = (ctypes.c_int32 * (batch * T))(), (ctypes.c_int32 * (batch * T))()
+        loss = ctypes.c_float()
+        total = n_all = 0.0
+        for _ in range(nb):
+            check(lib.sk_loader_next_xy(L, x, y))
+            n = sum(1 for t in y if t >= 0)
+            check(lib.sk_model_forward(model._h(), x, y, batch, T, ctypes.byref(loss), None))
+            if n:
+                total += loss.value * n
+            n_all += n
+    finally:
+        lib.sk_loader_free(L)
+    if n_all == 0:
+        raise ValueError("every target of the batches is masked out (loss mask 0)")
+    mean = total / n_all
+    return {"loss": mean, "ppl": math.exp(mean), "tokens": nb * batch * T, "batches": nb}
 
 
 class Trainer:

@@ -7,6 +7,7 @@ reference (tests/ref) writes:
   - generate() gives the tokens of `skiplm sample`: greedy, seeded with top-k/top-p past
     block_size, with a repetition penalty, and with dtype bf16 and q8 (--bf16, --q8);
   - Tokenizer: encode/decode of a character vocabulary and of GPT-2's (known ids);
+  - Chat.render of a ChatML template, and Model.chat equal to `skiplm sample --chat --messages`;
   - errors from C arrive as SkiplmError with the library's message and code;
   - `with` frees; 300 loads and frees (and generations) leave the process's memory flat;
   - Trainer: 20 steps give the checkpoint of `skiplm train`, tensor for tensor;
@@ -361,6 +362,46 @@ def test_pip_install(path, tmp):
           f"installed, without SKIPLM_LIB and no installed library: {r.stderr.strip().splitlines()[-1][:200]}")
 
 
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_chat(tmp):
+    """Chat.render and Model.chat against skiplm sample --chat --messages on a model folder with
+    a ChatML template (tokenizer_config.json) and a character vocabulary."""
+    folder = os.path.join(tmp, "chat_model")
+    os.makedirs(folder, exist_ok=True)
+    chars = sorted(set("\n" + "".join(chr(c) for c in range(32, 127))))
+    vocab = os.path.join(tmp, "chat_vocab.json")
+    json.dump({"type": "char", "vocab": chars}, open(vocab, "w"))
+    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=128, vocab_size=len(chars), n_skip_layer=1, n_skip_head=2)
+    torch.manual_seed(0)
+    g = GPT(cfg)
+    g.randomize(seed=21)
+    st.save_file(g.state_for_file(), os.path.join(folder, "model.safetensors"), metadata=cfg.metadata())
+    json.dump({"chat_template": CHATML, "eos_token": "<|im_end|>"}, open(os.path.join(folder, "tokenizer_config.json"), "w"))
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a river."}]
+    mfile = os.path.join(tmp, "msgs.json")
+    json.dump(msgs, open(mfile, "w"))
+    with skiplm.Chat.load(folder) as c:
+        text = c.render(msgs)
+        check(text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nName a river.<|im_end|>\n<|im_start|>assistant\n"
+              and c.eos_token == "<|im_end|>" and c.render(msgs, add_generation_prompt=False) == text[:-len("<|im_start|>assistant\n")],
+              f"Chat.render of a ChatML template: {text!r}, eos_token {c.eos_token!r}")
+    with skiplm.Model.load(folder) as m, skiplm.Tokenizer.load(vocab) as tok:
+        for what, kw, args in (("greedy", dict(greedy=True), ["--greedy"]),
+                               ("seed 3, temperature 1", dict(seed=3, temperature=1.0), ["--seed", "3", "--temperature", "1"])):
+            got = m.chat(tok, msgs, max_tokens=40, **kw)
+            r = sk("sample", folder, "--tokenizer", vocab, "--messages", mfile, "--quiet", "--tokens", "40", *args)
+            check(r.returncode == 0 and got + "\n" == r.stdout and len(set(got)) >= 3,
+                  f"Model.chat {what} equals skiplm sample --chat --messages: {got!r} vs {r.stdout!r} {r.stderr.strip()[-150:]}")
+    try:
+        skiplm.Chat.load(os.path.join(tmp, "gpt.safetensors"))
+        check(False, "Chat.load without a template raises")
+    except skiplm.SkiplmError as e:
+        check("template" in str(e), f"Chat.load of a model without a template: SkiplmError: {e}")
+
+
 def test_no_numpy(path):
     code = ("import sys; sys.modules['numpy'] = None; import skiplm; m = skiplm.Model.load(sys.argv[1]); "
             "l = m.logits([[1, 2, 3], [4, 5, 6]]); print(type(l).__name__, len(l), len(l[0]), len(l[0][0]), repr(l[1][2][3]))")
@@ -383,6 +424,7 @@ def main():
     test_tokenizers(vocab, tmp)
     test_errors(models[0][1], tmp)
     test_trainer(tmp)
+    test_chat(tmp)
     test_memory(models[0][1], vocab)
     test_asan_leaks(models[0][1], vocab)
     test_no_numpy(models[0][1])

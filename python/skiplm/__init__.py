@@ -12,6 +12,7 @@ the file SKIPLM_LIB names). Arrays come back as NumPy arrays when NumPy is insta
 lists. Errors of the library are raised as SkiplmError carrying its message.
 """
 import ctypes
+import json
 import os
 import struct
 
@@ -22,7 +23,7 @@ try:
 except ImportError:   # lists instead of arrays
     _np = None
 
-__all__ = ["Model", "Tokenizer", "Trainer", "make_config", "SkiplmError", "lib_path"]
+__all__ = ["Model", "Tokenizer", "Chat", "Trainer", "make_config", "SkiplmError", "lib_path"]
 
 _FAMILY = {0: "gpt2", 1: "llama"}
 _GELU = {0: "erf", 1: "tanh"}
@@ -265,6 +266,24 @@ class Model:
         """The list of new token ids that stream() yields (same options)."""
         return list(self.stream(prompt, max_tokens, **sampling))
 
+    def chat(self, tokenizer, messages, template=None, tools=None, max_tokens=256, **sampling):
+        """The assistant's reply (text) to messages (a list of {"role", "content", ...} dicts),
+        as `skiplm sample --chat --messages FILE` makes it: the model folder's chat template
+        (Chat.load(self.path, template)) renders the conversation and the generation prompt,
+        the reply stops at eos_ids and at the template's eos_token when that is one token, and
+        special tokens are left out of the text. Sampling options as stream()'s."""
+        with Chat.load(self.path, template) as c:
+            ids = tokenizer.encode(c.render(messages, tools))
+            stop = set(self.eos_ids if sampling.get("stop") is None else sampling["stop"])
+            eos = c.eos_token
+            if eos and sampling.get("stop") is None:
+                e = tokenizer.encode(eos)
+                if len(e) == 1:
+                    stop.add(e[0])
+        sampling["stop"] = stop
+        new = self.generate(ids, max_tokens, **sampling)
+        return tokenizer.decode([t for t in new if not tokenizer.is_special(t)])
+
 
 class Tokenizer:
     """A tokenizer the library loads (sk_tok_load): a character vocabulary (vocab.json), a
@@ -337,6 +356,63 @@ class Tokenizer:
     def decode(self, ids):
         """The text of ids (invalid UTF-8 replaced by U+FFFD)."""
         return self.decode_bytes(ids).decode("utf-8", "replace")
+
+    def is_special(self, token):
+        """True for a special token (what decode(skip_special_tokens=True) leaves out)."""
+        return bool(lib.sk_tok_is_special(self._h(), token))
+
+
+class Chat:
+    """A chat template (sk_chat_load): of model (a weights file or folder), template if given
+    (a .jinja file or a tokenizer_config.json), else chat_template.jinja beside the weights,
+    else tokenizer_config.json's chat_template there."""
+
+    def __init__(self, handle):
+        self._c = handle
+
+    @classmethod
+    def load(cls, model, template=None):
+        h = ctypes.c_void_p()
+        check(lib.sk_chat_load(ctypes.byref(h), _path(model), _path(template) if template is not None else None))
+        return cls(h)
+
+    def close(self):
+        if self._c:
+            lib.sk_chat_free(self._c)
+            self._c = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def _h(self):
+        if not self._c:
+            raise ValueError("the chat template is closed")
+        return self._c
+
+    @property
+    def eos_token(self):
+        """tokenizer_config.json's eos_token, or None."""
+        e = lib.sk_chat_eos_token(self._h())
+        return None if e is None else e.decode("utf-8", "replace")
+
+    def render(self, messages, tools=None, add_generation_prompt=True):
+        """The template's text of messages (dicts passed to the template as they are) and tools
+        (a list of function schemas, or None), with the assistant's header after them when
+        add_generation_prompt (sk_chat_render_json)."""
+        out, n = ctypes.c_void_p(), ctypes.c_size_t()
+        tj = None if tools is None else json.dumps(tools).encode()
+        try:
+            check(lib.sk_chat_render_json(self._h(), json.dumps(messages).encode(), tj, int(bool(add_generation_prompt)),
+                                          ctypes.byref(out), ctypes.byref(n)))
+            return ctypes.string_at(out, n.value).decode("utf-8", "replace")
+        finally:
+            libc.free(out)
 
 
 from ._train import Trainer, make_config  # noqa: E402  (Trainer.model is a Model)

@@ -103,6 +103,11 @@ _PROTOS = {
     "sk_tok_kind": (_str, [_p]),
     "sk_tok_encode": (_int, [_p, _str, _sz, ctypes.POINTER(_i32p), ctypes.POINTER(_sz), ctypes.POINTER(_sz)]),
     "sk_tok_decode": (_int, [_p, _i32p, _sz, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_sz)]),
+    "sk_tok_is_special": (_int, [_p, ctypes.c_int32]),
+    "sk_chat_load": (_int, [_pp, _str, _str]),
+    "sk_chat_free": (None, [_p]),
+    "sk_chat_eos_token": (_str, [_p]),
+    "sk_chat_render_json": (_int, [_p, _str, _str, _int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_sz)]),
 }
 for _name, (_res, _args) in _PROTOS.items():
     _f = getattr(lib, _name)

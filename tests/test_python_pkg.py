@@ -247,12 +247,24 @@ for i in range(3):
         with skiplm.Model.load(sys.argv[1], dtype=d) as m:
             m.generate([0, 1], 10)
     m = skiplm.Model.load(sys.argv[1]); del m
+    with skiplm.Model.load(sys.argv[1]) as m:
+        m.eval(sys.argv[3], batch=2, seq=16, max_batches=2)
+    with skiplm.Trainer(dict(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=12), sys.argv[3], val=sys.argv[3],
+                        steps=2, B=2) as tr:
+        tr.step(); tr.eval(); tr.save(sys.argv[3] + ".ckpt")
+    with skiplm.Model.load(sys.argv[4]) as m, skiplm.Tokenizer.load(sys.argv[5]) as t:
+        m.chat(t, [{"role": "user", "content": "hi"}], max_tokens=5)
+    try:
+        skiplm.Chat.load(sys.argv[1])
+    except skiplm.SkiplmError:
+        pass
     for bad in ("missing.safetensors", sys.argv[2]):
         try:
             skiplm.Model.load(bad)
         except skiplm.SkiplmError:
             pass
-if len(sys.argv) > 3:     # the self-check: token ids the library malloc'd, never freed
+print("done")
+if len(sys.argv) > 6:     # the self-check: token ids the library malloc'd, never freed
     from skiplm._lib import lib
     p, n, cap = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t(), ctypes.c_size_t()
     with skiplm.Tokenizer.load(sys.argv[2]) as t:
@@ -260,7 +272,7 @@ if len(sys.argv) > 3:     # the self-check: token ids the library malloc'd, neve
 """
 
 
-def test_asan_leaks(path, vocab):
+def test_asan_leaks(path, vocab, tmp):
     """Under make test SAN=1: the package's calls leak nothing of the library (LeakSanitizer's
     reports with a frame in libskiplm), and a deliberate leak is caught."""
     if not ASAN:
@@ -268,16 +280,20 @@ def test_asan_leaks(path, vocab):
         return
     env = dict(os.environ, LD_PRELOAD=ASAN, ASAN_OPTIONS="detect_leaks=1", PYTHONPATH=os.path.join(ROOT, "python"))
 
+    shard = os.path.join(tmp, "train_data", "train.bin")
+    chat_dir, chat_vocab = os.path.join(tmp, "chat_model"), os.path.join(tmp, "chat_vocab.json")
+
     def leaks(*extra):
-        r = subprocess.run([sys.executable, "-c", LEAK_CHILD, path, vocab, *extra], capture_output=True, text=True, env=env)
+        r = subprocess.run([sys.executable, "-c", LEAK_CHILD, path, vocab, shard, chat_dir, chat_vocab, *extra],
+                           capture_output=True, text=True, env=env)
         reports = [x.split("\n\n")[0] for x in r.stderr.split("leak of ")[1:]]
         # a frame of the library: its module, or a function compiled from its sources
         ours = re.compile(r"libskiplm|#\d+ 0x[0-9a-f]+ in \S+ (\S*/)?src/(base|core|io|train|text)/")
         return [x for x in reports if ours.search(x)], r
     mine, r = leaks()
-    check(not mine and "ERROR: AddressSanitizer" not in r.stderr,
-          f"ASan: loads, forward passes, generations, errors and frees leak nothing of libskiplm "
-          f"({len(mine)} reports) {r.stderr[-300:] if mine else ''}")
+    check(not mine and "ERROR: AddressSanitizer" not in r.stderr and r.stdout.strip() == "done",
+          f"ASan: loads, forward passes, generations, eval, training, chat, errors and frees leak nothing of libskiplm "
+          f"({len(mine)} reports) {r.stderr[-300:] if mine or r.stdout.strip() != 'done' else ''}")
     mine, r = leaks("leak")
     check(len(mine) >= 1 and "sk_tok_encode" in mine[0], f"ASan self-check: a deliberate leak is reported ({len(mine)})")
 
@@ -426,7 +442,7 @@ def main():
     test_trainer(tmp)
     test_chat(tmp)
     test_memory(models[0][1], vocab)
-    test_asan_leaks(models[0][1], vocab)
+    test_asan_leaks(models[0][1], vocab, tmp)
     test_no_numpy(models[0][1])
     test_pip_install(models[0][1], tmp)
     finish()

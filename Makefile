@@ -192,6 +192,41 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libskiplm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -UNDEBUG $< $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
 
+# The shared library (docs/library.md): $(BUILD)/libskiplm.so (soname libskiplm.so.0) of the
+# same sources compiled again with -fPIC into $(BUILD)/pic/ (the archive and the CLI keep their
+# own objects), exporting exactly the functions the public headers but skiplm_cuda.h declare
+# (the CUDA builds make no .so): scripts/export_syms.sh lists them into a linker version script
+# and everything else is local. examples/*.c are built against it. `make install
+# PREFIX=/usr/local` (DESTDIR too) copies the libraries, the public headers and the CLI.
+PUB_HDR  := $(filter-out include/skiplm_cuda.h,$(wildcard include/*.h))
+PIC_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/pic/src/%.o)
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+PREFIX   ?= /usr/local
+ifeq ($(CUDA)$(CUDA_EMU),)
+all: $(BUILD)/libskiplm.so $(EXAMPLES)
+endif
+$(BUILD)/pic/src/%.o: src/%.c $(LIB_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -fno-semantic-interposition -c $< -o $@
+$(BUILD)/libskiplm.map: $(PUB_HDR) scripts/export_syms.sh
+	@mkdir -p $(dir $@)
+	bash scripts/export_syms.sh --version-script "$(CC)" "$(CFLAGS)" $(PUB_HDR) > $@.tmp && mv $@.tmp $@
+$(BUILD)/libskiplm.so: $(PIC_OBJ) $(BUILD)/libskiplm.map
+	$(CC) $(CFLAGS) -shared -Wl,-soname,libskiplm.so.0 -Wl,--version-script=$(BUILD)/libskiplm.map -Wl,--no-undefined \
+	    -Wl,--as-needed $(PIC_OBJ) -o $@.0 $(LDLIBS)
+	ln -sf libskiplm.so.0 $@
+$(BUILD)/examples/%: examples/%.c $(PUB_HDR) $(BUILD)/libskiplm.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ -L$(BUILD) -lskiplm -Wl,-rpath,'$$ORIGIN/..'
+install: $(BUILD)/libskiplm.so $(BUILD)/libskiplm.a $(BUILD)/skiplm
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(BUILD)/libskiplm.so.0 $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libskiplm.so.0 $(DESTDIR)$(PREFIX)/lib/libskiplm.so
+	install -m 644 $(BUILD)/libskiplm.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(PUB_HDR) $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/skiplm $(DESTDIR)$(PREFIX)/bin/
+.PHONY: install
+
 # The whole suite: C unit tests, PyTorch comparisons, CLI end-to-end tests.
 test:
 	@bash scripts/install_deps.sh

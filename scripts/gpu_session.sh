@@ -9,6 +9,8 @@
 #                                       # then kvseeds until LEASE_END seconds
 #   bash scripts/gpu_session.sh kvseeds # the kv grid at T=1024 (baseline, the 3/4 rule, its CLA control)
 #                                       # with more seeds (GRID_SEEDS, 12), 3 sweeps at once on the GPU
+#   RECALL_END=265 bash scripts/gpu_session.sh recall  # the MQAR grid (docs/experiments.md) at widths 128
+#                                       # and 256, 16 runs at once, until RECALL_END seconds
 #   bash scripts/gpu_session.sh quick   # the whole first look in one call (~6 min): the three parity
 #                                       # tests, GPT-2 124M training steps (T=1024 and 16384, fp32/TF32/
 #                                       # bf16, baseline and SLA), generation, and fp32 vs bf16 loss

@@ -154,6 +154,9 @@ LIB_OBJ  += $(patsubst src/cuda/%.cu,$(BUILD)/src/cuda/%.emu.o,$(wildcard src/cu
 endif
 CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(CLI_SRC:cli/%.c=$(BUILD)/cli/%.o)
+# the server (docs/serving.md) is an app of its own beside the CLI, linked into the same binary
+SRV_SRC  := $(wildcard server/*.c)
+SRV_OBJ  := $(SRV_SRC:server/%.c=$(BUILD)/server/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC := $(wildcard tests/tool_*.c)
@@ -182,11 +185,14 @@ $(BUILD)/src/cuda/%.cu.o: src/cuda/%.cu src/cuda/cuda_kernels.h $(wildcard src/c
 $(BUILD)/cli/%.o: cli/%.c $(LIB_HDR) $(wildcard cli/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+$(BUILD)/server/%.o: server/%.c $(LIB_HDR) $(wildcard cli/*.h server/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Icli -c $< -o $@
 # made anew each time: `ar r` on an old archive would keep members whose source is gone
 $(BUILD)/libskiplm.a: $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $^
-$(BUILD)/skiplm: $(CLI_OBJ) $(BUILD)/libskiplm.a
+$(BUILD)/skiplm: $(CLI_OBJ) $(SRV_OBJ) $(BUILD)/libskiplm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libskiplm.a
 	@mkdir -p $(dir $@)
@@ -258,11 +264,13 @@ check-layers:
 # builds them and runs each for FUZZ_SECONDS (default 20) on its seed corpus.
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(BUILD)/fuzz/%)
-# the CLI's own parsers are fuzzed too (serve's requests): its objects but main.c's and serve_http.c's
-FUZZ_CLI := $(filter-out $(BUILD)/cli/main.o $(BUILD)/cli/serve_http.o $(BUILD)/cli/cmd_%.o,$(CLI_OBJ))
+# the apps' own parsers are fuzzed too (the server's requests): the CLI's and the server's
+# objects but the commands, main.c and the HTTP layer
+FUZZ_CLI := $(filter-out $(BUILD)/cli/main.o $(BUILD)/cli/cmd_%.o,$(CLI_OBJ))
+FUZZ_CLI += $(filter-out $(BUILD)/server/serve_http.o $(BUILD)/server/cmd_serve.o,$(SRV_OBJ))
 $(BUILD)/fuzz/%: fuzz/%.c fuzz/fuzz_util.h $(BUILD)/libskiplm.a $(FUZZ_CLI)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fsanitize=fuzzer -Icli $< $(FUZZ_CLI) $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -Icli -Iserver $< $(FUZZ_CLI) $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
 fuzz-build: $(FUZZ_BIN)
 fuzz:
 	@bash scripts/fuzz.sh

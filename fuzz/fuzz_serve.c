@@ -1,4 +1,4 @@
-/* libFuzzer harness for skiplm serve's request parsing (cli/serve_api.c): the first byte picks
+/* libFuzzer harness for skiplm serve's request parsing (server/serve_api.c): the first byte picks
  * the endpoint (odd: chat completions), the rest is the request body. A body that becomes a job
  * is then answered as if it had run (each choice's text taken from the input, a stop for a
  * reason): the whole response, and the stream to its end. Every refusal must carry an HTTP

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The documentation must match the code. For README.md and docs/*.md:
-#   - every sk_... identifier exists as a word in include/, src/ or cli/ (a name ending in
+#   - every sk_... identifier exists as a word in include/, src/, cli/ or server/ (a name ending in
 #     .h/.c/... is a file name: some file of the repository must have it; sk_x_* is a prefix);
-#   - every repository path named (src/, include/, cli/, tests/, scripts/, bench/, fuzz/,
+#   - every repository path named (src/, include/, cli/, server/, tests/, scripts/, bench/, fuzz/,
 #     docs/, .ci/, and relative markdown link targets) exists; a path ending in / is a folder,
 #     globs such as src/text/jinja_*.c must match something;
 #   - every `make TARGET` in code names a target of the Makefile;
@@ -13,7 +13,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 export LC_ALL=C
 SELF=tests/test_docs.sh
-PREFIX='src|include|cli|tests|scripts|bench|fuzz|docs|\.ci'
+PREFIX='src|include|cli|server|tests|scripts|bench|fuzz|docs|\.ci'
 fail=0
 
 DOCS=(README.md)
@@ -27,7 +27,7 @@ else
 fi
 
 # every sk_ word of the code
-KNOWN_IDS=$(grep -rhoE '\bsk_[a-z0-9_]+' include src cli 2>/dev/null | sort -u)
+KNOWN_IDS=$(grep -rhoE '\bsk_[a-z0-9_]+' include src cli server 2>/dev/null | sort -u)
 KNOWN_BASENAMES=$(printf '%s\n' "$ALL_FILES" | sed 's|.*/||' | sort -u)
 
 # check_ids FILE...: prints the identifiers that the code lacks
@@ -127,7 +127,7 @@ else
     fail=1
 fi
 
-report "identifiers named in README.md and docs/ exist in include/, src/ or cli/" $(check_ids "${DOCS[@]}")
+report "identifiers named in README.md and docs/ exist in include/, src/, cli/ or server/" $(check_ids "${DOCS[@]}")
 report "paths and links named in README.md and docs/ exist" $(check_paths "${DOCS[@]}" | tr ' ' '_')
 report "make targets named in README.md and docs/ exist in the Makefile" $(check_make "${DOCS[@]}")
 spec_files=()

@@ -9,8 +9,8 @@
  *                   decoding step for every running sequence, the prompt cache.
  * A job is shared by its connection's thread and the engine's thread; everything in it past
  * "the engine's part" is read and written under the engine's lock. */
-#ifndef SK_CLI_SERVE_H
-#define SK_CLI_SERVE_H
+#ifndef SK_SERVER_SERVE_H
+#define SK_SERVER_SERVE_H
 #include "generate.h"
 #include <pthread.h>
 

@@ -137,6 +137,12 @@ def main():
         if not check(srv.url is not None, f"server with --tool-format {fmt}"):
             continue
         required(srv.url, fmt, 5 if fmt == "hermes" else 2)
+        if fmt == "mistral":   # a list of calls, streamed: each call's pieces under its own index
+            got = client(srv.url, [chat("weather", n=4, seed=s, tool_choice="required", stream=st) for s in (11, 12) for st in (False, True)])
+            strip = [[[{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in cs or []] for cs in g.get("calls", [])] for g in got]
+            many = sum(len(cs) > 1 for g in strip for cs in g)
+            check(many and strip[0] == strip[1] and strip[2] == strip[3] and all(g.get("finish") == ["tool_calls"] * 4 for g in got),
+                  f"mistral, streamed: {many} of 16 replies hold several calls, and delta.tool_calls joined by index equal the calls in one piece ({strip[1]!r:.160})")
         if fmt == "hermes":
             got = client(srv.url, [chat("add", n=4, seed=7, tool_choice={"type": "function", "function": {"name": "add"}}),
                                    chat("weather", n=4, seed=8, tool_choice="required"),

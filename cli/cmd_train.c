@@ -363,6 +363,12 @@ static void print_banner(const train_run *r) {
     char desc[256];
     sk_config_describe(&r->cfg, desc, sizeof desc);
     fprintf(r->err, "skiplm train: %s, %.2fM parameters\n", desc, sk_model_num_params(r->m) / 1e6);
+    if (!r->use_cuda) {
+        const double P = 4.0 * (double)sk_model_num_params(r->m);
+        fprintf(r->err, "skiplm train: allocated: weights %.0f bytes, gradients %.0f, AdamW m and v %.0f (16 bytes per parameter)%s, "
+                "activations %.0f at B=%d, T=%d\n", P, P, 2 * P, sk_model_bf16(r->m) ? " + their bf16 copy" : "",
+                (double)sk_model_activation_bytes(r->m, tc->B, tc->T, 1), tc->B, tc->T);
+    }
 #ifdef SKIPLM_CUDA
     if (r->use_cuda) fprintf(r->err, "skiplm train: device cuda: %s, %s%s\n", r->devdesc, sk_cuda_precision_name(r->prec),
                              world < 2 ? "" : sk_cuda_nccl_enabled() ? "; one GPU per rank, gradients averaged by NCCL"

@@ -2,7 +2,8 @@
  *   tool_lora grad BASE ADAPTER BATCH OUT [DROPOUT SEED]
  *       the adapter attached to the frozen base as training attaches it (sk_lora_attach, with
  *       dropout DROPOUT, default 0): forward on BATCH (I32 "inputs", "targets" (B, T)) into
- *       OUT/out.safetensors ("logits", "loss", "loss_fb"), then forward + backward with dropout
+ *       OUT/out.safetensors ("logits", "loss", "loss_fb", "model_grads": 1 if the base holds a
+ *       gradient buffer after the backward pass), then forward + backward with dropout
  *       seed SEED (default 0) and the adapter's gradients written as an adapter folder OUT (PEFT's
  *       names and layout, the gradients in place of A and B). */
 #include "skiplm.h"
@@ -43,6 +44,8 @@ int main(int argc, char **argv) {
     sk_st_add(w, "logits", SK_F32, 3, ls, logits);
     sk_st_add(w, "loss", SK_F32, 1, one, &loss);
     sk_st_add(w, "loss_fb", SK_F32, 1, one, &loss_fb);
+    float has_grads = sk_model_grads(m) != NULL;     /* the frozen base's gradient buffer: none */
+    sk_st_add(w, "model_grads", SK_F32, 1, one, &has_grads);
     char p[4096];
     snprintf(p, sizeof p, "%s/out.safetensors", argv[5]);
     if (sk_st_write(w, p)) return die();

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -433,9 +432,7 @@ static void print_summary(const train_run *r, const loop_state *ls) {
     const sk_train_cfg *tc = &r->tc;
     const int world = r->world;
     FILE *err = r->err;
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double mx[3] = {ru.ru_maxrss / 1024.0, sk_dist_comm_seconds(), 0};
+    double mx[3] = {cli_peak_rss_mib(), sk_dist_comm_seconds(), 0};
 #ifdef SKIPLM_CUDA
     size_t dused = 0, dtotal = 0;
     if (r->use_cuda && !sk_cuda_memory(&dused, &dtotal)) mx[2] = dused / 1048576.0;

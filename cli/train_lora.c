@@ -241,6 +241,7 @@ int cmd_train_lora(int argc, char **argv) {
         fflush(stdout);
     }
     if (V) printf("lora: val loss after %.6f\n", mean_loss(m, V, o.val_batches, o.B, o.T, x, y));
+    printf("lora: peak RSS %.1f MiB\n", cli_peak_rss_mib());
     printf("wrote %s: adapter_config.json, adapter_model.safetensors (apply with --lora %s), " STATE_FILE "\n", o.out, o.out);
     rc = 0;
 done:

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -203,6 +204,19 @@ void cli_docs_free(cli_docs *docs) {
     for (int i = 0; i < docs->n; i++) free(docs->v[i]);
     free(docs->v);
     memset(docs, 0, sizeof *docs);
+}
+
+double cli_peak_rss_mib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) { kib = strtol(line + 6, NULL, 10); break; }
+    if (f) fclose(f);
+    if (kib >= 0) return kib / 1024.0;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
 }
 
 int cli_mkdir_p(const char *dir) {

@@ -52,6 +52,10 @@ int cli_find_shards(const char *spec, const char *stream, cli_docs *out, char *r
 /* mkdir -p: creates dir and its missing parents; 0 when dir is a directory then, else -1
  * with errno (EEXIST where a file is in the way, ENAMETOOLONG past 4095 bytes). */
 int cli_mkdir_p(const char *dir);
+/* This process's peak resident memory in MiB: /proc/self/status's VmHWM (the process's own,
+ * from its exec on), else getrusage's ru_maxrss (which on Linux also counts the image it was
+ * started from: a large parent's, after vfork) */
+double cli_peak_rss_mib(void);
 /* --device: 1 for cuda (or gpu), 0 for cpu; anything else is said ("skiplm CMD: --device must
  * be cpu or cuda (got 'X')") and gives -1. */
 int cli_device(const char *cmd, const char *device);

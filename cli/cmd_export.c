@@ -1,7 +1,8 @@
 /* skiplm export: a model as a Hugging Face folder (model.safetensors, config.json and the
  * tokenizer: GPT-2's as vocab.json + merges.txt, a tokenizer.json as is), which
  * transformers' from_pretrained reads; or with --gguf as one GGUF file (weights, tokenizer,
- * chat template) that llama.cpp runs (docs/files.md). */
+ * chat template) that llama.cpp runs; or with --weights as skiplm's own weights file (any model
+ * skiplm runs, SLA included: a model with a LoRA adapter merged, say) (docs/files.md). */
 #include "cli.h"
 #include <errno.h>
 #include <stdio.h>
@@ -38,10 +39,11 @@ static int export_gguf(sk_model *m, const char *weights, const char *path, const
 
 int cmd_export(int argc, char **argv) {
     cli_model_opts mo = {0};
-    const char *out = NULL, *tok = NULL, *gguf = NULL, *type = NULL;
+    const char *out = NULL, *tok = NULL, *gguf = NULL, *type = NULL, *wfile = NULL;
     cli_opt opts[] = {
         {"out", 's', &out, "the Hugging Face folder to write (created if missing)"},
         {"gguf", 's', &gguf, "write one GGUF file instead (llama.cpp, ollama, LM Studio): weights, tokenizer, chat template"},
+        {"weights", 's', &wfile, "write skiplm's own weights file instead (.safetensors, written atomically): any model skiplm runs, SLA included (with --merge-lora: the merged model)"},
         {"type", 's', &type, "with --gguf: the matrices' type, f32 | bf16 | q8_0 (f32; an 8-bit model: q8_0, its own blocks)"},
         {"tokenizer", 's', &tok, "tokenizer to write with the weights: a GPT-2 folder or a tokenizer.json (default: the model's own)"},
         {"merge-lora", 's', &mo.lora, "a LoRA adapter folder (PEFT's) merged into the weights written (the same as --lora)"},
@@ -49,10 +51,13 @@ int cmd_export(int argc, char **argv) {
         {0},
     };
     char *pos[1]; int np;
-    int rc = cli_parse(argc, argv, "export", "WEIGHTS --out DIR | --gguf FILE [--type f32|bf16|q8_0] [options]", opts, pos, 1,
-                       &np, NULL, NULL);
+    int rc = cli_parse(argc, argv, "export", "WEIGHTS --out DIR | --gguf FILE [--type f32|bf16|q8_0] | --weights FILE [options]", opts,
+                       pos, 1, &np, NULL, NULL);
     if (rc) return rc == 1 ? 0 : rc;
-    if (np != 1 || (!out == !gguf)) { fprintf(stderr, "skiplm export: give the weights and one of --out DIR or --gguf FILE\n"); return 2; }
+    if (np != 1 || (!!out + !!gguf + !!wfile) != 1) {
+        fprintf(stderr, "skiplm export: give the weights and one of --out DIR, --gguf FILE or --weights FILE\n");
+        return 2;
+    }
     if (type && !gguf) { fprintf(stderr, "skiplm export: --type is for --gguf\n"); return 2; }
     sk_model *m;
     if (cli_load_model(&m, pos[0], &mo)) return cli_fail("export");
@@ -63,6 +68,14 @@ int cmd_export(int argc, char **argv) {
         rc = export_gguf(m, pos[0], gguf, type, tp);
         sk_model_free(m);
         return rc;
+    }
+    if (wfile) {
+        const char *meta[] = {"tokenizer", tp[0] ? tp : NULL, NULL};
+        rc = sk_model_save_meta(m, wfile, meta);
+        if (!rc) printf("wrote %s: %.2fM parameters%s%s%s\n", wfile, sk_model_num_params(m) / 1e6, sk_model_q8(m) ? " (8-bit)" : "",
+                        mo.lora ? ", the LoRA adapter merged from " : "", mo.lora ? mo.lora : "");
+        sk_model_free(m);
+        return rc ? cli_fail("export") : 0;
     }
     if (sk_model_q8(m)) {
         fprintf(stderr, "skiplm export: %s holds 8-bit weights (skiplm quantize): export needs the fp32 weights it was quantized from\n", pos[0]);

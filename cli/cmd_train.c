@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -363,6 +362,12 @@ static void print_banner(const train_run *r) {
     char desc[256];
     sk_config_describe(&r->cfg, desc, sizeof desc);
     fprintf(r->err, "skiplm train: %s, %.2fM parameters\n", desc, sk_model_num_params(r->m) / 1e6);
+    if (!r->use_cuda) {
+        const double P = 4.0 * (double)sk_model_num_params(r->m);
+        fprintf(r->err, "skiplm train: allocated: weights %.0f bytes, gradients %.0f, AdamW m and v %.0f (16 bytes per parameter)%s, "
+                "activations %.0f at B=%d, T=%d\n", P, P, 2 * P, sk_model_bf16(r->m) ? " + their bf16 copy" : "",
+                (double)sk_model_activation_bytes(r->m, tc->B, tc->T, 1), tc->B, tc->T);
+    }
 #ifdef SKIPLM_CUDA
     if (r->use_cuda) fprintf(r->err, "skiplm train: device cuda: %s, %s%s\n", r->devdesc, sk_cuda_precision_name(r->prec),
                              world < 2 ? "" : sk_cuda_nccl_enabled() ? "; one GPU per rank, gradients averaged by NCCL"
@@ -427,9 +432,7 @@ static void print_summary(const train_run *r, const loop_state *ls) {
     const sk_train_cfg *tc = &r->tc;
     const int world = r->world;
     FILE *err = r->err;
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double mx[3] = {ru.ru_maxrss / 1024.0, sk_dist_comm_seconds(), 0};
+    double mx[3] = {cli_peak_rss_mib(), sk_dist_comm_seconds(), 0};
 #ifdef SKIPLM_CUDA
     size_t dused = 0, dtotal = 0;
     if (r->use_cuda && !sk_cuda_memory(&dused, &dtotal)) mx[2] = dused / 1048576.0;

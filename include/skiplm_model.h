@@ -169,6 +169,7 @@ void sk_model_zero_grad(sk_model *m);
  * Needs n_embd and the MLP width to be multiples of 32. Training refuses a quantized model. */
 int sk_model_quantize_q8(sk_model *m);
 int sk_model_q8(const sk_model *m);       /* 1: quantized (sk_model_quantize_q8 or a quantized file) */
+size_t sk_model_q8_bytes(const sk_model *m);   /* the 8-bit copy's bytes (int8 values and fp16 scales), 0 if none */
 
 /* Per-phase timers (seconds, accumulated since the last reset). */
 typedef struct { double matmul, attention, norm, elementwise, classifier; } sk_phase_times;

@@ -338,32 +338,42 @@ double sk_dist_comm_seconds(void);
 /* ------------------------------------------------------------------ LoRA
  *
  * Low-rank adapters on a frozen base (src/train/lora.c, docs/training.md): each adapted
- * matrix W (out, in) computes as W0 + s B A with A (r, in), B (out, r), s = alpha / r (PEFT's
- * LoRA without dropout, rslora or DoRA). Targets: "q,k,v,o,gate,up,down" (Llama's *_proj; the
- * full names work too), GPT-2's "c_attn,c_proj,c_fc", or "all" (every matrix of the layers). */
+ * matrix W0 (out, in) computes W0 x + s B A drop(x) with A (r, in), B (out, r), s = alpha / r
+ * (PEFT's LoRA with lora_dropout; no rslora or DoRA). Targets: "q,k,v,o,gate,up,down" (Llama's
+ * *_proj; the full names work too), GPT-2's "c_attn,c_proj,c_fc", or "all" (every matrix of
+ * the layers). */
 typedef struct sk_lora sk_lora;
 /* A new adapter: A uniform in +-1/sqrt(in) (nn.Linear's init, as PEFT's), B zero (the model
- * starts as the base); the base's adapted matrices are copied (the model's current weights). */
+ * starts as the base). */
 int sk_lora_new(sk_lora **l, const sk_model *m, int rank, float alpha, const char *targets, uint64_t seed);
 /* PEFT's adapter_config.json + adapter_model.safetensors in dir, for the base m (its current
  * weights are the base). Refused: another peft_type, rslora, DoRA, bias terms, missing or
  * misshapen tensors, tensors for modules the config does not adapt. */
 int sk_lora_load(sk_lora **l, const sk_model *m, const char *dir);
+/* Frees the adapter (a model it is attached to must not run after: sk_lora_detach first). */
 void sk_lora_free(sk_lora *l);
 int sk_lora_count(const sk_lora *l);              /* matrices adapted */
 size_t sk_lora_num_params(const sk_lora *l);      /* floats of A and B */
 size_t sk_lora_base_floats(const sk_lora *l);     /* floats of the adapted base matrices */
-float *sk_lora_weights(sk_lora *l);               /* A and B of every matrix (tests) */
-float *sk_lora_grads(sk_lora *l);
-/* The model's adapted matrices set to W0 + s B A (merging: the model then computes the adapted
- * model; training calls it before each step). */
-void sk_lora_apply(const sk_lora *l, sk_model *m);
-/* The same for good (sample, eval, serve, export --lora): an 8-bit model's merged matrices are
- * quantized again, as sk_model_quantize_q8 quantizes, and its fp32 weights set to their values. */
+float *sk_lora_weights(sk_lora *l);               /* A and B of every matrix */
+float *sk_lora_grads(sk_lora *l);                 /* their gradients */
+float *sk_lora_moments(sk_lora *l, int which);    /* AdamW's m (0) or v (1), as A and B */
+/* Training: the adapters attached to m as branches of their own (core/model.h's sk_adapters)
+ * for batches of up to max_tokens = B * T tokens, with dropout p on each adapter's input in
+ * training passes (sk_model_forward_backward; adapter i's mask is sk_dropout's with the pass's
+ * dropout seed and stream SK_LORA_STREAM0 + i). m is frozen: its gradient buffer is freed and
+ * never made again, its backward pass computes only the activations' and the adapters'
+ * gradients (accumulated into sk_lora_grads). sk_model_forward then computes the adapted model
+ * too (without dropout). */
+#define SK_LORA_STREAM0 (1ull << 32)
+int sk_lora_attach(sk_lora *l, sk_model *m, int max_tokens, float dropout);
+void sk_lora_detach(sk_lora *l, sk_model *m);
+size_t sk_lora_workspace_bytes(const sk_lora *l); /* the attached branches' workspaces */
+void sk_lora_zero_grad(sk_lora *l);
+/* The model's adapted matrices set to W + s B A for good (sample, eval, serve, export --lora):
+ * an 8-bit model's merged matrices are quantized again, as sk_model_quantize_q8 quantizes, and
+ * its fp32 weights set to their values. */
 int sk_lora_merge(const sk_lora *l, sk_model *m);
-/* A's and B's gradients from the model's gradient buffer after a backward pass on the applied
- * weights: dA = s B^T dW, dB = s dW A^T (summed in double, fixed order). */
-void sk_lora_backward(sk_lora *l, const sk_model *m);
 /* Clip (clip > 0) and one AdamW step on A and B; returns the gradient norm (no update when it
  * is not finite). */
 double sk_lora_step(sk_lora *l, const sk_adamw_cfg *c, double lr, long t, float clip);

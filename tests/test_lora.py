@@ -9,7 +9,7 @@
 3. Applying: export --lora writes merged weights equal to base + alpha/r B A (computed in
    PyTorch from the adapter's files); eval --lora gives the merged folder's loss; sample --lora runs;
    train --lora --q8 (an 8-bit frozen base) runs and reports its memory per base parameter.
-4. Refusals: --lora-dropout, a DoRA adapter, a missing tensor, a wrong shape, an adapter of
+4. Refusals: --lora-dropout out of [0, 1), a DoRA adapter, a missing tensor, a wrong shape, an adapter of
    another model.
 """
 import json
@@ -178,7 +178,8 @@ def training(tmp):
     want = {f"base_model.model.model.layers.{l}.{blk}.{m}.lora_{ab}.weight"
             for l in range(2) for blk, ms in (("self_attn", ["q_proj", "k_proj", "v_proj", "o_proj"]),
                                               ("mlp", ["gate_proj", "up_proj", "down_proj"])) for m in ms for ab in "AB"}
-    check(files == ["adapter_config.json", "adapter_model.safetensors"], f"the adapter folder holds PEFT's two files {files}")
+    check(files == ["adapter_config.json", "adapter_model.safetensors", "lora_state.safetensors"],
+          f"the adapter folder holds PEFT's two files and the training state {files}")
     check(c["peft_type"] == "LORA" and c["r"] == 4 and c["lora_alpha"] == 8 and c["task_type"] == "CAUSAL_LM" and
           c["bias"] == "none" and c["fan_in_fan_out"] is False and sorted(c["target_modules"]) == sorted(LLAMA_T) and
           c["lora_dropout"] == 0.0 and c["use_rslora"] is False,
@@ -227,8 +228,8 @@ def applying(tmp, cfg, folder, out, train, t, c):
 
 
 def refusals(tmp, folder, out, train):
-    r = sk("train", "--lora", "4", "--lora-dropout", "0.1", "--init", folder, "--train", train, "--out", os.path.join(tmp, "x"))
-    check(r.returncode == 2 and "lora-dropout" in r.stderr, f"refused: --lora-dropout 0.1: {r.stderr.strip()[:120]}")
+    r = sk("train", "--lora", "4", "--lora-dropout", "1.5", "--init", folder, "--train", train, "--out", os.path.join(tmp, "x"))
+    check(r.returncode == 2 and "lora-dropout" in r.stderr, f"refused: --lora-dropout 1.5: {r.stderr.strip()[:120]}")
     t, _ = st.load_file(os.path.join(out, "adapter_model.safetensors"))
     c = json.load(open(os.path.join(out, "adapter_config.json")))
     val = os.path.join(tmp, "val.bin")

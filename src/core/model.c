@@ -248,6 +248,29 @@ const sk_tensor *sk_model_tensor(const sk_model *m, const char *name) {
     return NULL;
 }
 
+void sk_model_set_frozen(sk_model *m, int on) {
+    m->frozen = on != 0;
+    if (m->frozen && m->grads) {
+        free(m->grads);
+        m->grads = NULL;
+        memset(&m->g, 0, sizeof m->g);
+    }
+}
+
+int sk_model_set_adapters(sk_model *m, const sk_adapters *ad) {
+    if (ad && m->bf16) return sk_error(SK_EINVAL, "LoRA branches run in fp32: not with bf16 mixed precision");
+    m->ad = ad;
+    return SK_OK;
+}
+
+size_t sk_model_site_offset(const sk_model *m, int l, int site) {
+    const float *w = site == SK_SITE_QKV ? m->p.qkvw + (size_t)l * m->QKV * m->C
+                   : site == SK_SITE_ATTPROJ ? m->p.attprojw + (size_t)l * m->C * m->C
+                   : site == SK_SITE_FC ? m->p.fcw + (size_t)l * (m->gated ? 2 * m->F : m->F) * m->C
+                   : m->p.fcprojw + (size_t)l * m->C * m->F;
+    return (size_t)(w - m->params);
+}
+
 void sk_model_zero_grad(sk_model *m) {
     if (m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
 }
@@ -423,7 +446,12 @@ int sk_model_reserve(sk_model *m, int B, int T, int with_grads) {
     if (P16) snprintf(p16, sizeof p16, " + bf16 weights %zu", P16);
     int rc;
     char what[320];
-    if (with_grads) {
+    if (with_grads && m->frozen) {
+        /* a frozen base (LoRA): no weight gradients, no AdamW state */
+        snprintf(what, sizeof what, "training on frozen weights with B=%d, T=%d (parameters %zu + activations %zu bytes)",
+                 B, T, P, A);
+        rc = check_alloc(P + A, what);
+    } else if (with_grads) {
         /* training: every training path (sk_trainer_new, bench) also holds AdamW's m and v,
          * so the up-front number is the whole run's: parameters, gradients, m, v, activations */
         snprintf(what, sizeof what, "training with B=%d, T=%d (parameters %zu + gradients %zu + AdamW m and v %zu%s + "
@@ -442,7 +470,7 @@ int sk_model_reserve(sk_model *m, int B, int T, int with_grads) {
     m->recompute_on = rec;
     m->B = B; m->T = T; m->acts_have_grads = with_grads;
     m->chunk = classifier_chunk(m, B * T);
-    if (with_grads && !m->grads) {
+    if (with_grads && !m->grads && !m->frozen) {
         m->grads = calloc(m->n_params, sizeof(float));
         if (!m->grads) return sk_error(SK_ENOMEM, "out of memory for the gradients");
         sk_params_views(m, m->grads, &m->g);
@@ -626,20 +654,72 @@ static void qkv_forward(const sk_model *m, int l, float *qkv, const float *ln1, 
 static void qkv_backward(sk_model *m, int l, float *dln1, const float *dqkv, const float *ln1, int N) {
     size_t off = (size_t)l * m->QKV * m->C;
     const float *w = m->p.qkvw + off;
-    float *dw = m->g.qkvw + off, *db = m->g.qkvb ? m->g.qkvb + (size_t)l * m->QKV : NULL;
+    float *dw = m->g.qkvw ? m->g.qkvw + off : NULL, *db = m->g.qkvb ? m->g.qkvb + (size_t)l * m->QKV : NULL;
     const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
     int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
     if (n == 1 && r[1] == QKV) { sk_linear_backward(dln1, dw, db, dqkv, ln1, w, N, C, QKV); return; }
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
         sk_gemm(0, 0, N, C, cw, 1.0f, dqkv + c0, QKV, w + (size_t)c0 * C, C, i ? 1.0f : 0.0f, dln1, C);
-        sk_gemm(1, 0, cw, C, N, 1.0f, dqkv + c0, QKV, ln1, C, 1.0f, dw + (size_t)c0 * C, C);
+        if (dw) sk_gemm(1, 0, cw, C, N, 1.0f, dqkv + c0, QKV, ln1, C, 1.0f, dw + (size_t)c0 * C, C);
         if (db) {
             /* column sums of the strided block, rows in order (thread-count independent) */
             for (int t = 0; t < N; t++) {
                 const float *row = dqkv + (size_t)t * QKV + c0;
                 for (int c = 0; c < cw; c++) db[c0 + c] += row[c];
             }
+        }
+    }
+}
+
+/* ------------------------------------------------------------- adapters */
+
+/* x's dropped copy for adapter a (in the scratch), or x itself */
+static const float *adapter_input(const sk_model *m, const sk_adapter *a, const float *x, int N, int training, uint64_t seed) {
+    const sk_adapters *ad = m->ad;
+    if (!training || !(ad->dropout > 0.0f)) return x;
+    const size_t n = (size_t)N * a->in;
+    memcpy(ad->scratch, x, n * sizeof(float));
+    sk_dropout(ad->scratch, n, ad->dropout, seed, a->stream);
+    return ad->scratch;
+}
+
+/* y (N, ldy): rows [row0, row0 + out) of the site's output += scale * drop(x) A^T B^T */
+static void adapters_forward(sk_model *m, int l, int site, float *y, int ldy, const float *x, int N, int training,
+                             uint64_t seed) {
+    const sk_adapters *ad = m->ad;
+    if (!ad) return;
+    for (int i = 0; i < ad->n; i++) {
+        const sk_adapter *a = &ad->a[i];
+        if (a->layer != l || a->site != site) continue;
+        const float *xin = adapter_input(m, a, x, N, training, seed);
+        sk_gemm(0, 1, N, ad->rank, a->in, 1.0f, xin, a->in, a->A, a->in, 0.0f, a->u, ad->rank);
+        sk_gemm(0, 1, N, a->out, ad->rank, ad->scale, a->u, ad->rank, a->B, ad->rank, 1.0f, y + a->row0, ldy);
+    }
+}
+
+/* From dy (N, ldy), the site's output gradient: dB += scale dy^T u, du = scale dy B,
+ * dA += du^T drop(x), dx (N, in) += drop'(du A) (the same mask) */
+static void adapters_backward(sk_model *m, int l, int site, float *dx, const float *dy, int ldy, const float *x, int N,
+                              uint64_t seed) {
+    const sk_adapters *ad = m->ad;
+    if (!ad) return;
+    const int r = ad->rank;
+    for (int i = 0; i < ad->n; i++) {
+        const sk_adapter *a = &ad->a[i];
+        if (a->layer != l || a->site != site) continue;
+        const float *g = dy + a->row0;
+        sk_gemm(1, 0, a->out, r, N, ad->scale, g, ldy, a->u, r, 1.0f, a->dB, r);
+        sk_gemm(0, 0, N, r, a->out, ad->scale, g, ldy, a->B, r, 0.0f, ad->scratch_r, r);
+        const float *xin = adapter_input(m, a, x, N, 1, seed);
+        sk_gemm(1, 0, r, a->in, N, 1.0f, ad->scratch_r, r, xin, a->in, 1.0f, a->dA, a->in);
+        if (ad->dropout > 0.0f) {
+            const size_t n = (size_t)N * a->in;
+            sk_gemm(0, 0, N, a->in, r, 1.0f, ad->scratch_r, r, a->A, a->in, 0.0f, ad->scratch, a->in);
+            sk_dropout(ad->scratch, n, ad->dropout, seed, a->stream);
+            sk_add_inplace(dx, ad->scratch, n);
+        } else {
+            sk_gemm(0, 0, N, a->in, r, 1.0f, ad->scratch_r, r, a->A, a->in, 1.0f, dx, a->in);
         }
     }
 }
@@ -663,6 +743,7 @@ static int layer_forward(sk_model *m, int l, const float *x, const sk_layer_acts
     } else {
         TIMED(norm, norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, ln1w, ln1b, N));
         TIMED(matmul, qkv_forward(m, l, la->qkv, la->ln1, N));
+        TIMED(matmul, adapters_forward(m, l, SK_SITE_QKV, la->qkv, m->QKV, la->ln1, N, training, seed));
     }
     if (m->rope) TIMED(elementwise, sk_rope(la->qkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
     for (int part = 0; part < m->n_runs[l]; part++) {
@@ -678,6 +759,7 @@ static int layer_forward(sk_model *m, int l, const float *x, const sk_layer_acts
         if (rc) return rc;
     } else {
         TIMED(matmul, sk_linear_forward(la->res2, la->atty, projw, projb, N, C, C));
+        TIMED(matmul, adapters_forward(m, l, SK_SITE_ATTPROJ, la->res2, C, la->atty, N, training, seed));
     }
     sk_dropout(la->res2, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT));
     TIMED(elementwise, sk_add_inplace(la->res2, x, BT * C));
@@ -694,8 +776,10 @@ static int layer_forward(sk_model *m, int l, const float *x, const sk_layer_acts
     } else {
         TIMED(norm, norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, ln2w, ln2b, N));
         TIMED(matmul, sk_linear_forward(la->fch, la->ln2, fcw, fcb, N, C, Ffc));
+        TIMED(matmul, adapters_forward(m, l, SK_SITE_FC, la->fch, Ffc, la->ln2, N, training, seed));
         TIMED(elementwise, sk_mlp_act_forward(m, la->fch_act, la->fch, N));
         TIMED(matmul, sk_linear_forward(la->res3, la->fch_act, fcprojw, fcprojb, N, F, C));
+        TIMED(matmul, adapters_forward(m, l, SK_SITE_FCPROJ, la->res3, C, la->fch_act, N, training, seed));
     }
     sk_dropout(la->res3, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT));
     TIMED(elementwise, sk_add_inplace(la->res3, la->res2, BT * C));
@@ -711,6 +795,9 @@ static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int 
     size_t BT = (size_t)N;
     float drop = training ? c->dropout : 0.0f;
 
+    if (m->bf16 && m->ad) return sk_error(SK_EINVAL, "LoRA branches run in fp32: not with bf16 mixed precision");
+    if (m->ad && (size_t)N > m->ad->max_tokens)
+        return sk_error(SK_EINVAL, "the LoRA workspaces hold %zu tokens, the batch has %d", m->ad->max_tokens, N);
     if (m->bf16) TIMED(elementwise, bf16_weights(m));
     TIMED(elementwise, sk_embed_forward(a->encoded, inputs, p->wte, p->wpe ? p->wpe : m->sinus, B, T, C));
     sk_dropout(a->encoded, BT * C, drop, seed, drop_stream(L, 0));
@@ -778,10 +865,11 @@ static int classifier(sk_model *m, const int32_t *targets, int N, float *loss, f
         m->times.classifier += sk_now() - t0;
         if (dlnf && h) {
             TIMED(classifier, rc = sk_gemm_bf16(0, 0, R, C, Vp, d16, Vp, lm16, C, NULL, 0, dlnf + (size_t)r0 * C, NULL, C));
-            if (!rc) TIMED(classifier, rc = sk_gemm_bf16(1, 0, Vp, C, R, d16, Vp, a->lnf16 + (size_t)r0 * C, C, NULL, 1, m->g.lmhead, NULL, C));
+            if (!rc && m->g.lmhead)
+                TIMED(classifier, rc = sk_gemm_bf16(1, 0, Vp, C, R, d16, Vp, a->lnf16 + (size_t)r0 * C, C, NULL, 1, m->g.lmhead, NULL, C));
         } else if (dlnf) {
             TIMED(classifier, sk_gemm(0, 0, R, C, Vp, 1.0f, lg, Vp, m->p.lmhead, C, 0.0f, dlnf + (size_t)r0 * C, C));
-            TIMED(classifier, sk_gemm(1, 0, Vp, C, R, 1.0f, lg, Vp, a->lnf + (size_t)r0 * C, C, 1.0f, m->g.lmhead, C));
+            if (m->g.lmhead) TIMED(classifier, sk_gemm(1, 0, Vp, C, R, 1.0f, lg, Vp, a->lnf + (size_t)r0 * C, C, 1.0f, m->g.lmhead, C));
         }
     }
     if (rc) return rc;
@@ -835,6 +923,8 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
     size_t BT = (size_t)N;
     float drop = c->dropout;
     const int h = m->bf16;
+    /* a weight's gradient, or NULL for a frozen model (no gradient buffer) */
+#define GV(ptr, off) ((ptr) ? (ptr) + (off) : NULL)
 
     /* a->dbtc holds dlnf from the classifier */
     memset(a->dres, 0, BT * C * sizeof(float));
@@ -862,30 +952,33 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
         if (h) {
             /* dY rounded once for its two GEMMs; the bias gradient sums the fp32 dY */
             TIMED(elementwise, sk_round_bf16(a->dy16, dy, BT * C));
-            TIMED(matmul, rc = linear16_backward(m, a->dfch_act, g->fcprojw + (size_t)l * C * F, a->dy16, la.act16, fcprojw, N, F, C));
+            TIMED(matmul, rc = linear16_backward(m, a->dfch_act, GV(g->fcprojw, (size_t)l * C * F), a->dy16, la.act16, fcprojw, N, F, C));
             if (rc) return rc;
             if (g_fcprojb) TIMED(matmul, sk_colsum_add(g_fcprojb, dy, N, C));
             TIMED(elementwise, mlp_act_backward16(m, a->dfch16, la.fch16, a->dfch_act, N));
-            TIMED(matmul, rc = linear16_backward(m, a->dbtc2, g->fcw + (size_t)l * Ffc * C, a->dfch16, la.ln2_16, fcw, N, C, Ffc));
+            TIMED(matmul, rc = linear16_backward(m, a->dbtc2, GV(g->fcw, (size_t)l * Ffc * C), a->dfch16, la.ln2_16, fcw, N, C, Ffc));
             if (rc) return rc;
             if (g_fcb) TIMED(matmul, sk_colsum_add_bf16(g_fcb, a->dfch16, N, Ffc));
         } else {
-            TIMED(matmul, sk_linear_backward(a->dfch_act, g->fcprojw + (size_t)l * C * F, g_fcprojb, dy, fch_act, fcprojw, N, F, C));
+            TIMED(matmul, sk_linear_backward(a->dfch_act, GV(g->fcprojw, (size_t)l * C * F), g_fcprojb, dy, fch_act, fcprojw, N, F, C));
+            TIMED(matmul, adapters_backward(m, l, SK_SITE_FCPROJ, a->dfch_act, dy, C, fch_act, N, seed));
             TIMED(elementwise, sk_mlp_act_backward(m, a->dfch, fch, a->dfch_act, N));
-            TIMED(matmul, sk_linear_backward(a->dbtc2, g->fcw + (size_t)l * Ffc * C, g_fcb, a->dfch, ln2, fcw, N, C, Ffc));
+            TIMED(matmul, sk_linear_backward(a->dbtc2, GV(g->fcw, (size_t)l * Ffc * C), g_fcb, a->dfch, ln2, fcw, N, C, Ffc));
+            TIMED(matmul, adapters_backward(m, l, SK_SITE_FC, a->dbtc2, a->dfch, Ffc, ln2, N, seed));
         }
-        TIMED(norm, norm_backward(m, a->dres, g->ln2w + (size_t)l * C, g->ln2b ? g->ln2b + (size_t)l * C : NULL,
+        TIMED(norm, norm_backward(m, a->dres, GV(g->ln2w, (size_t)l * C), g->ln2b ? g->ln2b + (size_t)l * C : NULL,
                                   a->dbtc2, res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
         /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))) */
         dy = branch_grad(m, drop, seed, l, DROP_ATTN_OUT, BT);
         if (h) {
             TIMED(elementwise, sk_round_bf16(a->dy16, dy, BT * C));
             TIMED(elementwise, sk_round_bf16(a->x16, atty, BT * C));
-            TIMED(matmul, rc = linear16_backward(m, a->dbtc2, g->attprojw + (size_t)l * C * C, a->dy16, a->x16, attprojw, N, C, C));
+            TIMED(matmul, rc = linear16_backward(m, a->dbtc2, GV(g->attprojw, (size_t)l * C * C), a->dy16, a->x16, attprojw, N, C, C));
             if (rc) return rc;
             if (g_attprojb) TIMED(matmul, sk_colsum_add(g_attprojb, dy, N, C));
         } else {
-            TIMED(matmul, sk_linear_backward(a->dbtc2, g->attprojw + (size_t)l * C * C, g_attprojb, dy, atty, attprojw, N, C, C));
+            TIMED(matmul, sk_linear_backward(a->dbtc2, GV(g->attprojw, (size_t)l * C * C), g_attprojb, dy, atty, attprojw, N, C, C));
+            TIMED(matmul, adapters_backward(m, l, SK_SITE_ATTPROJ, a->dbtc2, dy, C, atty, N, seed));
         }
         float *dqkv = dqkv_of(m, l, BT);
         if (m->lend_index[l] < 0) memset(dqkv, 0, BT * m->QKV * sizeof(float));
@@ -910,18 +1003,22 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
             if (rc) return rc;
         } else {
             TIMED(matmul, qkv_backward(m, l, a->dbtc, dqkv, ln1, N));
+            TIMED(matmul, adapters_backward(m, l, SK_SITE_QKV, a->dbtc, dqkv, m->QKV, ln1, N, seed));
         }
-        TIMED(norm, norm_backward(m, a->dres, g->ln1w + (size_t)l * C, g->ln1b ? g->ln1b + (size_t)l * C : NULL,
+        TIMED(norm, norm_backward(m, a->dres, GV(g->ln1w, (size_t)l * C), g->ln1b ? g->ln1b + (size_t)l * C : NULL,
                                   a->dbtc, x, p->ln1w + (size_t)l * C, la.ln1_mean, la.ln1_rstd, N));
     }
+    if (m->frozen) return SK_OK;      /* the embedding's gradient is its only use */
     sk_dropout(a->dres, BT * C, drop, seed, drop_stream(L, 0));
     TIMED(elementwise, sk_embed_backward(g->wte, g->wpe, a->dres, inputs, B, T, C));
     return SK_OK;
+#undef GV
 }
 
 int sk_model_forward_backward(sk_model *m, const int32_t *inputs, const int32_t *targets,
                               int B, int T, float grad_scale, uint64_t dropout_seed, float *loss) {
     if (!targets) return sk_error(SK_EINVAL, "forward_backward needs targets");
+    if (m->frozen && m->bf16) return sk_error(SK_EINVAL, "a frozen model trains in fp32: not with bf16 mixed precision");
     m->losses_valid = 0;
     int rc = sk_model_reserve(m, B, T, 1);
     if (rc) return rc;

@@ -56,6 +56,32 @@ typedef struct {
     uint16_t *dlogits16;                  /* (chunk, Vp) the logits' gradient */
 } sk_acts;
 
+/* Low-rank adapters computed as branches of their own (LoRA training on a frozen base,
+ * src/train/lora.c): adapter i acts on rows [row0, row0 + out) of a layer's matrix at one of
+ * the four sites, y[:, rows] += scale * drop(x) A^T B^T, x the matrix's input (N, in). In
+ * training passes drop is dropout of p = dropout on x, its mask the counter-based hash of
+ * (the pass's dropout seed, stream, element) as sk_dropout draws it: each adapter its own
+ * mask (PEFT's lora_dropout, one nn.Dropout per adapted module); evaluation passes use x.
+ * The backward pass accumulates dA (r, in) and dB (out, r) and adds the branch's part of the
+ * input's gradient. u (N, r) holds drop(x) A^T between the passes; the workspaces are the
+ * caller's, for up to max_tokens = B * T tokens. */
+enum { SK_SITE_QKV = 0, SK_SITE_ATTPROJ = 1, SK_SITE_FC = 2, SK_SITE_FCPROJ = 3 };
+typedef struct {
+    int layer, site, row0, out, in;
+    const float *A, *B;                   /* (r, in), (out, r) */
+    float *dA, *dB;                       /* accumulated by the backward pass */
+    float *u;                             /* (max_tokens, r) */
+    uint64_t stream;                      /* the dropout mask's stream */
+} sk_adapter;
+typedef struct {
+    int n, rank;
+    float scale, dropout;
+    sk_adapter *a;
+    float *scratch;                       /* (max_tokens, the largest in) */
+    float *scratch_r;                     /* (max_tokens, rank) */
+    size_t max_tokens;
+} sk_adapters;
+
 struct sk_model {
     sk_config cfg;
     int L, C, H, Hkv, hs, QKV, F, Vp;
@@ -87,6 +113,10 @@ struct sk_model {
                                              GEMMs' weight operands */
     int params16_stale;                   /* params may have changed since params16 was rounded
                                              (set by sk_model_params); the next pass rounds anew */
+    int frozen;                           /* no weight gradients: no gradient buffer, the backward
+                                             pass computes only the activations' gradients (and
+                                             the adapters') */
+    const sk_adapters *ad;                /* LoRA branches, or NULL */
 };
 
 /* One layer's activation views (see sk_acts). */
@@ -100,6 +130,13 @@ typedef struct {
 void sk_mlp_act_forward(const sk_model *m, float *act, const float *h, int N);
 /* Layers whose K/V some other layer reads (lend_index >= 0): the slots of dqkv_lend. */
 int sk_model_n_lenders(const sk_model *m);
+/* Freeze the weights (on = 1: the gradient buffer is freed and never made; the backward pass
+ * computes no weight gradient) or not. */
+void sk_model_set_frozen(sk_model *m, int on);
+/* Attach adapters (NULL detaches); refused in bf16 mode. ad must outlive its use. */
+int sk_model_set_adapters(sk_model *m, const sk_adapters *ad);
+/* The float offset of layer l's matrix at site (SK_SITE_*) in the parameter buffer. */
+size_t sk_model_site_offset(const sk_model *m, int l, int site);
 /* Views of the parameter/gradient buffers (set by the model, used by checkpoints). */
 void sk_params_views(const sk_model *m, float *base, sk_params *p);
 #endif

@@ -83,7 +83,7 @@ void sk_bf16_to_f32_n(float *out, const uint16_t *x, size_t n) {
 void sk_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                         const float *inp, const float *w, int N, int IC, int OC) {
     if (dinp) sk_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
-    sk_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (dw) sk_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (db) sk_colsum_add(db, dout, N, OC);
 }
 
@@ -147,6 +147,7 @@ void sk_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
             dx[c] += s * (w[c] * dy[c] - dmean - nx * dnx);
         }
     }
+    if (!dw) return;
     int nblk = (C + 15) / 16;
     #pragma omp parallel for schedule(static) if(SK_PAR((nblk) * (size_t)N * 16))
     for (int blk = 0; blk < nblk; blk++) {
@@ -320,6 +321,7 @@ void sk_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float 
         dot *= s * s / C;
         for (int c = 0; c < C; c++) dx[c] += s * (w[c] * dy[c] - x[c] * dot);
     }
+    if (!dw) return;
     int nblk = (C + 15) / 16;
     #pragma omp parallel for schedule(static) if(SK_PAR((nblk) * (size_t)N * 16))
     for (int blk = 0; blk < nblk; blk++) {

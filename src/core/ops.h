@@ -26,7 +26,7 @@ static inline float sk_bf16_to_f32(uint16_t h) {
 void sk_bf16_from_f32_n(uint16_t *out, const float *x, size_t n);
 void sk_bf16_to_f32_n(float *out, const uint16_t *x, size_t n);
 /* dinp (N, IC) = dout @ w (overwritten; may be NULL);
- * dw (OC, IC) += dout^T @ inp;  db (OC) += colsum(dout) (db may be NULL). */
+ * dw (OC, IC) += dout^T @ inp (dw may be NULL: a frozen weight);  db (OC) += colsum(dout) (db may be NULL). */
 void sk_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                         const float *inp, const float *w, int N, int IC, int OC);
 /* C (M, N) = alpha * op(A) op(B) + beta * C, row-major; the one GEMM entry point. */
@@ -37,6 +37,7 @@ void sk_gemm(int transA, int transB, int M, int N, int K, float alpha,
  * Saves mean, rstd (N). */
 void sk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C, float eps);
+/* dinp += the input's gradient; dw, db += the weights' (dw NULL: only dinp) */
 void sk_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C);
@@ -91,6 +92,7 @@ double sk_now(void);                      /* monotonic seconds */
 /* RMSNorm: out = w * x / sqrt(mean(x^2) + eps). Saves rstd (N). */
 void sk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
                         int N, int C, float eps);
+/* dinp += the input's gradient; dw += the weight's (dw NULL: only dinp) */
 void sk_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                          const float *w, const float *rstd, int N, int C);
 

@@ -144,3 +144,4 @@ int sk_model_quantize_q8(sk_model *m) {
 }
 
 int sk_model_q8(const sk_model *m) { return m->q8 != NULL; }
+size_t sk_model_q8_bytes(const sk_model *m) { return m->q8 ? m->n_params + m->q8->n_scales * sizeof(uint16_t) : 0; }

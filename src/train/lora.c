@@ -1,10 +1,10 @@
-/* LoRA adapters (docs/training.md): for each adapted matrix W (out, in) of the frozen base,
- * A (r, in) and B (out, r), the model computing with W0 + s B A, s = alpha / r (PEFT's LoRA,
- * use_rslora false, no dropout). Training uses the model's own forward and backward on the
- * merged weights: the loss depends on A and B only through W = W0 + s B A, so with G = dL/dW
- * (the model's gradient of that matrix) dL/dA = s B^T G and dL/dB = s G A^T, exactly the
- * gradients of the LoRA branch x A^T B^T. Only A and B get AdamW state. The base's matrices are
- * kept (W0) so that each step merges anew from them: no rounding drift.
+/* LoRA adapters (docs/training.md): for each adapted matrix W0 (out, in) of the frozen base,
+ * A (r, in) and B (out, r), the layer computing W0 x + s B A drop(x), s = alpha / r (PEFT's
+ * LoRA with lora_dropout, use_rslora false). Training attaches the adapters to the model as
+ * branches of their own (sk_adapters, core/model.h) on a frozen base: the model's backward
+ * pass computes no weight gradient and holds no gradient buffer, the branches accumulate dA and
+ * dB, and only A and B have AdamW state. Each adapter draws its dropout mask from its own
+ * stream, SK_LORA_STREAM0 + its index, with the pass's dropout seed.
  *
  * Files: PEFT's adapter_config.json and adapter_model.safetensors, tensor names
  * base_model.model.<module>.lora_A.weight (r, in) and .lora_B.weight (out, r) with <module>
@@ -37,8 +37,9 @@ struct sk_lora {
     lora_t *t; int n;
     float *w, *g, *m, *v;       /* A and B of every matrix, their gradients and AdamW moments */
     size_t nw;
-    float *w0;                  /* the base's adapted matrices, one after another */
-    size_t nw0;
+    size_t nw0;                 /* floats of the adapted base matrices */
+    float dropout;              /* the training's (sk_lora_attach), written as lora_dropout */
+    sk_adapters ad;             /* the branches while attached (sk_lora_attach) */
     char targets[256];          /* the short names, comma-separated */
     int gpt2;
 };
@@ -79,7 +80,8 @@ static uint64_t splitmix(uint64_t *s) {
 
 void sk_lora_free(sk_lora *l) {
     if (!l) return;
-    free(l->t); free(l->w); free(l->g); free(l->m); free(l->v); free(l->w0);
+    sk_lora_detach(l, NULL);
+    free(l->t); free(l->w); free(l->g); free(l->m); free(l->v);
     free(l);
 }
 
@@ -120,21 +122,13 @@ static int lora_alloc(sk_lora **out, const sk_model *m, int rank, float alpha, c
         return sk_error(SK_EINVAL, "LoRA targets '%s' name no matrix of the model (%s: %s)", targets,
                         c->family == SK_GPT2 ? "GPT-2" : "Llama", c->family == SK_GPT2 ? "c_attn, c_proj, c_fc" : "q, k, v, o, gate, up, down");
     }
-    int rc = sk_mem_check((4 * l->nw + l->nw0) * sizeof(float), "the LoRA adapter (A, B, their gradients and AdamW state, the base's matrices)");
+    int rc = sk_mem_check(4 * l->nw * sizeof(float), "the LoRA adapter (A, B, their gradients and AdamW state)");
     if (!rc) {
         l->w = calloc(l->nw, sizeof(float)); l->g = calloc(l->nw, sizeof(float));
         l->m = calloc(l->nw, sizeof(float)); l->v = calloc(l->nw, sizeof(float));
-        l->w0 = malloc(l->nw0 * sizeof(float));
-        if (!l->w || !l->g || !l->m || !l->v || !l->w0) rc = sk_error(SK_ENOMEM, "out of memory for the LoRA adapter");
+        if (!l->w || !l->g || !l->m || !l->v) rc = sk_error(SK_ENOMEM, "out of memory for the LoRA adapter");
     }
     if (rc) { sk_lora_free(l); return rc; }
-    /* the base's matrices */
-    const float *p = sk_model_params((sk_model *)m);
-    for (int i = 0, o = 0; i < l->n; i++) {
-        const size_t n = (size_t)l->t[i].out * l->t[i].in;
-        memcpy(l->w0 + o, p + l->t[i].off, n * sizeof(float));
-        o += (int)n;
-    }
     *out = l;
     return SK_OK;
 }
@@ -160,53 +154,103 @@ size_t sk_lora_base_floats(const sk_lora *l) { return l->nw0; }
 float *sk_lora_weights(sk_lora *l) { return l->w; }
 float *sk_lora_grads(sk_lora *l) { return l->g; }
 
-void sk_lora_apply(const sk_lora *l, sk_model *m) {
+/* W += s B A for every adapted matrix (the model then computes the adapted model) */
+static void merge_into(const sk_lora *l, sk_model *m) {
     float *p = sk_model_params(m);
-    size_t o0 = 0;
     for (int i = 0; i < l->n; i++) {
         const lora_t *e = &l->t[i];
-        const float *A = l->w + e->a, *B = l->w + e->b, *W0 = l->w0 + o0;
+        const float *A = l->w + e->a, *B = l->w + e->b;
         float *W = p + e->off;
         const int r = l->rank, in = e->in;
         #pragma omp parallel for schedule(static)
         for (int o = 0; o < e->out; o++) {
             float *row = W + (size_t)o * in;
-            const float *row0 = W0 + (size_t)o * in;
             for (int j = 0; j < in; j++) {
                 float acc = 0.0f;
                 for (int k = 0; k < r; k++) acc += B[(size_t)o * r + k] * A[(size_t)k * in + j];
-                row[j] = row0[j] + l->scale * acc;
+                row[j] = row[j] + l->scale * acc;
             }
         }
-        o0 += (size_t)e->out * in;
     }
 }
 
-void sk_lora_backward(sk_lora *l, const sk_model *m) {
-    const float *G0 = sk_model_grads((sk_model *)m);
+/* the site of a module (SK_SITE_*) and its layer; -1 if none */
+static int site_of(const char *module, int *layer) {
+    const char *p = !strncmp(module, "model.layers.", 13) ? module + 13 : !strncmp(module, "transformer.h.", 14) ? module + 14 : NULL;
+    if (!p) return -1;
+    char *end;
+    long n = strtol(p, &end, 10);
+    if (end == p || *end != '.') return -1;
+    *layer = (int)n;
+    static const char *const names[][2] = {
+        {"self_attn.q_proj", "0"}, {"self_attn.k_proj", "0"}, {"self_attn.v_proj", "0"}, {"attn.c_attn", "0"},
+        {"self_attn.o_proj", "1"}, {"attn.c_proj", "1"}, {"mlp.gate_proj", "2"}, {"mlp.up_proj", "2"}, {"mlp.c_fc", "2"},
+        {"mlp.down_proj", "3"}, {"mlp.c_proj", "3"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(end + 1, names[i][0])) return names[i][1][0] - '0';
+    return -1;
+}
+
+int sk_lora_attach(sk_lora *l, sk_model *m, int max_tokens, float dropout) {
+    if (!(dropout >= 0.0f && dropout < 1.0f)) return sk_error(SK_EINVAL, "LoRA dropout %g: give 0 <= p < 1", (double)dropout);
+    if (max_tokens < 1) return sk_error(SK_EINVAL, "LoRA: max_tokens must be >= 1");
+    sk_lora_detach(l, m);
+    sk_adapters *ad = &l->ad;
+    l->dropout = dropout;
+    ad->rank = l->rank; ad->scale = l->scale; ad->dropout = dropout; ad->max_tokens = (size_t)max_tokens;
+    const size_t N = (size_t)max_tokens;
+    int max_in = 0;
+    for (int i = 0; i < l->n; i++) max_in = l->t[i].in > max_in ? l->t[i].in : max_in;
+    const size_t bytes = (N * (size_t)max_in + N * (size_t)l->rank * (size_t)(l->n + 1)) * sizeof(float);
+    int rc = sk_mem_check(bytes, "the LoRA branches' workspaces");
+    if (rc) return rc;
+    ad->a = calloc((size_t)l->n, sizeof *ad->a);
+    ad->scratch = malloc(N * (size_t)max_in * sizeof(float));
+    ad->scratch_r = malloc(N * (size_t)l->rank * sizeof(float));
+    if (!ad->a || !ad->scratch || !ad->scratch_r) { sk_lora_detach(l, m); return sk_error(SK_ENOMEM, "out of memory for the LoRA branches"); }
+    ad->n = l->n;
     for (int i = 0; i < l->n; i++) {
         const lora_t *e = &l->t[i];
-        const float *A = l->w + e->a, *B = l->w + e->b, *G = G0 + e->off;
-        float *gA = l->g + e->a, *gB = l->g + e->b;
-        const int r = l->rank, in = e->in, out = e->out;
-        /* gB (out, r) = s G A^T */
-        #pragma omp parallel for schedule(static)
-        for (int o = 0; o < out; o++)
-            for (int k = 0; k < r; k++) {
-                double acc = 0;
-                for (int j = 0; j < in; j++) acc += (double)G[(size_t)o * in + j] * A[(size_t)k * in + j];
-                gB[(size_t)o * r + k] = l->scale * (float)acc;
-            }
-        /* gA (r, in) = s B^T G: each column j summed over the rows in order */
-        #pragma omp parallel for schedule(static)
-        for (int j = 0; j < in; j++)
-            for (int k = 0; k < r; k++) {
-                double acc = 0;
-                for (int o = 0; o < out; o++) acc += (double)B[(size_t)o * r + k] * G[(size_t)o * in + j];
-                gA[(size_t)k * in + j] = l->scale * (float)acc;
-            }
+        sk_adapter *a = &ad->a[i];
+        int layer = -1;
+        const int site = site_of(e->module, &layer);
+        if (site < 0 || layer < 0 || layer >= m->L) { sk_lora_detach(l, m); return sk_error(SK_EINVAL, "LoRA: %s is no matrix of a layer", e->module); }
+        const size_t base = sk_model_site_offset(m, layer, site);
+        if (e->off < base || (e->off - base) % (size_t)e->in) {
+            sk_lora_detach(l, m);
+            return sk_error(SK_EINVAL, "LoRA: %s does not lie in its layer's matrix", e->module);
+        }
+        a->layer = layer; a->site = site; a->row0 = (int)((e->off - base) / (size_t)e->in);
+        a->out = e->out; a->in = e->in;
+        a->A = l->w + e->a; a->B = l->w + e->b;
+        a->dA = l->g + e->a; a->dB = l->g + e->b;
+        a->stream = SK_LORA_STREAM0 + (uint64_t)i;
+        a->u = malloc(N * (size_t)l->rank * sizeof(float));
+        if (!a->u) { sk_lora_detach(l, m); return sk_error(SK_ENOMEM, "out of memory for the LoRA branches"); }
     }
+    sk_model_set_frozen(m, 1);
+    if ((rc = sk_model_set_adapters(m, ad))) { sk_lora_detach(l, m); return rc; }
+    return SK_OK;
 }
+
+void sk_lora_detach(sk_lora *l, sk_model *m) {
+    if (m && m->ad == &l->ad) sk_model_set_adapters(m, NULL);
+    if (l->ad.a) for (int i = 0; i < l->ad.n; i++) free(l->ad.a[i].u);
+    free(l->ad.a); free(l->ad.scratch); free(l->ad.scratch_r);
+    memset(&l->ad, 0, sizeof l->ad);
+}
+
+size_t sk_lora_workspace_bytes(const sk_lora *l) {
+    const sk_adapters *ad = &l->ad;
+    if (!ad->a) return 0;
+    int max_in = 0;
+    for (int i = 0; i < l->n; i++) max_in = l->t[i].in > max_in ? l->t[i].in : max_in;
+    return (ad->max_tokens * (size_t)max_in + ad->max_tokens * (size_t)l->rank * (size_t)(l->n + 1)) * sizeof(float);
+}
+
+void sk_lora_zero_grad(sk_lora *l) { memset(l->g, 0, l->nw * sizeof(float)); }
+
+float *sk_lora_moments(sk_lora *l, int which) { return which ? l->v : l->m; }
 
 double sk_lora_step(sk_lora *l, const sk_adamw_cfg *c, double lr, long t, float clip) {
     /* A and B as spans of at most SK_SPAN_FLOATS, as the model's; weight decay only where asked (c->weight_decay) */
@@ -226,7 +270,7 @@ double sk_lora_step(sk_lora *l, const sk_adamw_cfg *c, double lr, long t, float 
 }
 
 int sk_lora_merge(const sk_lora *l, sk_model *m) {
-    sk_lora_apply(l, m);
+    merge_into(l, m);
     if (!m->q8) return SK_OK;
     /* an 8-bit base: each merged matrix quantized again (as --q8 quantizes), its fp32 copy set to the result */
     float *p = sk_model_params(m);
@@ -285,11 +329,11 @@ int sk_lora_save(const sk_lora *l, const sk_model *m, const char *dir, const cha
         char head[1024];
         int hl = snprintf(head, sizeof head,
                           "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": %d,\n  \"lora_alpha\": %.9g,\n"
-                          "  \"lora_dropout\": 0.0,\n  \"target_modules\": [%s],\n  \"bias\": \"none\",\n"
+                          "  \"lora_dropout\": %.9g,\n  \"target_modules\": [%s],\n  \"bias\": \"none\",\n"
                           "  \"fan_in_fan_out\": %s,\n  \"use_rslora\": false,\n  \"use_dora\": false,\n"
                           "  \"init_lora_weights\": true,\n  \"inference_mode\": true,\n  \"modules_to_save\": null,\n"
                           "  \"layers_to_transform\": null,\n  \"base_model_name_or_path\": ",
-                          l->rank, (double)l->alpha, mods, l->gpt2 ? "true" : "false");
+                          l->rank, (double)l->alpha, (double)l->dropout, mods, l->gpt2 ? "true" : "false");
         if (sk_json_write_raw(&json, &jl, &jc, head, (size_t)hl) ||
             (base ? sk_json_write_str(&json, &jl, &jc, base, strlen(base)) : sk_json_write_raw(&json, &jl, &jc, "null", 4)) ||
             sk_json_write_raw(&json, &jl, &jc, "\n}\n", 3))

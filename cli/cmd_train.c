@@ -369,9 +369,10 @@ static void print_banner(const train_run *r) {
                                                                      : "; one GPU per rank, gradients averaged through host memory (MPI)");
 #endif
     if (!r->use_cuda && tc->bf16) {
-        fprintf(r->err, "skiplm train: bf16 mixed precision%s: bf16 GEMMs with fp32 accumulation (%s, %s), fp32 master weights, "
-                "gradients and AdamW state\n", r->bf16_from_ckpt ? " (the checkpoint's; --fp32 goes on in fp32)" : "",
-                sk_bf16_version(), sk_bf16_isa());
+        fprintf(r->err, "skiplm train: bf16 mixed precision%s: bf16 GEMMs with fp32 accumulation (%s, %s), bf16 attention "
+                "products (%s), fp32 master weights, gradients and AdamW state\n",
+                r->bf16_from_ckpt ? " (the checkpoint's; --fp32 goes on in fp32)" : "", sk_bf16_version(), sk_bf16_isa(),
+                sk_attn_bf16_native() ? "avx512_bf16" : "fp32 fused multiply-adds");
         if (!sk_bf16_native())
             fprintf(r->err, "skiplm train: note: this CPU has no native bf16 instructions (avx512_bf16 or AMX; oneDNN sees %s): "
                     "--bf16 computes through a fallback here and will be slower than fp32\n", sk_bf16_isa());

@@ -19,7 +19,7 @@ that round the same operands to bf16 (tests/ref/bf16_ref.py):
    dQ, dK and dV, causal (with an offset), masked and full, GQA, ragged tiles, odd and
    non-multiple-of-16 head sizes, strided (B, L, H, D) views; measurably different from fp32
    attention (math_sdpa in float64 on the unrounded operands); the fused and two-pass backward
-   paths give the same bits; dropout runs; and SKIPLM_NO_AVX512BF16=1 (the fp32 fused
+   paths give the same bits; dropout runs; denormal operands count as zero; and SKIPLM_NO_AVX512BF16=1 (the fp32 fused
    multiply-add form an AVX2-only CPU runs) gives the bits of the avx512_bf16 kernel. The
    models of part 3 run their attention this way too (the reference's attention is
    Bf16Attention).
@@ -411,6 +411,19 @@ def attention(tmp):
     check(ok and same_bits({n: outs[0][n] for n in ("dq", "dk", "dv")}, {n: outs[0][n + ".2"] for n in ("dq", "dk", "dv")})
           and same_bits(outs[0], outs[1]),
           "attention in bf16 with dropout 0.25: finite; both backward paths and both kernels give the same bits")
+    # denormal operands count as zero (vdpbf16ps reads them so; the fp32 form flushes them too)
+    g = torch.Generator().manual_seed(8)
+    src = os.path.join(tmp, "den.in")
+    st.save_file({"q": torch.randn(1, 2, 9, 16, generator=g), "k": torch.randn(1, 2, 9, 16, generator=g),
+                  "v": torch.randn(1, 2, 9, 16, generator=g) * 1e-39, "dout": torch.randn(1, 2, 9, 16, generator=g)},
+                 src, metadata={"params": "1 2 2 9 9 16 0 1 0 0 0 0"})
+    outs = []
+    for env in ({}, {"SKIPLM_NO_AVX512BF16": "1"}):
+        r = tool("attn", src, os.path.join(tmp, "den.out"), env=env)
+        outs.append(st.load_file(os.path.join(tmp, "den.out"))[0] if r.returncode == 0 else None)
+    check(all(o is not None for o in outs) and bool((outs[0]["out"] == 0).all()) and bool((outs[1]["out"] == 0).all())
+          and same_bits(outs[0], outs[1]),
+          "attention in bf16: denormal values (v ~ 1e-39) count as zero, in both kernels: out = 0, the same bits")
 
 
 def train_refuses():

@@ -359,7 +359,7 @@ int cmd_bench(int argc, char **argv) {
                                "not a random one of the model options; no training benchmark"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
-        {"bf16", 'b', &bf16, "bf16 mixed precision training (bf16 GEMMs, fp32 master weights; the CPU's needs oneDNN), and "
+        {"bf16", 'b', &bf16, "bf16 mixed precision training (bf16 GEMMs and attention products, fp32 master weights; the CPU's needs oneDNN), and "
                              "on the CPU generation with bf16 weights"},
         {"gemm-rate", 'b', &gemm_rate, "print the fp32 (OpenBLAS) and bf16 (oneDNN) GEMM rates on the model's shapes for "
                                        "--batch x --seq tokens, and nothing else"},

@@ -155,7 +155,7 @@ static int parse_opts(train_opts *o, int argc, char **argv, sk_config *cfg) {
         {"zero", 'i', &o->zero, "under mpirun: 1 = shard the AdamW state over the ranks (ZeRO stage 1), 0 = replicate it (0)"},
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs (faster, ~1e-3 relative GEMM error)"},
-        {"bf16", 'b', &o->bf16, "bf16 mixed precision: every GEMM on bf16 operands with fp32 accumulation, fp32 master weights, "
+        {"bf16", 'b', &o->bf16, "bf16 mixed precision: every GEMM (and on the CPU the attention's products) on bf16 operands with fp32 accumulation, fp32 master weights, "
                                 "gradients and AdamW state (CPU: needs oneDNN, libdnnl-dev; --device cuda: tensor cores). A resumed "
                                 "run keeps its checkpoint's precision"},
         {"fp32", 'b', &o->fp32, "with --resume: go on in fp32 from a checkpoint of a --bf16 run"},

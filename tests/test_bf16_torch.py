@@ -16,13 +16,13 @@ that round the same operands to bf16 (tests/ref/bf16_ref.py):
 
 4. The fused attention with bf16 set (src/core/attention_bf16.c) against Bf16Attention
    (tests/ref/bf16_ref.py: the same operands rounded to bf16, sums in float64): output, lse,
-   dQ, dK and dV within 2e-4, causal (with an offset), masked and full, GQA, ragged tiles, odd
-   and non-multiple-of-16 head sizes, strided (B, L, H, D) views; measurably different from
-   fp32 attention (math_sdpa in float64 on the unrounded operands); the fused and two-pass
-   backward paths give the same bits, as do 1 and 3 threads; dropout runs; denormal operands
-   count as zero; and SKIPLM_NO_AVX512BF16=1 (the fp32 fused multiply-add form an AVX2-only
-   CPU runs) gives the bits of the avx512_bf16 kernel. The models of part 3 run their
-   attention this way too (the reference's attention is Bf16Attention).
+   weights, dQ, dK and dV within 2e-4, causal (with an offset), masked and full, GQA, ragged
+   tiles, odd and non-multiple-of-16 head sizes, strided (B, L, H, D) views; measurably
+   different from fp32 attention (math_sdpa in float64 on the unrounded operands); the fused
+   and two-pass backward paths give the same bits, as do 1 and 3 threads; dropout runs;
+   denormal operands count as zero; and SKIPLM_NO_AVX512BF16=1 (the fp32 fused multiply-add
+   form an AVX2-only CPU runs) gives the bits of the avx512_bf16 kernel. The models of part 3
+   run their attention this way too (the reference's attention is Bf16Attention).
 
 Tolerances (relative L2 norm of the difference): logits and each gradient 2e-3 (typically
 1e-6..1e-5; a rounding to bf16 that falls on the other side of a tie, from an fp32 value that
@@ -362,7 +362,7 @@ def attn_refs(q, kk, v, do, allowed, scale, group):
             o, _ = math_sdpa(qd, kd, vd, mask=allowed, scale=scale)
             s = ((q.double() @ kr.double().transpose(-2, -1)) * scale).masked_fill(~allowed, float("-inf"))
         o.backward(do.to(o.dtype))
-        res.append({"out": o.detach().float(), "lse": torch.logsumexp(s, -1).float(),
+        res.append({"out": o.detach().float(), "lse": torch.logsumexp(s, -1).float(), "w": torch.softmax(s, -1).float(),
                     "dq": qq.grad.float(), "dk": kx.grad.float(), "dv": vx.grad.float()})
     return res
 
@@ -384,7 +384,7 @@ def attention(tmp):
         far = {n: rel(ref32[n], ref[n]) for n in ref if n != "lse"}
         worst = max(err, key=err.get)
         check(err[worst] <= ATTN_TOL,
-              f"attention in bf16 ({kern}), {name}: out, lse, dQ, dK, dV within {err[worst]:.1e} of the bf16 reference "
+              f"attention in bf16 ({kern}), {name}: out, lse, weights, dQ, dK, dV within {err[worst]:.1e} of the bf16 reference "
               f"(worst {worst}; at most {ATTN_TOL:g})")
         near = min(far, key=far.get)
         check(far[near] >= 5 * max(err[n] for n in far) and far[near] >= 1e-3,

@@ -14,7 +14,8 @@
  *                           reads them as (B, L, heads, D) views (strided rows, as the model's
  *                           fused qkv buffer). OUT: F32 "out", "lse", and "dq", "dk", "dv" from
  *                           the fused backward path and "dq.2", "dk.2", "dv.2" from the two-pass
- *                           one, all in (B, heads, L, D) order. Prints "kernel dp" (avx512_bf16)
+ *                           one, all in (B, heads, L, D) order, and "w" (B, H, Lq, Lk), the
+ *                           weights (a->weights) of a second forward pass. Prints "kernel dp" (avx512_bf16)
  *                           or "kernel fma" (sk_attn_bf16_native). */
 #include "skiplm.h"
 #include "core/attention_internal.h"
@@ -89,6 +90,11 @@ static int attn(const char *in, const char *out_path) {
         for (int i = 0; i < 4; i++) shape[i] = (int)mt->shape[i];
         if (sk_attn_set_mask(&a, (const uint8_t *)(st.data + mt->offset), 4, shape)) return die();
     }
+    /* the weights, from a forward that also writes them (the outputs are the same) */
+    float *wts = malloc(4 * (size_t)B * H * Lq * Lk);
+    a.weights = wts;
+    if (sk_attn_forward(&a)) return die();
+    a.weights = NULL;
     if (sk_attn_forward(&a)) return die();
     for (int path = 1; path <= 2; path++) {
         sk_attn_bwd_path = path;
@@ -111,8 +117,11 @@ static int attn(const char *in, const char *out_path) {
         if (i == 7) sh[2] = Lq;
         sk_st_add(w, names[i], SK_F32, i == 7 ? 3 : 4, sh, x);
     }
+    int64_t shw[4] = {B, H, Lq, Lk};
+    sk_st_add(w, "w", SK_F32, 4, shw, wts);
     if (sk_st_write(w, out_path)) return die();
     sk_st_writer_free(w);
+    free(wts);
     for (int i = 0; i < no; i++) free(outs[i]);
     for (int i = 0; i < 2; i++) for (int j = 0; j < 3; j++) free(d[i][j]);
     free(q); free(k); free(v); free(g); free(o); free(lse);

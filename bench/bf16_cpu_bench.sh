@@ -6,7 +6,8 @@
 # Each round first measures the bf16 GEMM rate on the row's shapes (skiplm bench --gemm-rate:
 # oneDNN's matmul, what both sides' bf16 GEMMs run on) and the MFU of every program is its
 # FLOPs per second (6 per matmul parameter and token, plus the causal attention's 6 L T C) over
-# that rate.
+# that rate. Each skiplm --bf16 run's share of the step per phase (matmul, attention, ...) is
+# printed under its round.
 #   bash bench/bf16_cpu_bench.sh [ROUNDS] [STEPS]      (defaults 3 and 5)
 # Environment: THREADS (2), ROWS (names below, space-separated; default all), WARMUP (untimed
 # steps per run, 1), TORCH_FP32=1 adds PyTorch fp32 with SDPA as a fourth program.
@@ -55,7 +56,9 @@ for r in "${ALL_ROWS[@]}"; do
         rate=$("$SK" bench $model --block_size "$T" --batch "$B" --seq "$T" --gemm-rate | sed -n 's/^gemm-rate: .*bf16 \([0-9.]*\) GFLOP.*/\1/p')
         rates+=("$rate")
         a=$("$SK" bench $model --block_size "$T" --batch "$B" --seq "$T" --steps "$STEPS" --warmup "$WARMUP" --no-gen | tokps)
-        b=$("$SK" bench $model --block_size "$T" --batch "$B" --seq "$T" --steps "$STEPS" --warmup "$WARMUP" --no-gen --bf16 | tokps)
+        out=$("$SK" bench $model --block_size "$T" --batch "$B" --seq "$T" --steps "$STEPS" --warmup "$WARMUP" --no-gen --bf16)
+        b=$(echo "$out" | tokps)
+        share=$(echo "$out" | sed -n 's/^  share of the step: //p')
         c=$("$PY" bench/torch_bench.py $model --batch "$B" --seq "$T" --steps "$STEPS" --threads "$THREADS" --autocast --attn sdpa | tokps)
         fp+=("$a"); bf+=("$b"); ac+=("$c")
         line="round $round: bf16 GEMM $rate GFLOP/s; skiplm fp32 $a tok/s, skiplm bf16 $b tok/s, torch autocast $c tok/s"
@@ -64,6 +67,7 @@ for r in "${ALL_ROWS[@]}"; do
             tf+=("$d"); line="$line, torch fp32 $d tok/s"
         fi
         echo "  $line"
+        echo "    skiplm bf16, share of the step: $share"
     done
     R=$(printf '%s\n' "${rates[@]}" | median)
     mfu() { awk -v t="$1" -v f="$fpt" -v r="$R" 'BEGIN { printf "%.1f%%", (r > 0 ? 100 * t * f / (r * 1e9) : 0) }'; }

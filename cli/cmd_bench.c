@@ -231,7 +231,8 @@ static int bench_train(sk_model *m, int B, int T, int steps, int warmup, int rec
     const sk_config *cfg = sk_model_config(m);
     int N = B * T, C = cfg->n_embd;
     if (bf16) {
-        printf("train: bf16 mixed precision (bf16 GEMMs with fp32 accumulation, %s, %s)\n", sk_bf16_version(), sk_bf16_isa());
+        printf("train: bf16 mixed precision (bf16 GEMMs with fp32 accumulation, %s, %s; attention products in bf16: %s)\n",
+               sk_bf16_version(), sk_bf16_isa(), sk_attn_bf16_native() ? "avx512_bf16" : "fp32 fused multiply-adds");
         if (!sk_bf16_native())
             printf("note: this CPU has no native bf16 instructions (avx512_bf16 or AMX; oneDNN sees %s): bf16 computes "
                    "through a fallback here and will be slower than fp32\n", sk_bf16_isa());
@@ -276,6 +277,12 @@ static int bench_train(sk_model *m, int B, int T, int steps, int warmup, int rec
     printf("  per step: matmul %.1f ms, attention %.1f ms, norms %.1f ms, elementwise %.1f ms, classifier+loss %.1f ms, adamw %.1f ms (other %.1f ms)\n",
            ph.matmul / steps * 1e3, ph.attention / steps * 1e3, ph.norm / steps * 1e3, ph.elementwise / steps * 1e3,
            ph.classifier / steps * 1e3, t_opt / steps * 1e3, (med * steps - tot) / steps * 1e3);
+    /* each phase's share of the timed steps' total time (the phases are summed over the same steps) */
+    double all = 0;
+    for (int s = 0; s < steps; s++) all += times[s];
+    all = all > 0 ? all / 100 : 1;
+    printf("  share of the step: matmul %.1f%%, attention %.1f%%, norms %.1f%%, elementwise %.1f%%, classifier+loss %.1f%%, adamw %.1f%%\n",
+           ph.matmul / all, ph.attention / all, ph.norm / all, ph.elementwise / all, ph.classifier / all, t_opt / all);
     printf("  recompute %s; activations %.1f MiB (%zu bytes/token), peak RSS %.1f MiB\n",
            recompute == 1 ? "on" : recompute == 0 ? "off" : "auto",
            sk_model_activation_bytes(m, B, T, 1) / 1048576.0, sk_model_activation_bytes(m, B, T, 1) / (size_t)N, peak_rss_mib());
@@ -352,7 +359,7 @@ int cmd_bench(int argc, char **argv) {
                                "not a random one of the model options; no training benchmark"},
         {"device", 's', &device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &tf32, "with --device cuda: TF32 tensor-core GEMMs"},
-        {"bf16", 'b', &bf16, "bf16 mixed precision training (bf16 GEMMs, fp32 master weights; the CPU's needs oneDNN), and "
+        {"bf16", 'b', &bf16, "bf16 mixed precision training (bf16 GEMMs and attention products, fp32 master weights; the CPU's needs oneDNN), and "
                              "on the CPU generation with bf16 weights"},
         {"gemm-rate", 'b', &gemm_rate, "print the fp32 (OpenBLAS) and bf16 (oneDNN) GEMM rates on the model's shapes for "
                                        "--batch x --seq tokens, and nothing else"},

@@ -154,7 +154,7 @@ static int parse_opts(train_opts *o, int argc, char **argv, sk_config *cfg) {
         {"zero", 'i', &o->zero, "under mpirun: 1 = shard the AdamW state over the ranks (ZeRO stage 1), 0 = replicate it (0)"},
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs (faster, ~1e-3 relative GEMM error)"},
-        {"bf16", 'b', &o->bf16, "bf16 mixed precision: every GEMM on bf16 operands with fp32 accumulation, fp32 master weights, "
+        {"bf16", 'b', &o->bf16, "bf16 mixed precision: every GEMM (and on the CPU the attention's products) on bf16 operands with fp32 accumulation, fp32 master weights, "
                                 "gradients and AdamW state (CPU: needs oneDNN, libdnnl-dev; --device cuda: tensor cores). A resumed "
                                 "run keeps its checkpoint's precision"},
         {"fp32", 'b', &o->fp32, "with --resume: go on in fp32 from a checkpoint of a --bf16 run"},
@@ -374,9 +374,10 @@ static void print_banner(const train_run *r) {
                                                                      : "; one GPU per rank, gradients averaged through host memory (MPI)");
 #endif
     if (!r->use_cuda && tc->bf16) {
-        fprintf(r->err, "skiplm train: bf16 mixed precision%s: bf16 GEMMs with fp32 accumulation (%s, %s), fp32 master weights, "
-                "gradients and AdamW state\n", r->bf16_from_ckpt ? " (the checkpoint's; --fp32 goes on in fp32)" : "",
-                sk_bf16_version(), sk_bf16_isa());
+        fprintf(r->err, "skiplm train: bf16 mixed precision%s: bf16 GEMMs with fp32 accumulation (%s, %s), bf16 attention "
+                "products (%s), fp32 master weights, gradients and AdamW state\n",
+                r->bf16_from_ckpt ? " (the checkpoint's; --fp32 goes on in fp32)" : "", sk_bf16_version(), sk_bf16_isa(),
+                sk_attn_bf16_native() ? "avx512_bf16" : "fp32 fused multiply-adds");
         if (!sk_bf16_native())
             fprintf(r->err, "skiplm train: note: this CPU has no native bf16 instructions (avx512_bf16 or AMX; oneDNN sees %s): "
                     "--bf16 computes through a fallback here and will be slower than fp32\n", sk_bf16_isa());

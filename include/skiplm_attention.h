@@ -59,6 +59,11 @@ typedef struct {
     float *lse;                     /* (B, H, Lq) contiguous: saved by forward, read by backward; may be NULL in forward */
     float *weights;                 /* NULL, or (B, H, Lq, Lk) / (B, Lq, Lk) per weights_avg */
     int weights_avg;                /* 1 => average the weights over heads */
+    int bf16;                       /* 1 => bf16 dot products (bf16 mixed precision): every
+                                     * product's operands (q, k, v, the weights P, dout and the
+                                     * score gradient) rounded to bf16, products summed in fp32;
+                                     * softmax statistics, lse and D_i in fp32. See
+                                     * sk_attn_bf16_native and docs/attention.md. */
 } sk_attn;
 
 /* Fill a descriptor for contiguous (B, H, L, D) tensors (H = Hkv, no mask, no dropout). */
@@ -75,6 +80,11 @@ int sk_attn_forward(const sk_attn *a);
  * of them may be NULL to skip it; they may be views of one fused buffer).
  * Needs a->out and a->lse from the forward pass. dout has the strides of out. */
 int sk_attn_backward(const sk_attn *a, const float *dout, float *dq, float *dk, float *dv);
+/* With bf16 set, do the dot products run on avx512_bf16 (vdpbf16ps)? 1 where the CPU has it
+ * and the environment does not set SKIPLM_NO_AVX512BF16 (to anything but 0); 0: the same
+ * products, each rounded to fp32 in the same order, by fp32 fused multiply-adds on the
+ * widened operands (any CPU). */
+int sk_attn_bf16_native(void);
 
 /* Multi-head attention module, nn.MultiheadAttention-like, batch_first:
  * q_in (B, Lq, E), kv_in (B, Lk, E) (self-attention: kv_in == q_in),

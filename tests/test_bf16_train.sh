@@ -14,9 +14,11 @@
 #     run differs from an unmasked one; Llama with GQA and a routing table trains and resumes
 #     bit-identical.
 #  4. A CPU without native bf16 (DNNL_MAX_CPU_ISA=AVX2 here: oneDNN 2.6 has no bf16 matmul
-#     below AVX-512, so the widening fallback runs): train says so once, and the run follows
-#     the native one (each step's loss within 1e-2).
-#  5. bench --bf16 trains and reports the MFU against the bf16 GEMM rate; --gemm-rate prints both
+#     below AVX-512, so the widening fallback runs; and SKIPLM_NO_AVX512BF16=1, so the
+#     attention's bf16 products run as fp32 fused multiply-adds): train says so once, and the
+#     run follows the native one (each step's loss within 1e-2).
+#  5. bench --bf16 trains and reports the MFU against the bf16 GEMM rate and each phase's share of
+#     the step (the attention's among them); --gemm-rate prints both
 #     rates; eval --bf16 gives the loss of eval within 1e-2; the
 #     memory check counts the weights' bf16 copy.
 #  6. With MPI (make MPI=1): 2 ranks x batch 4 == 1 process x batch 8 in bf16 (each step's loss
@@ -73,6 +75,9 @@ S="$COMMON --dropout 0.1 --steps 60 --ckpt-every 20"
 $SK train $S --bf16 --out "$tmp/ref" 2>"$tmp/ref.err" || fail "bf16 reference run: $(tail -1 "$tmp/ref.err")"
 grep -q "bf16 mixed precision: bf16 GEMMs with fp32 accumulation" "$tmp/ref.err" && pass "train --bf16 says so: $(grep -m1 'bf16 mixed' "$tmp/ref.err")" \
     || fail "train --bf16 says so: $(head -3 "$tmp/ref.err")"
+if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
+    check "  its attention products run on avx512_bf16" grep -q "bf16 attention products (avx512_bf16)" "$tmp/ref.err"
+fi
 SKIPLM_TEST_FAIL_AT=0:31 $SK train $S --bf16 --out "$tmp/k" 2>"$tmp/k.err"
 check "a bf16 run stopped at step 31 (injected), its checkpoint at step 20" grep -q "injected failure" "$tmp/k.err"
 cp -r "$tmp/k" "$tmp/k_fp32"
@@ -140,7 +145,9 @@ check "  and it learns: loss $(loss_at "$tmp/ll/log.jsonl" 1) -> $(loss_at "$tmp
     "$PY" -c "import sys; sys.exit(not $(loss_at "$tmp/ll/log.jsonl" 30) < 0.9 * $(loss_at "$tmp/ll/log.jsonl" 1))"
 
 # --- 4. no native bf16
-DNNL_MAX_CPU_ISA=AVX2 $SK train $A --batch 8 --bf16 --out "$tmp/avx2" 2>"$tmp/avx2.err" || fail "bf16 on AVX2: $(tail -1 "$tmp/avx2.err")"
+DNNL_MAX_CPU_ISA=AVX2 SKIPLM_NO_AVX512BF16=1 $SK train $A --batch 8 --bf16 --out "$tmp/avx2" 2>"$tmp/avx2.err" ||
+    fail "bf16 on AVX2: $(tail -1 "$tmp/avx2.err")"
+check "  and its attention products run as fp32 fused multiply-adds" grep -q "bf16 attention products (fp32 fused multiply-adds)" "$tmp/avx2.err"
 n=$(grep -c "no native bf16" "$tmp/avx2.err")
 check "DNNL_MAX_CPU_ISA=AVX2: train --bf16 says once that this CPU has no native bf16 ($n): $(grep -m1 'no native' "$tmp/avx2.err")" test "$n" = 1
 if [ $native = 1 ]; then
@@ -152,6 +159,8 @@ check "  the fallback follows the native run (each step's loss within 1e-2, max 
 # --- 5. bench, eval
 $SK bench $M --vocab_size 64 --batch 2 --seq 32 --steps 2 --bf16 --no-gen >"$tmp/bench" 2>&1
 check "bench --bf16 trains: $(grep '^train: B' "$tmp/bench")" grep -q "MFU .* of the bf16 GEMM rate" "$tmp/bench"
+check "  and shows the attention's share of the step: $(grep 'share of the step' "$tmp/bench")" \
+    grep -q "share of the step: matmul [0-9.]*%, attention [0-9.]*%" "$tmp/bench"
 $SK bench $M --vocab_size 64 --batch 2 --seq 32 --gemm-rate >"$tmp/rate" 2>&1
 check "bench --gemm-rate: $(grep gemm-rate: "$tmp/rate")" grep -q "gemm-rate: fp32 [0-9.]* GFLOP/s, bf16 [0-9.]* GFLOP/s" "$tmp/rate"
 $SK eval "$tmp/ref/ckpt.safetensors" "$tmp/val.bin" --batch 4 --max-batches 4 >"$tmp/e32" 2>&1

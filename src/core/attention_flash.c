@@ -14,6 +14,7 @@
 #include "skiplm_base.h"
 #include "skiplm_attention.h"
 #include "core/attention_internal.h"
+#include "core/attention_tiles.h"
 #include "core/vmath.h"
 #include <limits.h>
 #include <math.h>
@@ -26,13 +27,10 @@
 #include <omp.h>
 #endif
 
-#define BQ 64          /* query rows per tile */
-#define BK 64          /* keys per tile */
-
 int sk_attn_bwd_path = 0;   /* 0 auto, 1 two passes (dq; dk+dv), 2 fused (see sk_attn_backward) */
 
-static inline int imin(int a, int b) { return a < b ? a : b; }
-static inline int imax(int a, int b) { return a > b ? a : b; }
+/* BQ, BK, the masking, the key range and the backward's elementwise middle are in
+ * core/attention_tiles.h (shared with the bf16 tiles of attention_bf16.c). */
 
 /* sk_fexp (vectorisable expf) is in src/core/vmath.h. */
 
@@ -132,28 +130,6 @@ static inline void load_row(float *restrict dst, const float *restrict src, int 
     for (int t = 0; t < D; t++) dst[t] = src[t] * s;
 }
 
-#ifdef __AVX__
-/* dst[c * ldd + r] = src[r * lds + c] for r, c < 8: an 8 x 8 transpose in registers. */
-static inline void transpose8(float *restrict dst, long ldd, const float *restrict src, long lds) {
-    __m256 r[8], t[8];
-    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);       /* a0 b0 a1 b1 | a4 b4 a5 b5 */
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);   /* a2 b2 a3 b3 | a6 b6 a7 b7 */
-    }
-    for (int i = 0; i < 8; i += 4)
-        for (int h = 0; h < 2; h++) {
-            r[i + 2 * h] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0x44);
-            r[i + 2 * h + 1] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0xEE);
-        }
-    /* r[c], c < 4: column c of rows 0-3 in the low half, column c + 4 in the high; r[c + 4]: rows 4-7 */
-    for (int c = 0; c < 4; c++) {
-        _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(r[c], r[c + 4], 0x20));
-        _mm256_storeu_ps(dst + (c + 4) * ldd, _mm256_permute2f128_ps(r[c], r[c + 4], 0x31));
-    }
-}
-#endif
-
 /* Keys [j0, j0+nk) of one head: transposed (D x BK) and/or row-major (BK x D), zero-padded. */
 static void load_keys(float *restrict T, float *restrict R, const float *base, long st,
                       int j0, int nk, int D) {
@@ -241,32 +217,6 @@ static void scores_few(float *restrict S, const float *restrict Q, int nq, int D
         const float *kj = kb + (long)(j0 + j) * st;
         for (int r = 0; r < nq; r++) S[r * BK + j] = dot8(Q + r * D, kj, D);
     }
-}
-
-/* Mask one score row s[0..BK) of global query i against keys j0.. (nk valid): -inf where
- * not allowed. Returns the number of allowed keys in the tile (0 => row all masked). */
-static inline void mask_row(float *restrict s, const sk_attn_plan *P, int b, int h, int i, int j0, int nk) {
-    int lim = nk;
-    if (P->causal) {
-        long l = (long)i + P->off - j0 + 1;
-        lim = l < 0 ? 0 : (l < nk ? (int)l : nk);
-    }
-    for (int j = lim; j < BK; j++) s[j] = -INFINITY;
-    if (P->mask) {
-        const uint8_t *m = P->mask + b * P->m_sb + h * P->m_sh + i * P->m_si + j0 * P->m_sj;
-        for (int j = 0; j < nk; j++) if (!m[j * P->m_sj]) s[j] = -INFINITY;
-    }
-}
-
-/* Key range [0, jend) that query rows [i0, i0+nq) can see under the causal rule. */
-static inline int key_end(const sk_attn_plan *P, int Lk, int i0, int nq) {
-    if (!P->causal) return Lk;
-    long e = (long)i0 + nq - 1 + P->off + 1;
-    return e < 0 ? 0 : (e < Lk ? (int)e : Lk);
-}
-
-static float *alloc_ws(size_t n) {
-    return aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -374,7 +324,8 @@ static void weights_pass(const sk_attn *a, const sk_attn_plan *P, const float *l
             for (int h = 0; h < H; h++) {
                 int hk = h / P->group;
                 float *w = wavg ? NULL : a->weights + (((size_t)b * H + h) * Lq + i) * Lk;
-                load_row(qs, a->q + b * a->q_sb + h * a->q_sh + (long)i * a->q_st, D, P->scale);
+                const float *qi = a->q + b * a->q_sb + h * a->q_sh + (long)i * a->q_st;
+                if (!P->bf16) load_row(qs, qi, D, P->scale);
                 float L = lse[((size_t)b * H + h) * Lq + i];
                 uint64_t rk = P->dropout ? sk_attn_rowkey(P, b, h, i) : 0;
                 const float *kb = a->k + b * a->k_sb + hk * a->k_sh;
@@ -383,7 +334,8 @@ static void weights_pass(const sk_attn *a, const sk_attn_plan *P, const float *l
                     if (sk_attn_allowed(P, b, h, i, j) && L != INFINITY) {
                         const float *kj = kb + (long)j * a->k_st;
                         float s = 0.0f;
-                        for (int t = 0; t < D; t++) s = fmaf(qs[t], kj[t], s);
+                        if (P->bf16) s = sk_attn_bf16_score(qi, kj, D, P->scale);
+                        else for (int t = 0; t < D; t++) s = fmaf(qs[t], kj[t], s);
                         x = sk_fexp(s - L);
                         if (P->dropout) x = sk_attn_keep(P, rk, j) ? x * P->inv_keep : 0.0f;
                     }
@@ -411,7 +363,8 @@ int sk_attn_forward(const sk_attn *a) {
     }
     const int nqt = (Lq + BQ - 1) / BQ;
     const long n_items = (long)B * H * nqt;
-    const size_t ws_n = (size_t)BQ * D * 2 + (size_t)D * BK + (size_t)BK * D + (size_t)BQ * BK + 2 * BQ;
+    const size_t ws_n = P.bf16 ? sk_attn_bf16_fwd_ws(D)
+                               : (size_t)BQ * D * 2 + (size_t)D * BK + (size_t)BK * D + (size_t)BQ * BK + 2 * BQ;
     int fail = 0;
     #pragma omp parallel
     {
@@ -426,7 +379,8 @@ int sk_attn_forward(const sk_attn *a) {
             if (!ws) continue;
             int qt = nqt - 1 - (int)(it % nqt);
             int bh = (int)(it / nqt);
-            fwd_item(a, &P, bh / H, bh % H, qt, ws, lse);
+            if (P.bf16) sk_attn_bf16_fwd_item(a, &P, bh / H, bh % H, qt, ws, lse);
+            else fwd_item(a, &P, bh / H, bh % H, qt, ws, lse);
         }
         free(ws);
     }
@@ -437,34 +391,6 @@ int sk_attn_forward(const sk_attn *a) {
 }
 
 /* ----------------------------------------------------------------- backward */
-
-/* Elementwise middle of the backward for one (query tile, key tile): from scores S and
- * dP = dO V^T compute P = exp(S - lse) (0 where masked), and dS = P * (Z dP - D_i), where
- * Z is the dropout factor. Writes dS into S and, if PZ is given, Z*P into PZ (both BQ x BK,
- * row-major). */
-static void bwd_elementwise(const sk_attn_plan *P, int b, int h, int i0, int nq, int j0, int nk,
-                            float *restrict S, const float *restrict dP, const float *restrict lse,
-                            const float *restrict Di, float *restrict PZ) {
-    for (int i = 0; i < nq; i++) {
-        float *s = S + i * BK;
-        const float *dp = dP + i * BK;
-        mask_row(s, P, b, h, i0 + i, j0, nk);
-        const float L = lse[i], di = Di[i];
-        float z[BK];
-        if (P->dropout) {
-            uint64_t rk = sk_attn_rowkey(P, b, h, i0 + i);
-            for (int j = 0; j < BK; j++) z[j] = (j < nk && sk_attn_keep(P, rk, j0 + j)) ? P->inv_keep : 0.0f;
-        } else {
-            for (int j = 0; j < BK; j++) z[j] = 1.0f;
-        }
-        float *pz = PZ ? PZ + i * BK : NULL;
-        for (int j = 0; j < BK; j++) {
-            float p = sk_fexp(s[j] - L);          /* s = -inf or L = +inf => 0 */
-            if (pz) pz[j] = p * z[j];
-            s[j] = p * (z[j] * dp[j] - di);
-        }
-    }
-}
 
 static void bwd_dq_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int qt,
                         const float *dout, const float *Dall, float *dq, float *ws) {
@@ -572,8 +498,8 @@ int sk_attn_backward(const sk_attn *a, const float *dout, float *dq, float *dk, 
         for (int t = 0; t < D; t++) s = fmaf(o[t], g[t], s);
         Dall[r] = s;
     }
-    const size_t ws_n = (size_t)BQ * D * 2 + (size_t)D * BK * 2 + (size_t)BK * D * 3 +
-                        (size_t)BQ * BK * 3;
+    const size_t ws_n = P.bf16 ? sk_attn_bf16_bwd_ws(D)
+                               : (size_t)BQ * D * 2 + (size_t)D * BK * 2 + (size_t)BK * D * 3 + (size_t)BQ * BK * 3;
     int fail = 0;
     const int nqt = (Lq + BQ - 1) / BQ, nkt = (Lk + BK - 1) / BK;
     /* Fused path: one item per (b, kv head) does all its key tiles and also accumulates the
@@ -600,8 +526,10 @@ int sk_attn_backward(const sk_attn *a, const float *dout, float *dq, float *dk, 
                 if (!ws || !dQacc) continue;
                 int b = (int)(it / Hkv), hk = (int)(it % Hkv);
                 memset(dQacc, 0, sizeof(float) * acc_n);
-                for (int kt = 0; kt < nkt; kt++)
-                    bwd_dkv_item(a, &P, b, hk, kt, dout, Dall, dk, dv, ws, dQacc);
+                for (int kt = 0; kt < nkt; kt++) {
+                    if (P.bf16) sk_attn_bf16_dkv_item(a, &P, b, hk, kt, dout, Dall, dk, dv, ws, dQacc);
+                    else bwd_dkv_item(a, &P, b, hk, kt, dout, Dall, dk, dv, ws, dQacc);
+                }
                 for (int g = 0; g < P.group; g++) {
                     const int h = hk * P.group + g;
                     for (int i = 0; i < Lq; i++) {
@@ -617,7 +545,8 @@ int sk_attn_backward(const sk_attn *a, const float *dout, float *dq, float *dk, 
             for (long it = 0; it < (long)B * H * nqt; it++) {
                 if (!ws) continue;
                 int qt = nqt - 1 - (int)(it % nqt), bh = (int)(it / nqt);
-                bwd_dq_item(a, &P, bh / H, bh % H, qt, dout, Dall, dq, ws);
+                if (P.bf16) sk_attn_bf16_dq_item(a, &P, bh / H, bh % H, qt, dout, Dall, dq, ws);
+                else bwd_dq_item(a, &P, bh / H, bh % H, qt, dout, Dall, dq, ws);
             }
         }
         if ((dk || dv) && !fused) {
@@ -625,7 +554,8 @@ int sk_attn_backward(const sk_attn *a, const float *dout, float *dq, float *dk, 
             for (long it = 0; it < (long)B * Hkv * nkt; it++) {
                 if (!ws) continue;
                 int kt = (int)(it % nkt), bh = (int)(it / nkt);
-                bwd_dkv_item(a, &P, bh / Hkv, bh % Hkv, kt, dout, Dall, dk, dv, ws, NULL);
+                if (P.bf16) sk_attn_bf16_dkv_item(a, &P, bh / Hkv, bh % Hkv, kt, dout, Dall, dk, dv, ws, NULL);
+                else bwd_dkv_item(a, &P, bh / Hkv, bh % Hkv, kt, dout, Dall, dk, dv, ws, NULL);
             }
         }
         free(ws);

@@ -16,7 +16,10 @@ typedef struct {
     uint64_t thr;                   /* keep iff 32-bit hash >= thr, thr = p * 2^32 */
     float inv_keep;                 /* 1 / (1 - p) */
     uint64_t seed;
+    int bf16;                       /* a->bf16: SK_ATTN_FP32, or which bf16 dot products run */
 } sk_attn_plan;
+
+enum { SK_ATTN_FP32 = 0, SK_ATTN_BF16_FMA = 1, SK_ATTN_BF16_DP = 2 };
 
 static inline void sk_attn_plan_init(sk_attn_plan *P, const sk_attn *a) {
     P->scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)a->D);
@@ -36,10 +39,11 @@ static inline void sk_attn_plan_init(sk_attn_plan *P, const sk_attn *a) {
     P->thr = (uint64_t)((double)a->dropout_p * 4294967296.0);
     P->inv_keep = P->dropout ? 1.0f / (1.0f - a->dropout_p) : 1.0f;
     P->seed = a->seed;
+    P->bf16 = a->bf16 ? (sk_attn_bf16_native() ? SK_ATTN_BF16_DP : SK_ATTN_BF16_FMA) : SK_ATTN_FP32;
 }
 
 /* Plain reference (materialises the Lq x Lk scores); the same contract as sk_attn_forward /
- * sk_attn_backward, for tests. */
+ * sk_attn_backward (in fp32: it ignores bf16), for tests. */
 int sk_attn_forward_ref(const sk_attn *a);
 int sk_attn_backward_ref(const sk_attn *a, const float *dout, float *dq, float *dk, float *dv);
 

@@ -507,6 +507,7 @@ static void attn_desc(const sk_model *m, sk_attn *a, int l, int part, int B, int
     a->dropout_p = dropout; a->training = training;
     a->seed = sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) | ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
     a->lse = la->lse + (size_t)B * h0 * T;
+    a->bf16 = m->bf16;              /* bf16 mode: the attention's products in bf16 too */
 }
 
 static int check_tokens(const sk_model *m, const int32_t *inputs, const int32_t *targets, size_t n) {

@@ -73,6 +73,7 @@ class CausalSelfSkipLayerAttention(nn.Module):
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.attn_dropout = nn.Dropout(cfg.dropout)
         self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.attn_core = None            # bf16_ref.to_bf16: softmax(q k^T * scale) v in bf16
 
     def forward(self, x, kv_store):
         cfg = self.cfg
@@ -94,6 +95,9 @@ class CausalSelfSkipLayerAttention(nn.Module):
             k_lo, v_lo = kv_store[self.layer_idx - nl]
             k = torch.cat([k[:, :split], k_lo[:, split:]], dim=1)
             v = torch.cat([v[:, :split], v_lo[:, split:]], dim=1)
+        if self.attn_core is not None:
+            y = self.attn_core(q, k, v, 1.0 / math.sqrt(hs)).transpose(1, 2).contiguous().view(B, T, C)
+            return self.resid_dropout(self.c_proj(y))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
         att = att.masked_fill(~mask, float("-inf"))

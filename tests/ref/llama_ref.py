@@ -124,6 +124,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.n_embd, cfg.n_kv_head * d, bias=qb)
         self.v_proj = nn.Linear(cfg.n_embd, cfg.n_kv_head * d, bias=qb)
         self.o_proj = nn.Linear(cfg.n_head * d, cfg.n_embd, bias=False)
+        self.attn_core = None            # bf16_ref.to_bf16: softmax(q k^T * scale) v in bf16
 
     def forward(self, x, pos, kv_store):
         cfg = self.cfg
@@ -145,6 +146,8 @@ class Attention(nn.Module):
             v = torch.cat([v[:, :, :split], v_lo[:, :, split:]], dim=2)
         k, v = repeat_kv(k, H // KV), repeat_kv(v, H // KV)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if self.attn_core is not None:
+            return self.o_proj(self.attn_core(q, k, v, 1.0 / math.sqrt(d)).transpose(1, 2).reshape(B, T, -1))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(d)
         att = att.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), float("-inf"))
         y = (F.softmax(att.float(), dim=-1).type_as(q) @ v).transpose(1, 2).reshape(B, T, -1)

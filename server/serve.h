@@ -73,6 +73,10 @@ typedef struct srv_job {
     /* the request (serve_api.c), fixed once submitted */
     int chat, stream, include_usage, echo;
     int responses;              /* POST /v1/responses: a chat answered in the Responses API's shapes */
+    int embed, base64;          /* POST /v1/embeddings: each prompt's pooled hidden states (embeds, n_prompts x dim),
+                                 * made by the engine's thread, no slot taken; base64: sent as float32 bytes */
+    float *embeds;
+    int dim;
     int events;                 /* a Responses stream's events so far (their sequence_number; its connection's alone) */
     int n_prompts, n;           /* prompts, and choices of each: n_prompts * n sequences */
     int32_t **prompts;
@@ -183,6 +187,9 @@ int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api
  * max_output_tokens, text.format, ...) as a chat job answered in that API's shapes: 0, or 1 with
  * the error in *e. */
 int api_responses_job(serve *s, const char *body, size_t len, srv_job **out, api_err *e);
+/* A request body for POST /v1/embeddings (input: a string, strings, token ids or lists of
+ * them; encoding_format float or base64) as a job: 0, or 1 with the error in *e. */
+int api_embeddings_job(serve *s, const char *body, size_t len, srv_job **out, api_err *e);
 /* Once the job is done (the engine no longer touches it: no lock needed): the whole response
  * (JSON). */
 int api_response(serve *s, const srv_job *j, char **buf, size_t *len);

@@ -677,8 +677,16 @@ static void head_json(jbuf *b, serve *s, const srv_job *j, const char *object) {
 
 static void resp_object(jbuf *b, serve *s, const srv_job *j, const char *text, size_t len, int finish, int pt, int ct, int cached);
 
+static void embeddings_json(jbuf *b, serve *s, const srv_job *j);
+
 int api_response(serve *s, const srv_job *j, char **buf, size_t *len) {
     jbuf b = {0};
+    if (j->embed) {
+        embeddings_json(&b, s, j);
+        if (b.oom) { free(b.s); return 1; }
+        *buf = b.s; *len = b.len;
+        return 0;
+    }
     if (j->responses) {
         const srv_seq *q = &j->seqs[0];
         resp_object(&b, s, j, q->text ? q->text : "", q->len, q->finish, j->prompt_tokens, j->completion_tokens, j->cached_tokens);
@@ -913,6 +921,19 @@ int api_stream_format(serve *s, srv_job *j, const api_outbox *box, char **buf, s
 
 /* ------------------------------------------------------------ the Responses API */
 
+/* an error about field `from` names `to` instead (param, and the message's 'from') */
+static void rename_field(api_err *e, const char *from, const char *to) {
+    if (strcmp(e->param, from)) return;
+    snprintf(e->param, sizeof e->param, "%s", to);
+    char quoted[40], *at;
+    snprintf(quoted, sizeof quoted, "'%s'", from);
+    if ((at = strstr(e->msg, quoted))) {
+        char rest[sizeof e->msg];
+        snprintf(rest, sizeof rest, "%s", at + strlen(quoted));
+        snprintf(at, sizeof e->msg - (size_t)(at - e->msg), "'%s'%s", to, rest);
+    }
+}
+
 static int body_object(const char *body, size_t len, sk_json *o, api_err *e);
 
 /* an input item's content: a string, or a list of text parts (input_text, output_text, text) */
@@ -1010,17 +1031,7 @@ int api_responses_job(serve *s, const char *body, size_t len, srv_job **out, api
     if (b.oom) { api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); goto done; }
     if (api_job(s, 1, b.s, b.len, out, e)) {          /* an error names the Responses API's field */
         static const char *names[][2] = {{"max_tokens", "max_output_tokens"}, {"response_format", "text.format"}, {"messages", "input"}};
-        for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
-            if (strcmp(e->param, names[k][0])) continue;
-            snprintf(e->param, sizeof e->param, "%s", names[k][1]);
-            char quoted[40], *at;
-            snprintf(quoted, sizeof quoted, "'%s'", names[k][0]);
-            if ((at = strstr(e->msg, quoted))) {        /* the message names it so too */
-                char rest[sizeof e->msg];
-                snprintf(rest, sizeof rest, "%s", at + strlen(quoted));
-                snprintf(at, sizeof e->msg - (size_t)(at - e->msg), "'%s'%s", names[k][1], rest);
-            }
-        }
+        for (size_t k = 0; k < sizeof names / sizeof *names; k++) rename_field(e, names[k][0], names[k][1]);
         goto done;
     }
     (*out)->responses = 1;
@@ -1119,6 +1130,98 @@ static void resp_stream(jbuf *b, serve *s, srv_job *j, const api_outbox *box) {
         jcstr(b, box->err);
         jputs(b, ",\"param\":null}\n\n");
     }
+}
+
+/* ------------------------------------------------------------ embeddings */
+
+int api_embeddings_job(serve *s, const char *body, size_t len, srv_job **out, api_err *e) {
+    sk_json o;
+    *out = NULL;
+    if (body_object(body, len, &o, e)) return 1;
+    int rc = 1;
+    srv_job *j = srv_job_new();
+    if (!j) { api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); goto done; }
+    const sk_json *model = field(&o, "model"), *in = field(&o, "input"), *ef = field(&o, "encoding_format"), *dims = field(&o, "dimensions");
+    if (model && model->type != SK_JSON_STR) { BAD(e, "model", "'model' must be a string"); goto done; }
+    if (model && !api_model_known(s, model->str)) {
+        api_fail(e, 404, "invalid_request_error", "model_not_found", "model", "The model '%.200s' does not exist: this server serves '%s'", model->str, s->name);
+        goto done;
+    }
+    if (ef && (ef->type != SK_JSON_STR || (strcmp(ef->str, "float") && strcmp(ef->str, "base64")))) {
+        BAD(e, "encoding_format", "'encoding_format' must be float or base64");
+        goto done;
+    }
+    const int C = sk_model_config(s->m)->n_embd;
+    if (dims && (dims->type != SK_JSON_NUM || dims->num != C)) {
+        BAD(e, "dimensions", "'dimensions' must be the model's width, %d: the embeddings are not shortened", C);
+        goto done;
+    }
+    if (!in) { BAD(e, "input", "'input' must be a string, a list of strings, a list of token ids or a list of such lists"); goto done; }
+    j->base64 = ef && !strcmp(ef->str, "base64");
+    j->embed = 1;
+    if (in->type == SK_JSON_ARR && !in->n) { BAD(e, "input", "'input' is an empty list"); goto done; }
+    {
+        /* the prompts as for /v1/completions: the same shapes, the same checks */
+        const char *keys[1] = {"prompt"};
+        size_t klen[1] = {6};
+        sk_json p = {.type = SK_JSON_OBJ, .n = 1, .keys = (char **)keys, .key_lens = klen, .items = (sk_json *)in};
+        if (completion_prompts(s, &p, j, 1, e)) {
+            rename_field(e, "prompt", "input");
+            goto done;
+        }
+    }
+    for (int p = 0; p < j->n_prompts; p++)
+        if (j->prompt_n[p] > (size_t)s->ctx) {
+            api_fail(e, 400, "invalid_request_error", "context_length_exceeded", "input", "input %d has %zu tokens, and the context holds %d (--ctx)", p,
+                     j->prompt_n[p], s->ctx);
+            goto done;
+        }
+    job_id(j, "embd");
+    *out = j; j = NULL;
+    rc = 0;
+done:
+    srv_job_free(j);
+    sk_json_free(&o);
+    return rc;
+}
+
+static void embeddings_json(jbuf *b, serve *s, const srv_job *j) {
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    jputs(b, "{\"object\":\"list\",\"data\":[");
+    for (int p = 0; p < j->n_prompts; p++) {
+        const float *v = j->embeds + (size_t)p * j->dim;
+        jprintf(b, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":", p ? "," : "", p);
+        if (j->base64) {                               /* float32, little-endian, as OpenAI's clients decode it */
+            const size_t n = (size_t)j->dim * 4;
+            unsigned char *raw = malloc(n ? n : 1);
+            char *t = malloc(n / 3 * 4 + 8);
+            if (!raw || !t) { b->oom = 1; free(raw); free(t); return; }
+            for (int c = 0; c < j->dim; c++) {
+                uint32_t u;
+                memcpy(&u, &v[c], 4);
+                for (int k = 0; k < 4; k++) raw[4 * c + k] = (unsigned char)(u >> (8 * k));
+            }
+            size_t o = 0;
+            for (size_t i = 0; i < n; i += 3) {
+                const uint32_t x = (uint32_t)raw[i] << 16 | (i + 1 < n ? (uint32_t)raw[i + 1] << 8 : 0) | (i + 2 < n ? raw[i + 2] : 0);
+                t[o++] = b64[x >> 18 & 63]; t[o++] = b64[x >> 12 & 63];
+                t[o++] = i + 1 < n ? b64[x >> 6 & 63] : '=';
+                t[o++] = i + 2 < n ? b64[x & 63] : '=';
+            }
+            jputs(b, "\"");
+            jraw(b, t, o);
+            jputs(b, "\"");
+            free(raw); free(t);
+        } else {
+            jputs(b, "[");
+            for (int c = 0; c < j->dim; c++) jprintf(b, c ? ",%.9g" : "%.9g", v[c]);
+            jputs(b, "]");
+        }
+        jputs(b, "}");
+    }
+    jputs(b, "],\"model\":");
+    jcstr(b, s->name);
+    jprintf(b, ",\"usage\":{\"prompt_tokens\":%d,\"total_tokens\":%d}}", j->prompt_tokens, j->prompt_tokens);
 }
 
 /* ------------------------------------------------------------ utilities (llama-server's) */

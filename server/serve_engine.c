@@ -87,6 +87,7 @@ void srv_job_free(srv_job *j) {
     for (int p = 0; j->prompt_lps && p < j->n_prompts; p++) free(j->prompt_lps[p]);
     free(j->prompt_lps);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->embeds);
     free(j->prompts); free(j->prompt_n); free(j->prompt_text); free(j->seqs); free(j->bias_id); free(j->bias);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -222,7 +223,13 @@ static int free_slots(const srv_engine *e) {
  * listed in out (once each). */
 static int admit(srv_engine *e, srv_job **out) {
     int n = 0;
-    while (e->head && !e->stop && free_slots(e) > 0) {
+    while (e->head && e->head->embed && !e->stop && n < e->n_slots) {   /* embeddings take no slot */
+        srv_job *j = e->head;
+        unqueue(e, j);
+        j->state = SRV_RUNNING;
+        out[n++] = j;
+    }
+    while (e->head && !e->stop && free_slots(e) > 0 && !e->head->embed && n < e->n_slots) {
         srv_job *j = e->head;
         int lead = -1, got = 0;
         for (int i = 0; i < j->n_seq && free_slots(e) > 0; i++) {
@@ -317,6 +324,33 @@ static int start_job(serve *s, srv_job *j) {
         j->prompt_lps_ready = 1;
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&e->mu);
+    }
+    return 0;
+}
+
+/* outside the lock: /v1/embeddings: each prompt through the model's forward pass (as skiplm
+ * eval), its final norm's output averaged over the positions, then scaled to length 1 */
+static int embed_job(serve *s, srv_job *j) {
+    const int C = sk_model_config(s->m)->n_embd;
+    if (!(j->embeds = calloc((size_t)j->n_prompts * C, sizeof(float)))) return sk_error(SK_ENOMEM, "out of memory");
+    j->dim = C;
+    for (int p = 0; p < j->n_prompts; p++) {
+        const int T = (int)j->prompt_n[p];
+        float loss;
+        if (sk_model_forward(s->m, j->prompts[p], NULL, 1, T, &loss, NULL)) return 1;
+        const float *h = sk_model_hidden(s->m);
+        if (!h) return sk_error(SK_EINVAL, "this model keeps no fp32 hidden states");
+        float *o = j->embeds + (size_t)p * C;
+        double norm = 0;
+        for (int c = 0; c < C; c++) {
+            double sum = 0;
+            for (int t = 0; t < T; t++) sum += h[(size_t)t * C + c];
+            o[c] = (float)(sum / T);
+            norm += (double)o[c] * o[c];
+        }
+        const double inv = norm > 0 ? 1.0 / sqrt(norm) : 0.0;
+        for (int c = 0; c < C; c++) o[c] = (float)(o[c] * inv);
+        j->prompt_tokens += T;
     }
     return 0;
 }
@@ -617,8 +651,14 @@ static void *engine_main(void *arg) {
         int nf = fresh ? admit(e, fresh) : 0;
         pthread_mutex_unlock(&e->mu);
         srv_job *bad = NULL;
-        for (int i = 0; i < nf; i++)
-            if (start_job(s, fresh[i])) fail_locked(e, fresh[i], "starting the request failed");
+        for (int i = 0; i < nf; i++) {
+            if (fresh[i]->embed) {
+                if (embed_job(s, fresh[i])) fail_locked(e, fresh[i], "the embeddings failed");
+                else { pthread_mutex_lock(&e->mu); job_end(e, fresh[i]); pthread_mutex_unlock(&e->mu); }
+            } else if (start_job(s, fresh[i])) {
+                fail_locked(e, fresh[i], "starting the request failed");
+            }
+        }
         if (prefill_some(s, s->o->prefill, &bad)) fail_locked(e, bad, "decoding the prompt failed");
         const int nd = draw_all(s, e->cand);
         pthread_mutex_lock(&e->mu);

@@ -121,7 +121,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     }
 }
 
-/* POST /v1/completions (chat 0), /v1/chat/completions (chat 1) and /v1/responses (chat 2) */
+/* POST /v1/completions (chat 0), /v1/chat/completions (1), /v1/responses (2) and /v1/embeddings (3) */
 static enum MHD_Result generate(req *r, int chat) {
     serve *s = r->s;
     api_err e;
@@ -130,7 +130,9 @@ static enum MHD_Result generate(req *r, int chat) {
         return send_error(r, &e);
     }
     srv_job *j;
-    if (chat == 2 ? api_responses_job(s, r->body ? r->body : "", r->len, &j, &e) : api_job(s, chat, r->body ? r->body : "", r->len, &j, &e))
+    const char *in = r->body ? r->body : "";
+    if (chat == 3 ? api_embeddings_job(s, in, r->len, &j, &e) : chat == 2 ? api_responses_job(s, in, r->len, &j, &e)
+                  : api_job(s, chat, in, r->len, &j, &e))
         return send_error(r, &e);
     const int sub = srv_submit(s, j);
     if (sub) {
@@ -206,7 +208,7 @@ static enum MHD_Result route(req *r) {
     }
     if (!strncmp(p, "/v1/", 4)) p += 3;               /* /v1/models and /models alike, as llama.cpp */
     const int health = !strcmp(p, "/health"), models = !strcmp(p, "/models"), model = !strncmp(p, "/models/", 8),
-              cmpl = !strcmp(p, "/completions"), chat = !strcmp(p, "/chat/completions"), responses = !strcmp(p, "/responses");
+              cmpl = !strcmp(p, "/completions"), chat = !strcmp(p, "/chat/completions"), responses = !strcmp(p, "/responses"), embeddings = !strcmp(p, "/embeddings");
     const int tokenize = !strcmp(p, "/tokenize"), detokenize = !strcmp(p, "/detokenize"), apply = !strcmp(p, "/apply-template"),
               metrics = !strcmp(p, "/metrics");
     if (!health && !authorized(r)) {
@@ -249,12 +251,12 @@ static enum MHD_Result route(req *r) {
             return send_error(r, &e);
         return send_json(r, 200, out);
     }
-    if (cmpl || chat || responses) {
+    if (cmpl || chat || responses || embeddings) {
         if (!post) return api_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s %s: use POST", m, r->path), send_error(r, &e);
-        return generate(r, responses ? 2 : chat);
+        return generate(r, embeddings ? 3 : responses ? 2 : chat);
     }
     return api_fail(&e, 404, "invalid_request_error", "not_found", NULL,
-                    "no such endpoint: %s %s (POST /v1/completions, POST /v1/chat/completions, POST /v1/responses, GET /v1/models, GET /health, "
+                    "no such endpoint: %s %s (POST /v1/completions, POST /v1/chat/completions, POST /v1/responses, POST /v1/embeddings, GET /v1/models, GET /health, "
                     "POST /tokenize, POST /detokenize, POST /apply-template, GET /metrics)", m, r->path),
            send_error(r, &e);
 }

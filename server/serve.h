@@ -5,6 +5,7 @@
  *   serve_api.c     OpenAI's request and response shapes: a request's JSON becomes a job, a
  *                   job's state becomes a response, a chunk, or an error object;
  *   serve_tools.c   tool calls: the formats models write them in, their grammar, reading them;
+ *   chat.html       the chat page of GET / (compiled in);
  *   serve_head.c    a request head's Content-Length, checked before libmicrohttpd reads it;
  *   serve_engine.c  continuous batching: a queue, --parallel slots of one KV cache, one batched
  *                   decoding step for every running sequence, the prompt cache.
@@ -264,6 +265,10 @@ enum { SRV_LEN_OK, SRV_LEN_BAD, SRV_LEN_HUGE };
  * SRV_LEN_BAD (not digits only) or SRV_LEN_HUGE (past 2^64), its value trimmed in *v, *n; else
  * SRV_LEN_OK. */
 int srv_head_length(const char *h, size_t len, const char **v, size_t *n);
+
+/* GET /: the chat page (server/chat.html, made a C array at build time by scripts/embed.sh) */
+extern const unsigned char srv_chat_html[];
+extern const unsigned long srv_chat_html_len;
 
 /* -------------------------------------------------------------- serve_http.c */
 /* Listens on --host:--port until SIGINT or SIGTERM; then stops as srv_engine_stop says. 0, or

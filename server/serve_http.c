@@ -206,6 +206,15 @@ static enum MHD_Result route(req *r) {
         MHD_add_response_header(resp, "Vary", "Access-Control-Request-Headers");
         return queue(r, 204, resp);
     }
+    if (!strcmp(p, "/") || !strcmp(p, "/index.html")) {   /* the chat page: static, open (its requests carry the key) */
+        if (strcmp(m, "GET") && strcmp(m, "HEAD"))
+            return api_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s %s: use GET", m, r->path), send_error(r, &e);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(srv_chat_html_len, (void *)srv_chat_html, MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+        MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        return queue(r, 200, resp);
+    }
     if (!strncmp(p, "/v1/", 4)) p += 3;               /* /v1/models and /models alike, as llama.cpp */
     const int health = !strcmp(p, "/health"), models = !strcmp(p, "/models"), model = !strncmp(p, "/models/", 8),
               cmpl = !strcmp(p, "/completions"), chat = !strcmp(p, "/chat/completions"), responses = !strcmp(p, "/responses"), embeddings = !strcmp(p, "/embeddings");
@@ -256,7 +265,7 @@ static enum MHD_Result route(req *r) {
         return generate(r, embeddings ? 3 : responses ? 2 : chat);
     }
     return api_fail(&e, 404, "invalid_request_error", "not_found", NULL,
-                    "no such endpoint: %s %s (POST /v1/completions, POST /v1/chat/completions, POST /v1/responses, POST /v1/embeddings, GET /v1/models, GET /health, "
+                    "no such endpoint: %s %s (GET / the chat page, POST /v1/completions, POST /v1/chat/completions, POST /v1/responses, POST /v1/embeddings, GET /v1/models, GET /health, "
                     "POST /tokenize, POST /detokenize, POST /apply-template, GET /metrics)", m, r->path),
            send_error(r, &e);
 }

@@ -711,7 +711,7 @@ int srv_engine_start(serve *s) {
     e->cand = malloc(sizeof(int) * n);
     e->act = malloc(sizeof(int) * n);
     e->nexts = malloc(sizeof(int32_t) * n);
-    e->running = calloc(n, sizeof *e->running);
+    e->running = calloc(n + 1, sizeof *e->running);   /* the jobs holding slots, and the head's part-admitted one */
     if (!e->slot_job || !e->slot_seq || !e->slot_tok || !e->slot_n || !e->slot_exact || !e->slot_used || !e->logits ||
         !e->lgb || !e->raw || !e->allow || !e->draw || !e->draw_lp || !e->cand || !e->act || !e->nexts || !e->running)
         return sk_error(SK_ENOMEM, "out of memory");

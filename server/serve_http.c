@@ -445,7 +445,7 @@ static void *gate(void *arg) {
         const char *blank = strstr(head, "\r\n\r\n");
         if (!blank) blank = strstr(head, "\n\n");
         if (blank || (size_t)k == sizeof head - 1) { ok = 1; have = (size_t)k; break; }
-        if ((size_t)k == have) { struct timespec ts = {0, 2 * 1000000L}; nanosleep(&ts, NULL); }   /* wait for more */
+        if ((size_t)k == have) { struct timespec ts = {0, 5 * 1000000L}; nanosleep(&ts, NULL); }   /* no more yet: wait (the bytes stay readable) */
         have = (size_t)k;
     }
     const char *v = NULL;
@@ -577,8 +577,8 @@ int serve_http(serve *s) {
     close(l.fd);
     srv_engine_stop(s, o->grace);
     /* Wait for the requests that hold a job (their answers written), up to --grace; then the
-     * engine ends what still runs, and its answers (an error event for a stream) get a second
-     * to go out. A request still sending its body holds nothing up: it is closed unanswered. */
+     * engine ends what still runs, and its answers (an error event for a stream) get two
+     * seconds to go out. A request still sending its body holds nothing up: it is closed unanswered. */
     struct timespec tick = {0, 50 * 1000000L};
     for (int ended = 0;;) {
         srv_lock(s);
@@ -587,7 +587,7 @@ int serve_http(serve *s) {
         const int busy = __atomic_load_n(&s->busy, __ATOMIC_SEQ_CST), gates = __atomic_load_n(&l.gates, __ATOMIC_SEQ_CST);
         if (!running && !busy && !gates) break;
         if (!ended && sk_now() > t_sig + o->grace) { srv_engine_stop(s, 0); ended = 1; }
-        if (sk_now() > t_sig + o->grace + 1) break;
+        if (sk_now() > t_sig + o->grace + 2) break;
         if (sigtimedwait(&set, NULL, &tick) > 0 && !ended) { srv_engine_stop(s, 0); ended = 1; }
     }
     struct timespec ms10 = {0, 10 * 1000000L};

@@ -15,7 +15,7 @@ concerns where there is one (OpenAI's official `openai` npm package, tests/ref/o
 7. a stream dropped by its client is logged with the tokens it was sent (not 0);
 8. SIGTERM with --grace 1 and a client stalled mid-upload: a queued request gets 503
    server_shutting_down, a running stream an error event with that code then [DONE], and the
-   server exits 0 within --grace and a second, the stalled upload logged unanswered."""
+   server exits 0 within --grace and two seconds, the stalled upload logged unanswered."""
 import json
 import os
 import re
@@ -213,7 +213,8 @@ def shutdown(model):
           f"SIGTERM: a queued request gets 503 server_shutting_down, as docs/serving.md says ({q})")
     check(last.get("code") == "server_shutting_down" and rest.rstrip().endswith("data: [DONE]") and "--grace ran out" in last.get("message", ""),
           f"SIGTERM: a stream still running at --grace gets an error event with that code, then [DONE] ({last})")
-    check(rc == 0 and took < 1 + 1.8, f"SIGTERM with a client stalled mid-upload: exit 0 within --grace 1 and a second ({took:.2f} s)")
+    check(rc == 0 and took < 1 + 3, f"SIGTERM with a client stalled mid-upload: exit 0 within --grace 1 and two seconds, not "
+                                    f"held by the upload ({took:.2f} s)")
     check(re.search(r"POST /v1/completions - prompt=0 .*error=\"the server stopped after 9 bytes of the body; closed without an answer\"", log),
           f"the stalled upload is logged unanswered, with its bytes ({[x for x in log.splitlines() if ' - ' in x][-1:]})")
 

@@ -17,7 +17,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from sktest import ROOT, check, finish  # noqa: E402
-from test_serve import Server, curl, make_model, run  # noqa: E402
+from test_serve import Server, clean, curl, make_model, run  # noqa: E402
 
 
 def main():
@@ -62,6 +62,7 @@ def main():
     finally:
         check(srv.stop() == 0, "the server exits 0")
     check("went away after" in srv.log(), "the server logged the stopped stream's client gone")
+    clean(srv)
     finish()
 
 

@@ -29,7 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from sktest import check, finish  # noqa: E402
-from test_serve import Server, client, curl, make_model  # noqa: E402
+from test_serve import Server, clean, client, curl, make_model  # noqa: E402
 
 
 def raw(port, data, wait=5.0, pause=None):
@@ -217,6 +217,7 @@ def shutdown(model):
                                     f"held by the upload ({took:.2f} s)")
     check(re.search(r"POST /v1/completions - prompt=0 .*error=\"the server stopped after 9 bytes of the body; closed without an answer\"", log),
           f"the stalled upload is logged unanswered, with its bytes ({[x for x in log.splitlines() if ' - ' in x][-1:]})")
+    clean(srv)
 
 
 def main():
@@ -238,6 +239,7 @@ def main():
             f(srv)
     finally:
         check(srv.stop() == 0, "the server exits 0")
+    clean(srv)
     srv = Server(slow, "--parallel", "2", "--any-model", "--tokenizer", os.path.join(slow, "vocab.json"))
     try:
         code, _ = curl(srv, "/v1/completions", {"model": "gpt-3.5-turbo", "prompt": "a", "max_tokens": 1})
@@ -246,6 +248,7 @@ def main():
         dropped_stream(srv)
     finally:
         check(srv.stop() == 0, "the second server exits 0")
+    clean(srv)
     shutdown(slower)
     finish()
 

@@ -21,7 +21,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from sktest import ROOT, check, finish  # noqa: E402
-from test_serve import Reference, Server, curl, make_model  # noqa: E402
+from test_serve import Reference, Server, clean, curl, make_model  # noqa: E402
 
 TEXTS = ["The state of the union is strong.", "Fellow citizens", "a"]
 
@@ -82,6 +82,7 @@ def main():
                   f"bad input {body}: {code} naming {param} ({e.get('message', out)[:80]})")
     finally:
         check(srv.stop() == 0, "the server exits 0")
+    clean(srv)
     finish()
 
 

@@ -24,7 +24,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from sktest import ROOT, check, finish  # noqa: E402
-from test_serve import Server, curl, make_model  # noqa: E402
+from test_serve import Server, clean, curl, make_model  # noqa: E402
 
 CLIENT = os.path.join(HERE, "ref", "responses_client.mjs")
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer", "minimum": 0, "maximum": 99}},
@@ -98,6 +98,7 @@ def main():
         check("'max_output_tokens' must be an integer" in srv.log(), "the error's message names max_output_tokens too")
     finally:
         check(srv.stop() == 0, "the server exits 0")
+    clean(srv)
     finish()
 
 

@@ -442,8 +442,8 @@ static void *gate(void *arg) {
         ssize_t k = recv(g->fd, head, sizeof head - 1, MSG_PEEK);
         if (k <= 0) break;                              /* closed before a request */
         head[k] = 0;
-        const char *blank = strstr(head, "\r\n\r\n");
-        if (!blank) blank = strstr(head, "\n\n");
+        const char *blank = memmem(head, (size_t)k, "\r\n\r\n", 4);
+        if (!blank) blank = memmem(head, (size_t)k, "\n\n", 2);
         if (blank || (size_t)k == sizeof head - 1) { ok = 1; have = (size_t)k; break; }
         if ((size_t)k == have) { struct timespec ts = {0, 5 * 1000000L}; nanosleep(&ts, NULL); }   /* no more yet: wait (the bytes stay readable) */
         have = (size_t)k;
@@ -462,9 +462,12 @@ static void *gate(void *arg) {
         time_t now = time(NULL);
         struct tm tm;
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
-        const char *sp = memchr(head, ' ', have), *sp2 = sp ? memchr(sp + 1, ' ', have - (size_t)(sp + 1 - head)) : NULL;
-        fprintf(stderr, "%s %.*s %.*s %d prompt=0 cached=0 completion=0 0.000s error=\"%s\"\n", when, sp ? (int)(sp - head) : 1,
-                sp ? head : "-", sp2 ? (int)(sp2 - sp - 1) : 1, sp2 ? sp + 1 : "-", big ? 413 : 400, msg);
+        /* the request line's method and path, as the access log has them */
+        const char *eol = memchr(head, '\n', have), *end = eol ? eol : head + have;
+        const char *sp = memchr(head, ' ', (size_t)(end - head)), *sp2 = sp ? memchr(sp + 1, ' ', (size_t)(end - sp - 1)) : NULL;
+        const int ml = sp ? (int)(sp - head) : 0, pl = sp2 ? (int)(sp2 - sp - 1) : 0;
+        fprintf(stderr, "%s %.*s %.*s %d prompt=0 cached=0 completion=0 0.000s error=\"%s\"\n", when, ml && ml < 16 ? ml : 1,
+                ml && ml < 16 ? head : "-", pl && pl < 160 ? pl : 1, pl && pl < 160 ? sp + 1 : "-", big ? 413 : 400, msg);
         __atomic_add_fetch(&s->n_requests, 1, __ATOMIC_RELAXED);
         ok = 0;
     }

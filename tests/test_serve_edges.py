@@ -87,6 +87,9 @@ def framing(srv):
         ok, err = one_answer(out, status)
         check(ok and dt < 2, f"Content-Length {value.decode()!r}: one answer, {status}, exactly one status line "
                              f"({len(re.findall(rb'HTTP/1', out))} status lines; {err.get('message')})")
+    time.sleep(0.2)
+    check(re.search(r"POST /v1/completions 400 prompt=0 .*error=\"the Content-Length header is not a number of bytes: '12x'\"", srv.log()),
+          "a malformed Content-Length's answer is in the access log, with the request's method and path")
 
 
 def cors(srv):

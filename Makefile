@@ -156,7 +156,7 @@ CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(CLI_SRC:cli/%.c=$(BUILD)/cli/%.o)
 # the server (docs/serving.md) is an app of its own beside the CLI, linked into the same binary
 SRV_SRC  := $(wildcard server/*.c)
-SRV_OBJ  := $(SRV_SRC:server/%.c=$(BUILD)/server/%.o)
+SRV_OBJ  := $(SRV_SRC:server/%.c=$(BUILD)/server/%.o) $(BUILD)/server/chat_html.o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC := $(wildcard tests/tool_*.c)
@@ -188,6 +188,12 @@ $(BUILD)/cli/%.o: cli/%.c $(LIB_HDR) $(wildcard cli/*.h)
 $(BUILD)/server/%.o: server/%.c $(LIB_HDR) $(wildcard cli/*.h server/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Icli -c $< -o $@
+# the chat page of GET / (server/chat.html), compiled into the binary as a C array
+$(BUILD)/server/chat_html.c: server/chat.html scripts/embed.sh
+	@mkdir -p $(dir $@)
+	bash scripts/embed.sh $< srv_chat_html > $@.tmp && mv $@.tmp $@
+$(BUILD)/server/chat_html.o: $(BUILD)/server/chat_html.c
+	$(CC) $(CFLAGS) -c $< -o $@
 # made anew each time: `ar r` on an old archive would keep members whose source is gone
 $(BUILD)/libskiplm.a: $(LIB_OBJ)
 	rm -f $@

@@ -1,4 +1,5 @@
-/* libFuzzer harness for skiplm serve's request parsing (server/serve_api.c): the first byte picks
+/* libFuzzer harness for skiplm serve's request parsing (server/serve_api.c; the whole input is
+ * also read as a request head, server/serve_head.c): the first byte picks
  * the endpoint (odd: chat completions), the rest is the request body. A body that becomes a job
  * is then answered as if it had run (each choice's text taken from the input, a stop for a
  * reason): the whole response, and the stream to its end. Every refusal must carry an HTTP
@@ -51,6 +52,10 @@ static void must_parse(const char *text, size_t len) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!S.tok) setup();
     if (size < 1) return 0;
+    const char *v = NULL;                       /* the gate's look at a request head: a value inside it */
+    size_t vn = 0;
+    if (srv_head_length((const char *)data, size, &v, &vn) != SRV_LEN_OK &&
+        (v < (const char *)data || v + vn > (const char *)data + size)) abort();
     const int chat = data[0] & 1;
     srv_job *j = NULL;
     api_err e;

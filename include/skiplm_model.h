@@ -153,6 +153,10 @@ int sk_model_forward(sk_model *m, const int32_t *inputs, const int32_t *targets,
 /* The per-token losses (B, T) of the last forward pass given targets (0 where a target was
  * ignored, < 0), or NULL before any: what the mean loss averages (eval --by-position). */
 const float *sk_model_losses(const sk_model *m);
+/* The final norm's output (B, T, n_embd) of the last sk_model_forward: the hidden states the
+ * classifier reads (what skiplm serve's /v1/embeddings pools), or NULL before any, after a
+ * training pass, or for a bf16-trained model (which keeps them in bf16 only). */
+const float *sk_model_hidden(const sk_model *m);
 /* Forward and backward in training mode: gradients of (loss * grad_scale) are ADDED to
  * the gradient buffer (call sk_model_zero_grad first; accumulation across micro-steps
  * works by not zeroing). Dropout uses dropout_seed. */

@@ -3,7 +3,7 @@
 # a C compiler with OpenMP, OpenBLAS, PyTorch (the test oracle), Node.js + npm (corpus and
 # GPT-2 vocabulary packages, reference encoder), clang with libFuzzer (make fuzz), Open MPI
 # (make MPI=1, tests/test_mpi.sh), g++ (the CUDA emulator test), libmicrohttpd and curl (skiplm serve and its
-# test), python3-prometheus-client (its metrics' test), zlib (prepare's .gz inputs), oneDNN (the bf16 GEMMs
+# test), python3-prometheus-client (its metrics' test), chromium (the chat page's browser test), zlib (prepare's .gz inputs), oneDNN (the bf16 GEMMs
 # of train --bf16 on the CPU; optional in the Makefile, but its tests run where it is installed).
 # Skips the install when all are present.
 set -euo pipefail
@@ -28,6 +28,8 @@ ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 
 # skiplm serve: libmicrohttpd (HTTP), found by pkg-config; curl for tests/test_serve.py
 pkg-config --exists libmicrohttpd 2>/dev/null || need+=(libmicrohttpd-dev)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# a real browser for the chat page's test (tests/test_serve_chat_page.py, driven by npm puppeteer-core)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # the Prometheus project's text-format parser, for GET /metrics in tests/test_serve_util.py
 /usr/bin/python3 -c "import prometheus_client" >/dev/null 2>&1 || need+=(python3-prometheus-client)
 # make MPI=1 (data-parallel training) and tests/test_mpi.sh: Open MPI's mpicc and mpirun

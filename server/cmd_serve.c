@@ -11,7 +11,7 @@
 /* 0, or the exit status (1 --help, then 0; 2 a bad option) */
 static int parse_opts(serve_opts *o, int argc, char **argv) {
     *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .queue = 256, .max_body = 4 << 20, .grace = 10, .device = "cpu",
-                      .prefill = 256};
+                      .prefill = 256, .timeout = 600, .cors_headers = "Authorization, Content-Type"};
     cli_opt opts[] = {
         {"host", 's', &o->host, "address to listen on: a name, an IPv4 or an IPv6 address (127.0.0.1; 0.0.0.0 for every interface)"},
         {"port", 'i', &o->port, "TCP port; 0 picks a free one, said on stderr (8080)"},
@@ -20,7 +20,10 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
         {"bf16", 'b', &o->bf16, "bf16 copy of the weights for the matrix products (half the bytes a step reads), fp32 everything else"},
         {"q8", 'b', &o->q8, "8-bit weights (q8_0) for the matrix products, a quarter of fp32's bytes (CPU; implied by a quantized file, skiplm quantize)"},
         {"api-key", 's', &o->api_key, "requests must carry 'Authorization: Bearer KEY' (GET /health excepted); also read from SKIPLM_API_KEY"},
-        {"alias", 's', &o->alias, "the model's name in the API (default: the last part of MODEL's path)"},
+        {"alias", 's', &o->alias, "the model's name in the API (default: the last part of MODEL's path); repeat it for more names, the first shown"},
+        {"any-model", 'b', &o->any_model, "accept every 'model' name a request gives (clients that insist on gpt-3.5-turbo)"},
+        {"timeout", 'i', &o->timeout, "seconds a connection may stay silent: a request head or body that stalls is closed unanswered, and logged (600)"},
+        {"cors-headers", 's', &o->cors_headers, "the headers a CORS preflight allows when it names none (a preflight that names some gets them) (Authorization, Content-Type)"},
         {"tokenizer", 's', &o->tok_path, "the tokenizer (default: the checkpoint's or GGUF file's, or beside the weights)"},
         {"chat-template", 's', &o->chat_tpl, "a .jinja file or a tokenizer_config.json for /v1/chat/completions (default: the model folder's)"},
         {"tool-format", 's', &o->tool_format, "how the model writes tool calls: hermes (<tool_call>{...}</tool_call>), llama (a JSON object) or mistral ([TOOL_CALLS][...]) (default: the one whose marker is a token of the vocabulary, else hermes)"},
@@ -37,6 +40,10 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
     int rc = cli_parse(argc, argv, "serve", "MODEL [options]   (MODEL: a checkpoint, a weights file, a Hugging Face folder or a GGUF file)", opts, pos, 1,
                        &np, NULL, NULL);
     if (rc) return rc;
+    for (int i = 1; i < argc; i++)                     /* --alias repeats: every name, in order */
+        if (!strcmp(argv[i], "--alias") && i + 1 < argc) { if (o->n_alias < SRV_MAX_ALIAS) o->aliases[o->n_alias++] = argv[i + 1]; i++; }
+        else if (!strncmp(argv[i], "--alias=", 8) && o->n_alias < SRV_MAX_ALIAS) o->aliases[o->n_alias++] = argv[i] + 8;
+    if (o->n_alias) o->alias = o->aliases[0];
     if (np != 1) { fprintf(stderr, "skiplm serve: give a model (a checkpoint, a weights file or a Hugging Face folder)\n"); return 2; }
     o->model = pos[0];
     if (!o->api_key && getenv("SKIPLM_API_KEY") && *getenv("SKIPLM_API_KEY")) o->api_key = getenv("SKIPLM_API_KEY");
@@ -44,9 +51,9 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
     if (o->use_cuda && !cli_cuda_built("serve")) return 2;
     if (!o->parallel) o->parallel = o->use_cuda ? 1 : 4;
     if (o->port < 0 || o->port > 65535 || o->parallel < 1 || o->parallel > SK_KV_MAX_SEQS || o->ctx < 0 || o->queue < 0 ||
-        o->max_body < 1 || o->grace < 0 || o->prefill < SK_DECODE_CHUNK || o->prefill % SK_DECODE_CHUNK) {
+        o->max_body < 1 || o->grace < 0 || o->timeout < 1 || o->prefill < SK_DECODE_CHUNK || o->prefill % SK_DECODE_CHUNK) {
         fprintf(stderr, "skiplm serve: need 0 <= --port <= 65535, 1 <= --parallel <= %d, --ctx >= 0, --queue >= 0, --max-body >= 1, "
-                "--grace >= 0, --prefill-chunk a multiple of %d\n", SK_KV_MAX_SEQS, SK_DECODE_CHUNK);
+                "--grace >= 0, --timeout >= 1, --prefill-chunk a multiple of %d\n", SK_KV_MAX_SEQS, SK_DECODE_CHUNK);
         return 2;
     }
     if (o->q8 && (o->bf16 || o->use_cuda)) { fprintf(stderr, "skiplm serve: --q8 is for the CPU, without --bf16\n"); return 2; }

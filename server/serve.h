@@ -1,10 +1,12 @@
-/* skiplm serve: an OpenAI-compatible HTTP server (docs/serving.md). Five parts:
+/* skiplm serve: an OpenAI-compatible HTTP server (docs/serving.md). Six parts:
  *   cmd_serve.c     the command: options, the model, signals, shutdown;
  *   serve_http.c    HTTP through libmicrohttpd: routes, the API key, bodies, server-sent events,
  *                   the access log;
  *   serve_api.c     OpenAI's request and response shapes: a request's JSON becomes a job, a
  *                   job's state becomes a response, a chunk, or an error object;
  *   serve_tools.c   tool calls: the formats models write them in, their grammar, reading them;
+ *   chat.html       the chat page of GET / (compiled in);
+ *   serve_head.c    a request head's Content-Length, checked before libmicrohttpd reads it;
  *   serve_engine.c  continuous batching: a queue, --parallel slots of one KV cache, one batched
  *                   decoding step for every running sequence, the prompt cache.
  * A job is shared by its connection's thread and the engine's thread; everything in it past
@@ -16,11 +18,17 @@
 
 #define SRV_MAX_STOP 4          /* stop strings, as OpenAI's API */
 #define SRV_MAX_TOP 20          /* top_logprobs */
+#define SRV_MAX_ALIAS 16        /* --alias, repeated */
+#define SRV_MAX_SEQS 1024       /* sequences of one request: prompts x n */
 
 typedef struct {
     const char *model, *host, *alias, *api_key, *tok_path, *chat_tpl, *device, *tool_format;
     cli_model_opts mo;          /* --n_head, --n_skip_layer, --n_skip_head, --routing for a file that does not say */
     int port, parallel, ctx, bf16, q8, queue, max_body, grace, quiet, use_cuda, prefill;
+    const char *aliases[SRV_MAX_ALIAS];   /* every --alias (alias: the first), the names the API answers to */
+    int n_alias, any_model;     /* --any-model: every model name is this model */
+    int timeout;                /* --timeout: seconds a connection may stay silent (an upload that stalls) */
+    const char *cors_headers;   /* --cors-headers: what a preflight allows when it names none */
 } serve_opts;
 
 /* a sampled token's log-probability (log-softmax of the model's logits) and the most likely
@@ -55,12 +63,22 @@ typedef struct {
                                  * an echo's prompt), SRV_FINISHED (its finish_reason went out) */
     int ready;                  /* its prompt is decoded: it draws tokens */
     sk_jg_match *jm;            /* response_format's matcher: the tokens its reply may go on with */
-    size_t pf;                  /* a prompt's first sequence: the prompt's positions in its cache */
+    size_t pf;                  /* a prompt's leader: the prompt's positions in its cache */
+    int admitted;               /* it was given a slot (a job's sequences are admitted as slots free, in order) */
+    int lead;                   /* the index of the sequence that decodes its prompt for it (itself: a leader) */
+    size_t *ends;               /* the text's length after each new token (the log counts the tokens sent) */
+    int ends_cap, sent_tokens;
 } srv_seq;
 
 typedef struct srv_job {
     /* the request (serve_api.c), fixed once submitted */
     int chat, stream, include_usage, echo;
+    int responses;              /* POST /v1/responses: a chat answered in the Responses API's shapes */
+    int embed, base64;          /* POST /v1/embeddings: each prompt's pooled hidden states (embeds, n_prompts x dim),
+                                 * made by the engine's thread, no slot taken; base64: sent as float32 bytes */
+    float *embeds;
+    int dim;
+    int events;                 /* a Responses stream's events so far (their sequence_number; its connection's alone) */
     int n_prompts, n;           /* prompts, and choices of each: n_prompts * n sequences */
     int32_t **prompts;
     size_t *prompt_n;
@@ -88,6 +106,8 @@ typedef struct srv_job {
     int n_seq;
     srv_seq *seqs;
     int state, cancelled, failed;
+    int in_queue;               /* some of its sequences still wait for slots */
+    const char *err_code;       /* a failure's OpenAI code (NULL: none) */
     char err[256];
     long order;                 /* admission order (prompts are decoded first come, first served) */
     int prompt_tokens, completion_tokens, cached_tokens;   /* cached: prompt tokens the prompt cache kept */
@@ -116,14 +136,16 @@ typedef struct {
     srv_engine *eng;
     long started;
     int requests;               /* requests begun and not yet logged */
+    int busy;                   /* of those, the ones holding a job (shutdown waits for them, up to --grace) */
     long n_requests, n_prompt, n_predicted;   /* GET /metrics: requests answered, their prompt and new tokens (atomic) */
 } serve;
 
 /* ------------------------------------------------------------- serve_engine.c */
 /* The engine's thread, its slots (gen_dec_new with --parallel sequences) and its queue. */
 int srv_engine_start(serve *s);
-/* Queues the job (its engine reference taken): 0; -1 when the queue is full or the server
- * stops (nothing taken). */
+/* Queues the job (its engine reference taken): 0; -1 when the queue is full, -2 when the
+ * server stops (nothing taken). Its sequences take slots as they free, first come first
+ * served: a request of more sequences than --parallel runs part by part. */
 int srv_submit(serve *s, srv_job *j);
 /* The caller's reference is dropped; the last one frees the job. */
 void srv_release(serve *s, srv_job *j);
@@ -133,6 +155,8 @@ void srv_unlock(serve *s);
 void srv_wait(serve *s, srv_job *j, int ms);
 /* Under the lock: the job stops (a client gone); its slots free at the next step. */
 void srv_cancel(serve *s, srv_job *j);
+/* Under the lock: the new tokens made so far, and those whose text went out in a stream */
+void srv_tokens(const srv_job *j, int *made, int *sent);
 /* Under the lock: running sequences and queued jobs. */
 void srv_load(serve *s, int *running, int *queued, int *slots);
 /* Shutdown: queued jobs fail now, running ones get grace seconds to end (a second signal, or
@@ -160,6 +184,13 @@ int api_fail(api_err *e, int status, const char *type, const char *code, const c
 /* A request body (JSON text) for /v1/completions (chat 0) or /v1/chat/completions (chat 1)
  * as a job ready to submit: 0, or 1 with the error in *e. */
 int api_job(serve *s, int chat, const char *body, size_t len, srv_job **out, api_err *e);
+/* A request body for POST /v1/responses (OpenAI's Responses API: input, instructions,
+ * max_output_tokens, text.format, ...) as a chat job answered in that API's shapes: 0, or 1 with
+ * the error in *e. */
+int api_responses_job(serve *s, const char *body, size_t len, srv_job **out, api_err *e);
+/* A request body for POST /v1/embeddings (input: a string, strings, token ids or lists of
+ * them; encoding_format float or base64) as a job: 0, or 1 with the error in *e. */
+int api_embeddings_job(serve *s, const char *body, size_t len, srv_job **out, api_err *e);
 /* Once the job is done (the engine no longer touches it: no lock needed): the whole response
  * (JSON). */
 int api_response(serve *s, const srv_job *j, char **buf, size_t *len);
@@ -184,6 +215,7 @@ typedef struct {
     int n, cap;
     int prompt_tokens, completion_tokens, cached_tokens;
     int done, failed, cancelled;                 /* done: the events end here ("data: [DONE]") */
+    const char *err_code;
     char err[256];
 } api_outbox;
 /* Under the engine's lock: the job's new output into box (emptied first; marks it taken).
@@ -192,12 +224,14 @@ int api_stream_take(srv_job *j, api_outbox *box);
 int api_outbox_empty(const api_outbox *box);
 /* Without the lock (the job's fields it reads do not change while it runs): box's events
  * appended to buf. 1 when they end the stream, 0 if more follow, -1 out of memory. */
-int api_stream_format(serve *s, const srv_job *j, const api_outbox *box, char **buf, size_t *len, size_t *cap);
+int api_stream_format(serve *s, srv_job *j, const api_outbox *box, char **buf, size_t *len, size_t *cap);
 void api_outbox_free(api_outbox *box);
 /* {"error": {...}} */
 int api_error_body(const api_err *e, char **buf, size_t *len);
 /* GET /v1/models, GET /v1/models/ID (NULL when id is not this model), GET /health */
 char *api_models(serve *s, const char *id);
+/* a name the request may give as 'model': an --alias, the model's name, any with --any-model */
+int api_model_known(const serve *s, const char *name);
 char *api_health(serve *s);
 /* llama-server's utilities: POST /tokenize ({"content", "with_pieces"} -> {"tokens"}), POST
  * /detokenize ({"tokens"} -> {"content"}), POST /apply-template ({"messages", "tools"} ->
@@ -224,6 +258,17 @@ int tools_grammar(srv_job *j, int only);
 int tools_parse(const srv_job *j, const char *text, size_t len, size_t *content_end, char **calls, int stream);
 /* How much of a reply so far can be streamed as content: none of what may become a call. */
 size_t tools_hold(const srv_job *j, const char *text, size_t len);
+
+/* -------------------------------------------------------------- serve_head.c */
+enum { SRV_LEN_OK, SRV_LEN_BAD, SRV_LEN_HUGE };
+/* A request head's (len bytes) first Content-Length header that libmicrohttpd would refuse:
+ * SRV_LEN_BAD (not digits only) or SRV_LEN_HUGE (past 2^64), its value trimmed in *v, *n; else
+ * SRV_LEN_OK. */
+int srv_head_length(const char *h, size_t len, const char **v, size_t *n);
+
+/* GET /: the chat page (server/chat.html, made a C array at build time by scripts/embed.sh) */
+extern const unsigned char srv_chat_html[];
+extern const unsigned long srv_chat_html_len;
 
 /* -------------------------------------------------------------- serve_http.c */
 /* Listens on --host:--port until SIGINT or SIGTERM; then stops as srv_engine_stop says. 0, or

@@ -113,13 +113,22 @@ int api_error_body(const api_err *e, char **buf, size_t *len) {
     return 0;
 }
 
+int api_model_known(const serve *s, const char *name) {
+    if (s->o->any_model || !strcmp(name, s->name)) return 1;
+    for (int i = 0; i < s->o->n_alias; i++) if (!strcmp(name, s->o->aliases[i])) return 1;
+    return 0;
+}
+
 char *api_models(serve *s, const char *id) {
-    if (id && strcmp(id, s->name)) return NULL;
+    if (id && !api_model_known(s, id)) return NULL;
     jbuf b = {0};
     if (!id) jputs(&b, "{\"object\":\"list\",\"data\":[");
-    jputs(&b, "{\"id\":");
-    jcstr(&b, s->name);
-    jprintf(&b, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"skiplm\",\"context_length\":%d}", s->started, s->ctx);
+    const int n = id || !s->o->n_alias ? 1 : s->o->n_alias;
+    for (int i = 0; i < n; i++) {
+        jputs(&b, i ? ",{\"id\":" : "{\"id\":");
+        jcstr(&b, id ? id : s->o->n_alias ? s->o->aliases[i] : s->name);
+        jprintf(&b, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"skiplm\",\"context_length\":%d}", s->started, s->ctx);
+    }
     if (!id) jputs(&b, "]}");
     if (b.oom) { free(b.s); return NULL; }
     return b.s;
@@ -219,9 +228,10 @@ static unsigned long long seed_counter;
 static int common_fields(serve *s, const sk_json *o, srv_job *j, int *n_out, long long *max_tokens, api_err *e) {
     const sk_json *model = field(o, "model");
     if (model && model->type != SK_JSON_STR) return BAD(e, "model", "'model' must be a string");
-    if (model && strcmp(model->str, s->name))
+    if (model && !api_model_known(s, model->str))
         return api_fail(e, 404, "invalid_request_error", "model_not_found", "model",
-                        "The model '%s' does not exist: this server serves '%s' (GET /v1/models)", model->str, s->name);
+                        "The model '%.200s' does not exist: this server serves '%s' (GET /v1/models; skiplm serve --alias, --any-model)",
+                        model->str, s->name);
     j->sp = (sk_sampling){.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
     long long n = 1, seed = -1, top_k = 0;
     const sk_json *so = field(o, "stream_options");
@@ -234,9 +244,7 @@ static int common_fields(serve *s, const sk_json *o, srv_job *j, int *n_out, lon
         get_int(o, "n", 1, 128, &n, e) || get_int(o, "seed", -9.0e15, 9.0e15, &seed, e) ||
         get_int(o, "max_tokens", 0, 1e9, max_tokens, e) || get_stop(o, j, e) || get_bias(o, j, s->V, e))
         return 1;
-    if (j->sp.top_p <= 0.0f) return BAD(e, "top_p", "'top_p' must be in (0, 1]");
-    if (n > s->o->parallel)
-        return BAD(e, "n", "'n' is %lld, and this server decodes at most %d sequences at once (--parallel)", n, s->o->parallel);
+    if (j->sp.top_p == 0.0f) j->sp.temperature = 0.0f;  /* the nucleus of one token: the most likely, as OpenAI's and llama-server's */
     j->sp.top_k = (int)top_k;
     const sk_json *sd = field(o, "seed");
     if (sd) j->seed = sd->num < 0 ? (uint64_t)(long long)sd->num : (uint64_t)sd->num;
@@ -256,11 +264,13 @@ static int encode(serve *s, const char *text, size_t len, int32_t **ids, size_t 
     return 0;
 }
 
-/* the job sized for n_prompts prompts and n choices of each, which must fit in --parallel */
+/* the job sized for n_prompts prompts and n choices of each (more than --parallel run part by
+ * part, as slots free) */
 static int size_job(serve *s, srv_job *j, int n_prompts, int n, api_err *e) {
-    if ((long long)n_prompts * n > s->o->parallel)
-        return BAD(e, "n", "%d prompts x n = %d make %lld sequences, and this server decodes at most %d at once (--parallel)", n_prompts,
-                   n, (long long)n_prompts * n, s->o->parallel);
+    (void)s;
+    if ((long long)n_prompts * n > SRV_MAX_SEQS)
+        return BAD(e, "n", "%d prompts x n = %d make %lld sequences, and a request may have at most %d", n_prompts, n,
+                   (long long)n_prompts * n, SRV_MAX_SEQS);
     if (srv_job_size(j, n_prompts, n)) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     return 0;
 }
@@ -665,8 +675,25 @@ static void head_json(jbuf *b, serve *s, const srv_job *j, const char *object) {
     jputs(b, ",\"system_fingerprint\":\"skiplm\",\"choices\":[");
 }
 
+static void resp_object(jbuf *b, serve *s, const srv_job *j, const char *text, size_t len, int finish, int pt, int ct, int cached);
+
+static void embeddings_json(jbuf *b, serve *s, const srv_job *j);
+
 int api_response(serve *s, const srv_job *j, char **buf, size_t *len) {
     jbuf b = {0};
+    if (j->embed) {
+        embeddings_json(&b, s, j);
+        if (b.oom) { free(b.s); return 1; }
+        *buf = b.s; *len = b.len;
+        return 0;
+    }
+    if (j->responses) {
+        const srv_seq *q = &j->seqs[0];
+        resp_object(&b, s, j, q->text ? q->text : "", q->len, q->finish, j->prompt_tokens, j->completion_tokens, j->cached_tokens);
+        if (b.oom) { free(b.s); return 1; }
+        *buf = b.s; *len = b.len;
+        return 0;
+    }
     head_json(&b, s, j, j->chat ? "chat.completion" : "text_completion");
     for (int i = 0; i < j->n_seq; i++) {
         const srv_seq *q = &j->seqs[i];
@@ -795,6 +822,7 @@ int api_stream_take(srv_job *j, api_outbox *box) {
                 p->prompt_lps = pl; p->prompt_n = pl ? j->prompt_n[q->prompt] : 0;
                 q->streamed = SRV_OPENED;
                 q->sent = end; q->lp_sent = lp_to;
+                while (q->ends && q->sent_tokens < q->made && q->ends[q->sent_tokens] <= q->sent) q->sent_tokens++;
             }
             if (finish) {
                 size_t cend;
@@ -810,7 +838,7 @@ int api_stream_take(srv_job *j, api_outbox *box) {
     }
     box->prompt_tokens = j->prompt_tokens; box->completion_tokens = j->completion_tokens; box->cached_tokens = j->cached_tokens;
     if (j->state == SRV_DONE && (all_sent || j->failed)) {
-        box->done = 1; box->failed = j->failed; box->cancelled = j->cancelled;
+        box->done = 1; box->failed = j->failed; box->cancelled = j->cancelled; box->err_code = j->err_code;
         snprintf(box->err, sizeof box->err, "%s", j->err);
     }
     return 0;
@@ -823,8 +851,15 @@ static void usage_box(jbuf *b, const api_outbox *box) {
     usage_json(b, &u);
 }
 
-int api_stream_format(serve *s, const srv_job *j, const api_outbox *box, char **buf, size_t *len, size_t *cap) {
+static void resp_stream(jbuf *b, serve *s, srv_job *j, const api_outbox *box);
+
+int api_stream_format(serve *s, srv_job *j, const api_outbox *box, char **buf, size_t *len, size_t *cap) {
     jbuf b = {*buf, *len, *cap, 0};
+    if (j->responses) {
+        resp_stream(&b, s, j, box);
+        *buf = b.s; *len = b.len; *cap = b.cap;
+        return b.oom ? -1 : box->done;
+    }
     for (int i = 0; i < box->n; i++) {
         const api_piece *p = &box->p[i];
         if (p->content) {
@@ -870,7 +905,7 @@ int api_stream_format(serve *s, const srv_job *j, const api_outbox *box, char **
         if (box->failed) {
             api_err e;
             char *eb; size_t el;
-            api_fail(&e, box->cancelled ? 499 : 503, "server_error", NULL, NULL, "%s", box->err);
+            api_fail(&e, box->cancelled ? 499 : 503, "server_error", box->err_code, NULL, "%s", box->err);
             if (!api_error_body(&e, &eb, &el)) { jputs(&b, "data: "); jraw(&b, eb, el); jputs(&b, "\n\n"); free(eb); }
         } else if (j->include_usage) {
             chunk(&b, s, j);
@@ -882,6 +917,311 @@ int api_stream_format(serve *s, const srv_job *j, const api_outbox *box, char **
     }
     *buf = b.s; *len = b.len; *cap = b.cap;
     return b.oom ? -1 : box->done;
+}
+
+/* ------------------------------------------------------------ the Responses API */
+
+/* an error about field `from` names `to` instead (param, and the message's 'from') */
+static void rename_field(api_err *e, const char *from, const char *to) {
+    if (strcmp(e->param, from)) return;
+    snprintf(e->param, sizeof e->param, "%s", to);
+    char quoted[40], *at;
+    snprintf(quoted, sizeof quoted, "'%s'", from);
+    if ((at = strstr(e->msg, quoted))) {
+        char rest[sizeof e->msg];
+        snprintf(rest, sizeof rest, "%s", at + strlen(quoted));
+        snprintf(at, sizeof e->msg - (size_t)(at - e->msg), "'%s'%s", to, rest);
+    }
+}
+
+static int body_object(const char *body, size_t len, sk_json *o, api_err *e);
+
+/* an input item's content: a string, or a list of text parts (input_text, output_text, text) */
+static int resp_content(const sk_json *c, int i, jbuf *b, api_err *e) {
+    if (c->type == SK_JSON_STR) { jdump(b, c); return 0; }
+    if (c->type != SK_JSON_ARR) return BAD(e, "input", "input[%d].content must be a string or a list of text parts, not %s", i, sk_json_type_name(c->type));
+    jbuf t = {0};
+    for (int k = 0; k < c->n; k++) {
+        const sk_json *part = &c->items[k], *ty = part->type == SK_JSON_OBJ ? field(part, "type") : NULL;
+        const sk_json *tx = part->type == SK_JSON_OBJ ? field(part, "text") : NULL;
+        if (!ty || ty->type != SK_JSON_STR || (strcmp(ty->str, "input_text") && strcmp(ty->str, "output_text") && strcmp(ty->str, "text")) ||
+            !tx || tx->type != SK_JSON_STR) {
+            free(t.s);
+            return BAD(e, "input", "input[%d].content[%d]: only text parts ({\"type\": \"input_text\", \"text\": ...}) are supported", i, k);
+        }
+        jraw(&t, tx->str, tx->str_len);
+    }
+    jstr(b, t.s ? t.s : "", t.len);
+    free(t.s);
+    return 0;
+}
+
+/* copies member k of o into b as "name": value (when present) */
+static void resp_copy(jbuf *b, const sk_json *o, const char *k, const char *name) {
+    const sk_json *v = field(o, k);
+    if (!v) return;
+    jputs(b, ",");
+    jcstr(b, name);
+    jputs(b, ":");
+    jdump(b, v);
+}
+
+int api_responses_job(serve *s, const char *body, size_t len, srv_job **out, api_err *e) {
+    sk_json o;
+    *out = NULL;
+    if (body_object(body, len, &o, e)) return 1;
+    jbuf b = {0};
+    int rc = 1;
+    const sk_json *in = field(&o, "input"), *ins = field(&o, "instructions"), *tx = field(&o, "text"), *tools = field(&o, "tools");
+    const sk_json *fmt = tx && tx->type == SK_JSON_OBJ ? field(tx, "format") : NULL;
+    if (tools && (tools->type != SK_JSON_ARR || tools->n)) { BAD(e, "tools", "'tools' on /v1/responses are not supported (POST /v1/chat/completions takes them)"); goto done; }
+    if (field(&o, "previous_response_id")) { BAD(e, "previous_response_id", "'previous_response_id' is not supported: the server keeps no responses (send the whole conversation as input)"); goto done; }
+    if (ins && ins->type != SK_JSON_STR) { BAD(e, "instructions", "'instructions' must be a string"); goto done; }
+    if (!in || (in->type != SK_JSON_STR && in->type != SK_JSON_ARR) || (in->type == SK_JSON_ARR && !in->n)) {
+        BAD(e, "input", "'input' must be a string or a non-empty list of messages");
+        goto done;
+    }
+    if (tx && tx->type != SK_JSON_OBJ) { BAD(e, "text", "'text' must be an object ({\"format\": ...})"); goto done; }
+    if (fmt && fmt->type != SK_JSON_OBJ) { BAD(e, "text.format", "'text.format' must be an object"); goto done; }
+    /* the same request as a chat completion's */
+    jputs(&b, "{\"messages\":[");
+    int nm = 0;
+    if (ins) { jputs(&b, "{\"role\":\"system\",\"content\":"); jdump(&b, ins); jputs(&b, "}"); nm++; }
+    if (in->type == SK_JSON_STR) {
+        jputs(&b, nm++ ? ",{\"role\":\"user\",\"content\":" : "{\"role\":\"user\",\"content\":");
+        jdump(&b, in);
+        jputs(&b, "}");
+    }
+    for (int i = 0; in->type == SK_JSON_ARR && i < in->n; i++) {
+        const sk_json *it = &in->items[i], *ty = it->type == SK_JSON_OBJ ? field(it, "type") : NULL;
+        const sk_json *role = it->type == SK_JSON_OBJ ? field(it, "role") : NULL, *c = it->type == SK_JSON_OBJ ? field(it, "content") : NULL;
+        if ((ty && (ty->type != SK_JSON_STR || strcmp(ty->str, "message"))) || !role || role->type != SK_JSON_STR || !c) {
+            BAD(e, "input", "input[%d] must be a message ({\"role\", \"content\"}): %s items are not supported", i,
+                ty && ty->type == SK_JSON_STR ? ty->str : "other");
+            goto done;
+        }
+        jputs(&b, nm++ ? ",{\"role\":" : "{\"role\":");
+        jcstr(&b, !strcmp(role->str, "developer") ? "system" : role->str);   /* OpenAI's developer messages are system ones */
+        jputs(&b, ",\"content\":");
+        if (resp_content(c, i, &b, e)) goto done;
+        jputs(&b, "}");
+    }
+    jputs(&b, "]");
+    resp_copy(&b, &o, "model", "model");
+    resp_copy(&b, &o, "stream", "stream");
+    resp_copy(&b, &o, "max_output_tokens", "max_tokens");
+    static const char *same[] = {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop", "presence_penalty",
+                                 "frequency_penalty"};
+    for (size_t k = 0; k < sizeof same / sizeof *same; k++) resp_copy(&b, &o, same[k], same[k]);
+    if (fmt) {                                         /* text.format is response_format, flattened */
+        const sk_json *ft = field(fmt, "type");
+        if (!ft || ft->type != SK_JSON_STR) { BAD(e, "text.format", "'text.format' needs a 'type': text, json_object or json_schema"); goto done; }
+        jputs(&b, ",\"response_format\":{\"type\":");
+        jdump(&b, ft);
+        if (!strcmp(ft->str, "json_schema")) {
+            jputs(&b, ",\"json_schema\":{\"name\":\"r\"");
+            resp_copy(&b, fmt, "name", "name");
+            resp_copy(&b, fmt, "schema", "schema");
+            resp_copy(&b, fmt, "strict", "strict");
+            jputs(&b, "}");
+        }
+        jputs(&b, "}");
+    }
+    jputs(&b, "}");
+    if (b.oom) { api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); goto done; }
+    if (api_job(s, 1, b.s, b.len, out, e)) {          /* an error names the Responses API's field */
+        static const char *names[][2] = {{"max_tokens", "max_output_tokens"}, {"response_format", "text.format"}, {"messages", "input"}};
+        for (size_t k = 0; k < sizeof names / sizeof *names; k++) rename_field(e, names[k][0], names[k][1]);
+        goto done;
+    }
+    (*out)->responses = 1;
+    job_id(*out, "resp");
+    (*out)->id[4] = '_';                               /* resp_..., as OpenAI's */
+    rc = 0;
+done:
+    free(b.s);
+    sk_json_free(&o);
+    return rc;
+}
+
+static void resp_usage(jbuf *b, int pt, int ct, int cached) {
+    jprintf(b, "\"usage\":{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":%d},\"output_tokens\":%d,"
+            "\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":%d}", pt, cached, ct, pt + ct);
+}
+
+/* the output message (text NULL: in progress, no content yet) */
+static void resp_message(jbuf *b, const srv_job *j, const char *text, size_t len) {
+    jprintf(b, "{\"type\":\"message\",\"id\":\"msg_%s\",\"status\":\"%s\",\"role\":\"assistant\",\"content\":[", j->id + 5,
+            text ? "completed" : "in_progress");
+    if (text) { jputs(b, "{\"type\":\"output_text\",\"text\":"); jstr(b, text, len); jputs(b, ",\"annotations\":[],\"logprobs\":[]}"); }
+    jputs(b, "]}");
+}
+
+/* the response object: in progress (text NULL), or ended with finish and the usage */
+static void resp_object(jbuf *b, serve *s, const srv_job *j, const char *text, size_t len, int finish, int pt, int ct, int cached) {
+    const char *status = !text ? "in_progress" : finish == SRV_LENGTH ? "incomplete" : "completed";
+    jputs(b, "{\"id\":");
+    jcstr(b, j->id);
+    jprintf(b, ",\"object\":\"response\",\"created_at\":%ld,\"status\":\"%s\",\"error\":null,\"incomplete_details\":%s,\"model\":", j->created,
+            status, text && finish == SRV_LENGTH ? "{\"reason\":\"max_output_tokens\"}" : "null");
+    jcstr(b, s->name);
+    jputs(b, ",\"output\":[");
+    if (text) resp_message(b, j, text, len);
+    jprintf(b, "],\"parallel_tool_calls\":false,\"tool_choice\":\"none\",\"tools\":[],\"max_output_tokens\":%d,\"temperature\":", j->max_tokens);
+    jnum(b, j->sp.temperature);
+    jputs(b, ",\"top_p\":");
+    jnum(b, j->sp.top_p);
+    jprintf(b, ",\"text\":{\"format\":{\"type\":\"%s\"}},", j->grammar ? "json_schema" : "text");
+    if (text) resp_usage(b, pt, ct, cached); else jputs(b, "\"usage\":null");
+    jputs(b, "}");
+}
+
+/* one server-sent event of a Responses stream: "event: TYPE" and its data, numbered */
+static void resp_event(jbuf *b, srv_job *j, const char *type) {
+    jprintf(b, "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%d", type, type, j->events++);
+}
+
+static void resp_stream(jbuf *b, serve *s, srv_job *j, const api_outbox *box) {
+    char item[64];
+    snprintf(item, sizeof item, "\"item_id\":\"msg_%s\",\"output_index\":0,\"content_index\":0", j->id + 5);
+    for (int i = 0; i < box->n; i++) {
+        const api_piece *p = &box->p[i];
+        if (p->index) continue;                        /* one choice */
+        if (p->content && p->opening) {
+            resp_event(b, j, "response.created");
+            jputs(b, ",\"response\":"); resp_object(b, s, j, NULL, 0, 0, 0, 0, 0); jputs(b, "}\n\n");
+            resp_event(b, j, "response.in_progress");
+            jputs(b, ",\"response\":"); resp_object(b, s, j, NULL, 0, 0, 0, 0, 0); jputs(b, "}\n\n");
+            resp_event(b, j, "response.output_item.added");
+            jputs(b, ",\"output_index\":0,\"item\":"); resp_message(b, j, NULL, 0); jputs(b, "}\n\n");
+            resp_event(b, j, "response.content_part.added");
+            jprintf(b, ",%s,\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}\n\n", item);
+        }
+        if (p->content && p->text_len) {
+            resp_event(b, j, "response.output_text.delta");
+            jprintf(b, ",%s,\"delta\":", item);
+            jstr(b, p->text, p->text_len);
+            jputs(b, ",\"logprobs\":[]}\n\n");
+        }
+        if (p->finish) {                               /* the job is done: its text no longer changes */
+            const srv_seq *q = &j->seqs[0];
+            const char *t = q->text ? q->text : "";
+            resp_event(b, j, "response.output_text.done");
+            jprintf(b, ",%s,\"text\":", item);
+            jstr(b, t, q->len);
+            jputs(b, ",\"logprobs\":[]}\n\n");
+            resp_event(b, j, "response.content_part.done");
+            jprintf(b, ",%s,\"part\":{\"type\":\"output_text\",\"text\":", item);
+            jstr(b, t, q->len);
+            jputs(b, ",\"annotations\":[]}}\n\n");
+            resp_event(b, j, "response.output_item.done");
+            jputs(b, ",\"output_index\":0,\"item\":"); resp_message(b, j, t, q->len); jputs(b, "}\n\n");
+            resp_event(b, j, p->finish == SRV_LENGTH ? "response.incomplete" : "response.completed");
+            jputs(b, ",\"response\":");
+            resp_object(b, s, j, t, q->len, p->finish, box->prompt_tokens, box->completion_tokens, box->cached_tokens);
+            jputs(b, "}\n\n");
+        }
+    }
+    if (box->done && box->failed) {
+        resp_event(b, j, "error");
+        jputs(b, ",\"code\":");
+        jcstr(b, box->err_code ? box->err_code : "server_error");
+        jputs(b, ",\"message\":");
+        jcstr(b, box->err);
+        jputs(b, ",\"param\":null}\n\n");
+    }
+}
+
+/* ------------------------------------------------------------ embeddings */
+
+int api_embeddings_job(serve *s, const char *body, size_t len, srv_job **out, api_err *e) {
+    sk_json o;
+    *out = NULL;
+    if (body_object(body, len, &o, e)) return 1;
+    int rc = 1;
+    srv_job *j = srv_job_new();
+    if (!j) { api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); goto done; }
+    const sk_json *model = field(&o, "model"), *in = field(&o, "input"), *ef = field(&o, "encoding_format"), *dims = field(&o, "dimensions");
+    if (model && model->type != SK_JSON_STR) { BAD(e, "model", "'model' must be a string"); goto done; }
+    if (model && !api_model_known(s, model->str)) {
+        api_fail(e, 404, "invalid_request_error", "model_not_found", "model", "The model '%.200s' does not exist: this server serves '%s'", model->str, s->name);
+        goto done;
+    }
+    if (ef && (ef->type != SK_JSON_STR || (strcmp(ef->str, "float") && strcmp(ef->str, "base64")))) {
+        BAD(e, "encoding_format", "'encoding_format' must be float or base64");
+        goto done;
+    }
+    const int C = sk_model_config(s->m)->n_embd;
+    if (dims && (dims->type != SK_JSON_NUM || dims->num != C)) {
+        BAD(e, "dimensions", "'dimensions' must be the model's width, %d: the embeddings are not shortened", C);
+        goto done;
+    }
+    if (!in) { BAD(e, "input", "'input' must be a string, a list of strings, a list of token ids or a list of such lists"); goto done; }
+    j->base64 = ef && !strcmp(ef->str, "base64");
+    j->embed = 1;
+    if (in->type == SK_JSON_ARR && !in->n) { BAD(e, "input", "'input' is an empty list"); goto done; }
+    {
+        /* the prompts as for /v1/completions: the same shapes, the same checks */
+        const char *keys[1] = {"prompt"};
+        size_t klen[1] = {6};
+        sk_json p = {.type = SK_JSON_OBJ, .n = 1, .keys = (char **)keys, .key_lens = klen, .items = (sk_json *)in};
+        if (completion_prompts(s, &p, j, 1, e)) {
+            rename_field(e, "prompt", "input");
+            goto done;
+        }
+    }
+    for (int p = 0; p < j->n_prompts; p++)
+        if (j->prompt_n[p] > (size_t)s->ctx) {
+            api_fail(e, 400, "invalid_request_error", "context_length_exceeded", "input", "input %d has %zu tokens, and the context holds %d (--ctx)", p,
+                     j->prompt_n[p], s->ctx);
+            goto done;
+        }
+    job_id(j, "embd");
+    *out = j; j = NULL;
+    rc = 0;
+done:
+    srv_job_free(j);
+    sk_json_free(&o);
+    return rc;
+}
+
+static void embeddings_json(jbuf *b, serve *s, const srv_job *j) {
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    jputs(b, "{\"object\":\"list\",\"data\":[");
+    for (int p = 0; p < j->n_prompts; p++) {
+        const float *v = j->embeds + (size_t)p * j->dim;
+        jprintf(b, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":", p ? "," : "", p);
+        if (j->base64) {                               /* float32, little-endian, as OpenAI's clients decode it */
+            const size_t n = (size_t)j->dim * 4;
+            unsigned char *raw = malloc(n ? n : 1);
+            char *t = malloc(n / 3 * 4 + 8);
+            if (!raw || !t) { b->oom = 1; free(raw); free(t); return; }
+            for (int c = 0; c < j->dim; c++) {
+                uint32_t u;
+                memcpy(&u, &v[c], 4);
+                for (int k = 0; k < 4; k++) raw[4 * c + k] = (unsigned char)(u >> (8 * k));
+            }
+            size_t o = 0;
+            for (size_t i = 0; i < n; i += 3) {
+                const uint32_t x = (uint32_t)raw[i] << 16 | (i + 1 < n ? (uint32_t)raw[i + 1] << 8 : 0) | (i + 2 < n ? raw[i + 2] : 0);
+                t[o++] = b64[x >> 18 & 63]; t[o++] = b64[x >> 12 & 63];
+                t[o++] = i + 1 < n ? b64[x >> 6 & 63] : '=';
+                t[o++] = i + 2 < n ? b64[x & 63] : '=';
+            }
+            jputs(b, "\"");
+            jraw(b, t, o);
+            jputs(b, "\"");
+            free(raw); free(t);
+        } else {
+            jputs(b, "[");
+            for (int c = 0; c < j->dim; c++) jprintf(b, c ? ",%.9g" : "%.9g", v[c]);
+            jputs(b, "]");
+        }
+        jputs(b, "}");
+    }
+    jputs(b, "],\"model\":");
+    jcstr(b, s->name);
+    jprintf(b, ",\"usage\":{\"prompt_tokens\":%d,\"total_tokens\":%d}}", j->prompt_tokens, j->prompt_tokens);
 }
 
 /* ------------------------------------------------------------ utilities (llama-server's) */

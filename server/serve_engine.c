@@ -78,7 +78,7 @@ void srv_job_free(srv_job *j) {
         if (j->prompt_text) free(j->prompt_text[p]);
     }
     for (int i = 0; j->seqs && i < j->n_seq; i++) {
-        free(j->seqs[i].ids); free(j->seqs[i].text); free(j->seqs[i].lps);
+        free(j->seqs[i].ids); free(j->seqs[i].text); free(j->seqs[i].lps); free(j->seqs[i].ends);
         sk_jg_match_free(j->seqs[i].jm);
     }
     sk_jg_free(j->grammar);
@@ -87,6 +87,7 @@ void srv_job_free(srv_job *j) {
     for (int p = 0; j->prompt_lps && p < j->n_prompts; p++) free(j->prompt_lps[p]);
     free(j->prompt_lps);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->embeds);
     free(j->prompts); free(j->prompt_n); free(j->prompt_text); free(j->seqs); free(j->bias_id); free(j->bias);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -110,8 +111,12 @@ void srv_release(serve *s, srv_job *j) {
     if (last) srv_job_free(j);
 }
 
-/* under the lock: the job is over (its slots free); the engine's reference goes */
+static void unqueue(srv_engine *e, srv_job *j);
+
+/* under the lock: the job is over (its slots free, its sequences still queued dropped); the
+ * engine's reference goes */
 static void job_end(srv_engine *e, srv_job *j) {
+    if (j->in_queue) unqueue(e, j);
     for (int i = 0; i < j->n_seq; i++) {
         srv_seq *q = &j->seqs[i];
         if (q->slot >= 0) { e->slot_job[q->slot] = NULL; e->slot_seq[q->slot] = NULL; q->slot = -1; }
@@ -125,8 +130,9 @@ static void job_end(srv_engine *e, srv_job *j) {
     if (--j->refs == 0) srv_job_free(j);
 }
 
-static void job_fail(srv_engine *e, srv_job *j, const char *msg) {
+static void job_fail(srv_engine *e, srv_job *j, const char *code, const char *msg) {
     j->failed = 1;
+    j->err_code = code;
     snprintf(j->err, sizeof j->err, "%s", msg);
     job_end(e, j);
 }
@@ -137,13 +143,14 @@ int srv_submit(serve *s, srv_job *j) {
     srv_engine *e = s->eng;
     srv_lock(s);
     /* --queue: how many may wait for a slot, beyond those that take a free one now */
-    if (e->stop || e->queued >= s->o->queue + free_slots(e)) { srv_unlock(s); return -1; }
+    if (e->stop || e->queued >= s->o->queue + free_slots(e)) { const int rc = e->stop ? -2 : -1; srv_unlock(s); return rc; }
     j->refs++;
     j->state = SRV_QUEUED;
     j->t_submit = sk_now();
     if (e->tail) e->tail->next = j; else e->head = j;
     e->tail = j;
     e->queued++;
+    j->in_queue = 1;
     pthread_cond_signal(&e->work);
     srv_unlock(s);
     return 0;
@@ -157,6 +164,7 @@ static void unqueue(srv_engine *e, srv_job *j) {
     *p = j->next;
     if (e->tail == j) e->tail = prev;
     j->next = NULL;
+    j->in_queue = 0;
     e->queued--;
 }
 
@@ -164,8 +172,13 @@ void srv_cancel(serve *s, srv_job *j) {
     srv_engine *e = s->eng;
     if (j->state == SRV_DONE) return;
     j->cancelled = 1;
-    if (j->state == SRV_QUEUED) { unqueue(e, j); job_fail(e, j, "cancelled: the client went away"); return; }
+    if (j->state == SRV_QUEUED) { unqueue(e, j); job_fail(e, j, NULL, "cancelled: the client went away"); return; }
     pthread_cond_signal(&e->work);                     /* running: its slots free at the next step */
+}
+
+void srv_tokens(const srv_job *j, int *made, int *sent) {
+    *made = *sent = 0;
+    for (int i = 0; i < j->n_seq; i++) { *made += j->seqs[i].made; *sent += j->seqs[i].sent_tokens; }
 }
 
 void srv_load(serve *s, int *running, int *queued, int *slots) {
@@ -203,23 +216,41 @@ static int free_slots(const srv_engine *e) {
     return f;
 }
 
-/* under the lock: the queue's first jobs while they fit (in order: none jumps the queue) */
+/* under the lock: the queue's sequences take the free slots in order (none jumps the queue): a
+ * job whose sequences do not all fit starts with those that do and keeps its place at the head
+ * for the rest. A sequence admitted with an earlier choice of its prompt shares that one's
+ * prompt decoding (its lead); else it decodes the prompt itself. The jobs that got slots are
+ * listed in out (once each). */
 static int admit(srv_engine *e, srv_job **out) {
     int n = 0;
-    while (e->head && !e->stop && e->head->n_seq <= free_slots(e)) {
+    while (e->head && e->head->embed && !e->stop && n < e->n_slots) {   /* embeddings take no slot */
         srv_job *j = e->head;
         unqueue(e, j);
-        for (int i = 0; i < j->n_seq; i++) {
+        j->state = SRV_RUNNING;
+        out[n++] = j;
+    }
+    while (e->head && !e->stop && free_slots(e) > 0 && !e->head->embed && n < e->n_slots) {
+        srv_job *j = e->head;
+        int lead = -1, got = 0;
+        for (int i = 0; i < j->n_seq && free_slots(e) > 0; i++) {
             srv_seq *q = &j->seqs[i];
-            int first = i % j->n == 0;
-            int a = pick_slot(e, first ? j->prompts[q->prompt] : NULL, j->prompt_n[q->prompt]);
-            q->slot = a;
+            if (q->admitted) continue;
+            if (lead < 0 || j->seqs[lead].prompt != q->prompt) lead = i;
+            q->lead = lead;
+            int a = pick_slot(e, lead == i ? j->prompts[q->prompt] : NULL, j->prompt_n[q->prompt]);
+            q->slot = a; q->admitted = 1;
             e->slot_job[a] = j; e->slot_seq[a] = q;
             e->slot_used[a] = ++e->stamp;
+            got = 1;
         }
-        j->state = SRV_RUNNING;
-        e->running[e->n_running++] = j;
-        out[n++] = j;
+        int rest = 0;
+        for (int i = 0; i < j->n_seq; i++) rest += !j->seqs[i].admitted;
+        if (!rest) unqueue(e, j);
+        if (got) {
+            if (j->state != SRV_RUNNING) { j->state = SRV_RUNNING; e->running[e->n_running++] = j; }
+            out[n++] = j;
+        }
+        if (rest) break;
     }
     return n;
 }
@@ -256,37 +287,38 @@ static int prompt_logprobs(serve *s, srv_job *j) {
     return 0;
 }
 
-/* outside the lock, at admission: each prompt's first sequence keeps what its slot's cache
- * shares with the prompt (the rest is decoded by prefill_some); every sequence's ids start with
- * its prompt */
+/* outside the lock, at admission: the sequences that just got slots (admitted, no ids yet)
+ * start: a leader keeps what its slot's cache shares with the prompt (the rest is decoded by
+ * prefill_some); every sequence's ids start with its prompt. A job's usage counts each prompt
+ * once, when its first choice starts. */
 static int start_job(serve *s, srv_job *j) {
     srv_engine *e = s->eng;
-    j->order = ++e->admitted;
-    for (int p = 0; p < j->n_prompts; p++) {
-        const int32_t *ids = j->prompts[p];
-        const size_t n = j->prompt_n[p];
-        srv_seq *q0 = &j->seqs[p * j->n];
-        const int a = q0->slot;
-        const size_t keep = reusable(e, a, ids, n);
-        if (keep < (size_t)gen_dec_pos(&e->dec, a)) gen_dec_truncate(&e->dec, a, (int)keep);
-        int32_t *t = realloc(e->slot_tok[a], sizeof(int32_t) * (n ? n : 1));
-        if (!t) return sk_error(SK_ENOMEM, "out of memory");
-        memcpy(t, ids, sizeof(int32_t) * n);
-        e->slot_tok[a] = t; e->slot_n[a] = n; e->slot_exact[a] = keep;
-        q0->pf = keep;
-        for (int k = 0; k < j->n; k++) {
-            srv_seq *q = &j->seqs[p * j->n + k];
-            q->cap = n + (size_t)j->max_tokens + 1;
-            if (!(q->ids = malloc(sizeof(int32_t) * q->cap))) return sk_error(SK_ENOMEM, "out of memory");
-            memcpy(q->ids, ids, sizeof(int32_t) * n);
-            q->n = q->n_prompt = n;
-            q->rng = j->seed + (uint64_t)k;           /* choice k draws as sample --seed SEED+k */
-            if (j->grammar && !(q->jm = sk_jg_match_new(j->grammar, s->jv))) return sk_error(SK_ENOMEM, "out of memory");
+    if (!j->order) j->order = ++e->admitted;
+    int fresh = 0;
+    for (int i = 0; i < j->n_seq; i++) {
+        srv_seq *q = &j->seqs[i];
+        if (!q->admitted || q->ids) continue;
+        const int32_t *ids = j->prompts[q->prompt];
+        const size_t n = j->prompt_n[q->prompt];
+        if (q->lead == i) {
+            const int a = q->slot;
+            const size_t keep = reusable(e, a, ids, n);
+            if (keep < (size_t)gen_dec_pos(&e->dec, a)) gen_dec_truncate(&e->dec, a, (int)keep);
+            int32_t *t = realloc(e->slot_tok[a], sizeof(int32_t) * (n ? n : 1));
+            if (!t) return sk_error(SK_ENOMEM, "out of memory");
+            memcpy(t, ids, sizeof(int32_t) * n);
+            e->slot_tok[a] = t; e->slot_n[a] = n; e->slot_exact[a] = keep;
+            q->pf = keep;
+            if (i % j->n == 0) { j->prompt_tokens += (int)n; j->cached_tokens += (int)keep; fresh = 1; }
         }
-        j->prompt_tokens += (int)n;
-        j->cached_tokens += (int)keep;
+        q->cap = n + (size_t)j->max_tokens + 1;
+        if (!(q->ids = malloc(sizeof(int32_t) * q->cap))) return sk_error(SK_ENOMEM, "out of memory");
+        memcpy(q->ids, ids, sizeof(int32_t) * n);
+        q->n = q->n_prompt = n;
+        q->rng = j->seed + (uint64_t)(i % j->n);      /* choice k draws as sample --seed SEED+k */
+        if (j->grammar && !(q->jm = sk_jg_match_new(j->grammar, s->jv))) return sk_error(SK_ENOMEM, "out of memory");
     }
-    if (j->prompt_lps) {
+    if (j->prompt_lps && !j->prompt_lps_ready && fresh) {
         if (prompt_logprobs(s, j)) return 1;
         pthread_mutex_lock(&e->mu);
         j->prompt_lps_ready = 1;
@@ -296,19 +328,48 @@ static int start_job(serve *s, srv_job *j) {
     return 0;
 }
 
-/* a prompt decoded whole: copied to the other choices' slots, which all may draw now */
-static int prompt_done(srv_engine *e, srv_job *j, int p) {
-    srv_seq *q0 = &j->seqs[p * j->n];
+/* outside the lock: /v1/embeddings: each prompt through the model's forward pass (as skiplm
+ * eval), its final norm's output averaged over the positions, then scaled to length 1 */
+static int embed_job(serve *s, srv_job *j) {
+    const int C = sk_model_config(s->m)->n_embd;
+    if (!(j->embeds = calloc((size_t)j->n_prompts * C, sizeof(float)))) return sk_error(SK_ENOMEM, "out of memory");
+    j->dim = C;
+    for (int p = 0; p < j->n_prompts; p++) {
+        const int T = (int)j->prompt_n[p];
+        float loss;
+        if (sk_model_forward(s->m, j->prompts[p], NULL, 1, T, &loss, NULL)) return 1;
+        const float *h = sk_model_hidden(s->m);
+        if (!h) return sk_error(SK_EINVAL, "this model keeps no fp32 hidden states");
+        float *o = j->embeds + (size_t)p * C;
+        double norm = 0;
+        for (int c = 0; c < C; c++) {
+            double sum = 0;
+            for (int t = 0; t < T; t++) sum += h[(size_t)t * C + c];
+            o[c] = (float)(sum / T);
+            norm += (double)o[c] * o[c];
+        }
+        const double inv = norm > 0 ? 1.0 / sqrt(norm) : 0.0;
+        for (int c = 0; c < C; c++) o[c] = (float)(o[c] * inv);
+        j->prompt_tokens += T;
+    }
+    return 0;
+}
+
+/* a prompt decoded whole by its leader: copied to the slots of the sequences it leads, which
+ * all may draw now */
+static int prompt_done(srv_engine *e, srv_job *j, int lead) {
+    srv_seq *q0 = &j->seqs[lead];
     const int a = q0->slot, V = e->V;
-    const size_t n = j->prompt_n[p];
-    for (int k = 1; k < j->n; k++) {
-        srv_seq *q = &j->seqs[p * j->n + k];
+    const size_t n = j->prompt_n[q0->prompt];
+    for (int k = lead + 1; k < j->n_seq; k++) {
+        srv_seq *q = &j->seqs[k];
+        if (q->lead != lead || !q->admitted || q->ready) continue;
         const int b = q->slot;
         if (sk_kvcache_seq_copy(e->dec.kv, b, a)) return 1;
         memcpy(e->logits + (size_t)b * V, e->logits + (size_t)a * V, sizeof(float) * V);
         int32_t *tb = realloc(e->slot_tok[b], sizeof(int32_t) * (n ? n : 1));
         if (!tb) return sk_error(SK_ENOMEM, "out of memory");
-        memcpy(tb, j->prompts[p], sizeof(int32_t) * n);
+        memcpy(tb, j->prompts[q0->prompt], sizeof(int32_t) * n);
         e->slot_tok[b] = tb; e->slot_n[b] = n; e->slot_exact[b] = e->slot_exact[a];
         q->ready = 1;
     }
@@ -328,16 +389,16 @@ static int prefill_some(serve *s, int budget, srv_job **bad) {
         for (int r = 0; r < e->n_running; r++) {      /* the earliest admitted prompt not yet decoded */
             srv_job *c = e->running[r];
             if (c->cancelled || (j && c->order > j->order)) continue;
-            for (int k = 0; k < c->n_prompts; k++)
-                if (!c->seqs[k * c->n].ready) { j = c; p = k; break; }
+            for (int k = 0; k < c->n_seq; k++)
+                if (c->seqs[k].admitted && c->seqs[k].lead == k && !c->seqs[k].ready && c->seqs[k].ids) { j = c; p = k; break; }
         }
         if (!j) return 0;
-        srv_seq *q0 = &j->seqs[p * j->n];
-        const size_t n = j->prompt_n[p], whole = (size_t)budget / SK_DECODE_CHUNK * SK_DECODE_CHUNK;
+        srv_seq *q0 = &j->seqs[p];
+        const size_t n = j->prompt_n[q0->prompt], whole = (size_t)budget / SK_DECODE_CHUNK * SK_DECODE_CHUNK;
         const size_t run = n - q0->pf < whole ? n - q0->pf : whole;
         if (!run) return 0;                             /* less than a piece left: the next step */
         const int a = q0->slot;
-        if (gen_dec_run(&e->dec, a, j->prompts[p] + q0->pf, (int)run, e->logits + (size_t)a * e->V)) { *bad = j; return 1; }
+        if (gen_dec_run(&e->dec, a, j->prompts[q0->prompt] + q0->pf, (int)run, e->logits + (size_t)a * e->V)) { *bad = j; return 1; }
         q0->pf += run;
         e->slot_exact[a] = q0->pf / SK_DECODE_CHUNK * SK_DECODE_CHUNK;
         if (q0->pf == n && prompt_done(e, j, p)) { *bad = j; return 1; }
@@ -491,7 +552,7 @@ static int take_draws(serve *s, const int *cand, int n) {
         if (next == -2) return sk_error(SK_ENOMEM, "out of memory while sampling");
         if (next == -1) { q->finish = SRV_LENGTH; continue; }
         if (next == -4) { q->finish = SRV_STOP; continue; }
-        if (next == -3) { job_fail(e, j, "no token of the vocabulary can continue the JSON of response_format"); continue; }
+        if (next == -3) { job_fail(e, j, NULL, "no token of the vocabulary can continue the JSON of response_format"); continue; }
         const int32_t *eos = j->chat ? s->chat_eos : s->eos;
         const int n_eos = j->chat ? s->n_chat_eos : s->n_eos;
         for (int k = 0; k < n_eos; k++)
@@ -501,6 +562,13 @@ static int take_draws(serve *s, const int *cand, int n) {
         q->made++;
         if (!j->t_first) j->t_first = sk_now();
         if (add_text(s, j, q, next)) return sk_error(SK_ENOMEM, "out of memory for a reply");
+        if (q->made > q->ends_cap) {
+            int nc = q->ends_cap ? 2 * q->ends_cap : 32;
+            size_t *g = realloc(q->ends, sizeof *g * nc);
+            if (!g) return sk_error(SK_ENOMEM, "out of memory for a reply");
+            q->ends = g; q->ends_cap = nc;
+        }
+        q->ends[q->made - 1] = q->len;
         if (q->jm && !q->finish && sk_jg_match_done(q->jm)) q->finish = SRV_STOP;   /* the JSON is whole: only the end may follow */
         if (j->logprobs >= 0) {
             if (q->n_lp == q->lp_cap) {
@@ -525,9 +593,15 @@ static void settle(srv_engine *e) {
     for (int r = 0; r < e->n_running;) {
         srv_job *j = e->running[r];
         int going = 0;
-        for (int i = 0; i < j->n_seq; i++) going += !j->seqs[i].finish;
-        if (j->cancelled || e->stop == 2) {
-            job_fail(e, j, j->cancelled ? "cancelled: the client went away" : "the server is shutting down");
+        for (int i = 0; i < j->n_seq; i++) {
+            srv_seq *q = &j->seqs[i];
+            going += !q->finish;
+            if (q->finish && q->slot >= 0) { e->slot_job[q->slot] = NULL; e->slot_seq[q->slot] = NULL; q->slot = -1; }   /* its slot frees now */
+        }
+        if (j->cancelled || e->stop == 2 || (e->stop && j->in_queue)) {
+            job_fail(e, j, j->cancelled ? NULL : "server_shutting_down",
+                     j->cancelled ? "cancelled: the client went away"
+                     : e->stop == 2 ? "the server is shutting down (--grace ran out)" : "the server is shutting down");
             continue;                                   /* job_end moved the last job here */
         }
         if (!going) { job_end(e, j); continue; }
@@ -543,7 +617,7 @@ static void fail_locked(srv_engine *e, srv_job *j, const char *msg) {
     char m[256];
     snprintf(m, sizeof m, "%s: %s", msg, sk_last_error());
     pthread_mutex_lock(&e->mu);
-    job_fail(e, j, m);
+    job_fail(e, j, NULL, m);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -577,8 +651,14 @@ static void *engine_main(void *arg) {
         int nf = fresh ? admit(e, fresh) : 0;
         pthread_mutex_unlock(&e->mu);
         srv_job *bad = NULL;
-        for (int i = 0; i < nf; i++)
-            if (start_job(s, fresh[i])) fail_locked(e, fresh[i], "starting the request failed");
+        for (int i = 0; i < nf; i++) {
+            if (fresh[i]->embed) {
+                if (embed_job(s, fresh[i])) fail_locked(e, fresh[i], "the embeddings failed");
+                else { pthread_mutex_lock(&e->mu); job_end(e, fresh[i]); pthread_mutex_unlock(&e->mu); }
+            } else if (start_job(s, fresh[i])) {
+                fail_locked(e, fresh[i], "starting the request failed");
+            }
+        }
         if (prefill_some(s, s->o->prefill, &bad)) fail_locked(e, bad, "decoding the prompt failed");
         const int nd = draw_all(s, e->cand);
         pthread_mutex_lock(&e->mu);
@@ -586,7 +666,7 @@ static void *engine_main(void *arg) {
         if (na < 0) {
             char msg[256];
             snprintf(msg, sizeof msg, "%s", sk_last_error());
-            while (e->n_running) job_fail(e, e->running[0], msg);
+            while (e->n_running) job_fail(e, e->running[0], NULL, msg);
         }
         settle(e);
         pthread_mutex_unlock(&e->mu);
@@ -597,7 +677,7 @@ static void *engine_main(void *arg) {
             snprintf(msg, sizeof msg, "decoding failed: %s", sk_last_error());
             pthread_mutex_lock(&e->mu);
             for (int i = 0; i < na; i++)
-                if (e->slot_job[e->act[i]]) job_fail(e, e->slot_job[e->act[i]], msg);
+                if (e->slot_job[e->act[i]]) job_fail(e, e->slot_job[e->act[i]], NULL, msg);
             pthread_mutex_unlock(&e->mu);
             continue;
         }
@@ -631,7 +711,7 @@ int srv_engine_start(serve *s) {
     e->cand = malloc(sizeof(int) * n);
     e->act = malloc(sizeof(int) * n);
     e->nexts = malloc(sizeof(int32_t) * n);
-    e->running = calloc(n, sizeof *e->running);
+    e->running = calloc(n + 1, sizeof *e->running);   /* the jobs holding slots, and the head's part-admitted one */
     if (!e->slot_job || !e->slot_seq || !e->slot_tok || !e->slot_n || !e->slot_exact || !e->slot_used || !e->logits ||
         !e->lgb || !e->raw || !e->allow || !e->draw || !e->draw_lp || !e->cand || !e->act || !e->nexts || !e->running)
         return sk_error(SK_ENOMEM, "out of memory");
@@ -654,10 +734,9 @@ void srv_engine_stop(serve *s, int grace) {
     srv_engine *e = s->eng;
     if (!e) return;
     srv_lock(s);
-    while (e->head) {                                  /* the queue fails now */
-        srv_job *j = e->head;
-        unqueue(e, j);
-        job_fail(e, j, "the server is shutting down");
+    for (srv_job *j = e->head, *next; j; j = next) {   /* the queue fails now (a job that holds slots too: at the next step) */
+        next = j->next;
+        if (j->state == SRV_QUEUED) { unqueue(e, j); job_fail(e, j, "server_shutting_down", "the server is shutting down"); }
     }
     if (e->stop < 1) { e->stop = 1; e->deadline = sk_now() + grace; }
     if (grace <= 0) e->stop = 2;

@@ -344,8 +344,8 @@ def bad_input(srv, model):
         ("a token id outside the vocabulary", "/v1/completions", {"prompt": [1, 2, 50257]}, 400, "prompt"),
         ("messages without a role", "/v1/chat/completions", {"messages": [{"content": "a"}]}, 400, "messages"),
         ("an image part", "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages"),
-        ("n past --parallel", "/v1/completions", {"prompt": "a", "n": 99}, 400, "n"),
-        ("an unknown path", "/v1/embeddings", {"input": "a"}, 404, None),
+        ("n past 128", "/v1/completions", {"prompt": "a", "n": 999}, 400, "n"),
+        ("an unknown path", "/v1/audio/speech", {"input": "a"}, 404, None),
     ]
     for name, path, body, status, param in cases:
         code, out = curl(srv, path, body)

@@ -883,14 +883,16 @@ static int classifier(sk_model *m, const int32_t *targets, int N, float *loss, f
 }
 
 const float *sk_model_losses(const sk_model *m) { return m->losses_valid ? m->a.losses : NULL; }
+const float *sk_model_hidden(const sk_model *m) { return m->hidden_valid && !m->bf16 ? m->a.lnf : NULL; }
 
 int sk_model_forward(sk_model *m, const int32_t *inputs, const int32_t *targets,
                      int B, int T, float *loss, float *logits) {
-    m->losses_valid = 0;
+    m->losses_valid = m->hidden_valid = 0;
     int rc = sk_model_reserve(m, B, T, m->acts_have_grads);
     if (rc) return rc;
     if ((rc = check_tokens(m, inputs, targets, (size_t)B * T))) return rc;
     if ((rc = forward_blocks(m, inputs, B, T, 0, 0))) return rc;
+    m->hidden_valid = 1;
     if ((rc = classifier(m, targets, B * T, loss, logits, NULL, 0.0f))) return rc;
     m->losses_valid = targets != NULL;
     return SK_OK;
@@ -1020,7 +1022,7 @@ int sk_model_forward_backward(sk_model *m, const int32_t *inputs, const int32_t 
                               int B, int T, float grad_scale, uint64_t dropout_seed, float *loss) {
     if (!targets) return sk_error(SK_EINVAL, "forward_backward needs targets");
     if (m->frozen && m->bf16) return sk_error(SK_EINVAL, "a frozen model trains in fp32: not with bf16 mixed precision");
-    m->losses_valid = 0;
+    m->losses_valid = m->hidden_valid = 0;
     int rc = sk_model_reserve(m, B, T, 1);
     if (rc) return rc;
     if ((rc = check_tokens(m, inputs, targets, (size_t)B * T))) return rc;

@@ -92,6 +92,7 @@ struct sk_model {
     /* activations */
     int B, T, acts_have_grads, chunk;
     int losses_valid;                     /* a.losses holds the last forward pass's (sk_model_losses) */
+    int hidden_valid;                     /* a.lnf holds the last forward pass's final norm (sk_model_hidden) */
     float *acts_mem; size_t acts_floats;
     sk_acts a;
     int *lend_index;                      /* layer -> index into dqkv_lend, or -1 */

@@ -191,6 +191,19 @@ $(BUILD)/skiplm: $(CLI_OBJ) $(BUILD)/libskiplm.a
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libskiplm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -UNDEBUG $< $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
+# test_gemm_rows also links src/core/gemm_rows_bf16.c built for AVX2 and for SSE2 (x86-64),
+# names suffixed, to check that every build of the bf16 kernel computes the same bits.
+ifeq ($(shell uname -m),x86_64)
+ROWS_VARIANTS := $(BUILD)/tests/rows_bf16_avx2.o $(BUILD)/tests/rows_bf16_sse2.o
+ROWS_RENAME = -Dsk_linear_forward_bf16=sk_linear_forward_bf16_$* -Dsk_rows_set_emulate=sk_rows_set_emulate_$* \
+              -Dsk_rows_bf16_kernel=sk_rows_bf16_kernel_$*
+$(BUILD)/tests/rows_bf16_%.o: src/core/gemm_rows_bf16.c $(LIB_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -march=%,$(CFLAGS)) -march=$(if $(filter avx2,$*),x86-64-v3,x86-64) $(ROWS_RENAME) -c $< -o $@
+$(BUILD)/tests/test_gemm_rows: tests/test_gemm_rows.c $(wildcard tests/*.h) $(BUILD)/libskiplm.a $(ROWS_VARIANTS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -UNDEBUG -DSK_ROWS_VARIANTS $< $(ROWS_VARIANTS) $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
+endif
 
 # The shared library (docs/library.md): $(BUILD)/libskiplm.so (soname libskiplm.so.0) of the
 # same sources compiled again with -fPIC into $(BUILD)/pic/ (the archive and the CLI keep their

@@ -196,7 +196,7 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libskiplm.a
 ifeq ($(shell uname -m),x86_64)
 ROWS_VARIANTS := $(BUILD)/tests/rows_bf16_avx2.o $(BUILD)/tests/rows_bf16_sse2.o
 ROWS_RENAME = -Dsk_linear_forward_bf16=sk_linear_forward_bf16_$* -Dsk_rows_set_emulate=sk_rows_set_emulate_$* \
-              -Dsk_rows_bf16_kernel=sk_rows_bf16_kernel_$*
+              -Dsk_rows_bf16_kernel=sk_rows_bf16_kernel_$* -Dsk_rows_bf16_native=sk_rows_bf16_native_$*
 $(BUILD)/tests/rows_bf16_%.o: src/core/gemm_rows_bf16.c $(LIB_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -march=%,$(CFLAGS)) -march=$(if $(filter avx2,$*),x86-64-v3,x86-64) $(ROWS_RENAME) -c $< -o $@

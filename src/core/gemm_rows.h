@@ -10,6 +10,8 @@ const char *sk_rows_kernel(void);
 /* The path sk_linear_forward_bf16 takes on this CPU (gemm_rows_bf16.c): vdpbf16ps where the CPU
  * has avx512_bf16, else its exact emulation. */
 const char *sk_rows_bf16_kernel(void);
+/* 1 where sk_linear_forward_bf16 runs on vdpbf16ps (then prompts go through it too: infer.c). */
+int sk_rows_bf16_native(void);
 /* 1: the emulation even where the CPU has the instructions (the same bits; for the tests); 0:
  * the instructions where the CPU has them. The environment's SKIPLM_DOT_EMULATE=1 sets 1 at the
  * first call. */

@@ -69,6 +69,8 @@ static int use_native(void) {
     return m;
 }
 
+int sk_rows_bf16_native(void) { return use_native(); }
+
 void sk_rows_set_emulate(int on) {
     __atomic_store_n(&g_mode, on ? 0 : cpu_has_bf16(), __ATOMIC_RELAXED);
 }

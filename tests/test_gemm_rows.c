@@ -77,7 +77,39 @@ const char *sk_rows_bf16_kernel_avx2(void);
 void sk_linear_forward_bf16_sse2(float *out, const float *inp, const uint16_t *w, const float *b, int N, int IC, int OC);
 void sk_rows_set_emulate_sse2(int on);
 const char *sk_rows_bf16_kernel_sse2(void);
+int sk_linear_forward_q8_prompt_avx2(float *out, const float *inp, const int8_t *q, const uint16_t *d, const float *b, int N, int IC, int OC);
+void sk_q8_prompt_set_emulate_avx2(int on);
+const char *sk_q8_prompt_kernel_avx2(void);
+int sk_linear_forward_q8_prompt_sse2(float *out, const float *inp, const int8_t *q, const uint16_t *d, const float *b, int N, int IC, int OC);
+void sk_q8_prompt_set_emulate_sse2(int on);
+const char *sk_q8_prompt_kernel_sse2(void);
 #endif
+
+/* x . (q * d) in gemm_q8dot.c's order: x quantized per block of 32 (e = max|x| / 127, p = x / e
+ * to nearest even); blocks in pairs (the last zero-padded), lane l of pair j the integer sum of
+ * k = 64j + 4l .. 64j + 4l + 3, added as fma(sum, e_b * d_b, c_l); lanes folded as ref_bf16's */
+static float ref_q8p(const float *x, const int8_t *q, const uint16_t *d, int n) {
+    const int nb = n / 32;
+    int p[4096];
+    float e[128], c[16] = {0}, v[8];
+    for (int b = 0; b < nb; b++) {
+        float amax = 0;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[32 * b + k]));
+        e[b] = amax / 127.0f;
+        for (int k = 0; k < 32; k++) p[32 * b + k] = e[b] > 0 ? (int)nearbyintf(x[32 * b + k] / e[b]) : 0;
+    }
+    for (int j = 0; 64 * j < n; j++)
+        for (int l = 0; l < 16; l++) {
+            const int b = 2 * j + l / 8;
+            int32_t sum = 0;
+            for (int t = 0; t < 4; t++)
+                if (b < nb) sum += p[64 * j + 4 * l + t] * q[64 * j + 4 * l + t];
+            const float sc = b < nb ? e[b] * sk_f16_to_f32(d[b]) : 0.0f;
+            c[l] = fmaf((float)sum, sc, c[l]);
+        }
+    for (int l = 0; l < 8; l++) v[l] = c[l] + c[l + 8];
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
 
 enum { NMAX = 32 };
 
@@ -234,6 +266,98 @@ static void bf16_paths(void) {
     }
 }
 
+/* Prompt chunks with 8-bit weights (gemm_q8dot.c): every path (vpdpbusd where the CPU has
+ * avx512_vnni, the path without it, the AVX2 and SSE2 builds) gives ref_q8p's bits for each row
+ * of batches of 1..32 rows, on 1 and 2 threads; and the result is x . (q * d) within the error
+ * the activations' quantization allows (sum_k |q_k d_k| e_b / 2, plus fp32 rounding), which is
+ * measurably not zero. */
+static void q8_prompt(void) {
+#ifdef SK_ROWS_VARIANTS
+    sk_q8_prompt_set_emulate_avx2(1);
+    sk_q8_prompt_set_emulate_sse2(1);
+    printf("# 8-bit prompt paths: %s; %s; %s\n", sk_q8_prompt_kernel(), sk_q8_prompt_kernel_avx2(), sk_q8_prompt_kernel_sse2());
+#else
+    printf("# 8-bit prompt path: %s\n", sk_q8_prompt_kernel());
+#endif
+    static const int ic_all[] = {32, 64, 96, 288, 768}, oc_all[] = {1, 2, 3, 4, 5, 13, 67};
+    int same = 1, paths = 0, shapes = 0;
+    double worst_ratio = 0, apart = 0;
+    for (size_t i = 0; i < sizeof ic_all / sizeof ic_all[0]; i++)
+        for (size_t jj = 0; jj < sizeof oc_all / sizeof oc_all[0]; jj++) {
+            const int IC = ic_all[i], OC = oc_all[jj];
+            float *x = malloc(sizeof(float) * NMAX * IC), *w = malloc(sizeof(float) * OC * IC), *wf = malloc(sizeof(float) * OC * IC);
+            float *b = malloc(sizeof(float) * OC), *all = malloc(sizeof(float) * NMAX * OC), *one = malloc(sizeof(float) * OC);
+            uint16_t *d = malloc(sizeof(uint16_t) * OC * IC / 32);
+            int8_t *q = malloc((size_t)OC * IC);
+            for (int k = 0; k < NMAX * IC; k++) x[k] = frand();
+            for (int k = 0; k < OC * IC; k++) w[k] = frand();
+            for (int k = 0; k < IC; k += 32) memset(x + k, 0, sizeof(float) * 32 * (k == 64));   /* an all-zero block */
+            for (int k = 0; k < OC; k++) b[k] = frand();
+            sk_q8_quantize(q, d, w, (size_t)OC * IC);
+            sk_q8_dequantize(wf, q, d, (size_t)OC * IC);
+            const float *bb = (i + jj) & 1 ? b : NULL;
+            for (int e = 0; e < 2; e++)
+                for (int th = 1; th <= 2; th++) {
+                    omp_set_num_threads(th);
+                    sk_q8_prompt_set_emulate(e);
+                    for (int N = 1; N <= NMAX; N += N < 8 ? 1 : 7) {
+                        same &= sk_linear_forward_q8_prompt(all, x, q, d, bb, N, IC, OC) == 0;
+                        for (int r = 0; r < N; r++)
+                            for (int o = 0; o < OC; o++) {
+                                float want = (bb ? b[o] : 0.0f) + ref_q8p(x + (size_t)r * IC, q + (size_t)o * IC, d + (size_t)o * (IC / 32), IC);
+                                same &= !memcmp(&want, &all[(size_t)r * OC + o], 4);
+                            }
+                        paths++;
+                    }
+                }
+            sk_q8_prompt_set_emulate(0);
+            omp_set_num_threads(2);
+#ifdef SK_ROWS_VARIANTS
+            for (int e = 0; e < 2; e++) {
+                sk_q8_prompt_set_emulate_avx2(e);
+                sk_q8_prompt_set_emulate_sse2(e);
+                same &= sk_linear_forward_q8_prompt_avx2(one, x + (size_t)5 * IC, q, d, bb, 1, IC, OC) == 0;
+                for (int o = 0; o < OC; o++) {
+                    float want = (bb ? b[o] : 0.0f) + ref_q8p(x + (size_t)5 * IC, q + (size_t)o * IC, d + (size_t)o * (IC / 32), IC);
+                    same &= !memcmp(&want, &one[o], 4);
+                }
+                same &= sk_linear_forward_q8_prompt_sse2(one, x + (size_t)5 * IC, q, d, bb, 1, IC, OC) == 0;
+                for (int o = 0; o < OC; o++) {
+                    float want = (bb ? b[o] : 0.0f) + ref_q8p(x + (size_t)5 * IC, q + (size_t)o * IC, d + (size_t)o * (IC / 32), IC);
+                    same &= !memcmp(&want, &one[o], 4);
+                }
+                paths += 2;
+            }
+#endif
+            /* accuracy: against the double sum on the unquantized activations */
+            sk_linear_forward_q8_prompt(all, x, q, d, bb, NMAX, IC, OC);
+            for (int r = 0; r < NMAX; r++)
+                for (int o = 0; o < OC; o++) {
+                    const float *xr = x + (size_t)r * IC, *wr = wf + (size_t)o * IC;
+                    double exact = bb ? b[o] : 0.0, bound = 0, mag = fabs(exact);
+                    for (int k = 0; k < IC; k++) exact += (double)xr[k] * wr[k];
+                    for (int bk = 0; bk < IC / 32; bk++) {
+                        float amax = 0;
+                        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(xr[32 * bk + k]));
+                        for (int k = 0; k < 32; k++) {
+                            bound += fabs(wr[32 * bk + k]) * (amax / 127.0) * 0.5;
+                            mag += fabs(wr[32 * bk + k]) * (fabs(xr[32 * bk + k]) + amax / 127.0);
+                        }
+                    }
+                    bound = bound * 1.0001 + mag * (IC + 2) * 0x1p-23;
+                    const double err = fabs(all[(size_t)r * OC + o] - exact);
+                    if (err / bound > worst_ratio) worst_ratio = err / bound;
+                    if (err > apart) apart = err;
+                }
+            shapes++;
+            free(x); free(w); free(wf); free(b); free(all); free(one); free(d); free(q);
+        }
+    CHECK(same, "8-bit prompt chunks (%s): every row of batches of 1..32 rows, on 1 and 2 threads, with and without "
+          "vpdpbusd, and the AVX2 and SSE2 builds: the bits of the fixed order (%d runs, %d shapes)", sk_q8_prompt_kernel(), paths, shapes);
+    CHECK(worst_ratio <= 1.0 && apart > 1e-4, "8-bit prompt chunks: within the activations' quantization error of x . (q * d) "
+          "(worst %.2f of the bound; largest error %.1e: the activations are quantized)", worst_ratio, apart);
+}
+
 /* the same two rows through the 2-thread split of a large matrix and through one thread */
 static void threads_large(void) {
     enum { IC = 768, OC = 2051, N = 19 };
@@ -292,6 +416,7 @@ int main(void) {
     printf("# row kernel: %s\n", sk_rows_kernel());
     kernels();
     bf16_paths();
+    q8_prompt();
     threads_large();
     sk_config c, g;
     sk_config_default(&c);

@@ -68,7 +68,7 @@ static int parse_opts(sample_opts *o, int argc, char **argv) {
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (make cuda: build-cuda/skiplm) (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
         {"bf16", 'b', &o->bf16, "bf16 copy of the weights for the matrix products (on the CPU their input rows rounded to bf16 too, for the CPU's bf16 dot products), fp32 everything else (CPU or --device cuda)"},
-        {"q8", 'b', &o->q8, "8-bit weights (q8_0: int8 in blocks of 32, one fp16 scale each) for the matrix products, fp32 everything else (CPU; implied by a quantized file, skiplm quantize)"},
+        {"q8", 'b', &o->q8, "8-bit weights (q8_0: int8 in blocks of 32, one fp16 scale each) for the matrix products, fp32 everything else but a long prompt's activations on a CPU with avx512_vnni (quantized per block for int8 dot products) (CPU; implied by a quantized file, skiplm quantize)"},
         {"ignore-eos", 'b', &o->ignore_eos, "go on past the end-of-sequence token of a Hugging Face folder (eos_token_id)"},
         {"chat", 'b', &o->chat, "--prompt is a user's message: the model's chat template makes the prompt (printed before the reply unless --quiet; skiplm chat converses)"},
         {"system", 's', &o->system, "with --chat: a system message first"},

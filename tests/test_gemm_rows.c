@@ -393,6 +393,19 @@ static void model_case(const char *name, sk_config cfg, sk_weights wt) {
         seqs[s] = s; step[s] = toks[s][plen[s]];
     }
     const char *wname = wt == SK_WEIGHTS_BF16 ? "bf16" : wt == SK_WEIGHTS_Q8 ? "8-bit" : "fp32";
+    if (wt == SK_WEIGHTS_BF16 && ok) {
+        /* the whole model on the emulation: the bits of the CPU's path (vdpbf16ps where it has it) */
+        int same = 1;
+        sk_rows_set_emulate(1);
+        for (int s = 0; s < NS && same; s += 5) {
+            sk_kvcache_reset(k1);
+            same = sk_model_decode(m, k1, toks[s], plen[s], lg) == 0 && sk_model_decode(m, k1, toks[s] + plen[s], 1, lg) == 0 &&
+                   !memcmp(lg, ref + (size_t)s * V, sizeof(float) * V);
+        }
+        sk_rows_set_emulate(0);
+        CHECK(same, "%s, bf16 weights: decoding on the emulation (%s) gives the logits' bits of %s", name, "SKIPLM_DOT_EMULATE=1",
+              sk_rows_bf16_kernel());
+    }
     for (int th = 1; th <= 2; th++) {
         omp_set_num_threads(th);
         int same = ok, bad = 0;

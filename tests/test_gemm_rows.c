@@ -7,9 +7,11 @@
  * rounded to bf16); the 8-bit kernel gives the fp32 kernel's bits on the dequantized weights.
  * bf16 runs both on the CPU's vdpbf16ps (where it has avx512_bf16) and on the emulation, and
  * the file's AVX2 and SSE2 builds (compiled into this test by the Makefile on x86-64) must
- * give the same bits, also for random bit patterns (denormals, infinities, NaNs). Then whole
- * models: a decoding step of N = 1..32 sequences gives each sequence the logits' bits of
- * decoding it alone, in all three precisions. */
+ * give the same bits, also for random bit patterns (denormals, infinities, NaNs). The 8-bit
+ * prompt kernel (gemm_q8dot.c: activations quantized per block, int8 dot products) likewise on
+ * every path, and within its quantization error of x . (q * d). Then whole models: a decoding
+ * step of N = 1..32 sequences gives each sequence the logits' bits of decoding it alone, in all
+ * three precisions, and bf16 decoding on the emulation gives the bits of the CPU's path. */
 #include "test.h"
 #include "test_models.h"
 #include "skiplm.h"

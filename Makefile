@@ -203,6 +203,23 @@ $(BUILD)/skiplm: $(CLI_OBJ) $(SRV_OBJ) $(BUILD)/libskiplm.a
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libskiplm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -UNDEBUG $< $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
+# test_gemm_rows also links src/core/gemm_rows_bf16.c and gemm_q8dot.c built for AVX2 and for
+# SSE2 (x86-64), names suffixed, to check that every build of them computes the same bits.
+ifeq ($(shell uname -m),x86_64)
+ROWS_VARIANTS := $(foreach f,bf16 q8dot,$(foreach a,avx2 sse2,$(BUILD)/tests/rows_$(f)_$(a).o))
+ROWS_RENAME = $(foreach s,sk_linear_forward_bf16 sk_rows_set_emulate sk_rows_bf16_kernel sk_rows_bf16_native \
+              sk_linear_forward_q8_prompt sk_q8_prompt_native sk_q8_prompt_kernel sk_q8_prompt_set_emulate,-D$(s)=$(s)_$*)
+ROWS_ARCH = -march=$(if $(filter avx2,$*),x86-64-v3,x86-64)
+$(BUILD)/tests/rows_bf16_%.o: src/core/gemm_rows_bf16.c $(LIB_HDR) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -march=%,$(CFLAGS)) $(ROWS_ARCH) $(ROWS_RENAME) -c $< -o $@
+$(BUILD)/tests/rows_q8dot_%.o: src/core/gemm_q8dot.c $(LIB_HDR) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -march=%,$(CFLAGS)) $(ROWS_ARCH) $(ROWS_RENAME) -c $< -o $@
+$(BUILD)/tests/test_gemm_rows: tests/test_gemm_rows.c $(wildcard tests/*.h) $(BUILD)/libskiplm.a $(ROWS_VARIANTS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -UNDEBUG -DSK_ROWS_VARIANTS $< $(ROWS_VARIANTS) $(BUILD)/libskiplm.a -o $@ $(LDLIBS)
+endif
 
 # The shared library (docs/library.md): $(BUILD)/libskiplm.so (soname libskiplm.so.0) of the
 # same sources compiled again with -fPIC into $(BUILD)/pic/ (the archive and the CLI keep their

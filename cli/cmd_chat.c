@@ -143,8 +143,8 @@ static int parse_opts(chat_opts *o, int argc, char **argv) {
         {"quiet", 'b', &o->quiet, "no statistics after each reply"},
         {"device", 's', &o->device, "cpu, or cuda in a CUDA build (cpu)"},
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
-        {"bf16", 'b', &o->bf16, "bf16 copy of the weights for the matrix products (CPU or --device cuda)"},
-        {"q8", 'b', &o->q8, "8-bit weights (q8_0: int8 in blocks of 32, one fp16 scale each) for the matrix products, fp32 everything else (CPU; implied by a quantized file, skiplm quantize)"},
+        {"bf16", 'b', &o->bf16, "bf16 copy of the weights for the matrix products (on the CPU their input rows rounded to bf16 too), fp32 everything else (CPU or --device cuda)"},
+        {"q8", 'b', &o->q8, "8-bit weights (q8_0: int8 in blocks of 32, one fp16 scale each) for the matrix products, fp32 everything else but a long prompt's activations on a CPU with avx512_vnni (quantized per block for int8 dot products) (CPU; implied by a quantized file, skiplm quantize)"},
         CLI_MODEL_OPTS(&o->mo),
         {0},
     };

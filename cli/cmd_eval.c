@@ -61,7 +61,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs"},
         {"bf16", 'b', &o->bf16, "the forward pass of train --bf16: bf16 GEMMs with fp32 accumulation on a bf16 copy of "
                                 "the weights and bf16 attention products, the rest fp32 (the CPU's needs oneDNN)"},
-        {"q8", 'b', &o->q8, "the model with its 2-D weights quantized to 8 bits (q8_0, as sample --q8 decodes; fp32 activations), on the CPU; implied by a quantized file"},
+        {"q8", 'b', &o->q8, "the model with its 2-D weights quantized to 8 bits (q8_0, as sample --q8 decodes; fp32 activations, as its decoding steps), on the CPU; implied by a quantized file"},
         {"choices", 's', &o->choices, "multiple choice instead of shards: a JSONL file of {context, endings, label} (HellaSwag's); acc and acc_norm"},
         {"choices-out", 's', &o->choices_out, "with --choices: each item's log-likelihoods to this file: CSV if it ends in .csv, else JSON"},
         {"choice-delim", 's', &o->delim, "with --choices: text put before each ending (\" \", as llm.c and lm-evaluation-harness)"},

@@ -1,17 +1,24 @@
-/* Decoding's batch-invariant matrix products (src/core/gemm_rows.c), fp32, bf16 and 8-bit
- * weights: every row of a batch of 1..32 rows gives the bits it gets alone, on 1 and 2
- * threads, at widths with every remainder (32-wide steps, 8-wide steps, scalars) and output
- * counts that leave every tile tail; each output has the bits of one fixed summation order,
- * written out here in scalar code (the order of the one-row kernel before the tiles, so
- * decoding's fp32 and bf16 results are unchanged); the 8-bit kernel gives the fp32 kernel's
- * bits on the dequantized weights. Then whole models: a decoding step of N = 1..32 sequences
- * gives each sequence the logits' bits of decoding it alone, in all three precisions. */
+/* Decoding's batch-invariant matrix products (src/core/gemm_rows.c, gemm_rows_bf16.c), fp32,
+ * bf16 and 8-bit weights: every row of a batch of 1..32 rows gives the bits it gets alone, on
+ * 1 and 2 threads, at widths with every remainder (32-wide steps, 8-wide steps, scalars) and
+ * output counts that leave every tile tail; each output has the bits of one fixed summation
+ * order, written out here in scalar code (fp32: the order of the one-row kernel before the
+ * tiles, so decoding's fp32 results are unchanged; bf16: vdpbf16ps's order on activations
+ * rounded to bf16); the 8-bit kernel gives the fp32 kernel's bits on the dequantized weights.
+ * bf16 runs both on the CPU's vdpbf16ps (where it has avx512_bf16) and on the emulation, and
+ * the file's AVX2 and SSE2 builds (compiled into this test by the Makefile on x86-64) must
+ * give the same bits, also for random bit patterns (denormals, infinities, NaNs). The 8-bit
+ * prompt kernel (gemm_q8dot.c: activations quantized per block, int8 dot products) likewise on
+ * every path, and within its quantization error of x . (q * d). Then whole models: a decoding
+ * step of N = 1..32 sequences gives each sequence the logits' bits of decoding it alone, in all
+ * three precisions, and bf16 decoding on the emulation gives the bits of the CPU's path. */
 #include "test.h"
 #include "test_models.h"
 #include "skiplm.h"
 #include "core/ops.h"
 #include "core/quant.h"
 #include "core/gemm_rows.h"
+#include <float.h>
 #include <omp.h>
 
 static uint64_t rng = 88172645463325252ull;
@@ -42,6 +49,68 @@ static float ref_dot(const float *x, const float *w, int n) {
 #endif
     for (; k < n; k++) s += x[k] * w[k];
     return s;
+}
+
+/* x . w for bf16 w in gemm_rows_bf16.c's order: x rounded to bf16; blocks of 32 (the last
+ * zero-padded), block j into chain j % 2, lane l: element 2l + 1 then 2l, each an fma with a
+ * denormal input read as zero and a denormal result flushed (vdpbf16ps); chains added, lanes
+ * l + l + 8, then ((y0 + y4) + (y2 + y6)) + ((y1 + y5) + (y3 + y7)) */
+static float flush(float v) { return fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v; }
+static float ref_bf16(const float *x, const uint16_t *w, int n) {
+    float c[2][16] = {{0}}, v[16], y[8];
+    for (int j = 0; 32 * j < n; j++)
+        for (int l = 0; l < 16; l++)
+            for (int e = 1; e >= 0; e--) {
+                const int k = 32 * j + 2 * l + e;
+                const float xv = k < n ? flush(sk_bf16_to_f32(sk_bf16_from_f32(x[k]))) : 0.0f;
+                const float wv = k < n ? flush(sk_bf16_to_f32(w[k])) : 0.0f;
+                c[j & 1][l] = flush(fmaf(xv, wv, c[j & 1][l]));
+            }
+    for (int l = 0; l < 16; l++) v[l] = c[0][l] + c[1][l];
+    for (int l = 0; l < 8; l++) y[l] = v[l] + v[l + 8];
+    return ((y[0] + y[4]) + (y[2] + y[6])) + ((y[1] + y[5]) + (y[3] + y[7]));
+}
+
+/* the same file built for AVX2 (-march=x86-64-v3) and for SSE2 (-march=x86-64), names suffixed */
+#ifdef SK_ROWS_VARIANTS
+void sk_linear_forward_bf16_avx2(float *out, const float *inp, const uint16_t *w, const float *b, int N, int IC, int OC);
+void sk_rows_set_emulate_avx2(int on);
+const char *sk_rows_bf16_kernel_avx2(void);
+void sk_linear_forward_bf16_sse2(float *out, const float *inp, const uint16_t *w, const float *b, int N, int IC, int OC);
+void sk_rows_set_emulate_sse2(int on);
+const char *sk_rows_bf16_kernel_sse2(void);
+int sk_linear_forward_q8_prompt_avx2(float *out, const float *inp, const int8_t *q, const uint16_t *d, const float *b, int N, int IC, int OC);
+void sk_q8_prompt_set_emulate_avx2(int on);
+const char *sk_q8_prompt_kernel_avx2(void);
+int sk_linear_forward_q8_prompt_sse2(float *out, const float *inp, const int8_t *q, const uint16_t *d, const float *b, int N, int IC, int OC);
+void sk_q8_prompt_set_emulate_sse2(int on);
+const char *sk_q8_prompt_kernel_sse2(void);
+#endif
+
+/* x . (q * d) in gemm_q8dot.c's order: x quantized per block of 32 (e = max|x| / 127, p = x / e
+ * to nearest even); blocks in pairs (the last zero-padded), lane l of pair j the integer sum of
+ * k = 64j + 4l .. 64j + 4l + 3, added as fma(sum, e_b * d_b, c_l); lanes folded as ref_bf16's */
+static float ref_q8p(const float *x, const int8_t *q, const uint16_t *d, int n) {
+    const int nb = n / 32;
+    int p[4096];
+    float e[128], c[16] = {0}, v[8];
+    for (int b = 0; b < nb; b++) {
+        float amax = 0;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[32 * b + k]));
+        e[b] = amax / 127.0f;
+        for (int k = 0; k < 32; k++) p[32 * b + k] = e[b] > 0 ? (int)nearbyintf(x[32 * b + k] / e[b]) : 0;
+    }
+    for (int j = 0; 64 * j < n; j++)
+        for (int l = 0; l < 16; l++) {
+            const int b = 2 * j + l / 8;
+            int32_t sum = 0;
+            for (int t = 0; t < 4; t++)
+                if (b < nb) sum += p[64 * j + 4 * l + t] * q[64 * j + 4 * l + t];
+            const float sc = b < nb ? e[b] * sk_f16_to_f32(d[b]) : 0.0f;
+            c[l] = fmaf((float)sum, sc, c[l]);
+        }
+    for (int l = 0; l < 8; l++) v[l] = c[l] + c[l + 8];
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
 enum { NMAX = 32 };
@@ -81,7 +150,8 @@ static int kind_shape(int kind, int IC, int OC, int bias, double *worst_ref) {
     /* the full batch against the scalar order (and, for 8 bits, against the fp32 kernel on q * d) */
     for (int r = 0; r < NMAX; r++)
         for (int o = 0; o < OC; o++) {
-            float want = (bias ? b[o] : 0.0f) + ref_dot(x + (size_t)r * IC, wf + (size_t)o * IC, IC), got = all[(size_t)r * OC + o];
+            const float dot = kind == 1 ? ref_bf16(x + (size_t)r * IC, w16 + (size_t)o * IC, IC) : ref_dot(x + (size_t)r * IC, wf + (size_t)o * IC, IC);
+            float want = (bias ? b[o] : 0.0f) + dot, got = all[(size_t)r * OC + o];
             if (memcmp(&want, &got, 4)) { ok = 0; double e = fabs((double)want - got); if (e > *worst_ref) *worst_ref = e; }
         }
     if (kind == 2) {
@@ -99,7 +169,11 @@ static void kernels(void) {
      * outputs: every remainder of the tiles, and enough work for the threads to split */
     static const int ic_all[] = {32, 40, 45, 7, 13, 96, 200, 288, 768};
     static const int oc_all[] = {1, 2, 3, 4, 5, 7, 13, 67};
-    for (int kind = 0; kind < 3; kind++)
+    for (int run = 0; run < 4; run++) {
+        /* bf16 on this CPU's path, then on the emulation (the same path where the CPU lacks avx512_bf16) */
+        const int kind = run < 2 ? run : run - 1;
+        sk_rows_set_emulate(run == 2);
+        const char *kname = kind == 1 ? sk_rows_bf16_kernel() : sk_rows_kernel();
         for (int th = 1; th <= 2; th++) {
             omp_set_num_threads(th);
             int ok = 1, shapes = 0;
@@ -112,10 +186,178 @@ static void kernels(void) {
                 }
             CHECK(ok, "%s weights, %d thread%s (%s): each row of batches of 1..%d rows has the bits it gets alone and "
                   "the bits of the fixed summation order%s, %d shapes (widths 7-768, 1-67 outputs; worst diff %.2e)",
-                  names[kind], th, th > 1 ? "s" : "", sk_rows_kernel(), NMAX,
+                  names[kind], th, th > 1 ? "s" : "", kname, NMAX,
                   kind == 2 ? ", which are the fp32 kernel's on q * d" : "", shapes, worst);
         }
+    }
+    sk_rows_set_emulate(0);
     omp_set_num_threads(2);
+}
+
+/* a random bf16 / fp32 bit pattern: every exponent, denormals, infinities and NaNs included */
+static uint32_t rbits(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 21); }
+
+/* one bf16 matrix product through each path this build has: the CPU's (vdpbf16ps or not), the
+ * emulation, the AVX2 and SSE2 builds of the file; all must be the bits of ref_bf16 (NaN where
+ * it is NaN). special: operands of random bits (denormals, huge values, infinities, NaNs); else
+ * ordinary values. */
+static int paths_agree(int special, int IC, int OC, int N, int *npaths, int *finite, int *tiny) {
+    float *x = malloc(sizeof(float) * N * IC), *b = malloc(sizeof(float) * OC), *want = malloc(sizeof(float) * N * OC);
+    float *got = malloc(sizeof(float) * N * OC);
+    uint16_t *w = malloc(sizeof(uint16_t) * OC * IC);
+    /* special: tiny values (fp32 and bf16 denormals, products and sums below FLT_MIN) in most
+     * places, random bits (huge, infinite, NaN) in row 0 and output 0 */
+    for (int i = 0; i < N * IC; i++) {
+        uint32_t u = rbits() | (rbits() << 11 & 0xfffff800u);
+        x[i] = frand();
+        if (special) x[i] = ldexpf(frand(), -118 - (int)(rbits() % 30));
+        if (special && i < IC && i % 5 == 0) memcpy(&x[i], &u, 4);        /* row 0 */
+    }
+    for (int i = 0; i < OC * IC; i++) {
+        w[i] = sk_bf16_from_f32(frand());
+        if (special && i % 2 == 1) w[i] = sk_bf16_from_f32(ldexpf(frand(), -(int)(rbits() % 30)));
+        if (special && i % 5 == 0) w[i] = (uint16_t)(rbits() & 0x80ffu);          /* bf16 denormals */
+        if (special && i < IC && i % 7 == 3) w[i] = (uint16_t)rbits();    /* output 0 */
+    }
+    for (int i = 0; i < OC; i++) b[i] = frand();
+    for (int r = 0; r < N; r++)
+        for (int o = 0; o < OC; o++) want[(size_t)r * OC + o] = (special ? 0.0f : b[o]) + ref_bf16(x + (size_t)r * IC, w + (size_t)o * IC, IC);
+    const float *bb = special ? NULL : b;                  /* (a bias would hide the tiny sums) */
+    for (size_t i = 0; i < (size_t)N * OC; i++) {
+        *finite += isfinite(want[i]) != 0;
+        *tiny += fabsf(want[i]) < 1e-30f;
+    }
+    int ok = 1, n = 0;
+#define SAME(call) do {         call; n++;         for (size_t i_ = 0; i_ < (size_t)N * OC; i_++)             if (memcmp(&got[i_], &want[i_], 4) && !(isnan(got[i_]) && isnan(want[i_]))) { ok = 0; break; }     } while (0)
+    for (int e = 0; e < 2; e++) {
+        sk_rows_set_emulate(e);
+        SAME(sk_linear_forward_bf16(got, x, w, bb, N, IC, OC));
+#ifdef SK_ROWS_VARIANTS
+        sk_rows_set_emulate_avx2(e);
+        SAME(sk_linear_forward_bf16_avx2(got, x, w, bb, N, IC, OC));
+        sk_rows_set_emulate_sse2(e);
+        SAME(sk_linear_forward_bf16_sse2(got, x, w, bb, N, IC, OC));
+#endif
+    }
+#undef SAME
+    sk_rows_set_emulate(0);
+    *npaths = n;
+    free(x); free(b); free(want); free(got); free(w);
+    return ok;
+}
+
+static void bf16_paths(void) {
+#ifdef SK_ROWS_VARIANTS
+    sk_rows_set_emulate_avx2(1);
+    sk_rows_set_emulate_sse2(1);
+    printf("# bf16 paths: %s; %s; %s\n", sk_rows_bf16_kernel(), sk_rows_bf16_kernel_avx2(), sk_rows_bf16_kernel_sse2());
+#else
+    printf("# bf16 paths: %s (no AVX2 / SSE2 builds of the file in this test)\n", sk_rows_bf16_kernel());
+#endif
+    static const int shapes[][3] = {{768, 67, 19}, {45, 7, 5}, {96, 13, 32}, {7, 3, 4}, {200, 5, 9}};
+    for (int special = 0; special < 2; special++) {
+        int ok = 1, np = 0, finite = 0, tiny = 0, total = 0;
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            ok &= paths_agree(special, shapes[i][0], shapes[i][1], shapes[i][2], &np, &finite, &tiny);
+            total += shapes[i][1] * shapes[i][2];
+        }
+        CHECK(ok, "bf16 weights, %s: vdpbf16ps (where the CPU has it), its emulation, and the AVX2 and SSE2 builds "
+              "(%d paths) give the bits of the scalar order, 5 shapes, %d of %d outputs finite, %d below 1e-30", special ? "tiny operands "
+              "(denormals, products and sums below FLT_MIN), random bits in one row and one output (huge, infinite, NaN)" : "ordinary values",
+              np, finite, total, tiny);
+    }
+}
+
+/* Prompt chunks with 8-bit weights (gemm_q8dot.c): every path (vpdpbusd where the CPU has
+ * avx512_vnni, the path without it, the AVX2 and SSE2 builds) gives ref_q8p's bits for each row
+ * of batches of 1..32 rows, on 1 and 2 threads; and the result is x . (q * d) within the error
+ * the activations' quantization allows (sum_k |q_k d_k| e_b / 2, plus fp32 rounding), which is
+ * measurably not zero. */
+static void q8_prompt(void) {
+#ifdef SK_ROWS_VARIANTS
+    sk_q8_prompt_set_emulate_avx2(1);
+    sk_q8_prompt_set_emulate_sse2(1);
+    printf("# 8-bit prompt paths: %s; %s; %s\n", sk_q8_prompt_kernel(), sk_q8_prompt_kernel_avx2(), sk_q8_prompt_kernel_sse2());
+#else
+    printf("# 8-bit prompt path: %s\n", sk_q8_prompt_kernel());
+#endif
+    static const int ic_all[] = {32, 64, 96, 288, 768}, oc_all[] = {1, 2, 3, 4, 5, 13, 67};
+    int same = 1, paths = 0, shapes = 0;
+    double worst_ratio = 0, apart = 0;
+    for (size_t i = 0; i < sizeof ic_all / sizeof ic_all[0]; i++)
+        for (size_t jj = 0; jj < sizeof oc_all / sizeof oc_all[0]; jj++) {
+            const int IC = ic_all[i], OC = oc_all[jj];
+            float *x = malloc(sizeof(float) * NMAX * IC), *w = malloc(sizeof(float) * OC * IC), *wf = malloc(sizeof(float) * OC * IC);
+            float *b = malloc(sizeof(float) * OC), *all = malloc(sizeof(float) * NMAX * OC), *one = malloc(sizeof(float) * OC);
+            uint16_t *d = malloc(sizeof(uint16_t) * OC * IC / 32);
+            int8_t *q = malloc((size_t)OC * IC);
+            for (int k = 0; k < NMAX * IC; k++) x[k] = frand();
+            for (int k = 0; k < OC * IC; k++) w[k] = frand();
+            for (int k = 0; k < IC; k += 32) memset(x + k, 0, sizeof(float) * 32 * (k == 64));   /* an all-zero block */
+            for (int k = 0; k < OC; k++) b[k] = frand();
+            sk_q8_quantize(q, d, w, (size_t)OC * IC);
+            sk_q8_dequantize(wf, q, d, (size_t)OC * IC);
+            const float *bb = (i + jj) & 1 ? b : NULL;
+            for (int e = 0; e < 2; e++)
+                for (int th = 1; th <= 2; th++) {
+                    omp_set_num_threads(th);
+                    sk_q8_prompt_set_emulate(e);
+                    for (int N = 1; N <= NMAX; N += N < 8 ? 1 : 7) {
+                        same &= sk_linear_forward_q8_prompt(all, x, q, d, bb, N, IC, OC) == 0;
+                        for (int r = 0; r < N; r++)
+                            for (int o = 0; o < OC; o++) {
+                                float want = (bb ? b[o] : 0.0f) + ref_q8p(x + (size_t)r * IC, q + (size_t)o * IC, d + (size_t)o * (IC / 32), IC);
+                                same &= !memcmp(&want, &all[(size_t)r * OC + o], 4);
+                            }
+                        paths++;
+                    }
+                }
+            sk_q8_prompt_set_emulate(0);
+            omp_set_num_threads(2);
+#ifdef SK_ROWS_VARIANTS
+            for (int e = 0; e < 2; e++) {
+                sk_q8_prompt_set_emulate_avx2(e);
+                sk_q8_prompt_set_emulate_sse2(e);
+                same &= sk_linear_forward_q8_prompt_avx2(one, x + (size_t)5 * IC, q, d, bb, 1, IC, OC) == 0;
+                for (int o = 0; o < OC; o++) {
+                    float want = (bb ? b[o] : 0.0f) + ref_q8p(x + (size_t)5 * IC, q + (size_t)o * IC, d + (size_t)o * (IC / 32), IC);
+                    same &= !memcmp(&want, &one[o], 4);
+                }
+                same &= sk_linear_forward_q8_prompt_sse2(one, x + (size_t)5 * IC, q, d, bb, 1, IC, OC) == 0;
+                for (int o = 0; o < OC; o++) {
+                    float want = (bb ? b[o] : 0.0f) + ref_q8p(x + (size_t)5 * IC, q + (size_t)o * IC, d + (size_t)o * (IC / 32), IC);
+                    same &= !memcmp(&want, &one[o], 4);
+                }
+                paths += 2;
+            }
+#endif
+            /* accuracy: against the double sum on the unquantized activations */
+            sk_linear_forward_q8_prompt(all, x, q, d, bb, NMAX, IC, OC);
+            for (int r = 0; r < NMAX; r++)
+                for (int o = 0; o < OC; o++) {
+                    const float *xr = x + (size_t)r * IC, *wr = wf + (size_t)o * IC;
+                    double exact = bb ? b[o] : 0.0, bound = 0, mag = fabs(exact);
+                    for (int k = 0; k < IC; k++) exact += (double)xr[k] * wr[k];
+                    for (int bk = 0; bk < IC / 32; bk++) {
+                        float amax = 0;
+                        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(xr[32 * bk + k]));
+                        for (int k = 0; k < 32; k++) {
+                            bound += fabs(wr[32 * bk + k]) * (amax / 127.0) * 0.5;
+                            mag += fabs(wr[32 * bk + k]) * (fabs(xr[32 * bk + k]) + amax / 127.0);
+                        }
+                    }
+                    bound = bound * 1.0001 + mag * (IC + 2) * 0x1p-23;
+                    const double err = fabs(all[(size_t)r * OC + o] - exact);
+                    if (err / bound > worst_ratio) worst_ratio = err / bound;
+                    if (err > apart) apart = err;
+                }
+            shapes++;
+            free(x); free(w); free(wf); free(b); free(all); free(one); free(d); free(q);
+        }
+    CHECK(same, "8-bit prompt chunks (%s): every row of batches of 1..32 rows, on 1 and 2 threads, with and without "
+          "vpdpbusd, and the AVX2 and SSE2 builds: the bits of the fixed order (%d runs, %d shapes)", sk_q8_prompt_kernel(), paths, shapes);
+    CHECK(worst_ratio <= 1.0 && apart > 1e-4, "8-bit prompt chunks: within the activations' quantization error of x . (q * d) "
+          "(worst %.2f of the bound; largest error %.1e: the activations are quantized)", worst_ratio, apart);
 }
 
 /* the same two rows through the 2-thread split of a large matrix and through one thread */
@@ -153,6 +395,19 @@ static void model_case(const char *name, sk_config cfg, sk_weights wt) {
         seqs[s] = s; step[s] = toks[s][plen[s]];
     }
     const char *wname = wt == SK_WEIGHTS_BF16 ? "bf16" : wt == SK_WEIGHTS_Q8 ? "8-bit" : "fp32";
+    if (wt == SK_WEIGHTS_BF16 && ok) {
+        /* the whole model on the emulation: the bits of the CPU's path (vdpbf16ps where it has it) */
+        int same = 1;
+        sk_rows_set_emulate(1);
+        for (int s = 0; s < NS && same; s += 5) {
+            sk_kvcache_reset(k1);
+            same = sk_model_decode(m, k1, toks[s], plen[s], lg) == 0 && sk_model_decode(m, k1, toks[s] + plen[s], 1, lg) == 0 &&
+                   !memcmp(lg, ref + (size_t)s * V, sizeof(float) * V);
+        }
+        sk_rows_set_emulate(0);
+        CHECK(same, "%s, bf16 weights: decoding on the emulation (%s) gives the logits' bits of %s", name, "SKIPLM_DOT_EMULATE=1",
+              sk_rows_bf16_kernel());
+    }
     for (int th = 1; th <= 2; th++) {
         omp_set_num_threads(th);
         int same = ok, bad = 0;
@@ -175,6 +430,8 @@ static void model_case(const char *name, sk_config cfg, sk_weights wt) {
 int main(void) {
     printf("# row kernel: %s\n", sk_rows_kernel());
     kernels();
+    bf16_paths();
+    q8_prompt();
     threads_large();
     sk_config c, g;
     sk_config_default(&c);

@@ -522,12 +522,13 @@ def cli_case(tmp):
     check(r.returncode == 0 and r.stdout.rstrip("\n") == want,
           f"sample from the HF folder with its vocab.json/merges.txt: greedy {r.stdout!r} vs reference {want!r} {r.stderr.strip()[:200]}")
     # decoding with bf16 weights (sample --bf16 on the CPU): every position's logits from the
-    # KV cache equal the reference's on the 2-D weights rounded to bf16 by torch, and differ
-    # from the fp32 weights' by more than the tolerance
+    # KV cache equal the reference's on the 2-D weights rounded to bf16 by torch, with every
+    # matrix product's input rounded to bf16 (skiplm's bf16 decoding, vdpbf16ps's arithmetic),
+    # and differ from the fp32 weights' by more than the tolerance
     p16 = {k: (v.bfloat16().float() if v.dim() == 2 else v) for k, v in p.items()}
     with torch.no_grad():
         x = torch.tensor([[15496, 995] + [(i * 7919) % 50257 for i in range(30)]])
-        ref16, _ = hf.forward(p16, cfg, x)
+        ref16, _ = hf.forward(p16, cfg, x, rin=lambda t: t.bfloat16().float())
         ref32, _ = hf.forward(p, cfg, x)
     bt = os.path.join(tmp, "dec_batch.safetensors")
     st.save_file({"inputs": x.int(), "targets": x.int()}, bt)

@@ -173,6 +173,9 @@ static void decode_case(const char *name, sk_config cfg, int P) {
              sk_kvcache_new_seqs(&km, mq, T, 1, SK_WEIGHTS_Q8) == 0;
     CHECK(ok, "%s: caches made (%s)", name, ok ? "" : sk_last_error());
     if (ok) {
+        /* prompt chunks of more than 12 tokens through the widened GEMM (fp32 activations), as
+         * on a CPU without AVX512-VNNI; the int8 prompt kernel is checked below */
+        sk_q8_prompt_set_emulate(1);
         int r1 = decode_all(m, k8, seq, T, P, l8, V), r2 = decode_all(mq, kq, seq, T, P, lq, V);
         int r3 = decode_all(m, k32, seq, T, P, l32, V), r4 = decode_all(mq, km, seq, T, P, lm, V);
         double scale = max_abs(lq, (size_t)R * V), dq = max_abs_diff(l8, lq, (size_t)R * V), d32 = max_abs_diff(l8, l32, (size_t)R * V);
@@ -181,6 +184,18 @@ static void decode_case(const char *name, sk_config cfg, int P) {
               name, P, dq, scale);
         CHECK(d32 > 0 && d32 < 0.1 * scale, "%s: and differs from the fp32 weights' logits by rounding only (%.2e)", name, d32);
         CHECK(!memcmp(l8, lm, sizeof(float) * R * V), "%s: the cache's own 8-bit copy and the quantized model's give the same bits", name);
+        sk_q8_prompt_set_emulate(0);
+        if (P > 12 && sk_q8_prompt_native()) {
+            /* the prompt through vpdpbusd on activations quantized per block: decoding after it
+             * moves by the activations' quantization only, the same bits from either copy */
+            float *lp = malloc(sizeof(float) * R * V), *lp2 = malloc(sizeof(float) * R * V);
+            int a = decode_all(m, k8, seq, T, P, lp, V), c = decode_all(mq, km, seq, T, P, lp2, V);
+            double dp = max_abs_diff(lp, lq, (size_t)R * V);
+            CHECK(a == R && c == R && !memcmp(lp, lp2, sizeof(float) * R * V) && dp > 0 && dp < 0.1 * scale,
+                  "%s: with the prompt through int8 dot products (%s): %.2e from fp32 activations, the same bits from either "
+                  "8-bit copy", name, sk_q8_prompt_kernel(), dp);
+            free(lp); free(lp2);
+        }
         /* a batch: 3 sequences, each a token at its own position, equal each decoded alone */
         sk_kvcache *kb = NULL;
         int seqs[3] = {0, 1, 2};

@@ -1,14 +1,15 @@
 /* Decoding's matrix products: out (N, OC) = inp (N, IC) @ W^T + b for the few rows of a
  * decoding step (one token of each of N sequences, or a short prompt chunk), with W (OC, IC)
- * in fp32, bf16 or 8-bit (Q8_0) form: sk_linear_forward_rows, sk_linear_forward_bf16,
- * sk_linear_forward_q8 (declared in ops.h and quant.h).
+ * in fp32 or 8-bit (Q8_0) form and fp32 activations: sk_linear_forward_rows and
+ * sk_linear_forward_q8 (declared in ops.h and quant.h). bf16 weights, whose activations are
+ * rounded to bf16 for the CPU's bf16 dot products, are gemm_rows_bf16.c's.
  *
  * Batch invariance. Every output x_r . w_o is summed in one fixed order that depends on
  * nothing but IC: four 8-lane chains (lanes k mod 32 in [0,8), [8,16), [16,24), [24,32)), each
  * a sequence of fused multiply-adds over k = 0, 32, 64, ... ; an 8-wide remainder into the
  * first chain; the four chains added ((c0 + c1) + (c2 + c3)), that vector's eight lanes folded
  * by hsum8; then the scalar remainder, k in order. (The one-row kernel of earlier versions,
- * dot_w, summed exactly so: fp32 and bf16 results are the bits they were.) 8-bit weights take
+ * dot_w, summed exactly so: fp32 results are the bits they were.) 8-bit weights take
  * the same order on their widened values q * d, which are exact floats: sk_linear_forward_q8
  * gives the bits of sk_linear_forward_rows on the dequantized matrix.
  *
@@ -34,7 +35,7 @@
 #define SK_PAR(work) ((size_t)(work) >= 32768)
 #define SK_INLINE static inline __attribute__((always_inline))
 
-enum { W_F32, W_BF16, W_Q8 };
+enum { W_F32, W_Q8 };
 
 #if defined(__F16C__)
 #define F16(h) _cvtsh_ss(h)
@@ -42,18 +43,14 @@ enum { W_F32, W_BF16, W_Q8 };
 #define F16(h) sk_f16_to_f32(h)
 #endif
 
-/* the weight row of output o: fp32, bf16 or int8 elements */
+/* the weight row of output o: fp32 or int8 elements */
 SK_INLINE const void *w_row(const void *w, size_t o, int IC, int kind) {
-    return kind == W_F32 ? (const void *)((const float *)w + o * IC)
-         : kind == W_BF16 ? (const void *)((const uint16_t *)w + o * IC)
-         : (const void *)((const int8_t *)w + o * IC);
+    return kind == W_F32 ? (const void *)((const float *)w + o * IC) : (const void *)((const int8_t *)w + o * IC);
 }
 
 /* weight k of a row as a float (8-bit: q * d of its block, exact) */
 SK_INLINE float w_at(const void *w, const uint16_t *d, int k, int kind) {
-    return kind == W_F32 ? ((const float *)w)[k]
-         : kind == W_BF16 ? sk_bf16_to_f32(((const uint16_t *)w)[k])
-         : (float)((const int8_t *)w)[k] * F16(d[k / SK_Q8_BLOCK]);
+    return kind == W_F32 ? ((const float *)w)[k] : (float)((const int8_t *)w)[k] * F16(d[k / SK_Q8_BLOCK]);
 }
 
 /* the scalar remainder k..n-1, added to s in order */
@@ -74,8 +71,6 @@ static inline float hsum8(__m256 v) {
 /* 8 weights from k as floats (8-bit: times the block's scale s) */
 SK_INLINE __m256 w8(const void *w, int k, int kind, float s) {
     if (kind == W_F32) return _mm256_loadu_ps((const float *)w + k);
-    if (kind == W_BF16)
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + k))), 16));
     __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)w + k))));
     return _mm256_mul_ps(q, _mm256_set1_ps(s));
 }
@@ -102,8 +97,6 @@ SK_INLINE v16 v_w(const void *w, int k, int kind, float s) {
         __asm__("" : "+v"(r));
         return r;
     }
-    if (kind == W_BF16)
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k))), 16));
     __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)w + k))));
     return _mm512_mul_ps(q, _mm512_set1_ps(s));
 }
@@ -258,10 +251,6 @@ SK_INLINE void out_tile(int t, float *out, const float *inp, const void *w, cons
 
 void sk_linear_forward_rows(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC) {
     ROWS_LOOP(W_F32, w, NULL);
-}
-
-void sk_linear_forward_bf16(float *out, const float *inp, const uint16_t *w, const float *b, int N, int IC, int OC) {
-    ROWS_LOOP(W_BF16, w, NULL);
 }
 
 void sk_linear_forward_q8(float *out, const float *inp, const int8_t *q, const uint16_t *d, const float *b,

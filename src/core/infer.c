@@ -6,6 +6,7 @@
 #include "core/config.h"
 #include "core/ops.h"
 #include "core/quant.h"
+#include "core/gemm_rows.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,7 +171,8 @@ static void norm(const sk_model *m, float *out, const float *x, const float *w, 
 #define SK_ROWS_MAX 12
 
 /* out (n, OC) = inp (n, IC) @ w^T + b, from the cache's 8-bit or bf16 copy of w if it has one:
- * a few rows read it directly; more widen it back to fp32 (exactly: bf16 -> fp32 and q * d are
+ * a few rows read it directly (bf16 on a CPU with avx512_bf16: any number; 8-bit on one with
+ * avx512_vnni: more through the int8 prompt kernel); more widen it back to fp32 (exactly: bf16 -> fp32 and q * d are
  * lossless), a block of w32's rows at a time, for the GEMM, which is compute-bound there. rows:
  * the decoding kernels whatever n is, so that each row's result is what it would be alone (a
  * batch of sequences, whose every row must not depend on the others). */
@@ -180,6 +182,9 @@ static void linear(const sk_kvcache *kv, float *out, const float *inp, const flo
         const int8_t *q = kv->q8->q + off;
         const uint16_t *d = sk_q8_scales(kv->q8, off);
         if (rows || n <= SK_ROWS_MAX) { sk_linear_forward_q8(out, inp, q, d, b, n, IC, OC); return; }
+        /* a longer prompt chunk on a CPU with AVX512-VNNI: int8 dot products on activations
+         * quantized per block (gemm_q8dot.c); without the memory for them, the GEMM below */
+        if (sk_q8_prompt_native() && sk_linear_forward_q8_prompt(out, inp, q, d, b, n, IC, OC) == SK_OK) return;
         int blk = (int)(kv->w32_floats / IC);
         for (int o = 0; o < OC; o += blk) {
             int nb = OC - o < blk ? OC - o : blk;
@@ -191,7 +196,9 @@ static void linear(const sk_kvcache *kv, float *out, const float *inp, const flo
         return;
     }
     const uint16_t *w16 = kv->w16 ? kv->w16 + (w - kv->w16_base) : NULL;
-    if (rows || n <= SK_ROWS_MAX) {
+    /* bf16 weights on a CPU with vdpbf16ps: every chunk through its tiles (bf16 activations, as
+     * decoding; faster than widening the weights for sgemm) */
+    if (rows || n <= SK_ROWS_MAX || (w16 && sk_rows_bf16_native())) {
         if (w16) sk_linear_forward_bf16(out, inp, w16, b, n, IC, OC);
         else sk_linear_forward_rows(out, inp, w, b, n, IC, OC);
         return;

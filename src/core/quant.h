@@ -1,9 +1,10 @@
 /* 8-bit weights (Q8_0, as llama.cpp names it): each row of a 2-D weight in blocks of
  * SK_Q8_BLOCK consecutive inputs, each block int8 values q and one fp16 scale d, the weight
  * being q * d (q in [-127, 127], d = max|w| / 127 of the block rounded up to fp16).
- * The kernels keep the activations in fp32: the decode step computes exactly
+ * The decoding kernel keeps the activations in fp32: the decode step computes exactly
  * x . dequantize(w), so the full forward pass of the dequantized model (eval) measures what
- * decoding computes (docs/performance.md says why the activations are not quantized). */
+ * decoding computes (docs/performance.md says why the activations are not quantized there);
+ * only a prompt's long chunks quantize them (sk_linear_forward_q8_prompt). */
 #ifndef SK_QUANT_H
 #define SK_QUANT_H
 #include <stddef.h>
@@ -29,6 +30,21 @@ void sk_q8_dequantize(float *w, const int8_t *q, const uint16_t *d, size_t n);
  * any thread count. */
 void sk_linear_forward_q8(float *out, const float *inp, const int8_t *q, const uint16_t *d, const float *b,
                           int N, int IC, int OC);
+
+/* The same for a prompt chunk (gemm_q8dot.c): each input row quantized per block of
+ * SK_Q8_BLOCK to int8 with an fp32 scale (as llama.cpp's Q8_0 x Q8_0), integer block dot
+ * products, scaled sums in fp32 in one fixed order: each row's bits do not depend on N, the
+ * thread count or the CPU (AVX512-VNNI's vpdpbusd, AVX2, or plain C). Not decoding's numerics
+ * (the activations are quantized). SK_OK, or SK_ENOMEM / SK_EINVAL (IC not a multiple of
+ * SK_Q8_BLOCK) with nothing written. */
+int sk_linear_forward_q8_prompt(float *out, const float *inp, const int8_t *q, const uint16_t *d, const float *b,
+                                int N, int IC, int OC);
+/* 1 where it runs on vpdpbusd (avx512_vnni): infer.c sends long prompt chunks to it then. */
+int sk_q8_prompt_native(void);
+/* its code path on this CPU; 1: the path without VNNI even where the CPU has it (the same bits;
+ * SKIPLM_DOT_EMULATE=1 in the environment sets it at the first call) */
+const char *sk_q8_prompt_kernel(void);
+void sk_q8_prompt_set_emulate(int on);
 
 /* A model's 2-D weights in Q8_0 (sk_model_quantize_q8, or a quantized file): q at the same
  * offsets as the fp32 parameters (only the matrices' ranges are used), the scales of each

@@ -20,8 +20,10 @@ import torch
 import torch.nn.functional as F
 
 
-def conv1d(x, w, b):
-    """HF's Conv1D: weight (in, out)."""
+def conv1d(x, w, b, rin=None):
+    """HF's Conv1D: weight (in, out); rin: applied to the input first (e.g. rounding it to bf16)."""
+    if rin is not None:
+        x = rin(x)
     shape = x.shape[:-1] + (w.shape[1],)
     return torch.addmm(b, x.reshape(-1, x.shape[-1]), w).view(shape)
 
@@ -55,7 +57,9 @@ def random_params(cfg, seed):
     return p
 
 
-def forward(p, cfg, idx, targets=None):
+def forward(p, cfg, idx, targets=None, rin=None):
+    """rin: a function applied to every matrix product's input (None: none), as skiplm's bf16
+    decoding rounds them: lambda t: t.bfloat16().float()."""
     C, H = cfg["n_embd"], cfg["n_head"]
     eps = cfg.get("layer_norm_epsilon", 1e-5)
     act = {"gelu_new": gelu_new, "gelu": F.gelu}[cfg.get("activation_function", "gelu_new")]
@@ -65,20 +69,20 @@ def forward(p, cfg, idx, targets=None):
     for l in range(cfg["n_layer"]):
         h = f"h.{l}."
         a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], eps)
-        q, k, v = conv1d(a, p[h + "attn.c_attn.weight"], p[h + "attn.c_attn.bias"]).split(C, dim=2)
+        q, k, v = conv1d(a, p[h + "attn.c_attn.weight"], p[h + "attn.c_attn.bias"], rin).split(C, dim=2)
         q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in (q, k, v))
         w = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d)
         # the mask buffer, as older files store it; newer transformers builds it (not persistent)
         mask = p.get(h + "attn.bias", torch.tril(torch.ones(T, T, dtype=torch.bool)).view(1, 1, T, T))
         w = torch.where(mask[:, :, :T, :T], w, torch.tensor(torch.finfo(w.dtype).min))
         y = torch.matmul(torch.softmax(w, dim=-1), v).transpose(1, 2).reshape(B, T, C)
-        x = x + conv1d(y, p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"])
+        x = x + conv1d(y, p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"], rin)
         m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], eps)
-        m = act(conv1d(m, p[h + "mlp.c_fc.weight"], p[h + "mlp.c_fc.bias"]))
-        x = x + conv1d(m, p[h + "mlp.c_proj.weight"], p[h + "mlp.c_proj.bias"])
+        m = act(conv1d(m, p[h + "mlp.c_fc.weight"], p[h + "mlp.c_fc.bias"], rin))
+        x = x + conv1d(m, p[h + "mlp.c_proj.weight"], p[h + "mlp.c_proj.bias"], rin)
     x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], eps)
     untied = cfg.get("tie_word_embeddings", True) is False       # GPT2Config's default: tied
-    logits = x @ (p["lm_head.weight"] if untied else p["wte.weight"]).t()
+    logits = (rin(x) if rin is not None else x) @ (p["lm_head.weight"] if untied else p["wte.weight"]).t()
     loss = None
     if targets is not None:
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)

@@ -59,6 +59,11 @@ typedef struct {
     float *lse;                     /* (B, H, Lq) contiguous: saved by forward, read by backward; may be NULL in forward */
     float *weights;                 /* NULL, or (B, H, Lq, Lk) / (B, Lq, Lk) per weights_avg */
     int weights_avg;                /* 1 => average the weights over heads */
+    /* Forward only: K and V in bf16 (a bf16 KV cache) instead of k and v (which are then NULL),
+     * with k's and v's strides in elements; each value is widened exactly to fp32 as it is read,
+     * so out equals the fp32 forward on the widened K and V, bit for bit. No weights, no
+     * training; the backward refuses them. */
+    const uint16_t *k16, *v16;
 } sk_attn;
 
 /* Fill a descriptor for contiguous (B, H, L, D) tensors (H = Hkv, no mask, no dropout). */

@@ -28,7 +28,8 @@ static void bf16_case(const char *name, sk_model *m, const int32_t *seq, int T, 
     float *lb = malloc(rows * sizeof(float)), *lr = malloc(rows * sizeof(float)), *l32 = malloc(rows * sizeof(float));
     memcpy(keep, p, np * sizeof(float));
     sk_kvcache *kb = NULL, *kr = NULL;
-    int ok = sk_kvcache_new_bf16(&kb, m, T) == 0 && sk_kvcache_bf16(kb) && sk_kvcache_new(&kr, m, T) == 0 && !sk_kvcache_bf16(kr);
+    int ok = test_kv(&kb, m, T, 1, SK_WEIGHTS_BF16, SK_KV_F32) == 0 && sk_kvcache_get_params(kb).weights == SK_WEIGHTS_BF16 &&
+             test_kv(&kr, m, T, 1, SK_WEIGHTS_F32, SK_KV_F32) == 0 && sk_kvcache_get_params(kr).weights == SK_WEIGHTS_F32;
     CHECK(ok, "%s: bf16 and fp32 caches made", name);
     if (!ok) goto out;
     int r1 = decode_all(m, kb, seq, T, prompt_len, lb, V), r2 = decode_all(m, kr, seq, T, prompt_len, l32, V);
@@ -57,7 +58,7 @@ static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new)
     for (int i = 0; i < prompt_len; i++) seq[i] = (i * 7 + 3) % V;
     float *lg = malloc(sizeof(float) * V), *full = malloc(sizeof(float) * (size_t)T * V);
     sk_kvcache *kv;
-    CHECK(sk_kvcache_new(&kv, m, T) == 0, "%s: cache allocated", name);
+    CHECK(test_kv(&kv, m, T, 1, SK_WEIGHTS_F32, SK_KV_F32) == 0, "%s: cache allocated", name);
     int same = 1, n = prompt_len;
     double maxd = 0;
     CHECK(sk_model_decode(m, kv, seq, prompt_len, lg) == 0, "%s: prefill %d tokens", name, prompt_len);
@@ -90,7 +91,7 @@ static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new)
     CHECK(sk_model_decode(m, kv, &bad, 1, lg) != 0 && strstr(sk_last_error(), "outside the vocabulary"), "%s: out-of-vocab token refused", name);
     sk_model *other;
     sk_kvcache *kb;
-    if (sk_model_new(&other, sk_model_config(m), 1) == 0 && sk_kvcache_new_bf16(&kb, other, T) == 0) {
+    if (sk_model_new(&other, sk_model_config(m), 1) == 0 && test_kv(&kb, other, T, 1, SK_WEIGHTS_BF16, SK_KV_F32) == 0) {
         CHECK(sk_model_decode(m, kb, &t0, 1, lg) != 0 && strstr(sk_last_error(), "another model"),
               "%s: a bf16 cache made for another model (same shapes) is refused", name);
         sk_kvcache_free(kb);
@@ -115,7 +116,7 @@ static void threads_case(void) {
     for (int i = 0; i < T; i++) seq[i] = (i * 13 + 5) % V;
     float *l1 = malloc(sizeof(float) * (size_t)(T - P + 1) * V), *l3 = malloc(sizeof(float) * (size_t)(T - P + 1) * V);
     sk_kvcache *kv = NULL;
-    int ok = sk_kvcache_new(&kv, m, T) == 0;
+    int ok = test_kv(&kv, m, T, 1, SK_WEIGHTS_F32, SK_KV_F32) == 0;
     omp_set_num_threads(1);
     ok = ok && decode_all(m, kv, seq, T, P, l1, V) > 0;
     omp_set_num_threads(3);
@@ -138,10 +139,10 @@ static void batch_case(const char *name, sk_config cfg, int bf16) {
     if (!m) return;
     const int V = cfg.vocab_size, maxT = PB + STEPS + 1;   /* = 7 + STEPS: C fills sequences 9, 5, 2 */
     sk_kvcache *kb = NULL, *k1 = NULL;
-    int ok = sk_kvcache_new_seqs(&kb, m, maxT, NS, (sk_weights)bf16) == 0 && sk_kvcache_new_seqs(&k1, m, maxT, 1, (sk_weights)bf16) == 0;
+    int ok = test_kv(&kb, m, maxT, NS, (sk_weights)bf16, SK_KV_F32) == 0 && test_kv(&k1, m, maxT, 1, (sk_weights)bf16, SK_KV_F32) == 0;
     CHECK(ok, "%s: caches for %d sequences and for one", name, NS);
     if (!ok) { sk_kvcache_free(kb); sk_kvcache_free(k1); sk_model_free(m); return; }
-    CHECK(sk_kvcache_n_seq(kb) == NS && sk_kvcache_bytes(kb) == (size_t)NS * sk_kvcache_bytes(k1) && sk_kvcache_bf16(kb) == bf16,
+    CHECK(sk_kvcache_n_seq(kb) == NS && sk_kvcache_bytes(kb) == (size_t)NS * sk_kvcache_bytes(k1) && (sk_kvcache_get_params(kb).weights == SK_WEIGHTS_BF16) == bf16,
           "%s: the cache holds %d sequences' K/V (%zu bytes)", name, NS, sk_kvcache_bytes(kb));
     float *ref = malloc(sizeof(float) * (size_t)NS * (STEPS + 2) * V), *lg = malloc(sizeof(float) * (size_t)NS * V);
     int32_t arr[NS][8 + STEPS + 1], tok[NS];
@@ -226,7 +227,7 @@ static void prefix_case(const char *name, sk_config cfg, int bf16) {
     for (int i = 0; i < PB; i++) b[i] = i < SHARE ? a[i] : (i * 5 + 1) % V;
     float *fresh = malloc(sizeof(float) * V), *reuse = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V);
     sk_kvcache *kv = NULL;
-    int ok = sk_kvcache_new_seqs(&kv, m, PB, 2, bf16) == 0 && sk_model_decode_seq(m, kv, 0, b, PB, fresh) == 0 &&
+    int ok = test_kv(&kv, m, PB, 2, bf16, SK_KV_F32) == 0 && sk_model_decode_seq(m, kv, 0, b, PB, fresh) == 0 &&
              sk_model_decode_seq(m, kv, 1, a, PA, lg) == 0;
     const int keep = SHARE / SK_DECODE_CHUNK * SK_DECODE_CHUNK;
     sk_kvcache_seq_truncate(kv, 1, keep);

@@ -53,18 +53,18 @@ def curl(url, path, body=None):
 
 
 def serve(model, vocab, *opts):
-    """(the process, its base URL or None, its stderr so far)"""
+    """(the process, its base URL or None, its stderr so far, the file of its stderr)"""
     err = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     p = subprocess.Popen([SKIPLM, "serve", model, "--tokenizer", vocab, "--port", "0", *opts], stdout=subprocess.DEVNULL, stderr=err)
     for _ in range(400):
         text = open(err.name).read()
         m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", text)
         if m:
-            return p, f"http://127.0.0.1:{m.group(1)}", text
+            return p, f"http://127.0.0.1:{m.group(1)}", text, err.name
         if p.poll() is not None:
             break
         time.sleep(0.05)
-    return p, None, open(err.name).read()
+    return p, None, open(err.name).read(), err.name
 
 
 def stop(p):
@@ -102,7 +102,7 @@ def main():
     for name in ("baseline", "sla-nl3-nh3"):
         for kv16 in (0, 1):
             opts = ["--kv-memory", "4M", "--ctx", str(ctx)] + (["--kv-bf16"] if kv16 else [])
-            p, url, err = serve(models[name], vocab, *opts)
+            p, url, err, log = serve(models[name], vocab, *opts)
             try:
                 per_slot = per[name][kv16] * ctx
                 want = budget // per_slot
@@ -136,6 +136,9 @@ def main():
                     check(codes == [200] * want, f"{what}: {want} requests at once, all answered ({sorted(set(codes))})")
             finally:
                 stop(p)
+                bad = [ln for ln in open(log).read().splitlines() if "runtime error" in ln or "Sanitizer" in ln]
+                check(not bad, f"{name}{' --kv-bf16' if kv16 else ''}: the server's log has no sanitizer report ({bad[:2]})")
+                os.unlink(log)
     b, s = slots.get(("baseline", 0)), slots.get(("sla-nl3-nh3", 0))
     check(b and s and s > b and slots.get(("baseline", 1)) == 2 * b,
           f"the same 4 MiB: baseline {b} slots, the 3/4 rule {s}; --kv-bf16: {slots.get(('baseline', 1))} and "

@@ -27,7 +27,7 @@ struct sk_kvcache {
     /* scratch for one chunk: SK_DECODE_CHUNK rows (a prompt's tokens, or one token of each of
      * that many sequences) */
     float *x, *ln, *q, *att, *tmp, *fch, *act, *logits_all;
-    /* sk_kvcache_new_bf16: a bf16 copy of the model's parameters (same offsets), taken when
+    /* SK_WEIGHTS_BF16: a bf16 copy of the model's parameters (same offsets), taken when
      * the cache is made, which the matrix products read instead of the fp32 weights */
     uint16_t *w16; const float *w16_base;
     float *w32; size_t w32_floats; /* weight rows widened back to fp32, for prefill chunks */

@@ -11,7 +11,7 @@
 void sk_linear_forward(float *out, const float *inp, const float *w, const float *b,
                        int N, int IC, int OC);
 /* The same for the few rows of a decoding step (gemm_rows.c), with w in fp32 or (OC, IC) in
- * bf16 (decoding with sk_kvcache_new_bf16): each row's outputs have the bits that row gets
+ * bf16 (decoding with SK_WEIGHTS_BF16): each row's outputs have the bits that row gets
  * alone, for any N and any thread count. */
 void sk_linear_forward_rows(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC);
 void sk_linear_forward_bf16(float *out, const float *inp, const uint16_t *w, const float *b,

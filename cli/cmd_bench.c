@@ -292,8 +292,9 @@ static int bench_train(sk_model *m, int B, int T, int steps, int warmup, int rec
 
 /* The generation benchmark on the CPU: a prompt of P tokens (timed when P > 1, as a prefill)
  * decoded once and copied to S sequences, then gen tokens (at most block_size - P) for each of
- * them side by side (as sample --samples), with weights w (fp32, bf16 or 8-bit). */
-static int bench_gen(sk_model *m, int gen, int S, int P, sk_weights w) {
+ * them side by side (as sample --samples), with weights w (fp32, bf16 or 8-bit) and K/V stored
+ * as kt (fp32, or bf16 with --kv-bf16). */
+static int bench_gen(sk_model *m, int gen, int S, int P, sk_weights w, sk_kv_type kt) {
     const sk_config *cfg = sk_model_config(m);
     int n = gen < cfg->block_size - P ? gen : cfg->block_size - P, V = cfg->vocab_size;
     sk_kvcache *kv = NULL;
@@ -301,7 +302,9 @@ static int bench_gen(sk_model *m, int gen, int S, int P, sk_weights w) {
     int32_t *tok = calloc(S > P ? S : P, sizeof(int32_t));
     int *seqs = malloc(sizeof(int) * S);
     const char *wname = w == SK_WEIGHTS_BF16 ? "bf16" : w == SK_WEIGHTS_Q8 ? "q8_0" : "fp32";
-    int bad = !logits || !tok || !seqs ? sk_error(SK_ENOMEM, "out of memory") : sk_kvcache_new_seqs(&kv, m, P + n, S, w);
+    sk_kvcache_params kp = sk_kvcache_default_params();
+    kp.max_T = P + n; kp.n_seq = S; kp.weights = w; kp.kv_type = kt;
+    int bad = !logits || !tok || !seqs ? sk_error(SK_ENOMEM, "out of memory") : sk_kvcache_new_params(&kv, m, &kp);
     for (int i = 0; i < P; i++) tok[i] = (int32_t)((7u * (unsigned)i + 1u) % (unsigned)V);   /* any tokens: the work is the same */
     double tp = sk_now();
     bad = bad || sk_model_decode(m, kv, tok, P, logits);
@@ -323,12 +326,12 @@ static int bench_gen(sk_model *m, int gen, int S, int P, sk_weights w) {
     if (!bad && n > 0) {
         /* q8_0: a byte per weight and an fp16 scale per 32 */
         double bytes = (w == SK_WEIGHTS_BF16 ? 2.0 : w == SK_WEIGHTS_Q8 ? 34.0 / 32.0 : 4.0) * sk_model_num_params(m);
-        printf("generate: %d tokens x %d sequence%s, %.1f tok/s (%s weights streamed at %.1f GB/s), KV cache %.2f MiB (%.2f MiB without SLA)\n",
-               n, S, S > 1 ? "s" : "", (double)n * S / dt, wname, bytes * n / dt / 1e9,
+        printf("generate: %d tokens x %d sequence%s, %.1f tok/s (%s weights streamed at %.1f GB/s), KV cache%s %.2f MiB (%.2f MiB without SLA)\n",
+               n, S, S > 1 ? "s" : "", (double)n * S / dt, wname, bytes * n / dt / 1e9, kt == SK_KV_BF16 ? " (bf16 K/V)" : "",
                sk_kvcache_bytes(kv) / 1048576.0, sk_kvcache_bytes_full(kv) / 1048576.0);
-        /* not built: K and V stay fp32; in q8_0 blocks (an int8 a value, an fp16 scale per 32)
-         * they would take 34 bytes per 128 */
-        if (w == SK_WEIGHTS_Q8)
+        /* not built: K and V in q8_0 blocks (an int8 a value, an fp16 scale per 32) would take
+         * 34 bytes per 128 of fp32 */
+        if (w == SK_WEIGHTS_Q8 && kt == SK_KV_F32)
             printf("an 8-bit KV cache (q8_0 blocks, not built) would hold it in %.2f MiB, %.2f MiB less\n",
                    sk_kvcache_bytes(kv) * (34.0 / 128) / 1048576.0, sk_kvcache_bytes(kv) * (94.0 / 128) / 1048576.0);
     }
@@ -341,7 +344,7 @@ int cmd_bench(int argc, char **argv) {
     int gen_seqs = 1, prefill = 1;
     const char *model = NULL;
     int B = 4, T = 0, steps = 5, gen = 256, no_train = 0, no_gen = 0, recompute = -1, warmup = 1, tf32 = 0, bf16 = 0,
-        q8 = 0, profile = 0, gemm_rate = 0;
+        q8 = 0, profile = 0, gemm_rate = 0, kv_bf16 = 0;
     const char *device = "cpu";
     float peak_tflops = 0;
     cli_opt opts[] = {
@@ -364,6 +367,7 @@ int cmd_bench(int argc, char **argv) {
         {"gemm-rate", 'b', &gemm_rate, "print the fp32 (OpenBLAS) and bf16 (oneDNN) GEMM rates on the model's shapes for "
                                        "--batch x --seq tokens, and nothing else"},
         {"q8", 'b', &q8, "on the CPU: generation with 8-bit weights (q8_0, as sample --q8)"},
+        {"kv-bf16", 'b', &kv_bf16, "on the CPU: generation with K and V stored in bf16 (half the KV cache, as sample --kv-bf16)"},
         {"peak-tflops", 'f', &peak_tflops, "with --device cuda: also report MFU against this peak (e.g. 989 for H100 SXM bf16 dense)"},
         {"profile", 'i', &profile, "with --device cuda: N more training steps (and the decoding steps) timed per op with CUDA events, as a table (0)"},
         {0},
@@ -394,6 +398,10 @@ int cmd_bench(int argc, char **argv) {
     if (tf32 && bf16) { fprintf(stderr, "skiplm bench: --tf32 and --bf16 exclude each other\n"); return 2; }
     if (q8 && (bf16 || use_cuda || no_gen || (gen == 0 && prefill < 2))) {
         fprintf(stderr, "skiplm bench: --q8 applies to the CPU's generation benchmark, without --bf16\n");
+        return 2;
+    }
+    if (kv_bf16 && (use_cuda || no_gen || (gen == 0 && prefill < 2))) {
+        fprintf(stderr, "skiplm bench: --kv-bf16 applies to the CPU's generation benchmark\n");
         return 2;
     }
     if (gen_seqs < 1 || gen_seqs > SK_KV_MAX_SEQS) { fprintf(stderr, "skiplm bench: --gen-seqs must be in [1, %d]\n", SK_KV_MAX_SEQS); return 2; }
@@ -451,7 +459,8 @@ int cmd_bench(int argc, char **argv) {
     printf("parameters: %.2fM\n", sk_model_num_params(m) / 1e6);
     if ((!no_train && (rc = bench_train(m, B, T, steps, warmup, recompute, bf16))) ||
         (!no_gen && (gen > 0 || prefill > 1) &&
-         (rc = bench_gen(m, gen, gen_seqs, prefill, q8 ? SK_WEIGHTS_Q8 : bf16 ? SK_WEIGHTS_BF16 : SK_WEIGHTS_F32)))) {
+         (rc = bench_gen(m, gen, gen_seqs, prefill, q8 ? SK_WEIGHTS_Q8 : bf16 ? SK_WEIGHTS_BF16 : SK_WEIGHTS_F32,
+                         kv_bf16 ? SK_KV_BF16 : SK_KV_F32)))) {
         sk_model_free(m);
         return rc;
     }

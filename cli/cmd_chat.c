@@ -14,7 +14,7 @@
 typedef struct {
     const char *model, *tok_path, *device, *system, *chat_tpl, *tools_file;
     cli_model_opts mo;
-    int n_new, greedy, quiet, tf32, bf16, q8, max_ctx, use_cuda;
+    int n_new, greedy, quiet, tf32, bf16, q8, kv_bf16, max_ctx, use_cuda;
     sk_sampling sp;
     uint64_t seed;
 } chat_opts;
@@ -145,6 +145,7 @@ static int parse_opts(chat_opts *o, int argc, char **argv) {
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
         {"bf16", 'b', &o->bf16, "bf16 copy of the weights for the matrix products (on the CPU their input rows rounded to bf16 too), fp32 everything else (CPU or --device cuda)"},
         {"q8", 'b', &o->q8, "8-bit weights (q8_0: int8 in blocks of 32, one fp16 scale each) for the matrix products, fp32 everything else but a long prompt's activations on a CPU with avx512_vnni (quantized per block for int8 dot products) (CPU; implied by a quantized file, skiplm quantize)"},
+        {"kv-bf16", 'b', &o->kv_bf16, "K and V stored in bf16 in the KV cache (half its bytes; rounded to nearest even when written, read back as fp32) (CPU)"},
         CLI_MODEL_OPTS(&o->mo),
         {0},
     };
@@ -162,6 +163,7 @@ static int parse_opts(chat_opts *o, int argc, char **argv) {
     if ((o->use_cuda = cli_device("chat", o->device)) < 0) return 2;
     if (o->tf32 && (o->bf16 || !o->use_cuda)) { fprintf(stderr, "skiplm chat: --tf32 needs --device cuda, without --bf16\n"); return 2; }
     if (o->q8 && (o->bf16 || o->use_cuda)) { fprintf(stderr, "skiplm chat: --q8 is for the CPU, without --bf16\n"); return 2; }
+    if (o->kv_bf16 && o->use_cuda) { fprintf(stderr, "skiplm chat: --kv-bf16 is for the CPU (with --device cuda, --bf16 keeps K/V in bf16)\n"); return 2; }
     if (o->use_cuda && !cli_cuda_built("chat")) return 2;
     return 0;
 }
@@ -191,7 +193,7 @@ static int start(chatter *c, const chat_opts *o) {
     c->tty = isatty(0);
     c->view = malloc(sizeof *c->view * 2);
     if (!c->logits || !c->cached || !c->view) return sk_error(SK_ENOMEM, "out of memory"), 1;
-    if (gen_dec_new(&c->dec, c->m, o->use_cuda, o->q8 ? 3 : o->bf16 ? 2 : o->tf32 ? 1 : 0, c->ctx, o->quiet, 1)) return 1;
+    if (gen_dec_new(&c->dec, c->m, o->use_cuda, o->q8 ? 3 : o->bf16 ? 2 : o->tf32 ? 1 : 0, o->kv_bf16, c->ctx, o->quiet, 1)) return 1;
     if (c->tty && !o->quiet)
         fprintf(stderr, "[%d positions of context; /reset starts over, /quit ends; end a line with \\ to go on]\n", c->ctx);
     /* older turns are dropped to leave a reply this much room */

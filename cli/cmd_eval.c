@@ -6,7 +6,9 @@
  * positions' table, the accuracy and the --dump-logits file (report). With --accuracy also the
  * exact-match accuracy of the argmax of the logits on the targets that count (all, or with
  * loss masks beside the shards the masked-in ones: the answers of a synthetic task), per
- * token and per sequence (a sequence is right when all its counted targets are). */
+ * token and per sequence (a sequence is right when all its counted targets are). With --kv-cache
+ * (or --kv-bf16, K and V stored in bf16) each sequence is scored through the decoder's KV cache
+ * instead of the training forward pass (forward_kv): the loss that sample's logits give. */
 #include "cli.h"
 #ifdef SKIPLM_CUDA
 #include "skiplm_cuda.h"
@@ -22,7 +24,7 @@ typedef struct {
     const char *choices, *choices_out, *delim, *tok_path;       /* --choices (cli/eval_choices.c) */
     char **shards;
     cli_model_opts mo;
-    int n_shards, B, T, max_batches, tf32, bf16, q8, use_cuda, by_pos, buckets, accuracy;
+    int n_shards, B, T, max_batches, tf32, bf16, q8, use_cuda, by_pos, buckets, accuracy, kv_cache, kv_bf16;
 } eval_opts;
 
 /* An evaluation: the model, its loader and the inputs, targets (and logits) of every batch
@@ -36,6 +38,8 @@ typedef struct {
     int32_t *x, *y;
     float *logits;               /* with --dump-logits: every batch's; else with --accuracy: one batch's */
     double *pos_sum, *pos_n;     /* with --by-position: per position, the summed loss and the targets */
+    sk_kvcache *kv;              /* with --kv-cache: one sequence of --seq positions */
+    float *seq_logits;           /* with --kv-cache, without --dump-logits or --accuracy: one sequence's */
     uint64_t tok_n, tok_right, seq_n, seq_right;   /* with --accuracy: counted targets and sequences, and the right ones */
 #ifdef SKIPLM_CUDA
     sk_cuda_model *cm;           /* with --device cuda */
@@ -62,6 +66,8 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
         {"bf16", 'b', &o->bf16, "the forward pass of train --bf16: bf16 GEMMs with fp32 accumulation on a bf16 copy of "
                                 "the weights and bf16 attention products, the rest fp32 (the CPU's needs oneDNN)"},
         {"q8", 'b', &o->q8, "the model with its 2-D weights quantized to 8 bits (q8_0, as sample --q8 decodes; fp32 activations, as its decoding steps), on the CPU; implied by a quantized file"},
+        {"kv-cache", 'b', &o->kv_cache, "score each sequence through the decoder's KV cache (as sample computes logits) instead of the training forward pass (CPU)"},
+        {"kv-bf16", 'b', &o->kv_bf16, "--kv-cache with K and V stored in bf16, as sample --kv-bf16: the loss that rounding costs (CPU)"},
         {"choices", 's', &o->choices, "multiple choice instead of shards: a JSONL file of {context, endings, label} (HellaSwag's); acc and acc_norm"},
         {"choices-out", 's', &o->choices_out, "with --choices: each item's log-likelihoods to this file: CSV if it ends in .csv, else JSON"},
         {"choice-delim", 's', &o->delim, "with --choices: text put before each ending (\" \", as llm.c and lm-evaluation-harness)"},
@@ -106,6 +112,11 @@ static int parse_opts(eval_opts *o, int argc, char **argv, char **pos) {
     if (o->q8 && (o->use_cuda || o->bf16 || o->tf32)) { fprintf(stderr, "skiplm eval: --q8 is for the CPU, without --bf16 or --tf32\n"); return 2; }
     if (o->use_cuda && !cli_cuda_built("eval")) return 2;
     if (o->by_pos && o->use_cuda) { fprintf(stderr, "skiplm eval: --by-position runs on the CPU (the device model gives the mean only)\n"); return 2; }
+    if (o->kv_bf16) o->kv_cache = 1;
+    if (o->kv_cache && (o->use_cuda || o->bf16 || o->by_pos)) {
+        fprintf(stderr, "skiplm eval: --kv-cache and --kv-bf16 decode on the CPU, without --bf16 (the training pass's GEMMs) or --by-position\n");
+        return 2;
+    }
     return 0;
 }
 
@@ -171,6 +182,19 @@ static int open_eval(eval_run *e, eval_opts *o) {
     if (!e->x || !e->y || ((o->dump || o->accuracy) && !e->logits) || (o->by_pos && (!e->pos_sum || !e->pos_n))) {
         fprintf(stderr, "skiplm eval: out of memory\n");
         return 1;
+    }
+    if (o->kv_cache) {
+        /* the decoder with the model's weights (8-bit ones for a quantized model, as sample) */
+        sk_kvcache_params kp = sk_kvcache_default_params();
+        kp.max_T = o->T;
+        kp.weights = sk_model_q8(e->m) ? SK_WEIGHTS_Q8 : SK_WEIGHTS_F32;
+        kp.kv_type = o->kv_bf16 ? SK_KV_BF16 : SK_KV_F32;
+        if (sk_kvcache_new_params(&e->kv, e->m, &kp)) return cli_fail("eval");
+        if (!e->logits && !(e->seq_logits = malloc(sizeof(float) * o->T * e->c->vocab_size))) {
+            fprintf(stderr, "skiplm eval: out of memory\n");
+            return 1;
+        }
+        fprintf(stderr, "skiplm eval: through the KV cache, K/V in %s\n", o->kv_bf16 ? "bf16" : "fp32");
     }
     return 0;
 }
@@ -281,6 +305,35 @@ static int forward(eval_run *e, const eval_opts *o, uint64_t i, float *loss) {
     return sk_model_forward(e->m, x, y, o->B, o->T, loss, lo);
 }
 
+/* --kv-cache: batch i's sequences decoded through the KV cache (sk_model_decode_all), each
+ * anew; *loss the mean cross-entropy of their logits over the targets that count (NaN if
+ * none), as the forward pass's. */
+static int forward_kv(eval_run *e, const eval_opts *o, uint64_t i, float *loss) {
+    const int V = e->c->vocab_size, T = o->T;
+    const int32_t *x = e->x + i * e->BT, *y = e->y + i * e->BT;
+    float *lo = o->dump ? e->logits + i * e->BT * V : e->logits;
+    double sum = 0;
+    size_t n = 0;
+    for (int b = 0; b < o->B; b++) {
+        float *lg = lo ? lo + (size_t)b * T * V : e->seq_logits;
+        sk_kvcache_reset(e->kv);
+        if (sk_model_decode_all(e->m, e->kv, 0, x + (size_t)b * T, T, lg)) return 1;
+        for (int t = 0; t < T; t++) {
+            const int32_t tg = y[(size_t)b * T + t];
+            if (tg < 0) continue;
+            const float *row = lg + (size_t)t * V;
+            float mx = row[0];
+            for (int v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+            double s = 0;
+            for (int v = 0; v < V; v++) s += exp((double)row[v] - mx);
+            sum += log(s) + mx - row[tg];
+            n++;
+        }
+    }
+    *loss = n ? (float)(sum / (double)n) : NAN;
+    return 0;
+}
+
 /* The mean loss over the batches into *mean: over all their targets, or with loss masks beside
  * the shards over the masked-in ones (a batch with none adds nothing). 0, or 1 (said). */
 static int eval_batches(eval_run *e, const eval_opts *o, double *mean) {
@@ -291,7 +344,7 @@ static int eval_batches(eval_run *e, const eval_opts *o, double *mean) {
         if (sk_loader_next_xy(e->L, e->x + i * e->BT, e->y + i * e->BT)) return cli_fail("eval");
         size_t n = 0;
         for (size_t k = 0; k < e->BT; k++) n += e->y[i * e->BT + k] >= 0;
-        if (forward(e, o, i, &loss)) return cli_fail("eval");     /* also for --dump-logits */
+        if ((o->kv_cache ? forward_kv(e, o, i, &loss) : forward(e, o, i, &loss))) return cli_fail("eval");   /* also for --dump-logits */
         if (o->by_pos) add_positions(e, o, i);
         if (o->accuracy) add_accuracy(e, o, i);
         if (n) sum += (double)loss * n;
@@ -327,7 +380,8 @@ static void eval_free(eval_run *e) {
 #ifdef SKIPLM_CUDA
     sk_cuda_model_free(e->cm);
 #endif
-    free(e->x); free(e->y); free(e->logits); free(e->pos_sum); free(e->pos_n);
+    free(e->x); free(e->y); free(e->logits); free(e->pos_sum); free(e->pos_n); free(e->seq_logits);
+    sk_kvcache_free(e->kv);
     sk_loader_free(e->L);
     sk_model_free(e->m);
 }

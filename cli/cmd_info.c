@@ -24,9 +24,13 @@ static void describe(const sk_config *c, int B, int T) {
            B, T, act / 1048576.0, act / ((size_t)B * T), 4.0 * sk_model_num_params(m) * 4 / 1048576.0);
     /* the decoder's own count of the K/V it keeps: a one-position cache, times T */
     sk_kvcache *kv;
-    if (sk_kvcache_new(&kv, m, 1) == SK_OK) {
+    sk_kvcache_params kp = sk_kvcache_default_params();
+    kp.max_T = 1;
+    if (sk_kvcache_new_params(&kv, m, &kp) == SK_OK) {
         printf("KV cache at T=%d: %zu bytes fp32 (%zu per position; %zu without skip-layer sharing)\n", T,
                sk_kvcache_bytes(kv) * T, sk_kvcache_bytes(kv), sk_kvcache_bytes_full(kv));
+        printf("KV cache per position and sequence: %zu bytes fp32, %zu bf16 (--kv-bf16): what serve --kv-memory divides by\n",
+               sk_kvcache_bytes_per_token(m, SK_KV_F32), sk_kvcache_bytes_per_token(m, SK_KV_BF16));
         sk_kvcache_free(kv);
     }
     printf("skip-layer routing (K/V source layer of each run of query heads):\n");

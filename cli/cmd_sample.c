@@ -13,7 +13,7 @@
 typedef struct {
     const char *weights, *prompt, *tok_path, *device, *system, *chat_tpl, *msgs_file, *tools_file, *schema_file;
     cli_model_opts mo;
-    int n_new, greedy, quiet, tf32, bf16, q8, ignore_eos, chat, n_samples, use_cuda, json;
+    int n_new, greedy, quiet, tf32, bf16, q8, kv_bf16, ignore_eos, chat, n_samples, use_cuda, json;
     sk_sampling sp;
     uint64_t seed;
 } sample_opts;
@@ -69,6 +69,7 @@ static int parse_opts(sample_opts *o, int argc, char **argv) {
         {"tf32", 'b', &o->tf32, "with --device cuda: TF32 tensor-core GEMMs in the prefill"},
         {"bf16", 'b', &o->bf16, "bf16 copy of the weights for the matrix products (on the CPU their input rows rounded to bf16 too, for the CPU's bf16 dot products), fp32 everything else (CPU or --device cuda)"},
         {"q8", 'b', &o->q8, "8-bit weights (q8_0: int8 in blocks of 32, one fp16 scale each) for the matrix products, fp32 everything else but a long prompt's activations on a CPU with avx512_vnni (quantized per block for int8 dot products) (CPU; implied by a quantized file, skiplm quantize)"},
+        {"kv-bf16", 'b', &o->kv_bf16, "K and V stored in bf16 in the KV cache (half its bytes; rounded to nearest even when written, read back as fp32), with any weights (CPU)"},
         {"ignore-eos", 'b', &o->ignore_eos, "go on past the end-of-sequence token of a Hugging Face folder (eos_token_id)"},
         {"chat", 'b', &o->chat, "--prompt is a user's message: the model's chat template makes the prompt (printed before the reply unless --quiet; skiplm chat converses)"},
         {"system", 's', &o->system, "with --chat: a system message first"},
@@ -99,6 +100,7 @@ static int parse_opts(sample_opts *o, int argc, char **argv) {
     if (o->tf32 && o->bf16) { fprintf(stderr, "skiplm sample: --tf32 and --bf16 exclude each other\n"); return 2; }
     if (o->tf32 && !o->use_cuda) { fprintf(stderr, "skiplm sample: --tf32 needs --device cuda\n"); return 2; }
     if (o->q8 && (o->bf16 || o->use_cuda)) { fprintf(stderr, "skiplm sample: --q8 is for the CPU, without --bf16\n"); return 2; }
+    if (o->kv_bf16 && o->use_cuda) { fprintf(stderr, "skiplm sample: --kv-bf16 is for the CPU (with --device cuda, --bf16 keeps K/V in bf16)\n"); return 2; }
     if (o->msgs_file) o->chat = 1;
     if ((o->system || o->chat_tpl || o->tools_file) && !o->chat) {
         fprintf(stderr, "skiplm sample: --system, --chat-template and --tools go with --chat\n");
@@ -194,7 +196,7 @@ static int setup(sampler *s, const sample_opts *o) {
     if (!s->seqs || !s->act || !s->nexts || !s->logits || !s->lgb) return sk_error(SK_ENOMEM, "out of memory");
     for (int g = 0; g < G; g++)
         if (!(s->seqs[g].ids = malloc(sizeof(int32_t) * (total + 1)))) return sk_error(SK_ENOMEM, "out of memory for %zu token ids", total + 1);
-    return gen_dec_new(&s->dec, s->m, o->use_cuda, o->q8 ? 3 : o->bf16 ? 2 : o->tf32 ? 1 : 0, s->ctx, o->quiet, G);
+    return gen_dec_new(&s->dec, s->m, o->use_cuda, o->q8 ? 3 : o->bf16 ? 2 : o->tf32 ? 1 : 0, o->kv_bf16, s->ctx, o->quiet, G);
 }
 
 /* One token for each of the first g_n sequences still going; those that go on are listed in

@@ -85,11 +85,13 @@ void gen_chat_eos(sk_tokenizer *tok, const sk_chat *ct, int32_t *eos, int *n_eos
 
 /* ------------------------------------------------------------------ the decoder */
 
-int gen_dec_new(gen_decoder *d, sk_model *m, int use_cuda, int prec, int max_T, int quiet, int n_seq) {
+int gen_dec_new(gen_decoder *d, sk_model *m, int use_cuda, int prec, int kv16, int max_T, int quiet, int n_seq) {
     memset(d, 0, sizeof *d);
     d->m = m;
     if (use_cuda && (prec == 3 || sk_model_q8(m)))
         return sk_error(SK_EINVAL, "8-bit weights (--q8, or a quantized file) decode on the CPU only, not with --device cuda");
+    if (use_cuda && kv16)
+        return sk_error(SK_EINVAL, "--kv-bf16 is for the CPU: with --device cuda the KV cache is bf16 under --bf16 already");
 #ifdef SKIPLM_CUDA
     if (use_cuda) {
         char dev[256];
@@ -104,7 +106,12 @@ int gen_dec_new(gen_decoder *d, sk_model *m, int use_cuda, int prec, int max_T, 
     /* CPU: --bf16 (prec 2) bf16 weights, --q8 (prec 3) or a quantized file 8-bit ones */
     const int q8 = prec == 3 || sk_model_q8(m);
     if (q8 && prec == 2) return sk_error(SK_EINVAL, "the weights are 8-bit (a quantized file): --bf16 does not apply");
-    return sk_kvcache_new_seqs(&d->kv, m, max_T, n_seq, q8 ? SK_WEIGHTS_Q8 : prec == 2 ? SK_WEIGHTS_BF16 : SK_WEIGHTS_F32);
+    sk_kvcache_params kp = sk_kvcache_default_params();
+    kp.max_T = max_T;
+    kp.n_seq = n_seq;
+    kp.weights = q8 ? SK_WEIGHTS_Q8 : prec == 2 ? SK_WEIGHTS_BF16 : SK_WEIGHTS_F32;
+    kp.kv_type = kv16 ? SK_KV_BF16 : SK_KV_F32;
+    return sk_kvcache_new_params(&d->kv, m, &kp);
 }
 
 int gen_dec_run(gen_decoder *d, int s, const int32_t *tokens, int n, float *logits) {
@@ -143,8 +150,11 @@ const char *gen_dec_bytes(const gen_decoder *d, size_t *bytes, size_t *full) {
     }
 #endif
     *bytes = sk_kvcache_bytes(d->kv); *full = sk_kvcache_bytes_full(d->kv);
-    const sk_weights w = sk_kvcache_weights(d->kv);
-    return w == SK_WEIGHTS_BF16 ? "fp32; weights in bf16" : w == SK_WEIGHTS_Q8 ? "fp32; weights in 8 bits, q8_0" : "fp32";
+    const sk_kvcache_params kp = sk_kvcache_get_params(d->kv);
+    const int kv16 = kp.kv_type == SK_KV_BF16;
+    if (kp.weights == SK_WEIGHTS_BF16) return kv16 ? "bf16; weights in bf16" : "fp32; weights in bf16";
+    if (kp.weights == SK_WEIGHTS_Q8) return kv16 ? "bf16; weights in 8 bits, q8_0" : "fp32; weights in 8 bits, q8_0";
+    return kv16 ? "bf16" : "fp32";
 }
 
 void gen_dec_free(gen_decoder *d) {

@@ -44,8 +44,9 @@ typedef struct {
 
 /* prec: 0 fp32, 1 TF32, 2 bf16 (sk_cuda_precision; on the CPU 2 is bf16 weights), 3 8-bit weights
  * (q8_0, CPU only: refused with use_cuda); a quantized model (sk_model_q8) decodes with its 8-bit
- * weights whatever prec says (2 is refused). max_T positions */
-int gen_dec_new(gen_decoder *d, sk_model *m, int use_cuda, int prec, int max_T, int quiet, int n_seq);
+ * weights whatever prec says (2 is refused). kv16: K and V stored in bf16 (--kv-bf16, CPU only).
+ * max_T positions */
+int gen_dec_new(gen_decoder *d, sk_model *m, int use_cuda, int prec, int kv16, int max_T, int quiet, int n_seq);
 /* tokens[0..n) appended to sequence s; the logits of the last one */
 int gen_dec_run(gen_decoder *d, int s, const int32_t *tokens, int n, float *logits);
 /* one token for each of sequences seqs[0..n), logits n x V */

@@ -19,7 +19,9 @@ int main(int argc, char **argv) {
     const sk_config *c = sk_model_config(m);
     if (n == 0 || n_new < 1 || (int)n + n_new > c->block_size) { sk_error(SK_EINVAL, "need 1 <= N and prompt + N <= block_size %d", c->block_size); goto out; }
     if (!(logits = malloc(sizeof(float) * c->vocab_size))) { sk_error(SK_ENOMEM, "out of memory"); goto out; }
-    if (sk_kvcache_new(&kv, m, (int)n + n_new) || sk_model_decode(m, kv, ids, (int)n, logits)) goto out;   /* the prompt */
+    sk_kvcache_params kp = sk_kvcache_default_params();   /* fp32 weights and K/V, one sequence */
+    kp.max_T = (int)n + n_new;
+    if (sk_kvcache_new_params(&kv, m, &kp) || sk_model_decode(m, kv, ids, (int)n, logits)) goto out;   /* the prompt */
     uint64_t rng = 0;
     for (int i = 0; i < n_new; i++) {
         int32_t next = sk_sample_token(logits, c->vocab_size, 0.0f, 0, 1.0f, &rng);   /* temperature 0: argmax */

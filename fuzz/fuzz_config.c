@@ -1,6 +1,7 @@
 /* libFuzzer harness for the command-line option parser and the model config (cli_parse
  * with an option table of every type, sk_config_set through --FIELD VALUE, sk_config_check
- * with the `routing` grammar). The input is argv: arguments separated by NUL bytes.
+ * with the `routing` grammar), and the size parser of serve --kv-memory (sk_parse_bytes, on
+ * every argument). The input is argv: arguments separated by NUL bytes.
  * An accepted config must give every layer a routing whose runs cover its heads in order
  * with sources at or below the layer, and whose KV groups share their source. */
 #include "cli.h"
@@ -19,6 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     argv[argc++] = "train";
     for (char *p = buf; p <= buf + size && argc < 64; p += strlen(p) + 1) argv[argc++] = p;
     argv[argc] = NULL;
+    for (int i = 1; i < argc; i++) {            /* a size is at least a byte, or refused */
+        size_t bytes = 0;
+        if (sk_parse_bytes(argv[i], &bytes) == 0 && bytes < 1) abort();
+    }
 
     int steps = 0, b = 0; float lr = 0; uint64_t seed = 0; const char *out = NULL;
     cli_opt opts[] = {

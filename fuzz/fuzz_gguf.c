@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             float *lg = malloc(sizeof(float) * c->vocab_size);
             int32_t tok[2] = {0, 1 % c->vocab_size};
             const int n = 2 < c->block_size ? 2 : c->block_size;
-            if (lg && sk_kvcache_new_seqs(&kv, m, n, 1, SK_WEIGHTS_Q8) == 0) {
+            if (lg && sk_kvcache_new_params(&kv, m, &(sk_kvcache_params){.max_T = n, .n_seq = 1, .weights = SK_WEIGHTS_Q8}) == 0) {
                 sk_model_decode(m, kv, tok, n, lg);
                 sk_kvcache_free(kv);
             }

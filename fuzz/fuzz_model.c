@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sk_kvcache *kv;
         float *lg = malloc(sizeof(float) * c->vocab_size);
         int32_t tok[2] = {0, 1 % c->vocab_size};
-        if (lg && sk_kvcache_new_seqs(&kv, m, 2 < c->block_size ? 2 : c->block_size, 1, SK_WEIGHTS_Q8) == 0) {
+        if (lg && sk_kvcache_new_params(&kv, m, &(sk_kvcache_params){.max_T = 2 < c->block_size ? 2 : c->block_size, .n_seq = 1, .weights = SK_WEIGHTS_Q8}) == 0) {
             sk_model_decode(m, kv, tok, 2 < c->block_size ? 2 : c->block_size, lg);
             sk_kvcache_free(kv);
         }

@@ -64,6 +64,11 @@ typedef struct {
                                      * score gradient) rounded to bf16, products summed in fp32;
                                      * softmax statistics, lse and D_i in fp32. See
                                      * sk_attn_bf16_native and docs/attention.md. */
+    /* Forward only: K and V in bf16 (a bf16 KV cache) instead of k and v (which are then NULL),
+     * with k's and v's strides in elements; each value is widened exactly to fp32 as it is read,
+     * so out equals the fp32 forward on the widened K and V, bit for bit. No weights, no
+     * training; the backward refuses them. */
+    const uint16_t *k16, *v16;
 } sk_attn;
 
 /* Fill a descriptor for contiguous (B, H, L, D) tensors (H = Hkv, no mask, no dropout). */

@@ -39,10 +39,13 @@ double sk_now(void);
 /* Memory limit for up-front refusals: sk_set_memory_limit(bytes) (0 = unset), else the
  * environment variable SKIPLM_MEM_LIMIT ("512M", "8G", plain bytes), else physical memory.
  * Parameters (sk_model_new), activations (sk_model_reserve; with_grads also counts the
- * gradients and AdamW's m and v that training holds), the KV cache (sk_kvcache_new) and the
+ * gradients and AdamW's m and v that training holds), the KV cache (sk_kvcache_new_params) and the
  * CLI's large buffers are checked against it. */
 void sk_set_memory_limit(size_t bytes);
 size_t sk_memory_limit(void);
+/* A size as SKIPLM_MEM_LIMIT takes it: a number of at least 1 byte with an optional K, M, G or T
+ * (powers of 1024) and an optional B ("512M", "2G", "1.5G", "1000000"); SK_EINVAL otherwise. */
+int sk_parse_bytes(const char *s, size_t *bytes);
 /* SK_ENOMEM "<what> needs N bytes (x GiB) but the memory limit is M bytes" if bytes > limit. */
 int sk_mem_check(size_t bytes, const char *what);
 

@@ -182,21 +182,56 @@ void sk_model_phase_times(const sk_model *m, sk_phase_times *t, int reset);
 /* -------------------------------------------------------------- inference
  *
  * KV cache: per layer, K and V of the KV heads that some layer will read, for positions
- * 0..max_T-1. With SLA, a layer that borrows its skip heads and lends nothing computes
- * and stores only its own heads' K/V; the borrowed heads read the lower layer's cache. */
+ * 0..max_T-1 of each of n_seq sequences. With SLA, a layer that borrows its skip heads and
+ * lends nothing computes and stores only its own heads' K/V; the borrowed heads read the lower
+ * layer's cache. One constructor takes a parameter struct (as llama.cpp's llama_context_params):
+ *
+ *     sk_kvcache_params kp = sk_kvcache_default_params();   // fp32, 1 sequence, block_size
+ *     kp.max_T = 512; kp.n_seq = 4;                          // 4 sequences of 512 positions
+ *     kp.weights = SK_WEIGHTS_BF16;                          // decode with bf16 weights
+ *     kp.kv_type = SK_KV_BF16;                               // and K/V stored in bf16
+ *     sk_kvcache *kv;
+ *     if (sk_kvcache_new_params(&kv, model, &kp)) fprintf(stderr, "%s\n", sk_last_error());
+ *     sk_model_decode_seq(model, kv, 0, prompt, n, logits); // sequence 0's prompt
+ *     ...
+ *     sk_kvcache_free(kv);
+ */
 typedef struct sk_kvcache sk_kvcache;
-int sk_kvcache_new(sk_kvcache **kv, const sk_model *m, int max_T);
-/* The same, decoding with a bf16 copy of the model's 2-D weights (every matrix, the tied
- * embedding / classifier and learned positions; rounded to nearest even when the cache is
- * made, so later changes to the model are not seen): a decoding step reads half the bytes.
- * Norms, biases, the K/V cache and all arithmetic stay fp32, so the logits equal fp32
- * decoding on a model whose 2-D weights were rounded to bf16. */
-int sk_kvcache_new_bf16(sk_kvcache **kv, const sk_model *m, int max_T);
-int sk_kvcache_bf16(const sk_kvcache *kv);                /* 1: decodes with bf16 weights */
+#define SK_KV_MAX_SEQS 1024
+/* The weights a decoding step reads: the model's fp32 ones; a bf16 copy of the model's 2-D
+ * weights (every matrix, the tied embedding / classifier and learned positions; rounded to
+ * nearest even when the cache is made, so later changes to the model are not seen): a step
+ * reads half the bytes, norms, biases and all arithmetic stay fp32, so the logits equal fp32
+ * decoding on a model whose 2-D weights were rounded to bf16; or 8-bit ones (the model's own
+ * if it is quantized, else a Q8_0 copy made with the cache, as sk_model_quantize_q8 makes
+ * them, leaving the model unchanged): the activations stay fp32, the logits equal fp32
+ * decoding of the dequantized model up to summation order. */
+typedef enum { SK_WEIGHTS_F32 = 0, SK_WEIGHTS_BF16 = 1, SK_WEIGHTS_Q8 = 2 } sk_weights;
+/* How K and V are stored: fp32, or bf16 (half the bytes; as llama.cpp's default F16 cache):
+ * each K (after RoPE) and V value is rounded to nearest even when it is written and widened
+ * back (exactly) to fp32 when the attention reads it; all arithmetic stays fp32. The logits
+ * are those of fp32 decoding whose cached K and V were rounded to bf16. */
+typedef enum { SK_KV_F32 = 0, SK_KV_BF16 = 1 } sk_kv_type;
+typedef struct {
+    int max_T;               /* positions per sequence, 1..block_size; 0 = the model's block_size */
+    int n_seq;               /* sequences side by side, 1..SK_KV_MAX_SEQS (each with its own
+                                positions; the weights' copy and the scratch are shared) */
+    sk_weights weights;      /* what the matrix products read */
+    sk_kv_type kv_type;      /* how K and V are stored */
+} sk_kvcache_params;
+/* max_T 0 (block_size), n_seq 1, SK_WEIGHTS_F32, SK_KV_F32 */
+sk_kvcache_params sk_kvcache_default_params(void);
+/* A cache for model m (which must outlive it). SK_EINVAL names a field out of range; SK_ENOMEM
+ * gives the bytes when they pass the memory limit (sk_memory_limit). */
+int sk_kvcache_new_params(sk_kvcache **kv, const sk_model *m, const sk_kvcache_params *params);
+/* Bytes of K/V one position of one sequence takes (both K and V, every layer's stored heads),
+ * as such a cache would store them: what a memory budget divides by (serve --kv-memory). */
+size_t sk_kvcache_bytes_per_token(const sk_model *m, sk_kv_type kv_type);
+sk_kvcache_params sk_kvcache_get_params(const sk_kvcache *kv);   /* max_T resolved */
 void sk_kvcache_free(sk_kvcache *kv);
 size_t sk_kvcache_bytes(const sk_kvcache *kv);            /* bytes of cached K/V */
 size_t sk_kvcache_bytes_full(const sk_kvcache *kv);       /* same model without SLA's savings */
-int sk_kvcache_pos(const sk_kvcache *kv);                 /* tokens in the cache */
+int sk_kvcache_pos(const sk_kvcache *kv);                 /* tokens in the cache (sequence 0) */
 void sk_kvcache_reset(sk_kvcache *kv);
 /* Keep the first n positions (0 <= n <= pos; other values change nothing): the next tokens
  * go at position n (a chat re-uses the cache up to where the new prompt differs). */
@@ -209,20 +244,10 @@ void sk_kvcache_truncate(sk_kvcache *kv, int n);
 #define SK_DECODE_CHUNK 64
 int sk_model_decode(sk_model *m, sk_kvcache *kv, const int32_t *tokens, int n, float *logits);
 
-/* Several sequences decoded side by side (skiplm sample --samples N): a cache for n_seq
- * sequences (1 to SK_KV_MAX_SEQS), each with its own positions (the bf16 weights, with bf16,
- * and the scratch are shared). Sequence 0 is the one the functions above work on. A batch
- * step reads every weight matrix once for all its sequences, so it costs about what one
- * sequence's step costs while the weights' traffic dominates. */
-#define SK_KV_MAX_SEQS 1024
-/* The weights a decoding step reads: the model's fp32 ones, a bf16 copy (as
- * sk_kvcache_new_bf16), or 8-bit ones (the model's own if it is quantized, else a Q8_0 copy
- * made with the cache, as sk_model_quantize_q8 makes them, leaving the model unchanged).
- * With 8-bit weights the activations stay fp32: the logits equal fp32 decoding of the
- * dequantized model up to summation order. */
-typedef enum { SK_WEIGHTS_F32 = 0, SK_WEIGHTS_BF16 = 1, SK_WEIGHTS_Q8 = 2 } sk_weights;
-int sk_kvcache_new_seqs(sk_kvcache **kv, const sk_model *m, int max_T, int n_seq, sk_weights weights);
-sk_weights sk_kvcache_weights(const sk_kvcache *kv);
+/* Several sequences decoded side by side (skiplm sample --samples N, serve --parallel N):
+ * sequence 0 is the one the functions above work on. A batch step reads every weight matrix
+ * once for all its sequences, so it costs about what one sequence's step costs while the
+ * weights' traffic dominates. */
 int sk_kvcache_n_seq(const sk_kvcache *kv);
 int sk_kvcache_seq_pos(const sk_kvcache *kv, int s);      /* tokens in sequence s (-1: no such s) */
 void sk_kvcache_seq_truncate(sk_kvcache *kv, int s, int n); /* as sk_kvcache_truncate; 0 resets */
@@ -230,6 +255,9 @@ void sk_kvcache_seq_truncate(sk_kvcache *kv, int s, int n); /* as sk_kvcache_tru
 int sk_kvcache_seq_copy(sk_kvcache *kv, int dst, int src);
 /* As sk_model_decode, for sequence s. */
 int sk_model_decode_seq(sk_model *m, sk_kvcache *kv, int s, const int32_t *tokens, int n, float *logits);
+/* As sk_model_decode_seq, writing the logits of every token: logits (n, vocab_size), row i
+ * predicting the token after tokens[i] (eval --kv-bf16 scores a text through the cache). */
+int sk_model_decode_all(sk_model *m, sk_kvcache *kv, int s, const int32_t *tokens, int n, float *logits);
 /* One token for each of n distinct sequences seqs[i] (tokens[i] at position
  * sk_kvcache_seq_pos(seqs[i])): logits (n, vocab_size), row i for seqs[i]. The bits of decoding
  * each sequence alone: a row never depends on the others (the matrix products stream each

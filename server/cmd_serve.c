@@ -15,10 +15,12 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
     cli_opt opts[] = {
         {"host", 's', &o->host, "address to listen on: a name, an IPv4 or an IPv6 address (127.0.0.1; 0.0.0.0 for every interface)"},
         {"port", 'i', &o->port, "TCP port; 0 picks a free one, said on stderr (8080)"},
-        {"parallel", 'i', &o->parallel, "sequences decoded side by side, in one batch per step (the KV cache holds this many); more requests wait in the queue (4 on the CPU, 1 on a GPU)"},
+        {"parallel", 'i', &o->parallel, "sequences decoded side by side, in one batch per step (the KV cache holds this many); more requests wait in the queue (4 on the CPU, 1 on a GPU; or set by --kv-memory)"},
+        {"kv-memory", 's', &o->kv_memory, "memory for the K/V of the slots, e.g. 512M or 2G (K, M, G, T: powers of 1024): --parallel becomes as many slots of --ctx positions as fit, from the model's K/V bytes per position (which SLA, GQA and shared-K/V routing lower; --kv-bf16 halves) (CPU; not with --parallel)"},
         {"ctx", 'i', &o->ctx, "positions of each sequence's KV cache: prompt + reply, at most the model's block_size (block_size, at most 4096)"},
         {"bf16", 'b', &o->bf16, "bf16 copy of the weights for the matrix products (half the bytes a step reads), fp32 everything else"},
         {"q8", 'b', &o->q8, "8-bit weights (q8_0) for the matrix products, a quarter of fp32's bytes (CPU; implied by a quantized file, skiplm quantize)"},
+        {"kv-bf16", 'b', &o->kv_bf16, "K and V stored in bf16 in the KV cache: half its bytes (rounded to nearest even when written, read back as fp32) (CPU)"},
         {"api-key", 's', &o->api_key, "requests must carry 'Authorization: Bearer KEY' (GET /health excepted); also read from SKIPLM_API_KEY"},
         {"alias", 's', &o->alias, "the model's name in the API (default: the last part of MODEL's path); repeat it for more names, the first shown"},
         {"any-model", 'b', &o->any_model, "accept every 'model' name a request gives (clients that insist on gpt-3.5-turbo)"},
@@ -49,6 +51,15 @@ static int parse_opts(serve_opts *o, int argc, char **argv) {
     if (!o->api_key && getenv("SKIPLM_API_KEY") && *getenv("SKIPLM_API_KEY")) o->api_key = getenv("SKIPLM_API_KEY");
     if ((o->use_cuda = cli_device("serve", o->device)) < 0) return 2;
     if (o->use_cuda && !cli_cuda_built("serve")) return 2;
+    if (o->kv_memory) {
+        if (o->parallel || o->use_cuda) {
+            fprintf(stderr, "skiplm serve: --kv-memory sets --parallel (give one of them), on the CPU\n");
+            return 2;
+        }
+        if (sk_parse_bytes(o->kv_memory, &o->kv_budget)) { fprintf(stderr, "skiplm serve: --kv-memory: %s\n", sk_last_error()); return 2; }
+        o->parallel = 1;                                /* until the model says how many fit (start) */
+    }
+    if (o->kv_bf16 && o->use_cuda) { fprintf(stderr, "skiplm serve: --kv-bf16 is for the CPU (with --device cuda, --bf16 keeps K/V in bf16)\n"); return 2; }
     if (!o->parallel) o->parallel = o->use_cuda ? 1 : 4;
     if (o->port < 0 || o->port > 65535 || o->parallel < 1 || o->parallel > SK_KV_MAX_SEQS || o->ctx < 0 || o->queue < 0 ||
         o->max_body < 1 || o->grace < 0 || o->timeout < 1 || o->prefill < SK_DECODE_CHUNK || o->prefill % SK_DECODE_CHUNK) {
@@ -89,6 +100,25 @@ static const char *model_name(const serve_opts *o) {
     return name;
 }
 
+/* --kv-memory: as many slots of s->ctx positions as the budget holds K/V for (at most
+ * SK_KV_MAX_SEQS), from the model's K/V bytes per position (only the heads some layer reads,
+ * sk_kvcache_bytes_per_token); said on stderr, refused when not even one fits */
+static int kv_slots(serve *s, serve_opts *o) {
+    const size_t per_tok = sk_kvcache_bytes_per_token(s->m, o->kv_bf16 ? SK_KV_BF16 : SK_KV_F32);
+    if (!per_tok) return sk_error(SK_ENOMEM, "out of memory");
+    const size_t per_slot = per_tok * (size_t)s->ctx, n = o->kv_budget / per_slot;
+    if (n < 1)
+        return sk_error(SK_EINVAL, "--kv-memory %s (%zu bytes) holds no slot: one sequence of --ctx %d positions needs %zu bytes of K/V "
+                        "(%zu per position%s); give at least %.1f MiB, a smaller --ctx%s", o->kv_memory, o->kv_budget, s->ctx, per_slot,
+                        per_tok, o->kv_bf16 ? ", bf16" : ", fp32", per_slot / 1048576.0, o->kv_bf16 ? "" : " or --kv-bf16");
+    o->parallel = n > SK_KV_MAX_SEQS ? SK_KV_MAX_SEQS : (int)n;
+    if (!o->quiet)
+        fprintf(stderr, "[--kv-memory %s: K/V of %zu bytes per position (%s), %.2f MiB per slot of %d positions: --parallel %d%s]\n",
+                o->kv_memory, per_tok, o->kv_bf16 ? "bf16" : "fp32", per_slot / 1048576.0, s->ctx, o->parallel,
+                n > SK_KV_MAX_SEQS ? " (the most a cache holds)" : "");
+    return SK_OK;
+}
+
 /* the stop tokens and the chat template before the weights (a bad file is refused first),
  * then the model, its tokenizer and the engine */
 static int start(serve *s, serve_opts *o) {
@@ -111,6 +141,7 @@ static int start(serve *s, serve_opts *o) {
     }
     s->ctx = o->ctx ? o->ctx : dflt;
     if (s->ctx < 2) return sk_error(SK_EINVAL, "--ctx %d leaves no room for a prompt and a reply", s->ctx);
+    if (o->kv_budget && kv_slots(s, o)) return 1;
     if (sk_jg_vocab_from_tok(&s->jv, s->tok, s->V)) return 1;
     s->tool_fmt = !o->tool_format ? tools_format(s->tok) : !strcmp(o->tool_format, "llama") ? SRV_TOOLS_LLAMA
                 : !strcmp(o->tool_format, "mistral") ? SRV_TOOLS_MISTRAL : SRV_TOOLS_HERMES;

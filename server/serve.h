@@ -23,12 +23,14 @@
 
 typedef struct {
     const char *model, *host, *alias, *api_key, *tok_path, *chat_tpl, *device, *tool_format;
+    const char *kv_memory;      /* --kv-memory: the slots' K/V budget, which sets --parallel */
     cli_model_opts mo;          /* --n_head, --n_skip_layer, --n_skip_head, --routing for a file that does not say */
-    int port, parallel, ctx, bf16, q8, queue, max_body, grace, quiet, use_cuda, prefill;
+    int port, parallel, ctx, bf16, q8, kv_bf16, queue, max_body, grace, quiet, use_cuda, prefill;
     const char *aliases[SRV_MAX_ALIAS];   /* every --alias (alias: the first), the names the API answers to */
     int n_alias, any_model;     /* --any-model: every model name is this model */
     int timeout;                /* --timeout: seconds a connection may stay silent (an upload that stalls) */
     const char *cors_headers;   /* --cors-headers: what a preflight allows when it names none */
+    size_t kv_budget;           /* --kv-memory in bytes (0: not given) */
 } serve_opts;
 
 /* a sampled token's log-probability (log-softmax of the model's logits) and the most likely

@@ -629,7 +629,7 @@ static void *engine_main(void *arg) {
      * libgomp count more threads than cores and put its workers to sleep between loops (a futex
      * wake-up at every matrix product: bf16 decoding measured at half its speed). Every
      * OpenMP loop of the server runs on this thread. */
-    const int rc = gen_dec_new(&e->dec, s->m, s->o->use_cuda, s->o->q8 ? 3 : s->o->bf16 ? 2 : 0, s->ctx, 1, e->n_slots);
+    const int rc = gen_dec_new(&e->dec, s->m, s->o->use_cuda, s->o->q8 ? 3 : s->o->bf16 ? 2 : 0, s->o->kv_bf16, s->ctx, 1, e->n_slots);
     pthread_mutex_lock(&e->mu);
     e->started = rc ? -1 : 1;
     if (rc) snprintf(e->start_err, sizeof e->start_err, "%s", sk_last_error());

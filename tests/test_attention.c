@@ -3,6 +3,7 @@
 #include "skiplm.h"
 #include "test.h"
 #include "core/attention_internal.h"   /* sk_attn_bwd_path */
+#include "core/ops.h"                  /* sk_bf16_from_f32, sk_bf16_to_f32 */
 #include <omp.h>
 #include <stdint.h>
 
@@ -496,6 +497,46 @@ static void mha_fd_test(int self_attn, int causal) {
     free(cache);
 }
 
+/* bf16 K and V (k16, v16: a bf16 KV cache): the output has the bits of the fp32 forward on the
+ * same values widened, in the few-rows path (decoding) and the tiled one, strided heads as the
+ * cache lays them out (B, Lk, Hkv, D) with room between sequences, GQA, D not a multiple of 8;
+ * what it refuses. */
+static void bf16_kv_case(int B, int H, int Hkv, int Lq, int Lk, int D, int causal) {
+    const long st = (long)Hkv * D, sb = (long)(Lk + 5) * st;     /* 5 positions of room per sequence */
+    const size_t nkv = (size_t)B * sb, nq = (size_t)B * Lq * H * D;
+    float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nkv), *v = malloc(sizeof(float) * nkv);
+    float *o32 = malloc(sizeof(float) * nq), *o16 = malloc(sizeof(float) * nq);
+    uint16_t *k16 = malloc(sizeof(uint16_t) * nkv), *v16 = malloc(sizeof(uint16_t) * nkv);
+    unsigned long long seed = 77;
+    fill_uniform(q, nq, &seed); fill_uniform(k, nkv, &seed); fill_uniform(v, nkv, &seed);
+    for (size_t i = 0; i < nkv; i++) {
+        k16[i] = sk_bf16_from_f32(k[i] * 3.0f); k[i] = sk_bf16_to_f32(k16[i]);
+        v16[i] = sk_bf16_from_f32(v[i]); v[i] = sk_bf16_to_f32(v16[i]);
+    }
+    sk_attn a;
+    memset(&a, 0, sizeof a);
+    a.B = B; a.H = H; a.Hkv = Hkv; a.Lq = Lq; a.Lk = Lk; a.D = D;
+    a.q = q; a.q_sb = (long)Lq * H * D; a.q_sh = D; a.q_st = (long)H * D;
+    a.k = k; a.k_sb = sb; a.k_sh = D; a.k_st = st;
+    a.v = v; a.v_sb = sb; a.v_sh = D; a.v_st = st;
+    a.out = o32; a.o_sb = (long)Lq * H * D; a.o_sh = D; a.o_st = (long)H * D;
+    a.is_causal = causal; a.causal_offset = causal ? Lk - Lq : 0;
+    int r32 = sk_attn_forward(&a);
+    a.k = a.v = NULL; a.k16 = k16; a.v16 = v16; a.out = o16;
+    int r16 = sk_attn_forward(&a);
+    CHECK(r32 == 0 && r16 == 0 && !memcmp(o32, o16, sizeof(float) * nq) && max_abs(o16, nq) > 0,
+          "bf16 K/V B=%d H=%d Hkv=%d Lq=%d Lk=%d D=%d%s: the bits of fp32 K/V holding the same values", B, H, Hkv, Lq, Lk, D,
+          causal ? " causal" : "");
+    float *dq = calloc(nq, sizeof(float));
+    expect_err(sk_attn_backward(&a, o16, dq, NULL, NULL), "forward only", "backward with bf16 K/V");
+    expect_err(sk_attn_forward_ref(&a), "sk_attn_forward only", "the reference with bf16 K/V");
+    a.weights = o32;
+    expect_err(sk_attn_forward(&a), "for inference", "weights with bf16 K/V");
+    a.weights = NULL; a.v16 = NULL; a.v = v;
+    expect_err(sk_attn_forward(&a), "both k16 and v16", "k16 with an fp32 v");
+    free(q); free(k); free(v); free(o32); free(o16); free(k16); free(v16); free(dq);
+}
+
 int main(void) {
     omp_set_num_threads(2);
     /* fused == reference across tile-boundary lengths, layouts, masks, GQA */
@@ -520,6 +561,10 @@ int main(void) {
         {.B = 2, .H = 4, .Hkv = 4, .Lq = 3, .Lk = 3, .D = 64, .causal = 1, .layout = L_FUSED},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare_case(cases[i]);
+    bf16_kv_case(3, 4, 2, 1, 150, 64, 1);      /* a decoding step: the few-rows path */
+    bf16_kv_case(2, 4, 4, 3, 70, 20, 1);
+    bf16_kv_case(2, 6, 2, 70, 130, 32, 1);     /* a prompt chunk: tiles of keys */
+    bf16_kv_case(1, 2, 1, 65, 65, 8, 0);
 
     cfg fd[] = {
         {.B = 1, .H = 2, .Hkv = 1, .Lq = 3, .Lk = 4, .D = 3},

@@ -385,7 +385,7 @@ static void model_case(const char *name, sk_config cfg, sk_weights wt) {
     float *ref = malloc(sizeof(float) * NS * V), *lg = malloc(sizeof(float) * NS * V);
     int32_t toks[NS][PMAX + 1], step[NS];
     int seqs[NS], plen[NS];
-    int ok = sk_kvcache_new_seqs(&kb, m, 8, NS, wt) == 0 && sk_kvcache_new_seqs(&k1, m, 8, 1, wt) == 0;
+    int ok = test_kv(&kb, m, 8, NS, wt, SK_KV_F32) == 0 && test_kv(&k1, m, 8, 1, wt, SK_KV_F32) == 0;
     for (int s = 0; s < NS && ok; s++) {
         plen[s] = 1 + s % PMAX;
         for (int i = 0; i <= plen[s]; i++) toks[s][i] = (s * 7 + i * 5 + 3) % V;

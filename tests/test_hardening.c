@@ -259,10 +259,12 @@ static void test_limits(void) {
 
     sk_set_memory_limit(P4 + 1000);
     sk_kvcache *kv;
-    rc = sk_kvcache_new(&kv, m, 1024);
+    sk_kvcache_params kp = sk_kvcache_default_params();
+    kp.max_T = 1024;
+    rc = sk_kvcache_new_params(&kv, m, &kp);
     CHECK(rc == SK_ENOMEM && has("the KV cache for 1024 positions", "needs"), "KV cache over the limit refused: %s", sk_last_error());
     sk_set_memory_limit(0);
-    CHECK(sk_kvcache_new(&kv, m, 1024) == 0, "KV cache under the limit");
+    CHECK(sk_kvcache_new_params(&kv, m, &kp) == 0, "KV cache under the limit");
     sk_kvcache_free(kv);
 
     /* a preset whose parameters alone exceed the limit */

@@ -29,7 +29,8 @@ static void bf16_case(const char *name, sk_model *m, const int32_t *seq, int T, 
     float *lb = malloc(rows * sizeof(float)), *lr = malloc(rows * sizeof(float)), *l32 = malloc(rows * sizeof(float));
     memcpy(keep, p, np * sizeof(float));
     sk_kvcache *kb = NULL, *kr = NULL;
-    int ok = sk_kvcache_new_bf16(&kb, m, T) == 0 && sk_kvcache_bf16(kb) && sk_kvcache_new(&kr, m, T) == 0 && !sk_kvcache_bf16(kr);
+    int ok = test_kv(&kb, m, T, 1, SK_WEIGHTS_BF16, SK_KV_F32) == 0 && sk_kvcache_get_params(kb).weights == SK_WEIGHTS_BF16 &&
+             test_kv(&kr, m, T, 1, SK_WEIGHTS_F32, SK_KV_F32) == 0 && sk_kvcache_get_params(kr).weights == SK_WEIGHTS_F32;
     CHECK(ok, "%s: bf16 and fp32 caches made", name);
     if (!ok) goto out;
     int r1 = decode_all(m, kb, seq, T, prompt_len, lb, V), r2 = decode_all(m, kr, seq, T, prompt_len, l32, V);
@@ -57,7 +58,7 @@ static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new)
     for (int i = 0; i < prompt_len; i++) seq[i] = (i * 7 + 3) % V;
     float *lg = malloc(sizeof(float) * V), *full = malloc(sizeof(float) * (size_t)T * V);
     sk_kvcache *kv;
-    CHECK(sk_kvcache_new(&kv, m, T) == 0, "%s: cache allocated", name);
+    CHECK(test_kv(&kv, m, T, 1, SK_WEIGHTS_F32, SK_KV_F32) == 0, "%s: cache allocated", name);
     int same = 1, n = prompt_len;
     double maxd = 0;
     CHECK(sk_model_decode(m, kv, seq, prompt_len, lg) == 0, "%s: prefill %d tokens", name, prompt_len);
@@ -90,7 +91,7 @@ static void run_case(const char *name, sk_config cfg, int prompt_len, int n_new)
     CHECK(sk_model_decode(m, kv, &bad, 1, lg) != 0 && strstr(sk_last_error(), "outside the vocabulary"), "%s: out-of-vocab token refused", name);
     sk_model *other;
     sk_kvcache *kb;
-    if (sk_model_new(&other, sk_model_config(m), 1) == 0 && sk_kvcache_new_bf16(&kb, other, T) == 0) {
+    if (sk_model_new(&other, sk_model_config(m), 1) == 0 && test_kv(&kb, other, T, 1, SK_WEIGHTS_BF16, SK_KV_F32) == 0) {
         CHECK(sk_model_decode(m, kb, &t0, 1, lg) != 0 && strstr(sk_last_error(), "another model"),
               "%s: a bf16 cache made for another model (same shapes) is refused", name);
         sk_kvcache_free(kb);
@@ -115,7 +116,7 @@ static void threads_case(void) {
     for (int i = 0; i < T; i++) seq[i] = (i * 13 + 5) % V;
     float *l1 = malloc(sizeof(float) * (size_t)(T - P + 1) * V), *l3 = malloc(sizeof(float) * (size_t)(T - P + 1) * V);
     sk_kvcache *kv = NULL;
-    int ok = sk_kvcache_new(&kv, m, T) == 0;
+    int ok = test_kv(&kv, m, T, 1, SK_WEIGHTS_F32, SK_KV_F32) == 0;
     omp_set_num_threads(1);
     ok = ok && decode_all(m, kv, seq, T, P, l1, V) > 0;
     omp_set_num_threads(3);
@@ -128,20 +129,85 @@ static void threads_case(void) {
     sk_model_free(m);
 }
 
+/* bf16 K/V (SK_KV_BF16): half the bytes (sk_kvcache_bytes_per_token says so too), logits close
+ * to the fp32 cache's but not equal (the rounding happens); sk_model_decode_all's rows equal
+ * one call per token's in both, its last row the bits of sk_model_decode_seq's; the
+ * parameters' refusals. A 70-token prompt crosses a decode chunk. */
+static void kv16_case(const char *name, sk_config cfg) {
+    enum { P = 70, N = 12, T = P + N };
+    if (cfg.block_size < T) cfg.block_size = T;
+    sk_model *m = test_model(name, &cfg, 5);
+    if (!m) return;
+    const int V = cfg.vocab_size;
+    int32_t seq[T];
+    for (int i = 0; i < T; i++) seq[i] = (i * 11 + 4) % V;
+    const size_t rows = (size_t)(N + 1) * V;
+    float *l32 = malloc(sizeof(float) * rows), *l16 = malloc(sizeof(float) * rows);
+    float *all = malloc(sizeof(float) * (size_t)T * V), *one = malloc(sizeof(float) * (size_t)T * V), *lg = malloc(sizeof(float) * V);
+    sk_kvcache *k32 = NULL, *k16 = NULL;
+    int ok = test_kv(&k32, m, T, 1, SK_WEIGHTS_F32, SK_KV_F32) == 0 && test_kv(&k16, m, T, 1, SK_WEIGHTS_F32, SK_KV_BF16) == 0;
+    CHECK(ok, "%s: fp32 and bf16 K/V caches made", name);
+    if (!ok) goto out;
+    CHECK(sk_kvcache_bytes(k16) * 2 == sk_kvcache_bytes(k32) && sk_kvcache_bytes_full(k16) * 2 == sk_kvcache_bytes_full(k32) &&
+          sk_kvcache_bytes_per_token(m, SK_KV_F32) * T == sk_kvcache_bytes(k32) && sk_kvcache_bytes_per_token(m, SK_KV_BF16) * T == sk_kvcache_bytes(k16) &&
+          sk_kvcache_get_params(k16).kv_type == SK_KV_BF16,
+          "%s: bf16 K/V take half the bytes (%zu of %zu; %zu per position)", name, sk_kvcache_bytes(k16), sk_kvcache_bytes(k32),
+          sk_kvcache_bytes_per_token(m, SK_KV_BF16));
+    int r1 = decode_all(m, k32, seq, T, P, l32, V), r2 = decode_all(m, k16, seq, T, P, l16, V);
+    double scale = max_abs(l32, rows), d = max_abs_diff(l16, l32, rows);
+    CHECK(r1 == N + 1 && r2 == N + 1 && d > 0 && d < 0.02 * scale,
+          "%s: bf16 K/V logits differ from fp32 K/V's by the rounding only (max diff %.2e, |logits| %.2f)", name, d, scale);
+    /* decode_all: every position's logits; the same as one token at a time, up to the prefill's
+     * summation order; its last row (12 tokens: the decoding kernels) the bits of decode_seq */
+    for (int kt = 0; kt < 2; kt++) {
+        sk_kvcache *kv = kt ? k16 : k32;
+        sk_kvcache_reset(kv);
+        int a = sk_model_decode_all(m, kv, 0, seq, T, all) == 0 && sk_kvcache_pos(kv) == T;
+        sk_kvcache_reset(kv);
+        for (int i = 0; i < T && a; i++) a = sk_model_decode(m, kv, seq + i, 1, one + (size_t)i * V) == 0;
+        double da = max_abs_diff(all, one, (size_t)T * V), sc = max_abs(one, (size_t)T * V);
+        sk_kvcache_reset(kv);
+        int b = sk_model_decode_all(m, kv, 0, seq, N, all) == 0;
+        sk_kvcache_reset(kv);
+        b = b && sk_model_decode_seq(m, kv, 0, seq, N, lg) == 0 && !memcmp(all + (size_t)(N - 1) * V, lg, sizeof(float) * V);
+        CHECK(a && b && da <= 1e-4 * (sc > 1 ? sc : 1), "%s, %s K/V: decode_all's %d rows equal one token at a time (max diff %.2e), "
+              "its last of %d the bits of decode_seq", name, kt ? "bf16" : "fp32", T, da, N);
+    }
+    sk_kvcache *bad = NULL;
+    sk_kvcache_params kp = sk_kvcache_default_params();
+    kp.kv_type = (sk_kv_type)7;
+    CHECK(sk_kvcache_new_params(&bad, m, &kp) != 0 && !bad && strstr(sk_last_error(), "K/V type"), "%s: K/V type 7 refused: %s", name, sk_last_error());
+    CHECK(sk_kvcache_new_params(&bad, m, NULL) != 0 && !bad, "%s: no parameters refused: %s", name, sk_last_error());
+    kp = sk_kvcache_default_params();
+    kp.max_T = cfg.block_size + 1;
+    CHECK(sk_kvcache_new_params(&bad, m, &kp) != 0 && !bad && strstr(sk_last_error(), "block_size"), "%s: max_T past block_size refused: %s", name, sk_last_error());
+    kp.max_T = 0; kp.n_seq = 0;
+    CHECK(sk_kvcache_new_params(&bad, m, &kp) != 0 && !bad && strstr(sk_last_error(), "sequences"), "%s: 0 sequences refused: %s", name, sk_last_error());
+    kp.n_seq = 2;
+    ok = sk_kvcache_new_params(&bad, m, &kp) == 0 && sk_kvcache_get_params(bad).max_T == cfg.block_size && sk_kvcache_n_seq(bad) == 2;
+    CHECK(ok, "%s: max_T 0 is the block_size (%d)", name, ok ? sk_kvcache_get_params(bad).max_T : -1);
+    sk_kvcache_free(bad);
+out:
+    sk_kvcache_free(k32); sk_kvcache_free(k16);
+    free(l32); free(l16); free(all); free(one); free(lg);
+    sk_model_free(m);
+}
+
 /* Batched decoding (sk_model_decode_batch): NS sequences side by side in one cache give the
  * bits of each decoded alone (a server's reply must not depend on what else is in the batch). A: prompts of different lengths (each row at its own position); B: one
  * prompt decoded once and copied (equal positions: one attention call per pass); C: a subset
  * in descending order. NS > SK_DECODE_CHUNK, so a batch takes two passes. */
-static void batch_case(const char *name, sk_config cfg, int bf16) {
+static void batch_case(const char *name, sk_config cfg, sk_weights wt, sk_kv_type kt) {
     enum { NS = 70, STEPS = 4, PB = 6 };
     sk_model *m = test_model(name, &cfg, 11);
     if (!m) return;
     const int V = cfg.vocab_size, maxT = PB + STEPS + 1;   /* = 7 + STEPS: C fills sequences 9, 5, 2 */
     sk_kvcache *kb = NULL, *k1 = NULL;
-    int ok = sk_kvcache_new_seqs(&kb, m, maxT, NS, (sk_weights)bf16) == 0 && sk_kvcache_new_seqs(&k1, m, maxT, 1, (sk_weights)bf16) == 0;
+    int ok = test_kv(&kb, m, maxT, NS, wt, kt) == 0 && test_kv(&k1, m, maxT, 1, wt, kt) == 0;
     CHECK(ok, "%s: caches for %d sequences and for one", name, NS);
     if (!ok) { sk_kvcache_free(kb); sk_kvcache_free(k1); sk_model_free(m); return; }
-    CHECK(sk_kvcache_n_seq(kb) == NS && sk_kvcache_bytes(kb) == (size_t)NS * sk_kvcache_bytes(k1) && sk_kvcache_bf16(kb) == bf16,
+    CHECK(sk_kvcache_n_seq(kb) == NS && sk_kvcache_bytes(kb) == (size_t)NS * sk_kvcache_bytes(k1) && sk_kvcache_get_params(kb).weights == wt &&
+          sk_kvcache_get_params(kb).kv_type == kt,
           "%s: the cache holds %d sequences' K/V (%zu bytes)", name, NS, sk_kvcache_bytes(kb));
     float *ref = malloc(sizeof(float) * (size_t)NS * (STEPS + 2) * V), *lg = malloc(sizeof(float) * (size_t)NS * V);
     int32_t arr[NS][8 + STEPS + 1], tok[NS];
@@ -226,7 +292,7 @@ static void prefix_case(const char *name, sk_config cfg, int bf16) {
     for (int i = 0; i < PB; i++) b[i] = i < SHARE ? a[i] : (i * 5 + 1) % V;
     float *fresh = malloc(sizeof(float) * V), *reuse = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V);
     sk_kvcache *kv = NULL;
-    int ok = sk_kvcache_new_seqs(&kv, m, PB, 2, bf16) == 0 && sk_model_decode_seq(m, kv, 0, b, PB, fresh) == 0 &&
+    int ok = test_kv(&kv, m, PB, 2, bf16, SK_KV_F32) == 0 && sk_model_decode_seq(m, kv, 0, b, PB, fresh) == 0 &&
              sk_model_decode_seq(m, kv, 1, a, PA, lg) == 0;
     const int keep = SHARE / SK_DECODE_CHUNK * SK_DECODE_CHUNK;
     sk_kvcache_seq_truncate(kv, 1, keep);
@@ -425,7 +491,13 @@ int main(void) {
     c.n_skip_layer = 0; c.n_skip_head = 0; c.n_layer = 6;
     sk_config_set(&c, "routing", "3-5:1=-3;4-5:3=-1;5:0=@1");   /* stored heads not contiguous */
     run_case("gpt2 multi-source routing", c, 7, 15);
-    batch_case("batch: gpt2 multi-source routing", c, 0);
+    batch_case("batch: gpt2 multi-source routing", c, SK_WEIGHTS_F32, SK_KV_F32);
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        batch_case(th == 1 ? "batch: gpt2 multi-source routing, bf16 K/V, 1 thread" : "batch: gpt2 multi-source routing, bf16 K/V, 2 threads",
+                   c, SK_WEIGHTS_F32, SK_KV_BF16);
+    }
+    kv16_case("bf16 K/V: gpt2 multi-source routing", c);
     c.routing[0] = 0; c.n_layer = 4;
     sk_config_default(&c);
     c.family = SK_LLAMA; c.n_layer = 4; c.n_head = 4; c.n_kv_head = 2; c.n_embd = 32; c.vocab_size = 50;
@@ -436,8 +508,16 @@ int main(void) {
     c.sinusoidal = 1; c.relu = 1;
     run_case("llama sinusoidal relu sla", c, 6, 10);
     c.sinusoidal = 0; c.relu = 0; c.n_skip_layer = 2; c.vocab_size = 1000;  /* bf16: the classifier widens in blocks */
-    batch_case("batch: llama gqa sla 2/2", c, 0);
-    batch_case("batch: llama gqa sla 2/2, bf16", c, 1);
+    batch_case("batch: llama gqa sla 2/2", c, SK_WEIGHTS_F32, SK_KV_F32);
+    batch_case("batch: llama gqa sla 2/2, bf16", c, SK_WEIGHTS_BF16, SK_KV_F32);
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        batch_case(th == 1 ? "batch: llama gqa sla 2/2, bf16 K/V, 1 thread" : "batch: llama gqa sla 2/2, bf16 K/V, 2 threads",
+                   c, SK_WEIGHTS_F32, SK_KV_BF16);
+        batch_case(th == 1 ? "batch: llama gqa sla 2/2, 8-bit weights, bf16 K/V, 1 thread" : "batch: llama gqa sla 2/2, 8-bit weights, bf16 K/V, 2 threads",
+                   c, SK_WEIGHTS_Q8, SK_KV_BF16);
+    }
+    kv16_case("bf16 K/V: llama gqa sla 2/2", c);
     c.block_size = 200;
     prefix_case("prompt cache: llama gqa sla 2/2", c, 0);
     prefix_case("prompt cache: llama gqa sla 2/2, bf16", c, 1);

@@ -15,4 +15,11 @@ static inline sk_model *test_model(const char *name, const sk_config *cfg, unsig
         for (size_t k = 0; k < ts[i].numel; k++) p[ts[i].offset + k] *= 0.3f; }
     return m;
 }
+
+/* sk_kvcache_new_params for max_T positions of n_seq sequences, weights w, K/V stored as t */
+static inline int test_kv(sk_kvcache **kv, const sk_model *m, int max_T, int n_seq, sk_weights w, sk_kv_type t) {
+    sk_kvcache_params p = sk_kvcache_default_params();
+    p.max_T = max_T; p.n_seq = n_seq; p.weights = w; p.kv_type = t;
+    return sk_kvcache_new_params(kv, m, &p);
+}
 #endif

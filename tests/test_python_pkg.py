@@ -157,6 +157,8 @@ def test_model(name, path, ref, cfg, vocab, tmp):
         with skiplm.Model.load(path, dtype=dtype) as m:
             got, want = m.generate(prompt, 40, seed=11), sample_ids("--tokens", "40", "--seed", "11", flag)
             check(got == want, f"{name}: dtype {dtype} generates what sample {flag} does")
+            got, want = m.generate(prompt, 40, seed=11, kv_bf16=True), sample_ids("--tokens", "40", "--seed", "11", flag, "--kv-bf16")
+            check(got == want and isinstance(want, list), f"{name}: dtype {dtype} with kv_bf16 generates what sample {flag} --kv-bf16 does")
             if dtype == "q8":
                 r = sk("eval", path, shard, "--batch", "2", "--seq", "16", "--max-batches", "3", "--q8", "--dump-logits", dump)
                 t, _ = st.load_file(dump)

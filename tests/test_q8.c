@@ -168,9 +168,9 @@ static void decode_case(const char *name, sk_config cfg, int P) {
           *lm = malloc(sizeof(float) * R * V);
     sk_kvcache *k8 = NULL, *kq = NULL, *k32 = NULL, *km = NULL;
     int ok = sk_model_quantize_q8(mq) == 0 && sk_model_q8(mq) && !sk_model_q8(m) &&
-             sk_kvcache_new_seqs(&k8, m, T, 1, SK_WEIGHTS_Q8) == 0 && sk_kvcache_weights(k8) == SK_WEIGHTS_Q8 &&
-             sk_kvcache_new(&kq, mq, T) == 0 && sk_kvcache_new(&k32, m, T) == 0 &&
-             sk_kvcache_new_seqs(&km, mq, T, 1, SK_WEIGHTS_Q8) == 0;
+             test_kv(&k8, m, T, 1, SK_WEIGHTS_Q8, SK_KV_F32) == 0 && sk_kvcache_get_params(k8).weights == SK_WEIGHTS_Q8 &&
+             test_kv(&kq, mq, T, 1, SK_WEIGHTS_F32, SK_KV_F32) == 0 && test_kv(&k32, m, T, 1, SK_WEIGHTS_F32, SK_KV_F32) == 0 &&
+             test_kv(&km, mq, T, 1, SK_WEIGHTS_Q8, SK_KV_F32) == 0;
     CHECK(ok, "%s: caches made (%s)", name, ok ? "" : sk_last_error());
     if (ok) {
         /* prompt chunks of more than 12 tokens through the widened GEMM (fp32 activations), as
@@ -201,7 +201,7 @@ static void decode_case(const char *name, sk_config cfg, int P) {
         int seqs[3] = {0, 1, 2};
         int32_t tok[3] = {1, 2, 3};
         float *lb = malloc(sizeof(float) * 3 * V), *la = malloc(sizeof(float) * V);
-        int bok = sk_kvcache_new_seqs(&kb, m, T, 3, SK_WEIGHTS_Q8) == 0;
+        int bok = test_kv(&kb, m, T, 3, SK_WEIGHTS_Q8, SK_KV_F32) == 0;
         for (int s = 0; bok && s < 3; s++) bok = sk_model_decode_seq(m, kb, s, seq, 2 + s, la) == 0;
         bok = bok && sk_model_decode_batch(m, kb, seqs, tok, 3, lb) == 0;
         double db = 0;
@@ -234,10 +234,10 @@ static void threads_case(void) {
     int nt = omp_get_max_threads(), ra, rb;
     sk_kvcache *kv = NULL;
     omp_set_num_threads(1);
-    ra = sk_kvcache_new_seqs(&kv, m, T, 1, SK_WEIGHTS_Q8) == 0 ? decode_all(m, kv, seq, T, 1, a, V) : -1;
+    ra = test_kv(&kv, m, T, 1, SK_WEIGHTS_Q8, SK_KV_F32) == 0 ? decode_all(m, kv, seq, T, 1, a, V) : -1;
     sk_kvcache_free(kv); kv = NULL;
     omp_set_num_threads(2);
-    rb = sk_kvcache_new_seqs(&kv, m, T, 1, SK_WEIGHTS_Q8) == 0 ? decode_all(m, kv, seq, T, 1, b, V) : -1;
+    rb = test_kv(&kv, m, T, 1, SK_WEIGHTS_Q8, SK_KV_F32) == 0 ? decode_all(m, kv, seq, T, 1, b, V) : -1;
     omp_set_num_threads(nt);
     CHECK(ra == T && rb == T && !memcmp(a, b, sizeof(float) * T * V), "threads: 8-bit decoding gives the same bits on 1 and 2 threads");
     sk_kvcache_free(kv); free(a); free(b); sk_model_free(m);
@@ -262,8 +262,8 @@ static void roundtrip_case(const char *name, sk_config cfg) {
     for (int i = 0; i < T; i++) seq[i] = (i * 5 + 1) % V;
     float *a = malloc(sizeof(float) * T * V), *b = malloc(sizeof(float) * T * V);
     sk_kvcache *ka = NULL, *kb = NULL;
-    int ra = sk_kvcache_new_seqs(&ka, m, T, 1, SK_WEIGHTS_Q8) == 0 ? decode_all(m, ka, seq, T, 2, a, V) : -1;
-    int rb = sk_kvcache_new_seqs(&kb, l, T, 1, SK_WEIGHTS_Q8) == 0 ? decode_all(l, kb, seq, T, 2, b, V) : -1;
+    int ra = test_kv(&ka, m, T, 1, SK_WEIGHTS_Q8, SK_KV_F32) == 0 ? decode_all(m, ka, seq, T, 2, a, V) : -1;
+    int rb = test_kv(&kb, l, T, 1, SK_WEIGHTS_Q8, SK_KV_F32) == 0 ? decode_all(l, kb, seq, T, 2, b, V) : -1;
     CHECK(ra > 0 && ra == rb && !memcmp(a, b, sizeof(float) * ra * V), "%s: and its 8-bit decoding gives the same logits", name);
     size_t n1 = 0, n2 = 0;
     void *f1 = NULL, *f2 = NULL;
@@ -358,7 +358,7 @@ static void bad_files(void) {
     sk_model *o = test_model("n_embd 48", &c, 4);
     sk_kvcache *kv = NULL;
     CHECK(o && sk_model_quantize_q8(o) != 0 && has("multiples of 32") && !sk_model_q8(o) &&
-          sk_kvcache_new_seqs(&kv, o, 8, 1, SK_WEIGHTS_Q8) != 0 && !kv,
+          test_kv(&kv, o, 8, 1, SK_WEIGHTS_Q8, SK_KV_F32) != 0 && !kv,
           "n_embd 48: quantization and an 8-bit cache are refused: %s", sk_last_error());
     sk_model_free(o);
     free(img); free(sc); free(f);

@@ -3,9 +3,10 @@
  *                                       of shape (B, T)); OUT holds "logits", "loss",
  *                                       "loss_fb" (from forward_backward) and "grad.<name>";
  *                                       bf16: in bf16 mixed precision (sk_model_set_bf16).
- *   tool_model decode WEIGHTS BATCH OUT fp32|bf16   row 0 of "inputs" through the KV cache one
- *                                       token at a time (bf16: sk_kvcache_new_bf16); OUT holds
- *                                       "logits" (T, V), each position's logits from the cache.
+ *   tool_model decode WEIGHTS BATCH OUT fp32|bf16[-kv16]   row 0 of "inputs" through the KV
+ *                                       cache one token at a time (bf16: bf16 weights; -kv16: K/V
+ *                                       stored in bf16); OUT holds "logits" (T, V), each
+ *                                       position's logits from the cache.
  *   tool_model init OUT SEED key=value...   random model with that config, saved to OUT.
  *   tool_model rope IN OUT key=value...     skiplm's RoPE (sk_rope_freqs, sk_rope_table,
  *                                       sk_rope) on the rows of IN's F32 "x" (N, hs), row i at
@@ -117,7 +118,11 @@ int main(int argc, char **argv) {
         int V = sk_model_config(m)->vocab_size;
         float *logits = malloc(sizeof(float) * (size_t)T * V);
         sk_kvcache *kv;
-        if ((strcmp(argv[5], "bf16") ? sk_kvcache_new : sk_kvcache_new_bf16)(&kv, m, (int)T)) return die();
+        sk_kvcache_params kp = sk_kvcache_default_params();
+        kp.max_T = (int)T;
+        kp.weights = !strncmp(argv[5], "bf16", 4) ? SK_WEIGHTS_BF16 : SK_WEIGHTS_F32;
+        kp.kv_type = strstr(argv[5], "-kv16") ? SK_KV_BF16 : SK_KV_F32;
+        if (sk_kvcache_new_params(&kv, m, &kp)) return die();
         for (int64_t i = 0; i < T; i++)
             if (sk_model_decode(m, kv, inp + i, 1, logits + (size_t)i * V)) return die();
         sk_st_writer *w = sk_st_writer_new();
@@ -132,7 +137,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc < 5 || argc > 6 || strcmp(argv[1], "run") || (argc == 6 && strcmp(argv[5], "bf16"))) {
-        fprintf(stderr, "usage: tool_model run WEIGHTS BATCH OUT [bf16] | decode WEIGHTS BATCH OUT fp32|bf16 | init OUT SEED k=v...\n");
+        fprintf(stderr, "usage: tool_model run WEIGHTS BATCH OUT [bf16] | decode WEIGHTS BATCH OUT fp32|bf16[-kv16] | init OUT SEED k=v...\n");
         return 2;
     }
     sk_model *m;

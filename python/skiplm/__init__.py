@@ -16,7 +16,7 @@ import json
 import os
 import struct
 
-from ._lib import SkiplmError, SkConfig, SkSampling, check, lib, lib_path, libc
+from ._lib import SkiplmError, SkConfig, SkKvcacheParams, SkSampling, check, lib, lib_path, libc
 
 try:
     import numpy as _np
@@ -214,10 +214,10 @@ class Model:
 
     # -- cached decoding
     def stream(self, prompt, max_tokens=256, temperature=0.8, top_k=0, top_p=1.0, min_p=0.0,
-               repetition_penalty=1.0, seed=1337, greedy=False, stop=None):
+               repetition_penalty=1.0, seed=1337, greedy=False, stop=None, kv_bf16=False):
         """New token ids after prompt, one at a time, from a KV cache (sk_model_decode_seq)
         and sk_sample: the tokens `skiplm sample --seed SEED` makes with the same options
-        (--bf16 / --q8 as the model's dtype). Stops after max_tokens or at an id of stop
+        (--bf16 / --q8 as the model's dtype; kv_bf16=True as --kv-bf16, K and V stored in bf16). Stops after max_tokens or at an id of stop
         (default: the Hugging Face folder's end-of-sequence ids, eos_ids; not yielded). A
         prompt longer than block_size is read from its last block_size tokens; when the
         context is full the cache is rebuilt from the newest half, as sample does."""
@@ -236,7 +236,8 @@ class Model:
         start = n - block if n > block else 0
         ctx = min(n + max_tokens - start, block)
         kv = ctypes.c_void_p()
-        check(lib.sk_kvcache_new_seqs(ctypes.byref(kv), m, ctx, 1, _WEIGHTS[self.dtype]))
+        kp = SkKvcacheParams(ctx, 1, _WEIGHTS[self.dtype], 1 if kv_bf16 else 0)
+        check(lib.sk_kvcache_new_params(ctypes.byref(kv), m, ctypes.byref(kp)))
         try:
             logits = (ctypes.c_float * V)()
             p = (ctypes.c_int32 * (n - start))(*ids[start:])

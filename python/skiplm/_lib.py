@@ -71,6 +71,11 @@ class SkSampling(ctypes.Structure):
                 ("min_p", ctypes.c_float), ("repetition_penalty", ctypes.c_float)]
 
 
+class SkKvcacheParams(ctypes.Structure):
+    """sk_kvcache_params of include/skiplm_model.h (the enums are C ints)."""
+    _fields_ = [("max_T", ctypes.c_int), ("n_seq", ctypes.c_int), ("weights", ctypes.c_int), ("kv_type", ctypes.c_int)]
+
+
 _p = ctypes.c_void_p
 _pp = ctypes.POINTER(ctypes.c_void_p)
 _i32p = ctypes.POINTER(ctypes.c_int32)
@@ -90,7 +95,7 @@ _PROTOS = {
     "sk_model_q8": (_int, [_p]),
     "sk_model_forward": (_int, [_p, _i32p, _i32p, _int, _int, _f32p, _f32p]),
     "sk_hf_eos_ids": (_int, [_str, _i32p, _int, ctypes.POINTER(_int)]),
-    "sk_kvcache_new_seqs": (_int, [_pp, _p, _int, _int, _int]),
+    "sk_kvcache_new_params": (_int, [_pp, _p, ctypes.POINTER(SkKvcacheParams)]),
     "sk_kvcache_free": (None, [_p]),
     "sk_kvcache_seq_pos": (_int, [_p, _int]),
     "sk_kvcache_seq_truncate": (None, [_p, _int, _int]),

@@ -11,8 +11,8 @@
 static size_t g_mem_limit = 0;
 void sk_set_memory_limit(size_t bytes) { g_mem_limit = bytes; }
 
-static size_t env_mem_limit(void) {
-    const char *e = getenv("SKIPLM_MEM_LIMIT");
+/* a positive size: a number, then an optional K/M/G/T (powers of 1024) and an optional B */
+static size_t parse_bytes(const char *e) {
     if (!e || !*e) return 0;
     char *end;
     errno = 0;
@@ -25,9 +25,18 @@ static size_t env_mem_limit(void) {
     case 't': case 'T': mult = 1099511627776.0; end++; break;
     }
     if (*end == 'B' || *end == 'b') end++;
-    if (errno || end == e || *end || !(v > 0) || v * mult >= 1.8e19) return 0;   /* ignored if malformed */
+    if (errno || end == e || *end || !(v * mult >= 1) || v * mult >= 1.8e19) return 0;
     return (size_t)(v * mult);
 }
+
+int sk_parse_bytes(const char *s, size_t *bytes) {
+    size_t b = parse_bytes(s);
+    if (!b) return sk_error(SK_EINVAL, "'%.40s' is not a size: give bytes, or a number with K, M, G or T (powers of 1024), e.g. 512M or 2G", s ? s : "");
+    *bytes = b;
+    return SK_OK;
+}
+
+static size_t env_mem_limit(void) { return parse_bytes(getenv("SKIPLM_MEM_LIMIT")); }   /* ignored if malformed */
 
 size_t sk_memory_limit(void) {
     if (g_mem_limit) return g_mem_limit;

@@ -47,7 +47,15 @@ int sk_attn_check(const sk_attn *a) {
     if (a->H % a->Hkv != 0)
         return sk_error(SK_EINVAL, "attention: Hkv=%d (key/value heads) must divide H=%d (query heads)",
                         a->Hkv, a->H);
-    if (!a->q || !a->k || !a->v || !a->out)
+    if (a->k16 || a->v16) {
+        if (!a->k16 || !a->v16 || a->k || a->v)
+            return sk_error(SK_EINVAL, "attention: bf16 K/V need both k16 and v16, and k and v NULL");
+        if (a->weights || a->training)
+            return sk_error(SK_EINVAL, "attention: bf16 K/V (k16, v16) are for inference: no weights, no training");
+    } else if (!a->k || !a->v) {
+        return sk_error(SK_EINVAL, "attention: q, k, v and out must not be NULL");
+    }
+    if (!a->q || !a->out)
         return sk_error(SK_EINVAL, "attention: q, k, v and out must not be NULL");
     if (a->q_sb < 0 || a->q_sh < 0 || a->q_st < 0 || a->k_sb < 0 || a->k_sh < 0 || a->k_st < 0 ||
         a->v_sb < 0 || a->v_sh < 0 || a->v_st < 0 || a->o_sb < 0 || a->o_sh < 0 || a->o_st < 0)
@@ -75,6 +83,7 @@ int sk_attn_check(const sk_attn *a) {
 int sk_attn_forward_ref(const sk_attn *a) {
     int rc = sk_attn_check(a);
     if (rc) return rc;
+    if (a->k16) return sk_error(SK_EINVAL, "attention reference: bf16 K/V (k16, v16) are read by sk_attn_forward only");
     sk_attn_plan P;
     sk_attn_plan_init(&P, a);
     const int B = a->B, H = a->H, Lq = a->Lq, Lk = a->Lk, D = a->D;
@@ -135,6 +144,7 @@ int sk_attn_forward_ref(const sk_attn *a) {
 int sk_attn_backward_ref(const sk_attn *a, const float *dout, float *dq, float *dk, float *dv) {
     int rc = sk_attn_check(a);
     if (rc) return rc;
+    if (a->k16) return sk_error(SK_EINVAL, "attention backward: bf16 K/V (k16, v16) are forward only");
     if (!dout) return sk_error(SK_EINVAL, "attention backward: dout is NULL");
     sk_attn_plan P;
     sk_attn_plan_init(&P, a);

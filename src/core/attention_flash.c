@@ -15,6 +15,7 @@
 #include "skiplm_attention.h"
 #include "core/attention_internal.h"
 #include "core/attention_tiles.h"
+#include "core/ops.h"
 #include "core/vmath.h"
 #include <limits.h>
 #include <math.h>
@@ -152,6 +153,17 @@ static void load_keys(float *restrict T, float *restrict R, const float *base, l
     }
 }
 
+/* Rows [j0, j0+nk) of one head of a bf16 K or V (a bf16 KV cache), widened exactly to fp32
+ * into R (BK x D, row-major, zero-padded): what load_keys copies from an fp32 one. */
+static void widen_rows(float *restrict R, const uint16_t *base, long st, int j0, int nk, int D) {
+    for (int j = 0; j < nk; j++) {            /* inline: this runs inside the attention's threads */
+        const uint16_t *src = base + (long)(j0 + j) * st;
+        float *dst = R + (size_t)j * D;
+        for (int t = 0; t < D; t++) dst[t] = sk_bf16_to_f32(src[t]);
+    }
+    memset(R + (size_t)nk * D, 0, sizeof(float) * (size_t)(BK - nk) * D);
+}
+
 /* Query tiles of at most FEW_ROWS rows (decoding, a short last tile) skip the key
  * transposition, which would cost as much as their products: S = Q K^T as dot products
  * on the keys in place, and O += P V reads V in place. */
@@ -227,23 +239,36 @@ static void fwd_item(const sk_attn *a, const sk_attn_plan *P, int b, int h, int 
     float *Q = ws, *Kt = Q + BQ * D, *V = Kt + D * BK, *S = V + BK * D, *O = S + BQ * BK;
     float *m = O + BQ * D, *l = m + BQ;
     const float *qb = a->q + b * a->q_sb + h * a->q_sh;
-    const float *kb = a->k + b * a->k_sb + hk * a->k_sh;
-    const float *vb = a->v + b * a->v_sb + hk * a->v_sh;
+    /* fp32 K/V, or bf16 ones (k16, v16) whose tiles are widened into V first: the keys (then
+     * read as an fp32 head of stride D), then the values; the products are the same */
+    const float *kb = a->k ? a->k + b * a->k_sb + hk * a->k_sh : NULL;
+    const float *vb = a->v ? a->v + b * a->v_sb + hk * a->v_sh : NULL;
+    const uint16_t *kb16 = a->k16 ? a->k16 + b * a->k_sb + hk * a->k_sh : NULL;
+    const uint16_t *vb16 = a->v16 ? a->v16 + b * a->v_sb + hk * a->v_sh : NULL;
     for (int i = 0; i < nq; i++) load_row(Q + i * D, qb + (long)(i0 + i) * a->q_st, D, P->scale);
     memset(O, 0, sizeof(float) * BQ * D);
     for (int i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
     const int jend = key_end(P, Lk, i0, nq), few = nq <= FEW_ROWS;
     for (int j0 = 0; j0 < jend; j0 += BK) {
         const int nk = imin(BK, jend - j0);
+        const float *kj = kb;
+        long kst = a->k_st;
+        int kj0 = j0;
+        if (kb16) {
+            widen_rows(V, kb16, a->k_st, j0, nk, D);
+            kj = V; kst = D; kj0 = 0;
+        }
         if (few) {
-            scores_few(S, Q, nq, D, kb, a->k_st, j0, nk);
+            scores_few(S, Q, nq, D, kj, kst, kj0, nk);
         } else {
-            load_keys(Kt, NULL, kb, a->k_st, j0, nk, D);
+            load_keys(Kt, NULL, kj, kst, kj0, nk, D);
             gemm(S, BK, Q, D, Kt, BK, nq, BK, D, 0);
         }
         const float *Vj = V;                  /* the value rows, copied or in place */
         int ldv = D;
-        if (few && a->v_st <= INT_MAX) {
+        if (vb16) {
+            widen_rows(V, vb16, a->v_st, j0, nk, D);
+        } else if (few && a->v_st <= INT_MAX) {
             Vj = vb + (long)j0 * a->v_st;
             ldv = (int)a->v_st;
         } else {
@@ -481,6 +506,7 @@ done:
 int sk_attn_backward(const sk_attn *a, const float *dout, float *dq, float *dk, float *dv) {
     int rc = sk_attn_check(a);
     if (rc) return rc;
+    if (a->k16) return sk_error(SK_EINVAL, "attention backward: bf16 K/V (k16, v16) are forward only");
     if (!dout) return sk_error(SK_EINVAL, "attention backward: dout is NULL");
     if (!a->lse) return sk_error(SK_EINVAL, "attention backward: a->lse is NULL (save it in the forward pass)");
     sk_attn_plan P;

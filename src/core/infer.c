@@ -5,6 +5,7 @@
 #include "core/model.h"
 #include "core/config.h"
 #include "core/ops.h"
+#include "core/ops_bf16.h"
 #include "core/quant.h"
 #include "core/gemm_rows.h"
 #include <math.h>
@@ -15,15 +16,19 @@
 
 struct sk_kvcache {
     int L, max_T, hs, n_seq;
+    sk_kvcache_params par;   /* as made, max_T resolved */
     int *pos;                /* (n_seq): tokens cached of each sequence */
     int *n_store;            /* KV heads stored per layer */
     int *slot;               /* (L, Hkv): cache slot of each KV head, or -1 if no layer reads it */
-    float **k, **v;          /* per layer (n_seq, max_T, n_store, hs) */
-    float *mem; size_t floats, floats_full;
+    /* per layer (n_seq, max_T, n_store, hs): fp32 (k, v), or with SK_KV_BF16 bf16 (k16, v16),
+     * the other pair NULL */
+    float **k, **v;
+    uint16_t **k16, **v16;
+    void *mem; size_t elems, elems_full, esize;   /* K/V values, the same without SLA, bytes each */
     /* scratch for one chunk: SK_DECODE_CHUNK rows (a prompt's tokens, or one token of each of
      * that many sequences) */
     float *x, *ln, *q, *att, *tmp, *fch, *act, *logits_all;
-    /* sk_kvcache_new_bf16: a bf16 copy of the model's parameters (same offsets), taken when
+    /* SK_WEIGHTS_BF16: a bf16 copy of the model's parameters (same offsets), taken when
      * the cache is made, which the matrix products read instead of the fp32 weights */
     uint16_t *w16; const float *w16_base;
     float *w32; size_t w32_floats; /* weight rows widened back to fp32, for prefill chunks */
@@ -33,30 +38,60 @@ struct sk_kvcache {
 };
 
 
-static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, sk_weights wt) {
-    const int bf16 = wt == SK_WEIGHTS_BF16, q8 = wt == SK_WEIGHTS_Q8;
+sk_kvcache_params sk_kvcache_default_params(void) {
+    return (sk_kvcache_params){.max_T = 0, .n_seq = 1, .weights = SK_WEIGHTS_F32, .kv_type = SK_KV_F32};
+}
+
+/* The cache slots of layer l's KV heads (slot[j], -1 where no layer reads head j); returns how
+ * many are stored. Only the KV heads some layer reads: with SLA, a borrowing layer's own skip
+ * heads are read by nobody unless it lends them. */
+static int kv_slots(const sk_model *m, int l, int *slot) {
+    int n = 0;
+    for (int j = 0; j < m->Hkv; j++) slot[j] = sk_kv_read(&m->cfg, l, j, 0) ? n++ : -1;
+    return n;
+}
+
+size_t sk_kvcache_bytes_per_token(const sk_model *m, sk_kv_type kv_type) {
+    int *slot = malloc(sizeof(int) * m->Hkv);
+    if (!slot) return 0;
+    size_t n = 0;
+    for (int l = 0; l < m->L; l++) n += 2 * (size_t)kv_slots(m, l, slot) * m->hs;
+    free(slot);
+    return n * (kv_type == SK_KV_BF16 ? sizeof(uint16_t) : sizeof(float));
+}
+
+int sk_kvcache_new_params(sk_kvcache **out, const sk_model *m, const sk_kvcache_params *par) {
     *out = NULL;
+    if (!par) return sk_error(SK_EINVAL, "the KV cache needs its parameters (sk_kvcache_default_params)");
+    const sk_weights wt = par->weights;
+    const int bf16 = wt == SK_WEIGHTS_BF16, q8 = wt == SK_WEIGHTS_Q8, n_seq = par->n_seq;
+    const int max_T = par->max_T ? par->max_T : m->cfg.block_size;
     if (max_T < 1 || max_T > m->cfg.block_size)
         return sk_error(SK_EINVAL, "KV cache length %d must be in [1, block_size=%d]", max_T, m->cfg.block_size);
     if (wt != SK_WEIGHTS_F32 && !bf16 && !q8) return sk_error(SK_EINVAL, "unknown weights type %d for the KV cache", (int)wt);
+    if (par->kv_type != SK_KV_F32 && par->kv_type != SK_KV_BF16)
+        return sk_error(SK_EINVAL, "unknown K/V type %d for the KV cache (SK_KV_F32 or SK_KV_BF16)", (int)par->kv_type);
     if (n_seq < 1 || n_seq > SK_KV_MAX_SEQS)
         return sk_error(SK_EINVAL, "a KV cache holds 1 to %d sequences (asked for %d)", SK_KV_MAX_SEQS, n_seq);
+    const int kv16 = par->kv_type == SK_KV_BF16;
     sk_kvcache *kv = calloc(1, sizeof *kv);
     if (!kv) return sk_error(SK_ENOMEM, "out of memory");
     kv->L = m->L; kv->max_T = max_T; kv->hs = m->hs; kv->n_seq = n_seq;
+    kv->par = *par; kv->par.max_T = max_T;
+    kv->esize = kv16 ? sizeof(uint16_t) : sizeof(float);
     kv->pos = calloc(n_seq, sizeof(int));
     kv->n_store = calloc(m->L, sizeof(int));
     kv->slot = malloc(sizeof(int) * m->L * m->Hkv);
-    kv->k = calloc(m->L, sizeof(float *));
-    kv->v = calloc(m->L, sizeof(float *));
-    if (!kv->pos || !kv->n_store || !kv->slot || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
+    if (kv16) { kv->k16 = calloc(m->L, sizeof(uint16_t *)); kv->v16 = calloc(m->L, sizeof(uint16_t *)); }
+    else { kv->k = calloc(m->L, sizeof(float *)); kv->v = calloc(m->L, sizeof(float *)); }
+    if (!kv->pos || !kv->n_store || !kv->slot || (kv16 ? !kv->k16 || !kv->v16 : !kv->k || !kv->v)) {
+        sk_kvcache_free(kv);
+        return sk_error(SK_ENOMEM, "out of memory for the KV cache");
+    }
     for (int l = 0; l < m->L; l++) {
-        /* only the KV heads some layer reads (with SLA, a borrowing layer's own skip heads
-         * are read by nobody unless it lends them) */
-        for (int j = 0; j < m->Hkv; j++)
-            kv->slot[l * m->Hkv + j] = sk_kv_read(&m->cfg, l, j, 0) ? kv->n_store[l]++ : -1;
-        kv->floats += 2 * (size_t)n_seq * max_T * kv->n_store[l] * m->hs;
-        kv->floats_full += 2 * (size_t)n_seq * max_T * m->Hkv * m->hs;
+        kv->n_store[l] = kv_slots(m, l, kv->slot + l * m->Hkv);
+        kv->elems += 2 * (size_t)n_seq * max_T * kv->n_store[l] * m->hs;
+        kv->elems_full += 2 * (size_t)n_seq * max_T * m->Hkv * m->hs;
     }
     int ch = SK_DECODE_CHUNK, Ffc = m->gated ? 2 * m->F : m->F;
     int lrows = n_seq < ch ? n_seq : ch;          /* logits rows: one per sequence of a batch pass */
@@ -64,14 +99,14 @@ static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, sk_
     char what[240];
     char seqs[48] = "";
     if (n_seq > 1) snprintf(seqs, sizeof seqs, "%d sequences of ", n_seq);
-    snprintf(what, sizeof what, "the KV cache for %s%d positions (%zu bytes of K/V, %zu of scratch%s) with the model (%zu bytes)",
-             seqs, max_T, kv->floats * sizeof(float), scratch * sizeof(float), bf16 ? ", a bf16 copy of the weights" : q8 && !m->q8 ? ", an 8-bit copy of the weights" : "",
+    snprintf(what, sizeof what, "the KV cache for %s%d positions (%zu bytes of %sK/V, %zu of scratch%s) with the model (%zu bytes)",
+             seqs, max_T, kv->elems * kv->esize, kv16 ? "bf16 " : "", scratch * sizeof(float), bf16 ? ", a bf16 copy of the weights" : q8 && !m->q8 ? ", an 8-bit copy of the weights" : "",
              m->n_params * sizeof(float));
     /* the largest matrix a prefill widens (F <= Ffc); the classifier (a batch's logits) goes
      * in blocks of as many rows */
     size_t big = (size_t)m->C * (m->QKV > Ffc ? m->QKV : Ffc);
     size_t copy = bf16 ? m->n_params * 2 : q8 && !m->q8 ? m->n_params + m->n_params / 16 : 0;
-    int rc = sk_mem_check((kv->floats + scratch + m->n_params) * sizeof(float) + copy + (bf16 || q8 ? big * 4 : 0), what);
+    int rc = sk_mem_check(kv->elems * kv->esize + (scratch + m->n_params) * sizeof(float) + copy + (bf16 || q8 ? big * 4 : 0), what);
     if (rc) { sk_kvcache_free(kv); return rc; }
     if (q8) {
         if (!m->q8) {
@@ -95,13 +130,25 @@ static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, sk_
         sk_bf16_from_f32_n(kv->w16, m->params, m->n_params);
         kv->w16_base = m->params;
     }
-    kv->mem = malloc((kv->floats + scratch) * sizeof(float));
-    if (!kv->mem || !kv->slot || !kv->k || !kv->v) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
-    float *p = kv->mem;
-    for (int l = 0; l < m->L; l++) {
-        size_t n = (size_t)n_seq * max_T * kv->n_store[l] * m->hs;
-        kv->k[l] = p; p += n;
-        kv->v[l] = p; p += n;
+    /* the K/V (elems is even: bf16's end keeps the scratch's floats aligned), then the scratch */
+    kv->mem = malloc(kv->elems * kv->esize + scratch * sizeof(float));
+    if (!kv->mem) { sk_kvcache_free(kv); return sk_error(SK_ENOMEM, "out of memory for the KV cache"); }
+    float *p;
+    if (kv16) {
+        uint16_t *h = kv->mem;
+        for (int l = 0; l < m->L; l++) {
+            size_t n = (size_t)n_seq * max_T * kv->n_store[l] * m->hs;
+            kv->k16[l] = h; h += n;
+            kv->v16[l] = h; h += n;
+        }
+        p = (float *)h;
+    } else {
+        p = kv->mem;
+        for (int l = 0; l < m->L; l++) {
+            size_t n = (size_t)n_seq * max_T * kv->n_store[l] * m->hs;
+            kv->k[l] = p; p += n;
+            kv->v[l] = p; p += n;
+        }
     }
     kv->x = p; p += (size_t)ch * m->C;
     kv->ln = p; p += (size_t)ch * m->C;
@@ -115,23 +162,18 @@ static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, sk_
     return SK_OK;
 }
 
-int sk_kvcache_new(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 1, SK_WEIGHTS_F32); }
-int sk_kvcache_new_bf16(sk_kvcache **out, const sk_model *m, int max_T) { return kv_new(out, m, max_T, 1, SK_WEIGHTS_BF16); }
-int sk_kvcache_new_seqs(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, sk_weights weights) {
-    return kv_new(out, m, max_T, n_seq, weights);
-}
-int sk_kvcache_bf16(const sk_kvcache *kv) { return kv->w16 != NULL; }
-sk_weights sk_kvcache_weights(const sk_kvcache *kv) { return kv->w16 ? SK_WEIGHTS_BF16 : kv->q8 ? SK_WEIGHTS_Q8 : SK_WEIGHTS_F32; }
+sk_kvcache_params sk_kvcache_get_params(const sk_kvcache *kv) { return kv->par; }
 int sk_kvcache_n_seq(const sk_kvcache *kv) { return kv->n_seq; }
 
 void sk_kvcache_free(sk_kvcache *kv) {
     if (!kv) return;
-    free(kv->pos); free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v); free(kv->mem); free(kv->w16); free(kv->w32);
+    free(kv->pos); free(kv->n_store); free(kv->slot); free(kv->k); free(kv->v); free(kv->k16); free(kv->v16);
+    free(kv->mem); free(kv->w16); free(kv->w32);
     sk_q8_free(kv->q8_own);
     free(kv);
 }
-size_t sk_kvcache_bytes(const sk_kvcache *kv) { return kv->floats * sizeof(float); }
-size_t sk_kvcache_bytes_full(const sk_kvcache *kv) { return kv->floats_full * sizeof(float); }
+size_t sk_kvcache_bytes(const sk_kvcache *kv) { return kv->elems * kv->esize; }
+size_t sk_kvcache_bytes_full(const sk_kvcache *kv) { return kv->elems_full * kv->esize; }
 int sk_kvcache_pos(const sk_kvcache *kv) { return kv->pos[0]; }
 void sk_kvcache_reset(sk_kvcache *kv) { kv->pos[0] = 0; }
 void sk_kvcache_truncate(sk_kvcache *kv, int n) { sk_kvcache_seq_truncate(kv, 0, n); }
@@ -140,19 +182,27 @@ void sk_kvcache_seq_truncate(sk_kvcache *kv, int s, int n) {
     if (s >= 0 && s < kv->n_seq && n >= 0 && n <= kv->pos[s]) kv->pos[s] = n;
 }
 
-/* K (or V) of layer l, sequence s, position t */
-static float *kv_at(const sk_kvcache *kv, float *const *base, int l, int s, int t) {
-    return base[l] + ((size_t)s * kv->max_T + t) * kv->n_store[l] * kv->hs;
+/* Offset of layer l, sequence s, position t in that layer's K (or V), in values */
+static size_t kv_off(const sk_kvcache *kv, int l, int s, int t) {
+    return ((size_t)s * kv->max_T + t) * kv->n_store[l] * kv->hs;
 }
+/* K (or V) of layer l, sequence s, position t: an fp32 cache's, a bf16 cache's */
+static float *kv_at(const sk_kvcache *kv, float *const *base, int l, int s, int t) { return base[l] + kv_off(kv, l, s, t); }
+static uint16_t *kv_at16(const sk_kvcache *kv, uint16_t *const *base, int l, int s, int t) { return base[l] + kv_off(kv, l, s, t); }
 
 int sk_kvcache_seq_copy(sk_kvcache *kv, int dst, int src) {
     if (dst < 0 || dst >= kv->n_seq || src < 0 || src >= kv->n_seq)
         return sk_error(SK_EINVAL, "sequence %d or %d is not in the cache's [0, %d)", dst, src, kv->n_seq);
     if (dst == src) return SK_OK;
     for (int l = 0; l < kv->L; l++) {
-        size_t bytes = sizeof(float) * kv->pos[src] * kv->n_store[l] * kv->hs;
-        memcpy(kv_at(kv, kv->k, l, dst, 0), kv_at(kv, kv->k, l, src, 0), bytes);
-        memcpy(kv_at(kv, kv->v, l, dst, 0), kv_at(kv, kv->v, l, src, 0), bytes);
+        size_t bytes = kv->esize * kv->pos[src] * kv->n_store[l] * kv->hs;
+        if (kv->k16) {
+            memcpy(kv_at16(kv, kv->k16, l, dst, 0), kv_at16(kv, kv->k16, l, src, 0), bytes);
+            memcpy(kv_at16(kv, kv->v16, l, dst, 0), kv_at16(kv, kv->v16, l, src, 0), bytes);
+        } else {
+            memcpy(kv_at(kv, kv->k, l, dst, 0), kv_at(kv, kv->k, l, src, 0), bytes);
+            memcpy(kv_at(kv, kv->v, l, dst, 0), kv_at(kv, kv->v, l, src, 0), bytes);
+        }
     }
     kv->pos[dst] = kv->pos[src];
     return SK_OK;
@@ -216,8 +266,9 @@ static void linear(const sk_kvcache *kv, float *out, const float *inp, const flo
 
 /* One pass of n <= SK_DECODE_CHUNK rows: a prompt chunk of sequence s (seqs NULL: row i at
  * position pos[s] + i), or one token of each of n distinct sequences seqs[i] (row i at
- * pos[seqs[i]]). logits: the last row's (prompt chunk) or every row's (n, vocab_size). */
-static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, int s, const int *seqs, float *logits) {
+ * pos[seqs[i]]). logits: the last row's (prompt chunk; every row's with all) or every row's
+ * (n, vocab_size). */
+static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, int s, const int *seqs, float *logits, int all) {
     const sk_config *c = &m->cfg;
     const sk_params *p = &m->p;
     int C = m->C, F = m->F, H = m->H, Hkv = m->Hkv, hs = m->hs;
@@ -260,18 +311,32 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
         /* q for all heads; k and v only for the stored heads, written straight into the cache
          * when the rows are its consecutive positions and the heads all of its slots */
         linear(kv, kv->q, kv->ln, qkvw, qkvb, n, C, H * hs, rows);
-        float *kc = kv_at(kv, kv->k, l, rs[0], rp[0]), *vc = kv_at(kv, kv->v, l, rs[0], rp[0]);
+        const int kv16 = kv->k16 != NULL;
+        float *kc = kv16 ? NULL : kv_at(kv, kv->k, l, rs[0], rp[0]), *vc = kv16 ? NULL : kv_at(kv, kv->v, l, rs[0], rp[0]);
         const int *slot = kv->slot + l * Hkv;
         for (int j = 0; j < Hkv;) {
             /* a run of stored KV heads [j, e) maps to consecutive slots */
             if (slot[j] < 0) { j++; continue; }
             int e = j + 1;
             while (e < Hkv && slot[e] >= 0) e++;
-            int w = (e - j) * hs, direct = contig && ns == e - j;
+            int w = (e - j) * hs, direct = contig && ns == e - j && !kv16;
             float *kt = direct ? kc : kv->tmp, *vt = direct ? vc : kv->tmp + (size_t)n * w;
             linear(kv, kt, kv->ln, qkvw + (size_t)(H + j) * hs * C, qkvb ? qkvb + (H + j) * hs : NULL, n, C, w, rows);
             linear(kv, vt, kv->ln, qkvw + (size_t)(H + Hkv + j) * hs * C, qkvb ? qkvb + (H + Hkv + j) * hs : NULL, n, C, w, rows);
-            if (!direct)
+            if (kv16) {
+                /* a bf16 cache stores K after RoPE, as the fp32 one: rotate the staged rows (a
+                 * head's rotation depends only on its position), then round K and V into it */
+                if (m->rope) {
+                    if (contig) sk_rope(kt, m->rope, 1, n, w, 0, e - j, hs, rp[0], 0);
+                    else for (int i = 0; i < n; i++) sk_rope(kt + (size_t)i * w, m->rope, 1, 1, w, 0, e - j, hs, rp[i], 0);
+                }
+                for (int i = 0; i < n; i++) {
+                    uint16_t *k16 = kv_at16(kv, kv->k16, l, rs[i], rp[i]) + (size_t)slot[j] * hs;
+                    uint16_t *v16 = kv_at16(kv, kv->v16, l, rs[i], rp[i]) + (size_t)slot[j] * hs;
+                    const float *kr = kt + (size_t)i * w, *vr = vt + (size_t)i * w;
+                    for (int t = 0; t < w; t++) { k16[t] = sk_rne_bf16(kr[t]); v16[t] = sk_rne_bf16(vr[t]); }
+                }
+            } else if (!direct)
                 for (int i = 0; i < n; i++) {
                     memcpy(kv_at(kv, kv->k, l, rs[i], rp[i]) + (size_t)slot[j] * hs, kt + (size_t)i * w, sizeof(float) * w);
                     memcpy(kv_at(kv, kv->v, l, rs[i], rp[i]) + (size_t)slot[j] * hs, vt + (size_t)i * w, sizeof(float) * w);
@@ -281,11 +346,11 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
         if (m->rope) {
             if (contig) {
                 sk_rope(kv->q, m->rope, 1, n, H * hs, 0, H, hs, rp[0], 0);
-                sk_rope(kc, m->rope, 1, n, ns * hs, 0, ns, hs, rp[0], 0);
+                if (!kv16) sk_rope(kc, m->rope, 1, n, ns * hs, 0, ns, hs, rp[0], 0);
             } else {
                 for (int i = 0; i < n; i++) {
                     sk_rope(kv->q + (size_t)i * H * hs, m->rope, 1, 1, H * hs, 0, H, hs, rp[i], 0);
-                    sk_rope(kv_at(kv, kv->k, l, rs[i], rp[i]), m->rope, 1, 1, ns * hs, 0, ns, hs, rp[i], 0);
+                    if (!kv16) sk_rope(kv_at(kv, kv->k, l, rs[i], rp[i]), m->rope, 1, 1, ns * hs, 0, ns, hs, rp[i], 0);
                 }
             }
         }
@@ -309,8 +374,15 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
                 memset(&a, 0, sizeof a);
                 a.B = nb; a.H = nh; a.Hkv = nh / group; a.Lq = Lq; a.Lk = rp[i] + Lq; a.D = hs;
                 a.q = kv->q + (size_t)i * H * hs + (size_t)h0 * hs; a.q_sb = (long)H * hs; a.q_sh = hs; a.q_st = (long)H * hs;
-                a.k = kv_at(kv, kv->k, src, rs[i], 0) + (size_t)kslot * hs; a.k_sb = ds * seq_st; a.k_sh = hs; a.k_st = (long)sn * hs;
-                a.v = kv_at(kv, kv->v, src, rs[i], 0) + (size_t)kslot * hs; a.v_sb = ds * seq_st; a.v_sh = hs; a.v_st = (long)sn * hs;
+                if (kv16) {       /* read in bf16, widened to fp32 by the attention */
+                    a.k16 = kv_at16(kv, kv->k16, src, rs[i], 0) + (size_t)kslot * hs;
+                    a.v16 = kv_at16(kv, kv->v16, src, rs[i], 0) + (size_t)kslot * hs;
+                } else {
+                    a.k = kv_at(kv, kv->k, src, rs[i], 0) + (size_t)kslot * hs;
+                    a.v = kv_at(kv, kv->v, src, rs[i], 0) + (size_t)kslot * hs;
+                }
+                a.k_sb = ds * seq_st; a.k_sh = hs; a.k_st = (long)sn * hs;
+                a.v_sb = ds * seq_st; a.v_sh = hs; a.v_st = (long)sn * hs;
                 a.out = kv->att + (size_t)i * C + (size_t)h0 * hs; a.o_sb = C; a.o_sh = hs; a.o_st = C;
                 a.is_causal = 1; a.causal_offset = rp[i];
                 int rc = sk_attn_forward(&a);
@@ -327,7 +399,11 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
         sk_add_inplace(kv->x, kv->tmp, (size_t)n * C);
     }
     for (int i = 0; i < n; i++) kv->pos[rs[i]] = rp[i] + 1;
-    if (logits) {
+    if (logits && all) {
+        /* every row's logits straight into the caller's (n, vocab_size) */
+        norm(m, kv->ln, kv->x, p->lnfw, p->lnfb, n, stat);
+        linear(kv, logits, kv->ln, p->lmhead, NULL, n, C, c->vocab_size, rows);
+    } else if (logits) {
         /* a prompt chunk needs only its last token's logits, a batch every row's */
         int r0 = seqs ? 0 : n - 1, nr = n - r0, OC = kv->w16 || kv->q8 ? c->vocab_size : m->Vp;
         norm(m, kv->ln, kv->x + (size_t)r0 * C, p->lnfw, p->lnfb, nr, stat);
@@ -350,7 +426,7 @@ static int check_cache(const sk_model *m, const sk_kvcache *kv) {
     return SK_OK;
 }
 
-int sk_model_decode_seq(sk_model *m, sk_kvcache *kv, int s, const int32_t *tokens, int n, float *logits) {
+static int decode_seq(sk_model *m, sk_kvcache *kv, int s, const int32_t *tokens, int n, float *logits, int all) {
     if (n < 1) return sk_error(SK_EINVAL, "decode needs at least one token");
     int rc = check_cache(m, kv);
     if (rc) return rc;
@@ -360,9 +436,19 @@ int sk_model_decode_seq(sk_model *m, sk_kvcache *kv, int s, const int32_t *token
     if ((rc = check_tokens(m, tokens, n))) return rc;
     for (int i = 0; i < n; i += SK_DECODE_CHUNK) {
         int k = n - i < SK_DECODE_CHUNK ? n - i : SK_DECODE_CHUNK;
-        if ((rc = decode_chunk(m, kv, tokens + i, k, s, NULL, i + k == n ? logits : NULL))) return rc;
+        float *lo = all ? logits + (size_t)i * m->cfg.vocab_size : i + k == n ? logits : NULL;
+        if ((rc = decode_chunk(m, kv, tokens + i, k, s, NULL, lo, all))) return rc;
     }
     return SK_OK;
+}
+
+int sk_model_decode_seq(sk_model *m, sk_kvcache *kv, int s, const int32_t *tokens, int n, float *logits) {
+    return decode_seq(m, kv, s, tokens, n, logits, 0);
+}
+
+int sk_model_decode_all(sk_model *m, sk_kvcache *kv, int s, const int32_t *tokens, int n, float *logits) {
+    if (!logits) return sk_error(SK_EINVAL, "decode_all needs a logits buffer (n, vocab_size)");
+    return decode_seq(m, kv, s, tokens, n, logits, 1);
 }
 
 int sk_model_decode(sk_model *m, sk_kvcache *kv, const int32_t *tokens, int n, float *logits) {
@@ -385,7 +471,7 @@ int sk_model_decode_batch(sk_model *m, sk_kvcache *kv, const int *seqs, const in
     free(seen);
     for (int i = 0; i < n && !rc; i += SK_DECODE_CHUNK) {
         int k = n - i < SK_DECODE_CHUNK ? n - i : SK_DECODE_CHUNK;
-        rc = decode_chunk(m, kv, tokens + i, k, 0, seqs + i, logits ? logits + (size_t)i * m->cfg.vocab_size : NULL);
+        rc = decode_chunk(m, kv, tokens + i, k, 0, seqs + i, logits ? logits + (size_t)i * m->cfg.vocab_size : NULL, 0);
     }
     return rc;
 }

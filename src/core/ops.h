@@ -11,7 +11,7 @@
 void sk_linear_forward(float *out, const float *inp, const float *w, const float *b,
                        int N, int IC, int OC);
 /* The same for the few rows of a decoding step (gemm_rows.c), with w in fp32, or (OC, IC) in
- * bf16 (decoding with sk_kvcache_new_bf16; gemm_rows_bf16.c: the activations rounded to bf16,
+ * bf16 (decoding with SK_WEIGHTS_BF16; gemm_rows_bf16.c: the activations rounded to bf16,
  * each bf16 x bf16 product added in fp32 in vdpbf16ps's order): each row's outputs have the
  * bits that row gets alone, for any N, any thread count, and any x86 CPU. */
 void sk_linear_forward_rows(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC);

@@ -87,7 +87,7 @@ static void run_case(const icase *tc) {
     int32_t *prompt = malloc(sizeof(int32_t) * (P + tc->mid));
     random_tokens(prompt, P + tc->mid, V, 11);
     if (sk_cuda_model_new_inference(&cm, m, SK_CUDA_FP32) || sk_cuda_kvcache_new(&kg, cm, max_T, tc->chunk) ||
-        sk_kvcache_new(&kc, m, max_T)) {
+        sk_kvcache_new_params(&kc, m, &(sk_kvcache_params){.max_T = max_T, .n_seq = 1})) {
         CHECK2(0, "%s: setup: %s", tc->name, sk_last_error());
         goto done;
     }

@@ -83,6 +83,8 @@ class CausalSelfSkipLayerAttention(nn.Module):
         q = q.view(B, T, H, hs).transpose(1, 2)
         k = k.view(B, T, H, hs).transpose(1, 2)
         v = v.view(B, T, H, hs).transpose(1, 2)
+        if getattr(cfg, "kv_bf16", False):           # skiplm's bf16 KV cache: K and V stored rounded to bf16
+            k, v = k.bfloat16().float(), v.bfloat16().float()
         kv_store.append((k, v))                      # this layer's OWN K/V
         nl, nh = cfg.n_skip_layer, cfg.n_skip_head
         route = getattr(cfg, "route", None)          # explicit table: route[l][h] = source layer

@@ -137,6 +137,8 @@ class Attention(nn.Module):
             q, k = apply_rotary_emb_halves(q, k, *pos)
         else:
             q, k = apply_rotary_emb_complex(q, k, pos)
+        if getattr(cfg, "kv_bf16", False):               # skiplm's bf16 KV cache: K (after RoPE) and V in bf16
+            k, v = k.bfloat16().float(), v.bfloat16().float()
         kv_store.append((k, v))                          # OWN K/V (rotated at their positions)
         nl, nh = cfg.n_skip_layer, cfg.n_skip_head
         if nl > 0 and nh > 0 and nl < cfg.n_layer and self.layer_idx >= nl:

@@ -26,11 +26,15 @@ torch.set_num_threads(1)
 
 
 def bf16_weights(model):
-    """The 2-D weights rounded to bf16 in place: what decoding with --bf16 weights computes."""
+    """What decoding with --bf16 weights computes: the 2-D weights rounded to bf16 in place, and
+    every matrix product's input rows rounded to bf16 too (the CPU's bf16 dot products)."""
     with torch.no_grad():
         for _, p in model.named_parameters():
             if p.dim() == 2:
                 p.copy_(p.bfloat16().float())
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear):
+            mod.register_forward_pre_hook(lambda _m, inp: (inp[0].bfloat16().float(),))
 
 
 def case(name, model, cfg, weights_file, T, tmp, bf16=False):

@@ -1,7 +1,7 @@
 /* Cached inference: decode tokens one chunk at a time against a KV cache (sampling from
  * the logits is sample.c).
  * The layer sequence mirrors forward_blocks() in model.c; the Skip-Layer routing comes
- * from the same sk_sla_* functions. */
+ * from the model's plan (core/route.h): its runs, and its KV heads read (the cache's slots). */
 #include "core/model.h"
 #include "core/config.h"
 #include "core/ops.h"
@@ -53,7 +53,7 @@ static int kv_new(sk_kvcache **out, const sk_model *m, int max_T, int n_seq, sk_
         /* only the KV heads some layer reads (with SLA, a borrowing layer's own skip heads
          * are read by nobody unless it lends them) */
         for (int j = 0; j < m->Hkv; j++)
-            kv->slot[l * m->Hkv + j] = sk_kv_read(&m->cfg, l, j, 0) ? kv->n_store[l]++ : -1;
+            kv->slot[l * m->Hkv + j] = sk_route_plan_kv_stored(m->plan, l, j) ? kv->n_store[l]++ : -1;
         kv->floats += 2 * (size_t)n_seq * max_T * kv->n_store[l] * m->hs;
         kv->floats_full += 2 * (size_t)n_seq * max_T * m->Hkv * m->hs;
     }
@@ -293,8 +293,8 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
                 e = n;
             }
             int Lq = contig ? n : 1, nb = contig ? 1 : e - i;
-            for (int part = 0; part < m->n_runs[l]; part++) {
-                const sk_route *r = &m->runs[(size_t)l * H + part];
+            for (int part = 0; part < m->plan->n_runs[l]; part++) {
+                const sk_route *r = sk_route_run(m->plan, l, part);
                 int h0 = r->h0, nh = r->nh, src = r->src, sn = kv->n_store[src];
                 int kslot = kv->slot[src * Hkv + h0 / group];
                 long seq_st = (long)kv->max_T * sn * hs;

@@ -84,8 +84,10 @@ int sk_route_plan_kv_stored(const sk_route_plan *plan, int layer, int kv_head);
 int sk_route_plan_lends(const sk_route_plan *plan, int layer);
 /* Bytes of K and V per token (fp32) that a KV cache keeps for layer l. */
 size_t sk_route_plan_kv_bytes(const sk_route_plan *plan, int layer);
-/* Layer l's plan in words, as `skiplm info` prints it, e.g. "heads 0-5 -> layer 9, heads
- * 6-11 -> layer 0; stores K/V heads 0-5 (3072 bytes per token); lends K/V". */
+/* Layer l's plan in words, as `skiplm info` prints it, e.g. for layer 9 of GPT-2 with SLA
+ * 9/6: "heads 0-5 -> layer 9, heads 6-11 -> layer 0; stores K/V heads 0-5 (3072 bytes per
+ * token)", with "; lends K/V" after it when a layer above reads it. Truncated to n bytes;
+ * 64 + 48 * (n_head + n_kv_head) always suffice. */
 void sk_route_plan_describe(const sk_route_plan *plan, int layer, char *buf, size_t n);
 
 /* ------------------------------------------------------------------- model */

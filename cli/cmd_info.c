@@ -1,7 +1,8 @@
 /* skiplm info: describe a model config (a preset and model options, or the config of a
  * weights file): the config line, the parameter count, the training memory at a batch and
- * sequence length, the KV cache's bytes at that length, and the skip-layer routing of every layer (which layer each run of query
- * heads takes its K/V from). */
+ * sequence length, the KV cache's bytes at that length, and the skip-layer routing plan of
+ * every layer (which layer each run of query heads takes its K/V from, which KV heads the
+ * layer stores and their bytes per token, whether a later layer reads them). */
 #include "cli.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,17 +34,18 @@ static void describe(const sk_config *c, int B, int T) {
                sk_kvcache_bytes_per_token(m, SK_KV_F32), sk_kvcache_bytes_per_token(m, SK_KV_BF16));
         sk_kvcache_free(kv);
     }
-    printf("skip-layer routing (K/V source layer of each run of query heads):\n");
-    sk_route *runs = malloc(sizeof(sk_route) * c->n_head);
-    for (int l = 0; l < c->n_layer; l++) {
-        int n_runs = sk_route_runs(sk_model_config(m), l, runs);
-        printf("  layer %2d:", l);
-        for (int r = 0; r < n_runs; r++)
-            printf("%s heads %d-%d -> layer %d", r ? "," : "", runs[r].h0, runs[r].h0 + runs[r].nh - 1, runs[r].src);
-        if (sk_sla_lends(sk_model_config(m), l)) printf("   (lends K/V)");
-        printf("\n");
+    /* the model's routing plan, as the devices read it */
+    printf("skip-layer routing plan (per layer: query heads -> the layer whose K/V they read; the KV heads "
+           "stored because some layer reads them, in fp32 bytes per token):\n");
+    const sk_route_plan *plan = sk_route_plan_of(m);
+    size_t n_line = 64 + 48 * ((size_t)c->n_head + c->n_kv_head);   /* every run and stored range */
+    char *line = malloc(n_line);
+    if (!line) printf("(out of memory for the routing plan's lines)\n");
+    for (int l = 0; line && l < c->n_layer; l++) {
+        sk_route_plan_describe(plan, l, line, n_line);
+        printf("  layer %2d: %s\n", l, line);
     }
-    free(runs);
+    free(line);
     sk_model_free(m);
 }
 

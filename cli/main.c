@@ -26,7 +26,7 @@ static const command COMMANDS[] = {
     {"init", cmd_init, "write a randomly initialised model"},
     {"export", cmd_export, "write a model as a Hugging Face folder (transformers' from_pretrained)"},
     {"quantize", cmd_quantize, "write a model with 8-bit weights (q8_0) for faster CPU decoding"},
-    {"info", cmd_info, "describe a preset, a config or a weights file"},
+    {"info", cmd_info, "describe a preset, a config or a weights file: sizes, memory, the routing plan per layer"},
     {"bench", cmd_bench, "measure training and generation speed"},
     {"plot", cmd_plot, "draw loss curves of one or more runs as SVG"},
     {"tokenizer", cmd_tokenizer, "train a byte-level BPE vocabulary (tokenizer train)"},

@@ -2,10 +2,11 @@
  * with an option table of every type, sk_config_set through --FIELD VALUE, sk_config_check
  * with the `routing` grammar), and the size parser of serve --kv-memory (sk_parse_bytes, on
  * every argument). The input is argv: arguments separated by NUL bytes.
- * An accepted config must give every layer a routing whose runs cover its heads in order
- * with sources at or below the layer, and whose KV groups share their source. */
+ * An accepted config's routing plan (sk_route_plan_new) must give every layer runs that
+ * cover its heads in order with sources at or below the layer, whose KV groups share their
+ * source, and whose source layers store the KV heads they read (and lend, when another
+ * layer reads them); sk_config_check must accept the same config. */
 #include "cli.h"
-#include "core/config.h"
 
 #include <stdlib.h>
 
@@ -36,26 +37,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sk_config_default(&cfg);
     int rc = cli_parse(argc, argv, "fuzz", "[options]", opts, pos, 4, &np, &cfg, &given);
     if (rc == 0 && np > 4) abort();
-    if (rc == 0 && sk_config_check(&cfg) == 0) {
+    sk_route_plan *plan;
+    if (rc == 0 && sk_route_plan_new(&plan, &cfg) == 0) {
+        if (sk_config_check(&cfg)) abort();                /* the plan's check is the config's */
         if (!memchr(cfg.routing, 0, sizeof cfg.routing)) abort();
         int L = cfg.n_layer < 64 ? cfg.n_layer : 64, H = cfg.n_head;
         int group = H / cfg.n_kv_head;
-        sk_route *runs = malloc(sizeof *runs * (size_t)H);
         for (int l = 0; l < L; l++) {
-            int n = sk_route_runs(&cfg, l, runs), h = 0;
+            const sk_route *runs;
+            int n = sk_route_plan_runs(plan, l, &runs), h = 0;
             if (n < 1 || n > H) abort();
             for (int i = 0; i < n; i++) {
                 if (runs[i].h0 != h || runs[i].nh < 1 || runs[i].src < 0 || runs[i].src > l) abort();
                 if (runs[i].h0 % group || runs[i].nh % group) abort();
+                /* the source layer stores the KV heads the run reads */
+                for (int j = runs[i].h0 / group; j < (runs[i].h0 + runs[i].nh) / group; j++)
+                    if (!sk_route_plan_kv_stored(plan, runs[i].src, j)) abort();
+                if (runs[i].src != l && !sk_route_plan_lends(plan, runs[i].src)) abort();
                 h += runs[i].nh;
             }
             if (h != H) abort();
-            if (H <= 64 && cfg.n_layer <= 16) {
-                sk_sla_lends(&cfg, l);
-                if (sk_sla_source(&cfg, l, H - 1) != runs[n - 1].src) abort();
-            }
+            if (sk_route_plan_source(plan, l, H - 1) != runs[n - 1].src) abort();
         }
-        free(runs);
+        if (H <= 64 && cfg.n_layer <= 16) {
+            char line[4096];
+            for (int l = 0; l < cfg.n_layer; l++) sk_route_plan_describe(plan, l, line, sizeof line);
+        }
+        sk_route_plan_free(plan);
         char desc[512];
         sk_config_describe(&cfg, desc, sizeof desc);
     }

@@ -63,13 +63,32 @@ int sk_config_set(sk_config *cfg, const char *key, const char *value);
 /* One-line human description. */
 void sk_config_describe(const sk_config *cfg, char *buf, size_t n);
 
-/* Skip-Layer routing, the one place that decides who reads whose K/V (src/core/config.c):
- * the paper's rule from n_skip_layer/n_skip_head, or the general table `routing`. */
+/* Skip-Layer routing: who reads whose K/V, decided in one place (src/core/route.c) from the
+ * paper's rule (n_skip_layer/n_skip_head) or the general table `routing`, and built once into
+ * a plan that the model keeps (sk_route_plan_of) and every device reads. */
 typedef struct { int h0, nh, src; } sk_route;   /* query heads [h0, h0+nh) read layer src */
-/* The runs of equal source of layer l in head order (at most n_head); returns the count. */
-int sk_route_runs(const sk_config *cfg, int layer, sk_route *runs);
-/* 1 if some other layer reads this layer's K/V. */
-int sk_sla_lends(const sk_config *cfg, int layer);
+typedef struct sk_route_plan sk_route_plan;
+/* The plan of a config, checked as sk_config_check does (a bad routing table is SK_EINVAL
+ * naming the rule's offset in the table). Free it with sk_route_plan_free. */
+int sk_route_plan_new(sk_route_plan **plan, const sk_config *cfg);
+void sk_route_plan_free(sk_route_plan *plan);
+/* Layer l's runs of consecutive query heads with one source layer, in head order (one
+ * attention call each): *runs points into the plan; returns how many (0 for no such layer). */
+int sk_route_plan_runs(const sk_route_plan *plan, int layer, const sk_route **runs);
+/* The layer whose own K/V query head h of layer l reads (-1 for no such head). */
+int sk_route_plan_source(const sk_route_plan *plan, int layer, int head);
+/* 1 if some layer (l itself or one above) reads KV head j of layer l: the KV cache stores
+ * only those, and the q/k/v projection computes only their K and V. */
+int sk_route_plan_kv_stored(const sk_route_plan *plan, int layer, int kv_head);
+/* 1 if a layer above reads layer l's K/V. */
+int sk_route_plan_lends(const sk_route_plan *plan, int layer);
+/* Bytes of K and V per token (fp32) that a KV cache keeps for layer l. */
+size_t sk_route_plan_kv_bytes(const sk_route_plan *plan, int layer);
+/* Layer l's plan in words, as `skiplm info` prints it, e.g. for layer 9 of GPT-2 with SLA
+ * 9/6: "heads 0-5 -> layer 9, heads 6-11 -> layer 0; stores K/V heads 0-5 (3072 bytes per
+ * token)", with "; lends K/V" after it when a layer above reads it. Truncated to n bytes;
+ * 64 + 48 * (n_head + n_kv_head) always suffice. */
+void sk_route_plan_describe(const sk_route_plan *plan, int layer, char *buf, size_t n);
 
 /* ------------------------------------------------------------------- model */
 
@@ -92,6 +111,8 @@ int sk_model_new(sk_model **m, const sk_config *cfg, uint64_t seed);
 int sk_model_new_empty(sk_model **m, const sk_config *cfg);
 void sk_model_free(sk_model *m);
 const sk_config *sk_model_config(const sk_model *m);
+/* The model's routing plan (owned by the model). */
+const sk_route_plan *sk_route_plan_of(const sk_model *m);
 /* The fp32 parameters, to read or write. In bf16 mode (sk_model_set_bf16) each call marks the
  * weights' bf16 copy stale (the next pass rounds it anew): write through a pointer obtained after
  * the last pass, not one kept from before it. */

@@ -11,6 +11,23 @@
 #include <omp.h>
 #include <unistd.h>
 
+/* query head h of layer l's source layer, and whether layer l lends, from the config's routing
+ * plan (-2: the plan was refused) */
+static int plan_source(const sk_config *c, int l, int h) {
+    sk_route_plan *p;
+    if (sk_route_plan_new(&p, c)) return -2;
+    int s = sk_route_plan_source(p, l, h);
+    sk_route_plan_free(p);
+    return s;
+}
+static int plan_lends(const sk_config *c, int l) {
+    sk_route_plan *p;
+    if (sk_route_plan_new(&p, c)) return -2;
+    int s = sk_route_plan_lends(p, l);
+    sk_route_plan_free(p);
+    return s;
+}
+
 /* ---------------------------------------------------- op-level FD checks
  * f(x) = sum(op(x) * r) for a fixed random r; the backward with dout = r must equal the
  * central difference of f in each input element. */
@@ -278,12 +295,12 @@ static void config_checks(void) {
           c.n_skip_layer, c.n_skip_head, sk_last_error());
     /* routing */
     sk_config_default(&c);
-    c.n_layer = 12; c.n_head = 12; c.n_skip_layer = 9; c.n_skip_head = 6; c.vocab_size = 10;
-    CHECK(sk_sla_source(&c, 8, 11) == 8 && sk_sla_source(&c, 9, 5) == 9 && sk_sla_source(&c, 9, 6) == 0 &&
-          sk_sla_source(&c, 11, 11) == 2, "routing: layer 9 head 6 reads layer 0, layer 11 reads layer 2");
-    CHECK(sk_sla_lends(&c, 2) && !sk_sla_lends(&c, 3), "layers 0-2 lend, 3+ do not");
+    c.n_layer = 12; c.n_head = 12; c.n_embd = 48; c.n_skip_layer = 9; c.n_skip_head = 6; c.vocab_size = 10;
+    CHECK(plan_source(&c, 8, 11) == 8 && plan_source(&c, 9, 5) == 9 && plan_source(&c, 9, 6) == 0 &&
+          plan_source(&c, 11, 11) == 2, "routing: layer 9 head 6 reads layer 0, layer 11 reads layer 2");
+    CHECK(plan_lends(&c, 2) && !plan_lends(&c, 3), "layers 0-2 lend, 3+ do not");
     c.n_skip_layer = 12;
-    CHECK(sk_sla_source(&c, 11, 11) == 11 && !sk_sla_lends(&c, 0), "n_skip_layer >= n_layer: no skip");
+    CHECK(plan_source(&c, 11, 11) == 11 && !plan_lends(&c, 0), "n_skip_layer >= n_layer: no skip");
     /* the general routing table */
     sk_config r;
     sk_config_default(&r);
@@ -292,20 +309,22 @@ static void config_checks(void) {
     CHECK(sk_config_check(&r) == 0, "routing '9-11:6-11=-9' accepted");
     sk_config p = r; p.routing[0] = 0; p.n_skip_layer = 9; p.n_skip_head = 6;
     int same = 1;
-    for (int l = 0; l < 12; l++) for (int h = 0; h < 12; h++) same &= sk_sla_source(&r, l, h) == sk_sla_source(&p, l, h);
+    for (int l = 0; l < 12; l++) for (int h = 0; h < 12; h++) same &= plan_source(&r, l, h) == plan_source(&p, l, h);
     CHECK(same, "routing '9-11:6-11=-9' equals paper SLA 9/6 head by head");
     sk_config_set(&r, "routing", "1,3,5,7,9,11:*=-1");
     sk_config_check(&r);
-    CHECK(sk_sla_source(&r, 3, 0) == 2 && sk_sla_source(&r, 4, 5) == 4 && sk_sla_lends(&r, 2) && !sk_sla_lends(&r, 3),
+    CHECK(plan_source(&r, 3, 0) == 2 && plan_source(&r, 4, 5) == 4 && plan_lends(&r, 2) && !plan_lends(&r, 3),
           "cross-layer attention: odd layers read the layer below");
     sk_config_set(&r, "routing", "6-11:6-8=-3; 9-11:9-11=-9");
     sk_config_check(&r);
-    sk_route runs[12];
-    int nr = sk_route_runs(&r, 10, runs);
+    sk_route_plan *plan;
+    const sk_route *runs = NULL;
+    int nr = sk_route_plan_new(&plan, &r) == 0 ? sk_route_plan_runs(plan, 10, &runs) : 0;
     CHECK(nr == 3 && runs[0].src == 10 && runs[1].h0 == 6 && runs[1].src == 7 && runs[2].h0 == 9 && runs[2].src == 1,
           "multi-source: layer 10 reads itself, layer 7 (heads 6-8) and layer 1 (heads 9-11)");
+    if (nr) sk_route_plan_free(plan);
     sk_config_set(&r, "routing", "*:6-11=-9");
-    CHECK(sk_config_check(&r) == 0 && sk_sla_source(&r, 3, 8) == 3 && sk_sla_source(&r, 10, 8) == 1, "'*' layers skip layers without a source");
+    CHECK(sk_config_check(&r) == 0 && plan_source(&r, 3, 8) == 3 && plan_source(&r, 10, 8) == 1, "'*' layers skip layers without a source");
     const char *bad_routes[][2] = {
         {"2:0-3=-3", "layer 2 cannot read layer -1"}, {"12:0=-1", "outside [0, 12)"}, {"3:0-12=-1", "heads 0-12 outside"},
         {"3:0-1=+1", "source must be"}, {"3:0-1", "expected '='"}, {"3-1:0=-1", "outside"}, {"3:0=@5", "cannot read layer 5"},

@@ -1,5 +1,7 @@
-/* Model configuration: defaults, presets, validation, parsing, and the Skip-Layer routing. */
+/* Model configuration: defaults, presets, validation (the Skip-Layer routing through its plan,
+ * src/core/route.c), parsing, RoPE's frequencies. */
 #include "core/config.h"
+#include "core/route.h"
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -49,12 +51,17 @@ void sk_config_sla_default(sk_config *c) {
     c->n_skip_head = nh > 0 ? nh : group;
 }
 
+static int derive_sizes(sk_config *c);
+
 #define RANGE(field, lo, hi) do { \
     if ((long long)c->field < (long long)(lo) || (long long)c->field > (long long)(hi)) \
         return sk_error(SK_EINVAL, "config: %s = %lld is out of range [%lld, %lld]", #field, \
                         (long long)c->field, (long long)(lo), (long long)(hi)); } while (0)
 
-int sk_config_check(sk_config *c) {
+int sk_config_check(sk_config *c) { return sk_config_check_plan(c, NULL); }
+
+int sk_config_check_plan(sk_config *c, sk_route_plan **plan) {
+    if (plan) *plan = NULL;
     if (c->family != SK_GPT2 && c->family != SK_LLAMA)
         return sk_error(SK_EINVAL, "config: family must be gpt2 or llama");
     RANGE(n_layer, 1, 1024);
@@ -111,8 +118,17 @@ int sk_config_check(sk_config *c) {
     if (c->n_skip_head % group)
         return sk_error(SK_EINVAL, "config: n_skip_head (%d) must be a multiple of the KV group size n_head/n_kv_head (%d)",
                         c->n_skip_head, group);
-    int rc = sk_route_check(c);
+    sk_route_plan *p;
+    int rc = sk_route_plan_build(&p, c);
     if (rc) return rc;
+    rc = derive_sizes(c);
+    if (rc || !plan) sk_route_plan_free(p);
+    else *plan = p;
+    return rc;
+}
+
+/* The rest of sk_config_check: padded_vocab_size and ffn_hidden, derived and checked. */
+static int derive_sizes(sk_config *c) {
     if (c->padded_vocab_size == 0) c->padded_vocab_size = (c->vocab_size + 63) / 64 * 64;
     if (c->padded_vocab_size < c->vocab_size)
         return sk_error(SK_EINVAL, "config: padded_vocab_size (%d) must be >= vocab_size (%d)",
@@ -238,147 +254,4 @@ void sk_rope_freqs(const sk_config *c, int hs, double *freq) {
         }
         freq[j] = f;
     }
-}
-
-/* ------------------------------------------------------ Skip-Layer routing
- * The one place that decides which layer's K/V each query head reads.
- *
- * Paper SLA (Chen et al., the listing): layer l >= n_skip_layer sends its last n_skip_head
- * query heads to the OWN K/V of layer l - n_skip_layer (borrowing never chains).
- *
- * General table (config field `routing`, beyond the paper): rules "LAYERS:HEADS=SRC"
- * separated by ';', later rules overriding earlier ones:
- *   LAYERS  '*' or a comma list of layers and ranges ("9-11", "1,3,5")
- *   HEADS   '*' or a query head or range ("6-11")
- *   SRC     "-k": layer l-k (k >= 1), or "@j": layer j < l
- * Paper SLA 9/6 on 12 layers is "9-11:6-11=-9"; cross-layer attention (odd layers reuse the
- * K/V below) is "1,3,5,7,9,11:*=-1"; a multi-source skip is "6-11:6-8=-3;9-11:9-11=-9".
- * With '*' layers a relative source below layer 0 leaves that layer alone; an explicit
- * layer must have a valid source. Heads of one KV group must share their source. */
-
-static int parse_uint(const char **p, int *out) {
-    if (**p < '0' || **p > '9') return -1;
-    long v = 0;
-    while (**p >= '0' && **p <= '9') { v = v * 10 + (**p - '0'); if (v > 1000000) return -1; (*p)++; }
-    *out = (int)v;
-    return 0;
-}
-
-/* Fills src[l * H + h] for every layer and head; 0 or SK_EINVAL with a message. */
-static int route_table(const sk_config *c, short *src) {
-    int L = c->n_layer, H = c->n_head;
-    for (int l = 0; l < L; l++)
-        for (int h = 0; h < H; h++) src[l * H + h] = (short)l;
-    if (!c->routing[0]) {
-        if (c->n_skip_layer > 0 && c->n_skip_head > 0 && c->n_skip_layer < L)
-            for (int l = c->n_skip_layer; l < L; l++)
-                for (int h = H - c->n_skip_head; h < H; h++) src[l * H + h] = (short)(l - c->n_skip_layer);
-        return SK_OK;
-    }
-    const char *p = c->routing;
-#define BAD(...) return sk_error(SK_EINVAL, "config: routing '%s' at offset %d: " __VA_ARGS__)
-    while (*p) {
-        const char *rule = p;
-        /* layers */
-        unsigned char *lay = calloc(L, 1);
-        int star = 0;
-        if (*p == '*') { star = 1; memset(lay, 1, L); p++; }
-        else for (;;) {
-            int a, b;
-            if (parse_uint(&p, &a)) { free(lay); BAD("expected a layer number", c->routing, (int)(p - c->routing)); }
-            b = a;
-            if (*p == '-') { p++; if (parse_uint(&p, &b)) { free(lay); BAD("expected a layer number", c->routing, (int)(p - c->routing)); } }
-            if (a > b || b >= L) { free(lay); BAD("layers %d-%d outside [0, %d)", c->routing, (int)(rule - c->routing), a, b, L); }
-            for (int l = a; l <= b; l++) lay[l] = 1;
-            if (*p != ',') break;
-            p++;
-        }
-        if (*p != ':') { free(lay); BAD("expected ':'", c->routing, (int)(p - c->routing)); }
-        p++;
-        int h0 = 0, h1 = H - 1;
-        if (*p == '*') p++;
-        else {
-            if (parse_uint(&p, &h0)) { free(lay); BAD("expected a head number", c->routing, (int)(p - c->routing)); }
-            h1 = h0;
-            if (*p == '-') { p++; if (parse_uint(&p, &h1)) { free(lay); BAD("expected a head number", c->routing, (int)(p - c->routing)); } }
-            if (h0 > h1 || h1 >= H) { free(lay); BAD("heads %d-%d outside [0, %d)", c->routing, (int)(rule - c->routing), h0, h1, H); }
-        }
-        if (*p != '=') { free(lay); BAD("expected '='", c->routing, (int)(p - c->routing)); }
-        p++;
-        int rel = *p == '-', k;
-        if (*p != '-' && *p != '@') { free(lay); BAD("source must be -k (k layers below) or @j (layer j)", c->routing, (int)(p - c->routing)); }
-        p++;
-        if (parse_uint(&p, &k) || (rel && k < 1)) { free(lay); BAD("bad source", c->routing, (int)(p - c->routing)); }
-        for (int l = 0; l < L; l++) {
-            if (!lay[l]) continue;
-            int s = rel ? l - k : k;
-            if (s < 0 || s > l) {
-                if (star && rel) continue;
-                free(lay);
-                BAD("layer %d cannot read layer %d (sources must be at or below the layer)", c->routing, (int)(rule - c->routing), l, s);
-            }
-            for (int h = h0; h <= h1; h++) src[l * H + h] = (short)s;
-        }
-        free(lay);
-        if (*p == ';') p++;
-        else if (*p) BAD("expected ';' or the end", c->routing, (int)(p - c->routing));
-    }
-#undef BAD
-    int kvh = c->n_kv_head > 0 ? c->n_kv_head : H, group = H / (kvh > 0 ? kvh : 1);
-    for (int l = 0; l < L; l++)
-        for (int h = 0; h < H; h++)
-            if (src[l * H + h] != src[l * H + h / group * group])
-                return sk_error(SK_EINVAL, "config: routing: layer %d heads %d and %d share a KV head but read different layers",
-                                l, h / group * group, h);
-    return SK_OK;
-}
-
-int sk_route_check(const sk_config *c) {
-    if (c->routing[0] && (c->n_skip_layer || c->n_skip_head))
-        return sk_error(SK_EINVAL, "config: give either routing or n_skip_layer/n_skip_head, not both");
-    short *t = malloc(sizeof(short) * c->n_layer * c->n_head);
-    if (!t) return sk_error(SK_ENOMEM, "out of memory");
-    int rc = route_table(c, t);
-    free(t);
-    return rc;
-}
-
-int sk_route_runs(const sk_config *c, int l, sk_route *runs) {
-    int H = c->n_head, n = 0;
-    short *t = malloc(sizeof(short) * c->n_layer * H);
-    if (!t || route_table(c, t)) { free(t); runs[0] = (sk_route){0, H, l}; return 1; }
-    for (int h = 0; h < H; h++) {
-        int s = t[l * H + h];
-        if (n && runs[n - 1].src == s) runs[n - 1].nh++;
-        else runs[n++] = (sk_route){h, 1, s};
-    }
-    free(t);
-    return n;
-}
-
-int sk_sla_source(const sk_config *c, int l, int h) {
-    sk_route r[1024];
-    int n = sk_route_runs(c, l, r);
-    for (int i = 0; i < n; i++) if (h >= r[i].h0 && h < r[i].h0 + r[i].nh) return r[i].src;
-    return l;
-}
-
-int sk_kv_read(const sk_config *c, int l, int kv_head, int by_others_only) {
-    int H = c->n_head, group = H / (c->n_kv_head > 0 ? c->n_kv_head : H);
-    short *t = malloc(sizeof(short) * c->n_layer * H);
-    if (!t || route_table(c, t)) { free(t); return !by_others_only; }
-    int read = 0;
-    for (int u = l; u < c->n_layer && !read; u++) {
-        if (by_others_only && u == l) continue;
-        for (int h = kv_head * group; h < (kv_head + 1) * group; h++)
-            if (t[u * H + h] == l) { read = 1; break; }
-    }
-    free(t);
-    return read;
-}
-
-int sk_sla_lends(const sk_config *c, int l) {
-    int kvh = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
-    for (int j = 0; j < kvh; j++) if (sk_kv_read(c, l, j, 1)) return 1;
-    return 0;
 }

@@ -1,7 +1,7 @@
 /* Cached inference: decode tokens one chunk at a time against a KV cache (sampling from
  * the logits is sample.c).
  * The layer sequence mirrors forward_blocks() in model.c; the Skip-Layer routing comes
- * from the same sk_sla_* functions. */
+ * from the model's plan (core/route.h): its runs, and its KV heads read (the cache's slots). */
 #include "core/model.h"
 #include "core/config.h"
 #include "core/ops.h"
@@ -47,7 +47,7 @@ sk_kvcache_params sk_kvcache_default_params(void) {
  * heads are read by nobody unless it lends them. */
 static int kv_slots(const sk_model *m, int l, int *slot) {
     int n = 0;
-    for (int j = 0; j < m->Hkv; j++) slot[j] = sk_kv_read(&m->cfg, l, j, 0) ? n++ : -1;
+    for (int j = 0; j < m->Hkv; j++) slot[j] = sk_route_plan_kv_stored(m->plan, l, j) ? n++ : -1;
     return n;
 }
 
@@ -365,8 +365,8 @@ static int decode_chunk(sk_model *m, sk_kvcache *kv, const int32_t *tok, int n, 
                 e = n;
             }
             int Lq = contig ? n : 1, nb = contig ? 1 : e - i;
-            for (int part = 0; part < m->n_runs[l]; part++) {
-                const sk_route *r = &m->runs[(size_t)l * H + part];
+            for (int part = 0; part < m->plan->n_runs[l]; part++) {
+                const sk_route *r = sk_route_run(m->plan, l, part);
                 int h0 = r->h0, nh = r->nh, src = r->src, sn = kv->n_store[src];
                 int kslot = kv->slot[src * Hkv + h0 / group];
                 long seq_st = (long)kv->max_T * sn * hs;

@@ -61,11 +61,12 @@ static void add_tensor(sk_model *m, const char *name, const float *at, int ndim,
 
 /* The file names of every tensor. Llama q/k rows are stored in our interleaved-pair
  * RoPE order; checkpoint.c permutes them to HF's half-split order on export. */
-static void build_tensor_table(sk_model *m) {
+static int build_tensor_table(sk_model *m) {
     const sk_config *c = &m->cfg;
     const sk_params *p = &m->p;
     int L = m->L, C = m->C, F = m->F;
     m->tensors = calloc((size_t)19 * L + 9, sizeof(sk_tensor));
+    if (!m->tensors) return sk_error(SK_ENOMEM, "out of memory for the model's tensor table");
     char n[80];
     if (c->family == SK_GPT2) {
         add_tensor(m, "transformer.wte.weight", p->wte, 2, c->vocab_size, C, 1);
@@ -120,6 +121,7 @@ static void build_tensor_table(sk_model *m) {
         add_tensor(m, "model.norm.weight", p->lnfw, 1, C, 0, 0);
         if (c->untied_head) add_tensor(m, "lm_head.weight", p->lmhead, 2, c->vocab_size, C, 1);
     }
+    return SK_OK;
 }
 
 static void init_weights(sk_model *m, uint64_t seed) {
@@ -150,11 +152,13 @@ static void init_weights(sk_model *m, uint64_t seed) {
 static int model_create(sk_model **out, const sk_config *cfg_in, int init, uint64_t seed) {
     *out = NULL;
     sk_config cfg = *cfg_in;
-    int rc = sk_config_check(&cfg);
+    sk_route_plan *plan;
+    int rc = sk_config_check_plan(&cfg, &plan);
     if (rc) return rc;
     sk_model *m = calloc(1, sizeof *m);
-    if (!m) return sk_error(SK_ENOMEM, "out of memory");
+    if (!m) { sk_route_plan_free(plan); return sk_error(SK_ENOMEM, "out of memory"); }
     m->cfg = cfg;
+    m->plan = plan;
     m->L = cfg.n_layer; m->C = cfg.n_embd; m->H = cfg.n_head; m->Hkv = cfg.n_kv_head;
     m->hs = m->C / m->H; m->QKV = (m->H + 2 * m->Hkv) * m->hs;
     m->F = cfg.ffn_hidden; m->Vp = cfg.padded_vocab_size;
@@ -168,21 +172,18 @@ static int model_create(sk_model **out, const sk_config *cfg_in, int init, uint6
     char what[160];
     snprintf(what, sizeof what, "the model (%zu parameters%s)", m->n_params,
              table ? " and its position table" : "");
-    if ((rc = check_alloc((m->n_params + table) * sizeof(float), what))) { free(m); return rc; }
+    if ((rc = check_alloc((m->n_params + table) * sizeof(float), what))) { sk_model_free(m); return rc; }
     m->params = init ? malloc(m->n_params * sizeof(float)) : calloc(m->n_params, sizeof(float));
     if (!m->params) {
         rc = sk_error(SK_ENOMEM, "out of memory for %zu parameters", m->n_params);
-        free(m);
+        sk_model_free(m);
         return rc;
     }
     sk_params_views(m, m->params, &m->p);
-    build_tensor_table(m);
+    if ((rc = build_tensor_table(m))) { sk_model_free(m); return rc; }
     if (cfg.sinusoidal) m->sinus = malloc(table * sizeof(float));
     else if (cfg.family == SK_LLAMA) m->rope = malloc(table * sizeof(float));
-    m->lend_index = malloc(sizeof(int) * m->L);
-    m->runs = malloc(sizeof(sk_route) * m->L * m->H);
-    m->n_runs = malloc(sizeof(int) * m->L);
-    if ((table && !m->sinus && !m->rope) || !m->lend_index || !m->runs || !m->n_runs) {
+    if (table && !m->sinus && !m->rope) {
         sk_model_free(m);
         return sk_error(SK_ENOMEM, "out of memory for the model's tables");
     }
@@ -193,29 +194,6 @@ static int model_create(sk_model **out, const sk_config *cfg_in, int init, uint6
         sk_rope_freqs(&cfg, m->hs, freq);
         sk_rope_table(m->rope, cfg.block_size, m->hs, freq);
         free(freq);
-    }
-    for (int l = 0, k = 0; l < m->L; l++) {
-        m->lend_index[l] = sk_sla_lends(&cfg, l) ? k++ : -1;
-        m->n_runs[l] = sk_route_runs(&cfg, l, m->runs + (size_t)l * m->H);
-    }
-    /* qkv columns worth computing: all of q, and the K/V of KV heads some layer reads (with
-     * SLA, a borrowing layer that lends nothing never uses its own skip-head K/V) */
-    m->qkv_cols = malloc(sizeof(int) * m->L * (1 + 2 * m->Hkv) * 2);
-    m->n_qkv_cols = malloc(sizeof(int) * m->L);
-    for (int l = 0; l < m->L; l++) {
-        int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2, n = 0, hs = m->hs;
-        r[0] = 0; r[1] = m->H * hs; n = 1;
-        for (int kv = 0; kv < 2; kv++)
-            for (int j = 0; j < m->Hkv;) {
-                if (!sk_kv_read(&cfg, l, j, 0)) { j++; continue; }
-                int e = j + 1;
-                while (e < m->Hkv && sk_kv_read(&cfg, l, e, 0)) e++;
-                int c0 = (m->H + kv * m->Hkv + j) * hs, w = (e - j) * hs;
-                if (r[2 * (n - 1)] + r[2 * (n - 1) + 1] == c0) r[2 * (n - 1) + 1] += w;   /* merge adjacent */
-                else { r[2 * n] = c0; r[2 * n + 1] = w; n++; }
-                j = e;
-            }
-        m->n_qkv_cols[l] = n;
     }
     if (init) init_weights(m, seed);
     m->recompute = -1;
@@ -229,13 +207,14 @@ int sk_model_new_empty(sk_model **out, const sk_config *cfg) { return model_crea
 void sk_model_free(sk_model *m) {
     if (!m) return;
     free(m->params); free(m->grads); free(m->tensors); free(m->acts_mem);
-    free(m->lend_index); free(m->rope); free(m->sinus); free(m->runs); free(m->n_runs);
-    free(m->qkv_cols); free(m->n_qkv_cols); free(m->params16);
+    free(m->rope); free(m->sinus); free(m->params16);
+    sk_route_plan_free(m->plan);
     sk_q8_free(m->q8);
     free(m);
 }
 
 const sk_config *sk_model_config(const sk_model *m) { return &m->cfg; }
+const sk_route_plan *sk_route_plan_of(const sk_model *m) { return m->plan; }
 /* A caller may write the parameters through this pointer: in bf16 mode their bf16 copy is
  * rounded anew before the next pass. */
 float *sk_model_params(sk_model *m) { m->params16_stale = 1; return m->params; }
@@ -282,11 +261,7 @@ void sk_model_phase_times(const sk_model *m, sk_phase_times *t, int reset) {
 
 /* ----------------------------------------------------------- activations */
 
-int sk_model_n_lenders(const sk_model *m) {
-    int k = 0;
-    for (int l = 0; l < m->L; l++) k += m->lend_index[l] >= 0;
-    return k;
-}
+int sk_model_n_lenders(const sk_model *m) { return m->plan->n_lenders; }
 
 /* Rows of the classifier chunk: about 16M floats of logits at most. */
 static int classifier_chunk(const sk_model *m, int N) {
@@ -393,7 +368,8 @@ void sk_model_set_recompute(sk_model *m, int mode) {
 /* The views of layer l's activations (the shared workspace when recomputing). */
 static size_t qkv_slot(const sk_model *m, int l) {
     if (!m->recompute_on) return (size_t)l;
-    return m->lend_index[l] >= 0 ? (size_t)m->lend_index[l] : (size_t)sk_model_n_lenders(m);
+    const int k = m->plan->lend_index[l];
+    return k >= 0 ? (size_t)k : (size_t)sk_model_n_lenders(m);
 }
 static float *qkv_of(const sk_model *m, int l) {
     return m->a.qkv + qkv_slot(m, l) * (size_t)m->B * m->T * m->QKV;
@@ -482,31 +458,41 @@ int sk_model_reserve(sk_model *m, int B, int T, int with_grads) {
 
 #define TIMED(field, stmt) do { double t0_ = sk_now(); stmt; m->times.field += sk_now() - t0_; } while (0)
 
-/* Dropout streams: one per (layer, site); the embedding uses layer = L. */
-enum { DROP_ATTN_W = 0, DROP_ATTN_OUT = 1, DROP_MLP_OUT = 2 };
-static uint64_t drop_stream(int layer, int site) { return (uint64_t)layer * 4 + site + 1; }
+/* The attention call `part` of layer l (sk_attn_call, shared with the CUDA backend): with
+ * paper SLA, own heads [0, split) on the layer's own K/V and the borrowed heads [split, H) on
+ * the K/V of layer l - n_skip_layer. */
+void sk_model_attn_call(const sk_model *m, int l, int part, int B, int T, uint64_t seed, sk_attn_call *c) {
+    const sk_route *r = sk_route_run(m->plan, l, part);
+    const int group = m->H / m->Hkv, hs = m->hs;
+    c->h0 = r->h0; c->nh = r->nh; c->nkv = r->nh / group; c->src = r->src;
+    c->q = (size_t)r->h0 * hs;
+    c->k = (size_t)m->H * hs + (size_t)(r->h0 / group) * hs;
+    c->v = c->k + (size_t)m->Hkv * hs;
+    c->out = (size_t)r->h0 * hs;
+    c->lse = (size_t)B * r->h0 * T;
+    c->qkv_sb = (long)T * m->QKV; c->qkv_st = m->QKV;
+    c->out_sb = (long)T * m->C; c->out_st = m->C;
+    c->seed = sk_hash32(seed, sk_drop_stream(l, SK_DROP_ATTN_W), (uint64_t)part) |
+              ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
+}
 
-
-/* The attention calls of layer l, one per run of heads with the same K/V source: with paper
- * SLA, own heads [0, split) on the layer's own K/V and the borrowed heads [split, H) on the
- * K/V of layer l - n_skip_layer. Views into the qkv buffers, no copies. */
+/* The CPU's descriptor of that call: views into the qkv buffers, no copies. */
 static void attn_desc(const sk_model *m, sk_attn *a, int l, int part, int B, int T,
                       float dropout, uint64_t seed, int training, const sk_layer_acts *la) {
-    const sk_route *r = &m->runs[(size_t)l * m->H + part];
-    int group = m->H / m->Hkv, hs = m->hs;
-    int h0 = r->h0, nh = r->nh, src = r->src;
-    const float *qkv_kv = src == l ? la->qkv : qkv_of(m, src);
+    sk_attn_call c;
+    sk_model_attn_call(m, l, part, B, T, seed, &c);
+    const float *qkv_kv = c.src == l ? la->qkv : qkv_of(m, c.src);
+    const long hs = m->hs;
     memset(a, 0, sizeof *a);
-    a->B = B; a->H = nh; a->Hkv = nh / group; a->Lq = T; a->Lk = T; a->D = hs;
-    long row = m->QKV;
-    a->q = la->qkv + (size_t)h0 * hs;                               a->q_sb = T * row; a->q_sh = hs; a->q_st = row;
-    a->k = qkv_kv + (size_t)m->H * hs + (size_t)(h0 / group) * hs;  a->k_sb = T * row; a->k_sh = hs; a->k_st = row;
-    a->v = a->k + (size_t)m->Hkv * hs;                              a->v_sb = T * row; a->v_sh = hs; a->v_st = row;
-    a->out = la->atty + (size_t)h0 * hs;                            a->o_sb = (long)T * m->C; a->o_sh = hs; a->o_st = m->C;
+    a->B = B; a->H = c.nh; a->Hkv = c.nkv; a->Lq = T; a->Lk = T; a->D = m->hs;
+    a->q = la->qkv + c.q;    a->q_sb = c.qkv_sb; a->q_sh = hs; a->q_st = c.qkv_st;
+    a->k = qkv_kv + c.k;     a->k_sb = c.qkv_sb; a->k_sh = hs; a->k_st = c.qkv_st;
+    a->v = qkv_kv + c.v;     a->v_sb = c.qkv_sb; a->v_sh = hs; a->v_st = c.qkv_st;
+    a->out = la->atty + c.out; a->o_sb = c.out_sb; a->o_sh = hs; a->o_st = c.out_st;
     a->is_causal = 1;
     a->dropout_p = dropout; a->training = training;
-    a->seed = sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) | ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
-    a->lse = la->lse + (size_t)B * h0 * T;
+    a->seed = c.seed;
+    a->lse = la->lse + c.lse;
     a->bf16 = m->bf16;              /* bf16 mode: the attention's products in bf16 too */
 }
 
@@ -597,8 +583,8 @@ static int linear16_backward(const sk_model *m, float *dx, float *dw, const uint
 /* qkv_forward in bf16: the same column ranges */
 static int qkv_forward16(const sk_model *m, int l, float *qkv, const uint16_t *ln1, int N) {
     const float *w = m->p.qkvw + (size_t)l * m->QKV * m->C, *b = m->p.qkvb ? m->p.qkvb + (size_t)l * m->QKV : NULL;
-    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
-    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV, rc = SK_OK;
+    int n, C = m->C, QKV = m->QKV, rc = SK_OK;
+    const int *r = sk_route_cols(m->plan, l, &n);
     for (int i = 0; i < n && !rc; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
         rc = sk_gemm_bf16(0, 1, N, cw, C, ln1, C, w16(m, w) + (size_t)c0 * C, C, b ? b + c0 : NULL, 0, qkv + c0, NULL, QKV);
@@ -613,8 +599,8 @@ static int qkv_backward16(sk_model *m, int l, float *dln1, const float *dqkv, co
     size_t off = (size_t)l * m->QKV * m->C;
     const uint16_t *w = w16(m, m->p.qkvw + off);
     float *dw = m->g.qkvw + off, *db = m->g.qkvb ? m->g.qkvb + (size_t)l * m->QKV : NULL;
-    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
-    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV, rc = SK_OK;
+    int n, C = m->C, QKV = m->QKV, rc = SK_OK;
+    const int *r = sk_route_cols(m->plan, l, &n);
     if (n == 1 && r[1] == QKV) {
         rc = sk_gemm_bf16(0, 0, N, C, QKV, dqkv16, QKV, w, C, NULL, 0, dln1, NULL, C);
         if (!rc) rc = sk_gemm_bf16(1, 0, QKV, C, N, dqkv16, QKV, ln1, C, NULL, 1, dw, NULL, C);
@@ -639,8 +625,8 @@ static int qkv_backward16(sk_model *m, int l, float *dln1, const float *dqkv, co
  * of the row is left as it is: nobody reads it). */
 static void qkv_forward(const sk_model *m, int l, float *qkv, const float *ln1, int N) {
     const float *w = m->p.qkvw + (size_t)l * m->QKV * m->C, *b = m->p.qkvb ? m->p.qkvb + (size_t)l * m->QKV : NULL;
-    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
-    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
+    int n, C = m->C, QKV = m->QKV;
+    const int *r = sk_route_cols(m->plan, l, &n);
     if (n == 1 && r[1] == QKV) { sk_linear_forward(qkv, ln1, w, b, N, C, QKV); return; }
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
@@ -656,8 +642,8 @@ static void qkv_backward(sk_model *m, int l, float *dln1, const float *dqkv, con
     size_t off = (size_t)l * m->QKV * m->C;
     const float *w = m->p.qkvw + off;
     float *dw = m->g.qkvw ? m->g.qkvw + off : NULL, *db = m->g.qkvb ? m->g.qkvb + (size_t)l * m->QKV : NULL;
-    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
-    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
+    int n, C = m->C, QKV = m->QKV;
+    const int *r = sk_route_cols(m->plan, l, &n);
     if (n == 1 && r[1] == QKV) { sk_linear_backward(dln1, dw, db, dqkv, ln1, w, N, C, QKV); return; }
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
@@ -747,7 +733,7 @@ static int layer_forward(sk_model *m, int l, const float *x, const sk_layer_acts
         TIMED(matmul, adapters_forward(m, l, SK_SITE_QKV, la->qkv, m->QKV, la->ln1, N, training, seed));
     }
     if (m->rope) TIMED(elementwise, sk_rope(la->qkv, m->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
-    for (int part = 0; part < m->n_runs[l]; part++) {
+    for (int part = 0; part < m->plan->n_runs[l]; part++) {
         sk_attn d;
         attn_desc(m, &d, l, part, B, T, drop, seed, training, la);
         TIMED(attention, rc = sk_attn_forward(&d));
@@ -762,7 +748,7 @@ static int layer_forward(sk_model *m, int l, const float *x, const sk_layer_acts
         TIMED(matmul, sk_linear_forward(la->res2, la->atty, projw, projb, N, C, C));
         TIMED(matmul, adapters_forward(m, l, SK_SITE_ATTPROJ, la->res2, C, la->atty, N, training, seed));
     }
-    sk_dropout(la->res2, BT * C, drop, seed, drop_stream(l, DROP_ATTN_OUT));
+    sk_dropout(la->res2, BT * C, drop, seed, sk_drop_stream(l, SK_DROP_ATTN_OUT));
     TIMED(elementwise, sk_add_inplace(la->res2, x, BT * C));
     const float *ln2w = p->ln2w + (size_t)l * C, *ln2b = p->ln2b ? p->ln2b + (size_t)l * C : NULL;
     const float *fcw = p->fcw + (size_t)l * Ffc * C, *fcb = p->fcb ? p->fcb + (size_t)l * F : NULL;
@@ -782,7 +768,7 @@ static int layer_forward(sk_model *m, int l, const float *x, const sk_layer_acts
         TIMED(matmul, sk_linear_forward(la->res3, la->fch_act, fcprojw, fcprojb, N, F, C));
         TIMED(matmul, adapters_forward(m, l, SK_SITE_FCPROJ, la->res3, C, la->fch_act, N, training, seed));
     }
-    sk_dropout(la->res3, BT * C, drop, seed, drop_stream(l, DROP_MLP_OUT));
+    sk_dropout(la->res3, BT * C, drop, seed, sk_drop_stream(l, SK_DROP_MLP_OUT));
     TIMED(elementwise, sk_add_inplace(la->res3, la->res2, BT * C));
     return SK_OK;
 }
@@ -801,7 +787,7 @@ static int forward_blocks(sk_model *m, const int32_t *inputs, int B, int T, int 
         return sk_error(SK_EINVAL, "the LoRA workspaces hold %zu tokens, the batch has %d", m->ad->max_tokens, N);
     if (m->bf16) TIMED(elementwise, bf16_weights(m));
     TIMED(elementwise, sk_embed_forward(a->encoded, inputs, p->wte, p->wpe ? p->wpe : m->sinus, B, T, C));
-    sk_dropout(a->encoded, BT * C, drop, seed, drop_stream(L, 0));
+    sk_dropout(a->encoded, BT * C, drop, seed, sk_drop_stream(L, 0));
     for (int l = 0; l < L; l++) {
         sk_layer_acts la;
         layer_acts(m, l, &la);
@@ -901,7 +887,7 @@ int sk_model_forward(sk_model *m, const int32_t *inputs, const int32_t *targets,
 /* -------------------------------------------------------------- backward */
 
 static float *dqkv_of(sk_model *m, int l, size_t BT) {
-    int k = m->lend_index[l];
+    int k = m->plan->lend_index[l];
     return k >= 0 ? m->a.dqkv_lend + (size_t)k * BT * m->QKV : m->a.dqkv_own;
 }
 
@@ -912,7 +898,7 @@ static const float *branch_grad(sk_model *m, float drop, uint64_t seed, int l, i
     sk_acts *a = &m->a;
     if (!(drop > 0.0f)) return a->dres;
     memcpy(a->dbtc, a->dres, BT * m->C * sizeof(float));
-    sk_dropout(a->dbtc, BT * m->C, drop, seed, drop_stream(l, site));
+    sk_dropout(a->dbtc, BT * m->C, drop, seed, sk_drop_stream(l, site));
     return a->dbtc;
 }
 
@@ -951,7 +937,7 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
         float *g_attprojb = g->attprojb ? g->attprojb + (size_t)l * C : NULL;
         int rc = SK_OK;
         /* MLP: res3 = res2 + drop(fcproj(act(fc(norm2(res2))))) */
-        const float *dy = branch_grad(m, drop, seed, l, DROP_MLP_OUT, BT);
+        const float *dy = branch_grad(m, drop, seed, l, SK_DROP_MLP_OUT, BT);
         if (h) {
             /* dY rounded once for its two GEMMs; the bias gradient sums the fp32 dY */
             TIMED(elementwise, sk_round_bf16(a->dy16, dy, BT * C));
@@ -972,7 +958,7 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
         TIMED(norm, norm_backward(m, a->dres, GV(g->ln2w, (size_t)l * C), g->ln2b ? g->ln2b + (size_t)l * C : NULL,
                                   a->dbtc2, res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
         /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))) */
-        dy = branch_grad(m, drop, seed, l, DROP_ATTN_OUT, BT);
+        dy = branch_grad(m, drop, seed, l, SK_DROP_ATTN_OUT, BT);
         if (h) {
             TIMED(elementwise, sk_round_bf16(a->dy16, dy, BT * C));
             TIMED(elementwise, sk_round_bf16(a->x16, atty, BT * C));
@@ -984,11 +970,11 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
             TIMED(matmul, adapters_backward(m, l, SK_SITE_ATTPROJ, a->dbtc2, dy, C, atty, N, seed));
         }
         float *dqkv = dqkv_of(m, l, BT);
-        if (m->lend_index[l] < 0) memset(dqkv, 0, BT * m->QKV * sizeof(float));
-        for (int part = 0; part < m->n_runs[l]; part++) {
+        if (m->plan->lend_index[l] < 0) memset(dqkv, 0, BT * m->QKV * sizeof(float));
+        for (int part = 0; part < m->plan->n_runs[l]; part++) {
             sk_attn d;
             attn_desc(m, &d, l, part, B, T, drop, seed, 1, &la);
-            int src = m->runs[(size_t)l * m->H + part].src;
+            int src = sk_route_run(m->plan, l, part)->src;
             float *dsrc = dqkv_of(m, src, BT);
             const float *qkv_src = src == l ? la.qkv : qkv_of(m, src);
             /* dq/dk/dv share the strides of q/k/v; translate the pointers into the gradient buffers */
@@ -1012,7 +998,7 @@ static int backward_blocks(sk_model *m, const int32_t *inputs, int B, int T, uin
                                   a->dbtc, x, p->ln1w + (size_t)l * C, la.ln1_mean, la.ln1_rstd, N));
     }
     if (m->frozen) return SK_OK;      /* the embedding's gradient is its only use */
-    sk_dropout(a->dres, BT * C, drop, seed, drop_stream(L, 0));
+    sk_dropout(a->dres, BT * C, drop, seed, sk_drop_stream(L, 0));
     TIMED(elementwise, sk_embed_backward(g->wte, g->wpe, a->dres, inputs, B, T, C));
     return SK_OK;
 #undef GV

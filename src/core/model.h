@@ -4,6 +4,7 @@
 #define SK_MODEL_INTERNAL_H
 #include "skiplm_model.h"
 #include "skiplm_attention.h"
+#include "core/route.h"
 
 /* Stacked per-layer tensors: (L, ...) so one pointer + layer offset reaches any layer.
  * GPT-2:  fc = c_fc (F, C),               fcproj = c_proj (C, F)
@@ -95,12 +96,10 @@ struct sk_model {
     int hidden_valid;                     /* a.lnf holds the last forward pass's final norm (sk_model_hidden) */
     float *acts_mem; size_t acts_floats;
     sk_acts a;
-    int *lend_index;                      /* layer -> index into dqkv_lend, or -1 */
-    sk_route *runs;                       /* (L, H): each layer's attention calls (sk_route_runs) */
-    int *n_runs;                          /* (L) */
-    int *qkv_cols;                        /* (L, 1 + 2*Hkv, 2): column ranges (start, width) of the
-                                             qkv projection that some layer reads */
-    int *n_qkv_cols;                      /* (L) */
+    sk_route_plan *plan;                  /* the Skip-Layer routing, built with the model (core/route.h):
+                                             each layer's attention calls (runs), the q/k/v columns
+                                             some layer reads, the layers that lend (their qkv is
+                                             kept, a slot of dqkv_lend each) */
     float *rope;                          /* (block_size, hs/2, 2) cos/sin for Llama, or NULL */
     float *sinus;                         /* (block_size, C) fixed positions, or NULL */
     int gated;                            /* SwiGLU: fc holds [w1; w3] (2F rows) */
@@ -129,7 +128,7 @@ typedef struct {
 
 /* act (N, F) = the MLP activation of h (N, F or 2F), for the model's kind. */
 void sk_mlp_act_forward(const sk_model *m, float *act, const float *h, int N);
-/* Layers whose K/V some other layer reads (lend_index >= 0): the slots of dqkv_lend. */
+/* Layers whose K/V some other layer reads (the plan's lend_index >= 0): the slots of dqkv_lend. */
 int sk_model_n_lenders(const sk_model *m);
 /* Freeze the weights (on = 1: the gradient buffer is freed and never made; the backward pass
  * computes no weight gradient) or not. */
@@ -138,6 +137,25 @@ void sk_model_set_frozen(sk_model *m, int on);
 int sk_model_set_adapters(sk_model *m, const sk_adapters *ad);
 /* The float offset of layer l's matrix at site (SK_SITE_*) in the parameter buffer. */
 size_t sk_model_site_offset(const sk_model *m, int l, int site);
+
+/* Dropout streams: one per (layer, site); the embedding uses layer = L. Both devices draw the
+ * same masks from them. */
+enum { SK_DROP_ATTN_W = 0, SK_DROP_ATTN_OUT = 1, SK_DROP_MLP_OUT = 2 };
+static inline uint64_t sk_drop_stream(int layer, int site) { return (uint64_t)layer * 4 + site + 1; }
+
+/* One attention call of a training pass over (B, T) tokens: run `part` of layer l's plan.
+ * Both devices make their descriptors (sk_attn, the CUDA backend's cu_attn) from it, adding
+ * their base pointers: q (and dQ) into layer l's qkv (B, T, QKV), k and v into the source
+ * layer's qkv (the lender's own K/V: a strided view, no copy), out into l's attention output
+ * (B, T, C), lse into l's (B, H, T). Offsets and strides are in floats. */
+typedef struct {
+    int h0, nh, nkv, src;        /* query heads [h0, h0+nh), their nkv KV heads, from layer src */
+    size_t q, k, v, out, lse;    /* offsets */
+    long qkv_sb, qkv_st;         /* q, k, v: batch and token strides (head stride hs) */
+    long out_sb, out_st;         /* out: batch and token strides (head stride hs) */
+    uint64_t seed;               /* the call's dropout seed on the attention weights */
+} sk_attn_call;
+void sk_model_attn_call(const sk_model *m, int l, int part, int B, int T, uint64_t seed, sk_attn_call *c);
 /* Views of the parameter/gradient buffers (set by the model, used by checkpoints). */
 void sk_params_views(const sk_model *m, float *base, sk_params *p);
 #endif

@@ -1,7 +1,7 @@
 /* Cached generation on the GPU: the device twin of src/core/infer.c.
  *
  * The KV cache has sk_kvcache's layout and slot map: per layer, K and V of the KV heads that
- * some layer reads (sk_kv_read), (max_T, n_store, hs) each, K stored after RoPE. An SLA
+ * some layer reads (the model's routing plan), (max_T, n_store, hs) each, K stored after RoPE. An SLA
  * layer computes and stores only its own read heads; its borrowed heads' attention reads
  * the lender layer's cache in place (a strided view: nothing is copied). With --bf16 and the
  * mma.sync attention (the default there) K and V are stored in bf16: the values the
@@ -138,7 +138,7 @@ static int kvcache_new(sk_cuda_kvcache *kv, const sk_model *m, int max_T, int ch
     for (int l = 0; l < m->L; l++) {
         /* the CPU cache's slot map (src/core/infer.c): only the KV heads some layer reads */
         for (int j = 0; j < m->Hkv; j++)
-            kv->slot[l * m->Hkv + j] = sk_kv_read(&m->cfg, l, j, 0) ? kv->n_store[l]++ : -1;
+            kv->slot[l * m->Hkv + j] = sk_route_plan_kv_stored(m->plan, l, j) ? kv->n_store[l]++ : -1;
         kv->elems += 2 * (size_t)max_T * kv->n_store[l] * m->hs;
         kv->elems_full += 2 * (size_t)max_T * m->Hkv * m->hs;
     }
@@ -277,14 +277,15 @@ static int decode_work(sk_cuda_model *cm, sk_cuda_kvcache *kv, int n, int pos0, 
         TRY(norm(cm, kv, kv->x, p->ln1w + (size_t)l * C, p->ln1b ? p->ln1b + (size_t)l * C : NULL, n));
         /* the q/k/v columns some layer reads (q, and k and v of the stored heads: as in
          * training, one GEMM per column range), then bias, RoPE, and k, v to the cache rows */
-        const int *cols = m->qkv_cols + (size_t)l * (1 + 2 * Hkv) * 2;
-        for (int i = 0; i < m->n_qkv_cols[l]; i++)
+        int ncols;
+        const int *cols = sk_route_cols(m->plan, l, &ncols);
+        for (int i = 0; i < ncols; i++)
             TRY(linear(cm, kv->qkv + cols[2 * i], m->QKV, kv->ln, ln16, qkvw + (size_t)cols[2 * i] * C, n, C,
                        cols[2 * i + 1], 0));
         K(cu_qkv_to_cache(kv->qkv, n, H, Hkv, hs, qkvb, cm->rope, pos_d, kv->slot_d + l * Hkv, kv->k[l], kv->v[l],
                           kv->k16[l], kv->v16[l], ld));
-        for (int part = 0; part < m->n_runs[l]; part++) {
-            const sk_route *r = &m->runs[(size_t)l * H + part];
+        for (int part = 0; part < m->plan->n_runs[l]; part++) {
+            const sk_route *r = sk_route_run(m->plan, l, part);
             int h0 = r->h0, nh = r->nh, src = r->src, sn = kv->n_store[src];
             int kslot = kv->slot[src * Hkv + h0 / group];
             cu_attn a;

@@ -4,8 +4,9 @@
  * line, with each op replaced by its kernel (src/cuda/kernels.cu, attention.cu) and each
  * GEMM by cuBLAS. The parameter buffer has sk_model's layout (the views come from the same
  * sk_params_views), so weights move with one cudaMemcpy. Skip-Layer routing comes from
- * the host model's tables (m->runs, m->qkv_cols, m->lend_index): each layer makes one
- * attention call per run of heads with the same K/V source, on strided views of the qkv
+ * the host model's plan (m->plan, src/core/route.h: runs, q/k/v columns, lenders) and each
+ * attention call's views and dropout seed from src/core/model.c's sk_model_attn_call, as the
+ * CPU's: each layer makes one attention call per run of heads with the same K/V source, on strided views of the qkv
  * activations (the lender's own columns for borrowed heads: no copy), and the borrowed
  * heads' dK/dV are added into the lender's gradient buffer (dqkv_lend), which is complete
  * when the backward pass reaches the lender (borrowers sit above it).
@@ -442,9 +443,6 @@ static int linear_backward(sk_cuda_model *cm, float *dinp, uint16_t *dinp16, flo
 
 /* --------------------------------------------------------------- forward */
 
-enum { DROP_ATTN_W = 0, DROP_ATTN_OUT = 1, DROP_MLP_OUT = 2 };
-static uint64_t drop_stream(int layer, int site) { return (uint64_t)layer * 4 + site + 1; }   /* as model.c */
-
 /* layer l's q/k/v in fp32 (with qkv16: the one layer's scratch, whose layout the copies share) */
 static float *qkv_of(const sk_cuda_model *cm, int l) {
     return cm->a.qkv + (cm->qkv16 ? 0 : (size_t)l * cm->B * cm->T * cm->m->QKV);
@@ -453,7 +451,7 @@ static uint16_t *qkv16_of(const sk_cuda_model *cm, int l) {
     return cm->qkv16 + (size_t)l * cm->B * cm->T * cm->m->QKV;
 }
 static float *dqkv_of(const sk_cuda_model *cm, int l) {
-    int k = cm->m->lend_index[l];
+    int k = cm->m->plan->lend_index[l];
     size_t BT = (size_t)cm->B * cm->T;
     return k >= 0 ? cm->a.dqkv_lend + (size_t)k * BT * cm->m->QKV : cm->a.dqkv_own;
 }
@@ -481,53 +479,47 @@ static uint16_t *at16(const sk_cuda_model *cm, uint16_t *base, int l, size_t wid
     return base ? base + (size_t)l * cm->B * cm->T * width : NULL;
 }
 
-/* the dropout seed of layer l's attention call `part` (src/core/model.c's) */
-static uint64_t attn_seed(uint64_t seed, int l, int part) {
-    return sk_hash32(seed, drop_stream(l, DROP_ATTN_W), (uint64_t)part) |
-           ((uint64_t)sk_hash32(seed, 7, (uint64_t)l * 2 + part) << 32);
-}
-
-/* The attention call `part` of layer l: src/core/model.c's attn_desc, same views, same seed. */
+/* The attention call `part` of layer l: sk_model_attn_call's views (the CPU's, src/core/model.c)
+ * and seed, with the device's own kernel settings. */
 static void attn_desc(const sk_cuda_model *cm, cu_attn *a, int l, int part, int B, int T, float dropout,
                       uint64_t seed, int training, const sk_layer_acts *la) {
     const sk_model *m = cm->m;
-    const sk_route *r = &m->runs[(size_t)l * m->H + part];
-    int group = m->H / m->Hkv, hs = m->hs;
-    int h0 = r->h0, nh = r->nh, src = r->src;
-    const float *qkv_kv = src == l ? la->qkv : qkv_of(cm, src);
+    sk_attn_call c;
+    sk_model_attn_call(m, l, part, B, T, seed, &c);
+    const float *qkv_kv = c.src == l ? la->qkv : qkv_of(cm, c.src);
+    const long hs = m->hs;
     memset(a, 0, sizeof *a);
-    a->B = B; a->H = nh; a->Hkv = nh / group; a->Lq = T; a->Lk = T; a->D = hs;
-    long row = m->QKV;
-    a->q = la->qkv + (size_t)h0 * hs;                               a->q_sb = T * row; a->q_sh = hs; a->q_st = row;
-    a->k = qkv_kv + (size_t)m->H * hs + (size_t)(h0 / group) * hs;  a->k_sb = T * row; a->k_sh = hs; a->k_st = row;
-    a->v = a->k + (size_t)m->Hkv * hs;                              a->v_sb = T * row; a->v_sh = hs; a->v_st = row;
+    a->B = B; a->H = c.nh; a->Hkv = c.nkv; a->Lq = T; a->Lk = T; a->D = m->hs;
+    a->q = la->qkv + c.q;    a->q_sb = c.qkv_sb; a->q_sh = hs; a->q_st = c.qkv_st;
+    a->k = qkv_kv + c.k;     a->k_sb = c.qkv_sb; a->k_sh = hs; a->k_st = c.qkv_st;
+    a->v = qkv_kv + c.v;     a->v_sb = c.qkv_sb; a->v_sh = hs; a->v_st = c.qkv_st;
     uint16_t *o16 = at16(cm, cm->atty16, l, m->C);                 /* bf16: only the bf16 output */
-    a->out = la->atty ? la->atty + (size_t)h0 * hs : NULL;          a->o_sb = (long)T * m->C; a->o_sh = hs; a->o_st = m->C;
-    a->out16 = o16 ? o16 + (size_t)h0 * hs : NULL;
-    a->scale = 1.0f / sqrtf((float)hs);
+    a->out = la->atty ? la->atty + c.out : NULL;  a->o_sb = c.out_sb; a->o_sh = hs; a->o_st = c.out_st;
+    a->out16 = o16 ? o16 + c.out : NULL;
+    a->scale = 1.0f / sqrtf((float)m->hs);
     a->causal = 1; a->causal_offset = 0;
     a->dropout = training && dropout > 0.0f;
     a->thr = (uint64_t)((double)dropout * 4294967296.0);
     a->inv_keep = a->dropout ? 1.0f / (1.0f - dropout) : 1.0f;
-    a->seed = attn_seed(seed, l, part);
-    a->lse = la->lse + (size_t)B * h0 * T;
+    a->seed = c.seed;
+    a->lse = la->lse + c.lse;
     a->tc = cm->attn_tc;
     a->mma_warps = cm->attn_warps;
     a->mma_rows = cm->attn_rows;
     a->stages = cm->attn_stages;
     a->bwd_split = cm->attn_bwd_split;
     if (cm->qkv16) {                  /* the bf16 copies, at the fp32 views' offsets */
-        a->q16 = qkv16_of(cm, l) + (a->q - la->qkv);
-        a->k16 = qkv16_of(cm, src) + (a->k - qkv_kv);
-        a->v16 = qkv16_of(cm, src) + (a->v - qkv_kv);
-        a->dout16 = cm->dx16 + (size_t)h0 * hs;
+        a->q16 = qkv16_of(cm, l) + c.q;
+        a->k16 = qkv16_of(cm, c.src) + c.k;
+        a->v16 = qkv16_of(cm, c.src) + c.v;
+        a->dout16 = cm->dx16 + c.out;
     }
 }
 
 /* The calls of layer l's attention: 1 when its runs (own heads, borrowed heads) go in one
  * launch (cu_attn.nruns), else one per run. */
 static int attn_calls(const sk_cuda_model *cm, int l) {
-    const int n = cm->m->n_runs[l];
+    const int n = cm->m->plan->n_runs[l];
     return n > 1 && n <= CU_ATTN_RUNS && cm->attn_merge && cm->attn_tc != 2 ? 1 : n;
 }
 
@@ -547,17 +539,18 @@ static void attn_desc_merged(const sk_cuda_model *cm, cu_attn *a, int l, int B, 
     a->out16 = at16(cm, cm->atty16, l, m->C);
     a->lse = la->lse;
     if (cm->qkv16) { a->q16 = qkv16_of(cm, l); a->dout16 = cm->dx16; }
-    a->nruns = m->n_runs[l];
+    a->nruns = m->plan->n_runs[l];
     for (int part = 0; part < a->nruns; part++) {
-        const sk_route *r = &m->runs[(size_t)l * m->H + part];
-        const float *src = r->src == l ? la->qkv : qkv_of(cm, r->src);
+        sk_attn_call c;
+        sk_model_attn_call(m, l, part, B, T, seed, &c);
+        const float *src = c.src == l ? la->qkv : qkv_of(cm, c.src);
         cu_attn_run *u = &a->run[part];
-        u->hk0 = r->h0 / group;
+        u->hk0 = c.h0 / group;
         u->k = src + kcol;
         u->v = src + vcol;
-        if (cm->qkv16) { u->k16 = qkv16_of(cm, r->src) + kcol; u->v16 = qkv16_of(cm, r->src) + vcol; }
-        if (backward) { u->dk = dqkv_of(cm, r->src) + kcol; u->dv = dqkv_of(cm, r->src) + vcol; }
-        u->seed = attn_seed(seed, l, part);
+        if (cm->qkv16) { u->k16 = qkv16_of(cm, c.src) + kcol; u->v16 = qkv16_of(cm, c.src) + vcol; }
+        if (backward) { u->dk = dqkv_of(cm, c.src) + kcol; u->dv = dqkv_of(cm, c.src) + vcol; }
+        u->seed = c.seed;
     }
 }
 
@@ -615,8 +608,8 @@ static int qkv_forward(sk_cuda_model *cm, int l, float *qkv, const float *ln1, c
     const sk_model *m = cm->m;
     const float *w = cm->p.qkvw + (size_t)l * m->QKV * m->C;
     const float *b = cm->p.qkvb && !cm->qkv16 ? cm->p.qkvb + (size_t)l * m->QKV : NULL;
-    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
-    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
+    int n, C = m->C, QKV = m->QKV;
+    const int *r = sk_route_cols(m->plan, l, &n);
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
         TRY(sk_cu_linear(cm, qkv + c0, QKV, ln1, ln1_16, w + (size_t)c0 * C, b ? b + c0 : NULL, N, C, cw));
@@ -632,8 +625,8 @@ static int qkv_backward(sk_cuda_model *cm, int l, float *dln1, uint16_t **dln1_1
     size_t off = (size_t)l * m->QKV * m->C;
     const float *w = cm->p.qkvw + off;
     float *dw = cm->g.qkvw + off, *db = cm->g.qkvb ? cm->g.qkvb + (size_t)l * m->QKV : NULL;
-    const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
-    int n = m->n_qkv_cols[l], C = m->C, QKV = m->QKV;
+    int n, C = m->C, QKV = m->QKV;
+    const int *r = sk_route_cols(m->plan, l, &n);
     if (n != 1) *dln1_16 = NULL;
     for (int i = 0; i < n; i++) {
         int c0 = r[2 * i], cw = r[2 * i + 1];
@@ -671,28 +664,29 @@ static int layer_forward(sk_cuda_model *cm, int l, const float *x, const sk_laye
                      p->ln1b ? p->ln1b + (size_t)l * C : NULL, N));
     TRY(qkv_forward(cm, l, la->qkv, la->ln1, ln1_16, N));
     if (cm->qkv16) {                  /* bias, RoPE and the bf16 copy in one pass, over the columns computed */
-        const int *r = m->qkv_cols + (size_t)l * (1 + 2 * m->Hkv) * 2;
+        int nc;
+        const int *r = sk_route_cols(m->plan, l, &nc);
         const float *qb = p->qkvb ? p->qkvb + (size_t)l * m->QKV : NULL;
-        for (int i = 0; i < m->n_qkv_cols[l]; i++)
+        for (int i = 0; i < nc; i++)
             K(cu_qkv_bf16(qkv16_of(cm, l), la->qkv, qb, cm->rope, N, T, m->QKV, r[2 * i], r[2 * i] + r[2 * i + 1],
                           m->hs, (m->H + m->Hkv) * m->hs, m->H * m->hs, 1.0f / sqrtf((float)m->hs)));
     } else if (cm->rope) K(cu_rope(la->qkv, cm->rope, B, T, m->QKV, 0, m->H + m->Hkv, m->hs, 0, 0));
     for (int part = 0, calls = attn_calls(cm, l); part < calls; part++) {
         cu_attn d;
-        if (calls == 1 && m->n_runs[l] > 1) attn_desc_merged(cm, &d, l, B, T, drop, seed, training, la, 0);
+        if (calls == 1 && m->plan->n_runs[l] > 1) attn_desc_merged(cm, &d, l, B, T, drop, seed, training, la, 0);
         else attn_desc(cm, &d, l, part, B, T, drop, seed, training, la);
         PROF(d.tc ? "attention forward, tensor cores" : "attention forward",
              TRY(attn_rc(cu_attn_forward(&d), "forward", l, part)));
     }
     TRY(proj_residual(cm, la->res2, x, la->atty, at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C,
-                      p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, drop, seed, drop_stream(l, DROP_ATTN_OUT)));
+                      p->attprojb ? p->attprojb + (size_t)l * C : NULL, N, C, drop, seed, sk_drop_stream(l, SK_DROP_ATTN_OUT)));
     TRY(norm_forward(cm, la->ln2, ln2_16, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w + (size_t)l * C,
                      p->ln2b ? p->ln2b + (size_t)l * C : NULL, N));
     if (fch16) TRY(sk_cu_linear16(cm, fch16, Ffc, la->ln2, ln2_16, p->fcw + (size_t)l * Ffc * C, N, C, Ffc));
     else TRY(sk_cu_linear(cm, la->fch, Ffc, la->ln2, ln2_16, p->fcw + (size_t)l * Ffc * C, NULL, N, C, Ffc));
     TRY(sk_cu_mlp_act_forward(cm, la->fch_act, act16, la->fch, fch16, p->fcb ? p->fcb + (size_t)l * F : NULL, N));
     return proj_residual(cm, la->res3, la->res2, la->fch_act, act16, p->fcprojw + (size_t)l * C * F,
-                         p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, drop, seed, drop_stream(l, DROP_MLP_OUT));
+                         p->fcprojb ? p->fcprojb + (size_t)l * C : NULL, N, F, drop, seed, sk_drop_stream(l, SK_DROP_MLP_OUT));
 }
 
 static int forward_blocks(sk_cuda_model *cm, int B, int T, int training, uint64_t seed) {
@@ -703,7 +697,7 @@ static int forward_blocks(sk_cuda_model *cm, int B, int T, int training, uint64_
     size_t BT = (size_t)N;
     float drop = training ? m->cfg.dropout : 0.0f;
     K(cu_encoder_forward(a->encoded, cm->tok_d, p->wte, p->wpe ? p->wpe : cm->pos_table, NULL, B, T, C));
-    K(cu_dropout(a->encoded, BT * C, drop, seed, drop_stream(L, 0)));
+    K(cu_dropout(a->encoded, BT * C, drop, seed, sk_drop_stream(L, 0)));
     for (int l = 0; l < L; l++) {
         sk_layer_acts la;
         layer_acts(cm, l, &la);
@@ -836,7 +830,7 @@ static int branch_grad(sk_cuda_model *cm, float drop, uint64_t seed, int l, int 
     *dy = a->dres;
     if (!(drop > 0.0f)) return SK_OK;
     CU(cudaMemcpy(a->dbtc, a->dres, n * sizeof(float), cudaMemcpyDeviceToDevice));
-    K(cu_dropout(a->dbtc, n, drop, seed, drop_stream(l, site)));
+    K(cu_dropout(a->dbtc, n, drop, seed, sk_drop_stream(l, site)));
     *dy = a->dbtc;
     return SK_OK;
 }
@@ -864,7 +858,7 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
         layer_acts(cm, l, &la);
         /* MLP: res3 = res2 + drop(fcproj(act(fc(norm2(res2))))) */
         const float *dy;
-        TRY(branch_grad(cm, drop, seed, l, DROP_MLP_OUT, &dy));
+        TRY(branch_grad(cm, drop, seed, l, SK_DROP_MLP_OUT, &dy));
         /* in bf16 the activation's gradient and the pre-activation's are bf16 (dact16, dfch16) */
         TRY(linear_backward(cm, a->dfch_act, cm->dact16, g->fcprojw + (size_t)l * C * F,
                             g->fcprojb ? g->fcprojb + (size_t)l * C : NULL, dy, NULL, la.fch_act,
@@ -877,16 +871,16 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
                           a->dbtc2, dx16, la.res2, p->ln2w + (size_t)l * C, la.ln2_mean, la.ln2_rstd, N));
         /* attention: res2 = x + drop(attproj(attn(qkv(norm1(x))))); with the mma.sync
          * attention (qkv16) its dO comes out of the projection's GEMM in bf16 (dx16) */
-        TRY(branch_grad(cm, drop, seed, l, DROP_ATTN_OUT, &dy));
+        TRY(branch_grad(cm, drop, seed, l, SK_DROP_ATTN_OUT, &dy));
         uint16_t *datt16 = cm->qkv16 ? dx16 : NULL;
         TRY(linear_backward(cm, datt16 ? NULL : a->dbtc2, datt16, g->attprojw + (size_t)l * C * C,
                             g->attprojb ? g->attprojb + (size_t)l * C : NULL, dy, NULL, la.atty,
                             at16(cm, cm->atty16, l, C), p->attprojw + (size_t)l * C * C, N, C, C));
         float *dqkv = dqkv_of(cm, l);
-        if (m->lend_index[l] < 0) CU(cudaMemset(dqkv, 0, BT * m->QKV * sizeof(float)));
+        if (m->plan->lend_index[l] < 0) CU(cudaMemset(dqkv, 0, BT * m->QKV * sizeof(float)));
         for (int part = 0, calls = attn_calls(cm, l); part < calls; part++) {
             cu_attn d;
-            if (calls == 1 && m->n_runs[l] > 1) {
+            if (calls == 1 && m->plan->n_runs[l] > 1) {
                 attn_desc_merged(cm, &d, l, B, T, drop, seed, 1, &la, 1);
                 const float *dout = datt16 ? NULL : a->dbtc2;
                 /* dk, dv: any non-NULL pair asks for dK/dV; each run adds into its own (d.run[]) */
@@ -895,7 +889,7 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
                 continue;
             }
             attn_desc(cm, &d, l, part, B, T, drop, seed, 1, &la);
-            int src = m->runs[(size_t)l * m->H + part].src;
+            int src = sk_route_run(m->plan, l, part)->src;
             float *dsrc = dqkv_of(cm, src);
             const float *qkv_src = src == l ? la.qkv : qkv_of(cm, src);
             /* dq/dk/dv share the strides of q/k/v; translate the pointers into the gradient buffers */
@@ -903,7 +897,7 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
             float *dk = dsrc + (d.k - qkv_src);
             float *dv = dsrc + (d.v - qkv_src);
             /* d.out's view (NULL: d.dout16 holds dO) */
-            const float *dout = datt16 ? NULL : a->dbtc2 + (size_t)m->runs[(size_t)l * m->H + part].h0 * m->hs;
+            const float *dout = datt16 ? NULL : a->dbtc2 + (size_t)sk_route_run(m->plan, l, part)->h0 * m->hs;
             PROF(d.tc ? "attention backward, tensor cores" : "attention backward",
                  TRY(attn_rc(cu_attn_backward(&d, dout, dq, dk, dv, cm->Di), "backward", l, part)));
         }
@@ -913,7 +907,7 @@ static int backward_blocks(sk_cuda_model *cm, int B, int T, uint64_t seed) {
         TRY(norm_backward(cm, a->dres, g->ln1w + (size_t)l * C, g->ln1b ? g->ln1b + (size_t)l * C : NULL,
                           a->dbtc, dln1_16, x, p->ln1w + (size_t)l * C, la.ln1_mean, la.ln1_rstd, N));
     }
-    K(cu_dropout(a->dres, BT * C, drop, seed, drop_stream(L, 0)));
+    K(cu_dropout(a->dres, BT * C, drop, seed, sk_drop_stream(L, 0)));
     const int32_t *h = cm->tok_d;
     K(cu_encoder_backward_wte(g->wte, a->dres, h + 2 * (size_t)N, h + 3 * (size_t)N, h + 4 * (size_t)N + 1, cm->n_uniq, C));
     if (g->wpe) K(cu_encoder_backward_wpe(g->wpe, a->dres, B, T, C));

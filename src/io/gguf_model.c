@@ -333,11 +333,10 @@ int sk_model_to_gguf(const sk_model *m, sk_gguf_writer *w, int type) {
         return sk_error(SK_EINVAL, "GGUF export writes the types f32, bf16 and q8_0 (got %s)", sk_ggml_type_name(type));
     if (m->q8 && type != SK_GGML_Q8_0)
         return sk_error(SK_EINVAL, "the model's weights are 8-bit: it is written as q8_0 (its own blocks) or from the fp32 weights");
-    for (int l = 0; l < m->L; l++)
-        for (int r = 0; r < m->n_runs[l]; r++)
-            if (m->runs[(size_t)l * m->H + r].src != l)
-                return sk_error(SK_EINVAL, "llama.cpp has no Skip-Layer Attention (layer %d reads layer %d's K/V): a GGUF file "
-                                "would compute another model; keep skiplm's safetensors file for it", l, m->runs[(size_t)l * m->H + r].src);
+    int bl, bs;
+    if (sk_route_borrows(m->plan, &bl, &bs))
+        return sk_error(SK_EINVAL, "llama.cpp has no Skip-Layer Attention (layer %d reads layer %d's K/V): a GGUF file "
+                        "would compute another model; keep skiplm's safetensors file for it", bl, bs);
     if (c->sinusoidal) return sk_error(SK_EINVAL, "llama.cpp's %s has no sinusoidal positions", arch);
     if (c->relu) return sk_error(SK_EINVAL, "llama.cpp's %s has no ReLU MLP", arch);
     if (c->rope_scaling == SK_ROPE_LLAMA3)

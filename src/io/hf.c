@@ -258,11 +258,10 @@ int sk_model_save_hf(const sk_model *m, const char *dir) {
     const int gpt2 = c->family == SK_GPT2;
     if (m->q8)
         return sk_error(SK_EINVAL, "the model's weights are 8-bit (a quantized file, skiplm quantize): a Hugging Face folder needs the fp32 weights they were quantized from");
-    for (int l = 0; l < m->L; l++)
-        for (int r = 0; r < m->n_runs[l]; r++)
-            if (m->runs[(size_t)l * m->H + r].src != l)
-                return sk_error(SK_EINVAL, "Hugging Face's %s has no Skip-Layer Attention: layer %d reads layer %d's K/V",
-                                gpt2 ? "GPT-2" : "Llama", l, m->runs[(size_t)l * m->H + r].src);
+    int bl, bs;
+    if (sk_route_borrows(m->plan, &bl, &bs))
+        return sk_error(SK_EINVAL, "Hugging Face's %s has no Skip-Layer Attention: layer %d reads layer %d's K/V",
+                        gpt2 ? "GPT-2" : "Llama", bl, bs);
     if (c->sinusoidal) return sk_error(SK_EINVAL, "Hugging Face's %s has no sinusoidal positions", gpt2 ? "GPT-2" : "Llama");
     if (!gpt2 && c->relu) return sk_error(SK_EINVAL, "Hugging Face's Llama has no plain ReLU MLP (its MLP is gated)");
     const size_t zn = (size_t)(m->QKV > m->F ? m->QKV : m->F) + (size_t)m->C;

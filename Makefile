@@ -1,5 +1,6 @@
 # skiplm build. `make` builds the library and the CLI, `make test` runs the suite,
-# `make check-layers` checks that src/'s folders include only the layers below them.
+# `make check-layers` checks that src/'s folders include only the layers below them and that no
+# two files of a layer call each other in a loop.
 # Options: make SAN=1 (ASan+UBSan build in build-san/), make BLAS=openblas|none, BLAS_PKG=<pkg-config name>,
 # make MPI=1 (data-parallel training over MPI: mpicc, -DSK_HAVE_MPI, in build-mpi/), ZLIB=auto|0|1,
 # DNNL=auto|0|1 (oneDNN, libdnnl-dev: bf16 GEMMs for train --bf16 on the CPU).

@@ -59,6 +59,12 @@ int sk_write_atomic(const char *path, const void *data, size_t n);
 /* The weights file a path names: path itself, or path/model.safetensors for a folder (as
  * Hugging Face lays one out); malloc'd, NULL when out of memory. */
 char *sk_weights_file(const char *path);
+
+/* ---------------------------------------------------------------- devices */
+
+/* SK_OK when this build of the library computes on device: "cpu" (or NULL) always, "cuda"
+ * only in a build with the CUDA backend (make cuda); otherwise SK_EINVAL saying why. */
+int sk_device_check(const char *device);
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-"""The Python package python/skiplm (ctypes over build/libskiplm.so; docs/library.md), on a
+"""The Python package python/skiplm (ctypes over build/libskiplm.so; docs/python.md), on a
 GPT-2-family and a Llama-family (GQA) model with Skip-Layer Attention whose weights PyTorch's
 reference (tests/ref) writes:
   - Model.load's config is the file's; logits and loss equal PyTorch's (1e-4 / 1e-5), and the
@@ -10,7 +10,10 @@ reference (tests/ref) writes:
   - Chat.render of a ChatML template, and Model.chat equal to `skiplm sample --chat --messages`;
   - errors from C arrive as SkiplmError with the library's message and code;
   - `with` frees; 300 loads and frees (and generations) leave the process's memory flat;
-  - Trainer: 20 steps give the checkpoint of `skiplm train`, tensor for tensor;
+  - Trainer: 20 steps give the checkpoint of `skiplm train`, tensor for tensor, and so do 8
+    steps, save, resume, 12 more (and `skiplm train --resume` of the 8-step checkpoint);
+  - Model.load(device="cuda") raises the CPU library's message;
+  - every name docs/python.md gives exists;
   - without NumPy the same numbers come back as lists;
   - `pip install --no-build-isolation ./python` into a virtual environment works offline.
 PASS/FAIL lines (tests/run_tests.sh)."""
@@ -146,18 +149,26 @@ def test_model(name, path, ref, cfg, vocab, tmp):
              ["--seed", "9", "--top-p", "0.8", "--repetition-penalty", "1.3", "--min-p", "0.05"], 40),
         ]
         for what, kw, args, n in cases:
-            got, want = m.generate(prompt, n, **kw), sample_ids("--tokens", str(n), *args)
+            got, want = list(m.generate(prompt, n, **kw)), sample_ids("--tokens", str(n), *args)
             check(got == want and len(set(got)) >= 3, f"{name}: generate {what} equals skiplm sample "
                   f"({''.join(VOCAB[i] for i in got[:30])!r})")
-        streamed = list(m.stream(prompt, 12, seed=4))
-        check(streamed == m.generate(prompt, 12, seed=4) and len(streamed) == 12, f"{name}: stream() yields generate()'s ids")
-        check(m.generate(prompt, 30, seed=4, stop=[streamed[5]]) == streamed[:streamed.index(streamed[5])],
+        it = m.generate(prompt, 12, seed=4)
+        first = next(it)
+        streamed = [first] + list(it)
+        check(iter(it) is it and streamed == sample_ids("--tokens", "12", "--seed", "4") and len(streamed) == 12,
+              f"{name}: generate() is an iterator, one id at a time, of sample's ids")
+        check(list(m.generate(prompt, 30, seed=4, stop=[streamed[5]])) == streamed[:streamed.index(streamed[5])],
               f"{name}: generate stops before a stop id")
+        try:
+            m.generate(prompt, 5, top_p=0)
+            check(False, "generate refuses top_p 0 at the call")
+        except ValueError as e:
+            check("top_p" in str(e), f"{name}: generate checks its sampling options at the call: {e}")
     for dtype, flag in (("bf16", "--bf16"), ("q8", "--q8")):
         with skiplm.Model.load(path, dtype=dtype) as m:
-            got, want = m.generate(prompt, 40, seed=11), sample_ids("--tokens", "40", "--seed", "11", flag)
+            got, want = list(m.generate(prompt, 40, seed=11)), sample_ids("--tokens", "40", "--seed", "11", flag)
             check(got == want, f"{name}: dtype {dtype} generates what sample {flag} does")
-            got, want = m.generate(prompt, 40, seed=11, kv_bf16=True), sample_ids("--tokens", "40", "--seed", "11", flag, "--kv-bf16")
+            got, want = list(m.generate(prompt, 40, seed=11, kv_bf16=True)), sample_ids("--tokens", "40", "--seed", "11", flag, "--kv-bf16")
             check(got == want and isinstance(want, list), f"{name}: dtype {dtype} with kv_bf16 generates what sample {flag} --kv-bf16 does")
             if dtype == "q8":
                 r = sk("eval", path, shard, "--batch", "2", "--seq", "16", "--max-batches", "3", "--q8", "--dump-logits", dump)
@@ -196,6 +207,14 @@ def test_errors(path, tmp):
     except skiplm.SkiplmError as e:
         check(str(e) == f"{missing}: cannot open: No such file or directory" and e.code == 2,
               f"a missing file: SkiplmError code {e.code}: {e}")
+    for dev, want in (("cuda", "device 'cuda': this library was built without CUDA"), ("tpu", "unknown device 'tpu'")):
+        try:
+            skiplm.Model.load(path, device=dev)
+            check(False, f"device={dev!r} raises on the CPU library")
+        except skiplm.SkiplmError as e:
+            check(want in str(e) and e.code == 1, f"Model.load(device={dev!r}): SkiplmError: {e}")
+    with skiplm.Model.load(path, device="cpu") as m:
+        check(m.vocab_size == len(VOCAB), "Model.load(device='cpu') loads")
     junk = os.path.join(tmp, "junk.safetensors")
     open(junk, "w").write("hello")
     try:
@@ -229,7 +248,7 @@ def test_memory(path, vocab):
         for _ in range(n):
             with skiplm.Model.load(path) as m, skiplm.Tokenizer.load(vocab) as t:
                 m.logits(t.encode("abcabc"))
-                m.generate(t.encode("ab"), 8, seed=1)
+                list(m.generate(t.encode("ab"), 8, seed=1))
                 m2 = skiplm.Model.load(path)        # freed by the collector, not by close()
                 del m2
     rounds(30)
@@ -244,10 +263,10 @@ LEAK_CHILD = """
 import ctypes, sys, skiplm
 for i in range(3):
     with skiplm.Model.load(sys.argv[1]) as m, skiplm.Tokenizer.load(sys.argv[2]) as t:
-        ids = t.encode("abcabc"); m.logits(ids); m.loss(ids); t.decode(m.generate(ids, 60, seed=i))
+        ids = t.encode("abcabc"); m.logits(ids); m.loss(ids); t.decode(list(m.generate(ids, 60, seed=i)))
     for d in ("bf16", "q8"):
         with skiplm.Model.load(sys.argv[1], dtype=d) as m:
-            m.generate([0, 1], 10)
+            list(m.generate([0, 1], 10))
     m = skiplm.Model.load(sys.argv[1]); del m
     with skiplm.Model.load(sys.argv[1]) as m:
         m.eval(sys.argv[3], batch=2, seq=16, max_batches=2)
@@ -255,7 +274,7 @@ for i in range(3):
                         steps=2, B=2) as tr:
         tr.step(); tr.eval(); tr.save(sys.argv[3] + ".ckpt")
     with skiplm.Model.load(sys.argv[4]) as m, skiplm.Tokenizer.load(sys.argv[5]) as t:
-        m.chat(t, [{"role": "user", "content": "hi"}], max_tokens=5)
+        m.chat([{"role": "user", "content": "hi"}], t, max_tokens=5)
     try:
         skiplm.Chat.load(sys.argv[1])
     except skiplm.SkiplmError:
@@ -334,6 +353,38 @@ def test_trainer(tmp):
     check(same and len(a) > 20 and losses[-1] < losses[0] - 1 and (c["n_skip_layer"], c["n_skip_head"]) == (1, 3),
           f"Trainer: 20 steps (loss {losses[0]:.3f} -> {losses[-1]:.3f}, validation {val:.3f}) give skiplm train's "
           f"checkpoint, its {len(a)} tensors bit for bit ({threads} threads)")
+    # 8 steps, save, resume in a new Trainer, 12 more: the 20-step checkpoint; and skiplm train
+    # --resume of the 8-step one gives it too
+    cfg = dict(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=len(VOCAB))
+    opts = dict(val=os.path.join(data, "val.bin"), sla=True, steps=20, B=8, lr=3e-3, eval_every=0)
+    half, again = os.path.join(tmp, "py_ckpt8.safetensors"), os.path.join(tmp, "py_ckpt8_12.safetensors")
+    with skiplm.Trainer(cfg, os.path.join(data, "train.bin"), **opts) as tr:
+        first = [tr.step()["loss"] for _ in range(8)]
+        tr.save(half)
+    with skiplm.Trainer(cfg, os.path.join(data, "train.bin"), **opts) as tr:
+        at = tr.resume(half)
+        rest = [tr.step()["loss"] for _ in range(12)]
+        tr.save(again)
+    r = subprocess.run([SKIPLM, "train", "--resume", half, "--data", data, "--out", os.path.join(tmp, "run_resumed")],
+                       capture_output=True,
+                       text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    c8, _ = st.load_file(again)
+    cli = st.load_file(os.path.join(tmp, "run_resumed", "ckpt.safetensors"))[0] if r.returncode == 0 else {}
+    check(at == 8 and first + rest == losses and all(set(x) == set(a) and all(x[k].numpy().tobytes() == a[k].numpy().tobytes()
+                                                                             for k in a) for x in (c8, cli)),
+          f"Trainer: 8 steps, save, resume (at step {at}), 12 more give the 20-step checkpoint bit for bit, and so does "
+          f"skiplm train --resume of the 8-step one {r.stderr.strip()[-200:] if r.returncode else ''}")
+    with skiplm.Trainer(cfg, os.path.join(data, "train.bin"), **dict(opts, lr=1e-3)) as tr:
+        try:
+            tr.resume(half)
+            check(False, "resume refuses a checkpoint of another learning rate")
+        except skiplm.SkiplmError as e:
+            check("lr" in str(e) and half in str(e) and tr.steps_done == 0, f"resume with another lr: SkiplmError: {e}")
+        try:
+            tr.resume(os.path.join(tmp, "nothing_here.safetensors"))
+            check(False, "resume of a missing file raises")
+        except skiplm.SkiplmError as e:
+            check(e.code == 2 and "nothing_here" in str(e), f"resume of a missing file: SkiplmError: {e}")
     for kw, want in ((dict(n_head=3), "n_embd (64) must be a multiple of n_head (3)"), (dict(n_layerz=2), "unknown field 'n_layerz'")):
         try:
             skiplm.Trainer(dict(dict(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=12), **kw),
@@ -362,13 +413,13 @@ def test_pip_install(path, tmp):
     if not check(r.returncode == 0, "pip install --no-build-isolation ./python" + ("" if r.returncode == 0 else ": " + r.stderr[-300:])):
         return
     code = ("import sys, skiplm; m = skiplm.Model.load(sys.argv[1]); "
-            "print(skiplm.__file__.startswith(sys.prefix), m.generate([0, 1, 2], 12, seed=5))")
+            "print(skiplm.__file__.startswith(sys.prefix), list(m.generate([0, 1, 2], 12, seed=5)))")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SKIPLM_LIB")}
     vpy = os.path.join(venv, "bin", "python")
     r = subprocess.run([vpy, "-c", code, path], capture_output=True, text=True, cwd=tmp,
                        env=dict(env, SKIPLM_LIB=os.environ["SKIPLM_LIB"]))
     with skiplm.Model.load(path) as m:
-        want = m.generate([0, 1, 2], 12, seed=5)
+        want = list(m.generate([0, 1, 2], 12, seed=5))
     check(r.returncode == 0 and r.stdout.strip() == f"True {want}",
           f"the installed package (outside the repository, SKIPLM_LIB set) generates the same: {r.stdout.strip()} {r.stderr.strip()[-200:]}")
     import ctypes.util
@@ -396,7 +447,7 @@ def test_chat(tmp):
     torch.manual_seed(0)
     g = GPT(cfg)
     g.randomize(seed=21)
-    st.save_file(g.state_for_file(), os.path.join(folder, "model.safetensors"), metadata=cfg.metadata())
+    st.save_file(g.state_for_file(), os.path.join(folder, "model.safetensors"), metadata=dict(cfg.metadata(), tokenizer=vocab))
     json.dump({"chat_template": CHATML, "eos_token": "<|im_end|>"}, open(os.path.join(folder, "tokenizer_config.json"), "w"))
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a river."}]
     mfile = os.path.join(tmp, "msgs.json")
@@ -409,10 +460,17 @@ def test_chat(tmp):
     with skiplm.Model.load(folder) as m, skiplm.Tokenizer.load(vocab) as tok:
         for what, kw, args in (("greedy", dict(greedy=True), ["--greedy"]),
                                ("seed 3, temperature 1", dict(seed=3, temperature=1.0), ["--seed", "3", "--temperature", "1"])):
-            got = m.chat(tok, msgs, max_tokens=40, **kw)
+            got = m.chat(msgs, tok, max_tokens=40, **kw)
+            own = m.chat(msgs, max_tokens=40, **kw)     # the tokenizer the checkpoint records
             r = sk("sample", folder, "--tokenizer", vocab, "--messages", mfile, "--quiet", "--tokens", "40", *args)
-            check(r.returncode == 0 and got + "\n" == r.stdout and len(set(got)) >= 3,
+            check(r.returncode == 0 and got + "\n" == r.stdout and own == got and len(set(got)) >= 3,
                   f"Model.chat {what} equals skiplm sample --chat --messages: {got!r} vs {r.stdout!r} {r.stderr.strip()[-150:]}")
+    with skiplm.Model.load(os.path.join(tmp, "gpt.safetensors")) as m:
+        try:
+            m.chat(msgs)
+            check(False, "Model.chat without a tokenizer, of a model that records none, raises")
+        except skiplm.SkiplmError as e:
+            check("records no tokenizer" in str(e), f"Model.chat of a model without a tokenizer: SkiplmError: {e}")
     try:
         skiplm.Chat.load(os.path.join(tmp, "gpt.safetensors"))
         check(False, "Chat.load without a template raises")
@@ -431,6 +489,43 @@ def test_no_numpy(path):
           f"without NumPy logits are nested lists of the same values: {r.stdout.strip()} {r.stderr.strip()[-200:]}")
 
 
+def test_doc_names():
+    """Every name docs/python.md gives exists: skiplm.X, the ### calls of a class's section, and
+    the members its lists ("... members:", "It has:") name."""
+    cls, in_list, missing, seen = None, False, [], 0
+    for line in open(os.path.join(ROOT, "docs", "python.md")):
+        for name in re.findall(r"\bskiplm\.([A-Za-z_]\w*)", line):
+            seen += 1
+            if not hasattr(skiplm, name):
+                missing.append("skiplm." + name)
+        if line.startswith("## "):
+            m = re.search(r"skiplm\.(\w+)", line)
+            cls = getattr(skiplm, m.group(1), None) if m else None
+        elif line.startswith("### "):
+            m = re.match(r"### `skiplm\.(\w+)", line)
+            if m:
+                cls = getattr(skiplm, m.group(1), None)
+            elif cls is not None:
+                m = re.match(r"### `(\w+)\(", line)
+                for name in re.findall(r"`(\w+)\(", line):
+                    seen += 1
+                    if not hasattr(cls, name):
+                        missing.append(f"{cls.__name__}.{name}")
+        if re.search(r"(members:|It has:)\s*$", line):
+            in_list = True
+            continue
+        if in_list and line.startswith("- `"):
+            m = re.match(r"- `(\w+)", line)
+            if m and cls is not None:
+                for name in [m.group(1)] + re.findall(r", `(\w+)`", line.split(":")[0]):
+                    seen += 1
+                    if not hasattr(cls, name) and name not in ("path", "dtype", "eos_ids", "model"):   # set per instance
+                        missing.append(f"{cls.__name__}.{name}")
+        elif in_list and line.strip() and not line.startswith("  "):
+            in_list = False
+    check(seen > 40 and not missing, f"docs/python.md: the {seen} names it gives exist in the package {missing}")
+
+
 def main():
     tmp = tempfile.mkdtemp()
     vocab = os.path.join(tmp, "vocab.json")
@@ -440,6 +535,7 @@ def main():
     for name, path, ref, cfg in models:
         test_model(name, path, ref, cfg, vocab, tmp)
     test_tokenizers(vocab, tmp)
+    test_doc_names()
     test_errors(models[0][1], tmp)
     test_trainer(tmp)
     test_chat(tmp)

@@ -16,7 +16,7 @@ import json
 import os
 import struct
 
-from ._lib import SkiplmError, SkConfig, SkKvcacheParams, SkSampling, check, lib, lib_path, libc
+from ._lib import SkiplmError, SkConfig, SkKvcacheParams, SkSafetensors, SkSampling, check, lib, lib_path, libc
 
 try:
     import numpy as _np
@@ -74,6 +74,30 @@ def _floats(buf, shape):
     return flat
 
 
+def _tokenizer_of(path):
+    """The tokenizer path of a weights file or folder, as the CLI's cli_tokenizer_of finds it."""
+    f = lib.sk_weights_file(_path(path))
+    if not f:
+        raise MemoryError("out of memory")
+    try:
+        file = ctypes.string_at(f)
+    finally:
+        libc.free(f)
+    st = SkSafetensors()
+    check(lib.sk_st_read(file, ctypes.byref(st)))
+    try:
+        p = lib.sk_st_meta(ctypes.byref(st), b"tokenizer_path") or lib.sk_st_meta(ctypes.byref(st), b"tokenizer")
+    finally:
+        lib.sk_st_free(ctypes.byref(st))
+    if p:
+        return os.fsdecode(p)
+    folder = os.path.dirname(os.fsdecode(file)) or "."
+    if any(os.path.exists(os.path.join(folder, n)) for n in ("merges.txt", "vocab.bpe", "tokenizer.json")):
+        return folder
+    raise SkiplmError(f"{os.fsdecode(file)} records no tokenizer and has none beside it: give one (Tokenizer.load of a "
+                      "vocab.json, a tokenizer.json, or a folder with encoder.json and vocab.bpe, or vocab.json and merges.txt)", 1)
+
+
 class Model:
     """A model loaded by the library (sk_model_load): a skiplm weights file or checkpoint, a
     Hugging Face folder or its model.safetensors. dtype "f32" (default), "bf16" (decoding
@@ -90,8 +114,9 @@ class Model:
     def load(cls, path, dtype="f32", device="cpu"):
         if dtype not in _WEIGHTS:
             raise ValueError(f"dtype must be one of {sorted(_WEIGHTS)}, not {dtype!r}")
-        if device != "cpu":
-            raise ValueError(f"device {device!r}: libskiplm.so is the CPU build; only device='cpu' is available")
+        check(lib.sk_device_check(device.encode() if isinstance(device, str) else device))
+        if device != "cpu":   # a library with CUDA (make cuda) is no shared object: nothing here decodes on a GPU
+            raise SkiplmError(f"device {device!r}: the Python package computes on the CPU only", 1)
         h = ctypes.c_void_p()
         check(lib.sk_model_load(ctypes.byref(h), _path(path), None))
         m = cls(h, os.fspath(path), dtype)
@@ -213,14 +238,16 @@ class Model:
         return evaluate(self, shards, batch, seq, max_batches)
 
     # -- cached decoding
-    def stream(self, prompt, max_tokens=256, temperature=0.8, top_k=0, top_p=1.0, min_p=0.0,
-               repetition_penalty=1.0, seed=1337, greedy=False, stop=None, kv_bf16=False):
-        """New token ids after prompt, one at a time, from a KV cache (sk_model_decode_seq)
+    def generate(self, prompt, max_tokens=256, temperature=0.8, top_k=0, top_p=1.0, min_p=0.0,
+                 repetition_penalty=1.0, seed=1337, greedy=False, stop=None, kv_bf16=False):
+        """An iterator over the new token ids after prompt, one at a time, from a KV cache (sk_model_decode_seq)
         and sk_sample: the tokens `skiplm sample --seed SEED` makes with the same options
         (--bf16 / --q8 as the model's dtype; kv_bf16=True as --kv-bf16, K and V stored in bf16). Stops after max_tokens or at an id of stop
         (default: the Hugging Face folder's end-of-sequence ids, eos_ids; not yielded). A
         prompt longer than block_size is read from its last block_size tokens; when the
-        context is full the cache is rebuilt from the newest half, as sample does."""
+        context is full the cache is rebuilt from the newest half, as sample does. The
+        arguments are checked at the call; the cache lives while the iterator does
+        (list(m.generate(...)) for all the ids at once)."""
         ids = [int(t) for t in prompt]
         if not ids:
             raise ValueError("the prompt needs at least one token")
@@ -231,6 +258,10 @@ class Model:
                 and sp.repetition_penalty > 0):
             raise ValueError("need temperature >= 0, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, repetition_penalty > 0")
         stop = set(self.eos_ids if stop is None else stop)
+        self._h()
+        return self._decode(ids, max_tokens, sp, seed, stop, kv_bf16)
+
+    def _decode(self, ids, max_tokens, sp, seed, stop, kv_bf16):
         m, V, block = self._h(), self.vocab_size, self.block_size
         n = len(ids)
         start = n - block if n > block else 0
@@ -263,16 +294,24 @@ class Model:
         finally:
             lib.sk_kvcache_free(kv)
 
-    def generate(self, prompt, max_tokens=256, **sampling):
-        """The list of new token ids that stream() yields (same options)."""
-        return list(self.stream(prompt, max_tokens, **sampling))
+    def tokenizer(self):
+        """The model's tokenizer, found as `skiplm sample` finds it without --tokenizer: the
+        path the checkpoint records (metadata tokenizer_path or tokenizer), else the folder of
+        the weights when it holds tokenizer.json, vocab.bpe or merges.txt. A new Tokenizer."""
+        if self.path is None:
+            raise SkiplmError("the model was not loaded from a file: give a tokenizer (Tokenizer.load)", 1)
+        return Tokenizer.load(_tokenizer_of(self.path))
 
-    def chat(self, tokenizer, messages, template=None, tools=None, max_tokens=256, **sampling):
+    def chat(self, messages, tokenizer=None, template=None, tools=None, max_tokens=256, **sampling):
         """The assistant's reply (text) to messages (a list of {"role", "content", ...} dicts),
         as `skiplm sample --chat --messages FILE` makes it: the model folder's chat template
         (Chat.load(self.path, template)) renders the conversation and the generation prompt,
         the reply stops at eos_ids and at the template's eos_token when that is one token, and
-        special tokens are left out of the text. Sampling options as stream()'s."""
+        special tokens are left out of the text. tokenizer: a Tokenizer, or None for the
+        model's own (tokenizer()). Sampling options as generate()'s."""
+        if tokenizer is None:
+            with self.tokenizer() as tok:
+                return self.chat(messages, tok, template, tools, max_tokens, **sampling)
         with Chat.load(self.path, template) as c:
             ids = tokenizer.encode(c.render(messages, tools))
             stop = set(self.eos_ids if sampling.get("stop") is None else sampling["stop"])
@@ -282,7 +321,7 @@ class Model:
                 if len(e) == 1:
                     stop.add(e[0])
         sampling["stop"] = stop
-        new = self.generate(ids, max_tokens, **sampling)
+        new = list(self.generate(ids, max_tokens, **sampling))
         return tokenizer.decode([t for t in new if not tokenizer.is_special(t)])
 
 

@@ -76,6 +76,13 @@ class SkKvcacheParams(ctypes.Structure):
     _fields_ = [("max_T", ctypes.c_int), ("n_seq", ctypes.c_int), ("weights", ctypes.c_int), ("kv_type", ctypes.c_int)]
 
 
+class SkSafetensors(ctypes.Structure):
+    """sk_safetensors of include/skiplm_io.h (filled by sk_st_read, freed by sk_st_free)."""
+    _fields_ = [("tensors", ctypes.c_void_p), ("n_tensors", ctypes.c_int), ("meta_keys", ctypes.c_void_p),
+                ("meta_vals", ctypes.c_void_p), ("n_meta", ctypes.c_int), ("data", ctypes.c_void_p),
+                ("data_size", ctypes.c_size_t), ("path", ctypes.c_char_p)]
+
+
 _p = ctypes.c_void_p
 _pp = ctypes.POINTER(ctypes.c_void_p)
 _i32p = ctypes.POINTER(ctypes.c_int32)
@@ -87,6 +94,11 @@ _str = ctypes.c_char_p
 # name: (restype, argtypes), as declared in include/*.h
 _PROTOS = {
     "sk_last_error": (_str, []),
+    "sk_device_check": (_int, [_str]),
+    "sk_weights_file": (ctypes.c_void_p, [_str]),
+    "sk_st_read": (_int, [_str, ctypes.POINTER(SkSafetensors)]),
+    "sk_st_free": (None, [ctypes.POINTER(SkSafetensors)]),
+    "sk_st_meta": (_str, [ctypes.POINTER(SkSafetensors), _str]),
     "sk_model_load": (_int, [_pp, _str, _p]),
     "sk_model_free": (None, [_p]),
     "sk_model_config": (ctypes.POINTER(SkConfig), [_p]),

@@ -3,7 +3,7 @@ loader and trainer (sk_loader_open, sk_trainer_new, sk_trainer_step, sk_trainer_
 import ctypes
 import os
 
-from ._lib import SkConfig, check, lib
+from ._lib import SkConfig, SkSafetensors, check, lib
 
 _u64 = ctypes.c_uint64
 
@@ -51,6 +51,7 @@ for _name, _res, _args in [
     ("sk_trainer_eval", _int, [_p, ctypes.POINTER(ctypes.c_float)]),
     ("sk_trainer_save", _int, [_p, _str, ctypes.POINTER(_str)]),
     ("sk_trainer_step_count", _int, [_p]),
+    ("sk_trainer_resume", _int, [_p, ctypes.POINTER(SkSafetensors), _str]),
 ]:
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args
@@ -119,6 +120,7 @@ class Trainer:
         for _ in range(100):
             info = tr.step()          # {"step", "loss", "lr", "grad_norm", "skipped", "tokens"}
         tr.save("runs/py/ckpt.safetensors")
+        # later: the same Trainer(...) call, then tr.resume("runs/py/ckpt.safetensors")
 
     config: a dict of config fields (as make_config takes them, "preset" and "sla" too); data:
     a shard path or a list of them; val: validation shards for eval(), or None. Keyword
@@ -199,6 +201,25 @@ class Trainer:
         kv = [os.fsencode(str(x)) for k, v in (meta or {}).items() for x in (k, v)] + [None]
         arr = (ctypes.c_char_p * len(kv))(*kv)
         check(lib.sk_trainer_save(self._h(), os.fsencode(os.fspath(path)), arr))
+
+    def resume(self, path):
+        """Continue from a checkpoint (a file or a run folder holding ckpt.safetensors) that
+        Trainer.save or `skiplm train` wrote (sk_trainer_resume): the parameters, AdamW's m
+        and v, the step counters and the data loader's position come back bit for bit, so
+        N steps, save, resume and M more steps give the checkpoint of N + M steps in one go
+        (and of `skiplm train --resume`). The trainer must be built as the checkpoint's run
+        was (the same config and training options, eval_every, eval_batches and ckpt_every
+        aside): SkiplmError names the first field that differs. Returns the step reached."""
+        p = os.fspath(path)
+        if os.path.isdir(p):
+            p = os.path.join(p, "ckpt.safetensors")
+        st = SkSafetensors()
+        check(lib.sk_st_read(os.fsencode(p), ctypes.byref(st)))
+        try:
+            check(lib.sk_trainer_resume(self._h(), ctypes.byref(st), os.fsencode(p)))
+        finally:
+            lib.sk_st_free(ctypes.byref(st))
+        return self.steps_done
 
     def close(self):
         """Free the trainer, its loaders and its model."""

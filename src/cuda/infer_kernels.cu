@@ -1,7 +1,7 @@
 /* Kernels of cached generation on the GPU (src/cuda/infer_cuda.c): the single-query
  * attention of a decoding step over the KV cache. Prefill chunks (several queries) use the
  * fused attention of attention.cu with a causal offset; every other op of a decoding step
- * is a kernel of kernels.cu or cuBLAS.
+ * is a kernel of kernels_*.cu or cuBLAS.
  *
  * Decoding attention ("split-K", as in flash-decoding): for one query row per head, the
  * keys 0..Lk-1 are cut in chunks of CU_DECODE_KEYS (= the block's 128 threads). A block
@@ -208,7 +208,7 @@ __global__ void qkv_to_cache_k(float *qkv, int n, int H, int Hkv, int hs, const 
     float a = in[0] + (bias ? bias[c] : 0.0f);
     if (2 * e + 1 >= hs) { put(out, out16, 2 * e, a); return; }
     float b = in[1] + (bias ? bias[c + 1] : 0.0f);
-    if (rope && kind < 2) {                  /* as rope_k (kernels.cu) */
+    if (rope && kind < 2) {                  /* as rope_k (kernels_act.cu) */
         const float *tab = rope + (size_t)(pos0 + i) * hs;
         const float co = tab[2 * e], si = tab[2 * e + 1], a0 = a;
         a = a0 * co - b * si;

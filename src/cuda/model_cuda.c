@@ -1,7 +1,7 @@
 /* The device model: the decoder-only transformer of src/core/model.c on a CUDA GPU, in fp32.
  *
  * The call sequence of layer_forward / backward_blocks below is src/core/model.c's, line for
- * line, with each op replaced by its kernel (src/cuda/kernels.cu, attention.cu) and each
+ * line, with each op replaced by its kernel (src/cuda/kernels_*.cu, attention.cu) and each
  * GEMM by cuBLAS. The parameter buffer has sk_model's layout (the views come from the same
  * sk_params_views), so weights move with one cudaMemcpy. Skip-Layer routing comes from
  * the host model's plan (m->plan, src/core/route.h: runs, q/k/v columns, lenders) and each

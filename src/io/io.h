@@ -1,6 +1,6 @@
 /* Internal to the io part: the in-memory safetensors parser (tests and fuzzers), the
- * weights writer with extra tensors (checkpoints, src/train/train.c), and what weights.c and
- * hf.c share. */
+ * weights writer with extra tensors (checkpoints, src/train/train.c), and what weights.c,
+ * hf.c and gguf_model.c share (meta.c, hf_layout.c). */
 #ifndef SK_IO_INTERNAL_H
 #define SK_IO_INTERNAL_H
 #include "skiplm_io.h"
@@ -13,13 +13,21 @@ int sk_st_read_mem(const void *buf, size_t n, const char *name, sk_safetensors *
  * (a checkpoint adds its optimizer state); the writer is not freed. */
 int sk_model_save_with(const sk_model *m, const char *path, sk_st_writer *extra);
 
-/* Shared by weights.c (skiplm's files, HF files on load) and hf.c (HF's config.json, export). */
+/* meta.c: the config's fields as metadata keys, shared by weights.c (skiplm's metadata) and
+ * hf.c (config.json's numbers): name, float (1) or int (0), offset in sk_config. */
+typedef struct { const char *key; int is_float; size_t off; } sk_meta_field;
+extern const sk_meta_field sk_meta_fields[];
+extern const size_t sk_n_meta_fields;
 /* 1 if the metadata / config field `field` holds a float (dropout, norm_eps, rope_*), 0 an int. */
 int sk_meta_is_float(const char *field);
-/* The config of a file without skiplm metadata from HF's config.json beside weights_path,
- * where there is one (*found = 1); *tie = tie_word_embeddings (0/1), -1 when not given. */
+
+/* hf.c, for weights.c: the config of a file without skiplm metadata from HF's config.json
+ * beside weights_path, where there is one (*found = 1); *tie = tie_word_embeddings (0/1), -1
+ * when not given. */
 int sk_hf_apply_config(sk_config *c, const char *weights_path, int *found, int *tie);
-/* GPT-2's four Linear weights (c_attn, attn c_proj, c_fc, mlp c_proj): Conv1D's (in, out) in HF. */
+
+/* hf_layout.c: HF's tensor layouts, shared by weights.c (HF files on load), hf.c (export)
+ * and gguf_model.c. GPT-2's four Linear weights (c_attn, attn c_proj, c_fc, mlp c_proj): Conv1D's (in, out) in HF. */
 int sk_hf_gpt2_linear(const sk_model *m, const char *name);
 /* Llama's q/k projection weights and biases, whose rows HF orders by halves (*n_heads set). */
 int sk_hf_rope_proj(const sk_model *m, const char *name, int *n_heads);

@@ -21,21 +21,11 @@
 
 /* ------------------------------------------------------------- metadata */
 
-typedef struct { const char *key; int is_float; size_t off; } meta_field;
-#define MF(f, isf) { #f, isf, offsetof(sk_config, f) }
-static const meta_field META[] = {
-    MF(n_layer, 0), MF(n_head, 0), MF(n_kv_head, 0), MF(n_embd, 0), MF(block_size, 0),
-    MF(vocab_size, 0), MF(padded_vocab_size, 0), MF(bias, 0), MF(n_skip_layer, 0),
-    MF(n_skip_head, 0), MF(ffn_hidden, 0), MF(sinusoidal, 0), MF(relu, 0), MF(untied_head, 0), MF(qkv_bias, 0), MF(dropout, 1), MF(norm_eps, 1), MF(rope_theta, 1),
-    MF(rope_factor, 1), MF(rope_low_freq_factor, 1), MF(rope_high_freq_factor, 1), MF(rope_original_ctx, 0),
-};
-#undef MF
-
 /* The SLA paper's own names (nanoGPT's GPTConfig in its listing) for two of the fields */
 static const char *const PAPER[][2] = {{"num_skip_layer", "n_skip_layer"}, {"num_skip_head", "n_skip_head"}};
 static const size_t PAPER_OFF[] = {offsetof(sk_config, n_skip_layer), offsetof(sk_config, n_skip_head)};
 
-/* Keys that skiplm reads or writes besides the config fields of META */
+/* Keys that skiplm reads or writes besides the config fields (sk_meta_fields) */
 static const char *const META_OTHER[] = {"format", "family", "gelu", "routing", "rope_scaling", "tokenizer",
                                          "tokenizer_path", "tokenizer_kind"};
 
@@ -58,7 +48,7 @@ int sk_meta_unknown_keys(const sk_safetensors *st, const char **keys, int max) {
     for (int i = 0; i < st->n_meta; i++) {
         const char *k = st->meta_keys[i];
         int known = !strncmp(k, "train.", 6);
-        for (size_t j = 0; !known && j < sizeof META / sizeof META[0]; j++) known = !strcmp(k, META[j].key);
+        for (size_t j = 0; !known && j < sk_n_meta_fields; j++) known = !strcmp(k, sk_meta_fields[j].key);
         for (size_t j = 0; !known && j < sizeof PAPER / sizeof PAPER[0]; j++) known = !strcmp(k, PAPER[j][0]);
         for (size_t j = 0; !known && j < sizeof META_OTHER / sizeof META_OTHER[0]; j++) known = !strcmp(k, META_OTHER[j]);
         if (known || !looks_like_field(k)) continue;
@@ -66,12 +56,6 @@ int sk_meta_unknown_keys(const sk_safetensors *st, const char **keys, int max) {
         n++;
     }
     return n;
-}
-
-int sk_meta_is_float(const char *field) {
-    for (size_t i = 0; i < sizeof META / sizeof META[0]; i++)
-        if (!strcmp(field, META[i].key)) return META[i].is_float;
-    return 0;
 }
 
 static int write_config_meta(sk_st_writer *w, const sk_config *c) {
@@ -82,11 +66,11 @@ static int write_config_meta(sk_st_writer *w, const sk_config *c) {
     if (!rc && c->routing[0]) rc = sk_st_add_meta(w, "routing", c->routing);
     if (!rc && c->rope_scaling != SK_ROPE_NONE)
         rc = sk_st_add_meta(w, "rope_scaling", c->rope_scaling == SK_ROPE_LINEAR ? "linear" : "llama3");
-    for (size_t i = 0; !rc && i < sizeof META / sizeof META[0]; i++) {
-        const char *p = (const char *)c + META[i].off;
-        if (META[i].is_float) snprintf(buf, sizeof buf, "%.9g", (double)*(const float *)p);
+    for (size_t i = 0; !rc && i < sk_n_meta_fields; i++) {
+        const char *p = (const char *)c + sk_meta_fields[i].off;
+        if (sk_meta_fields[i].is_float) snprintf(buf, sizeof buf, "%.9g", (double)*(const float *)p);
         else snprintf(buf, sizeof buf, "%d", *(const int *)p);
-        rc = sk_st_add_meta(w, META[i].key, buf);
+        rc = sk_st_add_meta(w, sk_meta_fields[i].key, buf);
     }
     return rc;
 }
@@ -110,27 +94,6 @@ static const sk_st_tensor *find_named(const sk_safetensors *st, const char *name
 static int gpt2_conv1d(const sk_safetensors *st) {
     const sk_st_tensor *t = find_named(st, "transformer.h.0.attn.c_attn.weight");
     return t && t->ndim == 2 && t->shape[1] > t->shape[0];
-}
-int sk_hf_gpt2_linear(const sk_model *m, const char *name) {
-    if (m->cfg.family != SK_GPT2) return 0;
-    static const char *const sfx[] = {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"};
-    size_t n = strlen(name);
-    for (int i = 0; i < 4; i++) {
-        size_t k = strlen(sfx[i]);
-        if (n > k && !strcmp(name + n - k, sfx[i])) return 1;
-    }
-    return 0;
-}
-
-/* dst (C, R) = src (R, C)^T, in 32 x 32 tiles (a row-by-row loop strides through memory on
- * every write: 3x slower for GPT-2's matrices) */
-void sk_transpose(float *dst, const float *src, size_t R, size_t C) {
-    for (size_t r0 = 0; r0 < R; r0 += 32)
-        for (size_t c0 = 0; c0 < C; c0 += 32) {
-            const size_t r1 = r0 + 32 < R ? r0 + 32 : R, c1 = c0 + 32 < C ? c0 + 32 : C;
-            for (size_t r = r0; r < r1; r++)
-                for (size_t c = c0; c < c1; c++) dst[c * R + r] = src[r * C + c];
-        }
 }
 
 /* 1 if the file holds an lm_head.weight that is not, byte for byte, its token embedding */
@@ -167,9 +130,9 @@ static int config_from_st(sk_config *c, const sk_safetensors *st, const char *pa
     if (!rc && rt) rc = sk_config_set(c, "routing", rt);
     const char *rs = sk_st_meta(st, "rope_scaling");
     if (!rc && rs) rc = sk_config_set(c, "rope_scaling", rs);
-    for (size_t i = 0; !rc && i < sizeof META / sizeof META[0]; i++) {
-        const char *v = sk_st_meta(st, META[i].key);
-        if (v) rc = sk_config_set(c, META[i].key, v);
+    for (size_t i = 0; !rc && i < sk_n_meta_fields; i++) {
+        const char *v = sk_st_meta(st, sk_meta_fields[i].key);
+        if (v) rc = sk_config_set(c, sk_meta_fields[i].key, v);
     }
     for (size_t i = 0; !rc && i < sizeof PAPER / sizeof PAPER[0]; i++) {
         const char *v = sk_st_meta(st, PAPER[i][0]), *own = sk_st_meta(st, PAPER[i][1]);
@@ -242,31 +205,6 @@ int sk_config_from_file(sk_config *cfg, const char *path) {
     }
     free(file);
     return rc;
-}
-
-/* --------------------------------------------------- q/k row permutation */
-
-/* rows of n_heads heads of size d, each row_bytes long: pairs -> halves (to_hf) or back (an
- * 8-bit file's int8 rows and their scale rows move as the fp32 rows do) */
-void sk_permute_rows_bytes(void *dst, const void *src, int n_heads, int d, size_t row_bytes, int to_hf) {
-    for (int h = 0; h < n_heads; h++)
-        for (int j = 0; j < d / 2; j++)
-            for (int e = 0; e < 2; e++) {
-                size_t pair_row = (size_t)h * d + 2 * j + e, half_row = (size_t)h * d + j + e * (d / 2);
-                size_t to = to_hf ? half_row : pair_row, from = to_hf ? pair_row : half_row;
-                memcpy((char *)dst + to * row_bytes, (const char *)src + from * row_bytes, row_bytes);
-            }
-}
-void sk_hf_permute_rope_rows(float *dst, const float *src, int n_heads, int d, int C, int to_hf) {
-    sk_permute_rows_bytes(dst, src, n_heads, d, sizeof(float) * (size_t)C, to_hf);
-}
-
-/* q/k projection weights and biases (qkv_bias): their rows are permuted */
-int sk_hf_rope_proj(const sk_model *m, const char *name, int *n_heads) {
-    if (m->cfg.family != SK_LLAMA) return 0;
-    if (strstr(name, "self_attn.q_proj.")) { *n_heads = m->H; return 1; }
-    if (strstr(name, "self_attn.k_proj.")) { *n_heads = m->Hkv; return 1; }
-    return 0;
 }
 
 /* ------------------------------------------------------------ save / load */
@@ -424,11 +362,11 @@ int sk_model_load_st(sk_model **out, const sk_safetensors *stp, const char *path
         /* non-zero fields of the override win */
         const sk_config *o = override;
         if (o->routing[0]) memcpy(cfg.routing, o->routing, sizeof cfg.routing);
-        for (size_t i = 0; i < sizeof META / sizeof META[0]; i++) {
-            const char *src = (const char *)o + META[i].off;
-            char *dst = (char *)&cfg + META[i].off;
-            if (META[i].is_float ? *(const float *)src != 0.0f : *(const int *)src != 0)
-                memcpy(dst, src, META[i].is_float ? sizeof(float) : sizeof(int));
+        for (size_t i = 0; i < sk_n_meta_fields; i++) {
+            const char *src = (const char *)o + sk_meta_fields[i].off;
+            char *dst = (char *)&cfg + sk_meta_fields[i].off;
+            if (sk_meta_fields[i].is_float ? *(const float *)src != 0.0f : *(const int *)src != 0)
+                memcpy(dst, src, sk_meta_fields[i].is_float ? sizeof(float) : sizeof(int));
         }
     }
     if (!heads_known && !(override && override->n_head)) {

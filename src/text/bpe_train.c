@@ -3,7 +3,7 @@
  * Sections: distinct pre-tokens ("words") | pairs and their word lists | the max-heap |
  * learning the merges | writing GPT-2's files | the entry point.
  *
- * The texts are split with the GPT-2 encoder's own pre-tokenizer (src/text/tokenizer.c), so a
+ * The texts are split with the GPT-2 encoder's own pre-tokenizer (src/text/tok_bpe.c), so a
  * merge never crosses a pre-token. Training works on the distinct pre-tokens with their
  * frequencies. The count of a pair is the number of adjacent positions holding it, summed over
  * the words times their frequency (what a full recount gives; tests/ref/bpe_ref.py is that

@@ -160,12 +160,17 @@ static inline uint32_t u8dec(const char *s, size_t n, size_t *i) {
 static inline size_t u8len_at(const char *s, size_t n, size_t i) { size_t j = i; u8dec(s, n, &j); return j - i; }
 static inline int cp_digit(uint32_t c) { return c >= '0' && c <= '9'; }
 
-/* ---------------------------------------------------------------- jinja_lex.c */
+/* ---------------------------------------------------------------- jinja_error.c */
 
 /* "line N: message" into err (parse and render errors alike) */
 void jj_line_msg(char *err, size_t errlen, int line, const char *fmt, va_list ap);
 /* a parse error: the message into p->err, longjmp to p->jb */
 NORETURN PRINTF(3, 4) void jj_perr(P *p, int line, const char *fmt, ...);
+/* a render error: "line N: message" into r->err, longjmp to r->jb */
+NORETURN PRINTF(2, 3) void jj_die(R *r, const char *fmt, ...);
+
+/* ---------------------------------------------------------------- jinja_lex.c */
+
 /* n zeroed bytes in the template's arena */
 void *jj_palloc(P *p, size_t n);
 /* the number of newlines in s[a..b) */
@@ -175,8 +180,6 @@ void jj_lex(P *p, const char *s, size_t n);
 
 /* ---------------------------------------------------------------- jinja_value.c */
 
-/* a render error: "line N: message" into r->err, longjmp to r->jb */
-NORETURN PRINTF(2, 3) void jj_die(R *r, const char *fmt, ...);
 /* count n bytes scanned against the work limit */
 void jj_scan(R *r, size_t n);
 /* a new object of type t (refcount 1) on the render's list; jj_ofree unlinks and frees one */
@@ -194,6 +197,9 @@ void jj_sputcp(R *r, obj *o, uint32_t c);
 obj *jj_snew(R *r);
 val jj_vstrn(R *r, const char *s, size_t n);
 val jj_vstr(R *r, const char *s);
+/* the number of code points of s[0..n); their byte offsets plus n (in *hold, a string to unref) */
+size_t jj_cplen(const char *s, size_t n);
+size_t *jj_cpoffs(R *r, const char *s, size_t n, size_t *count, obj **hold);
 /* an undefined value carrying the message printed when it is used */
 PRINTF(2, 3) val jj_undef(R *r, const char *fmt, ...);
 /* the error for using the undefined v */
@@ -243,9 +249,6 @@ int jj_cp_cased(uint32_t c);
  * whitespace of s[lo..n) */
 size_t jj_ws_at(const char *s, size_t n, size_t i);
 size_t jj_rstrip_ws(const char *s, size_t lo, size_t n);
-/* the number of code points of s[0..n); their byte offsets plus n (in *hold, a string to unref) */
-size_t jj_cplen(const char *s, size_t n);
-size_t *jj_cpoffs(R *r, const char *s, size_t n, size_t *count, obj **hold);
 /* upper, lower, capitalize, str.title, jinja2's title filter, swapcase */
 enum { C_UPPER, C_LOWER, C_CAPITALIZE, C_TITLE, C_JTITLE, C_SWAP };
 val jj_casemap(R *r, const char *s, size_t n, int mode);

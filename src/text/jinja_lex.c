@@ -1,24 +1,9 @@
 /* Jinja lexer: template text to tokens, as jinja2's lexer splits it (whitespace control,
- * trim_blocks, lstrip_blocks, {% raw %}); the template's arena and parse errors. See
- * jinja_internal.h. */
+ * trim_blocks, lstrip_blocks, {% raw %}); the template's arena. See jinja_internal.h. */
 #include "text/jinja_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-
-void jj_line_msg(char *err, size_t errlen, int line, const char *fmt, va_list ap) {
-    if (!err || !errlen) return;
-    int k = snprintf(err, errlen, "line %d: ", line);
-    if (k >= 0 && (size_t)k < errlen) vsnprintf(err + k, errlen - (size_t)k, fmt, ap);
-}
-
-NORETURN PRINTF(3, 4) void jj_perr(P *p, int line, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    jj_line_msg(p->err, p->errlen, line, fmt, ap);
-    va_end(ap);
-    longjmp(p->jb, 1);
-}
 
 static void *aalloc(sk_jinja *t, size_t n) {
     ahead *h = calloc(1, sizeof(ahead) + n);

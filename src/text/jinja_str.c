@@ -1,5 +1,5 @@
-/* Jinja strings: Python str semantics on UTF-8 (character classes and case mapping, code point
- * counts, strip, split, replace, splitlines). See jinja_internal.h. */
+/* Jinja strings: Python str semantics on UTF-8 (character classes and case mapping, strip,
+ * split, replace, splitlines). See jinja_internal.h. */
 #include "text/jinja_internal.h"
 
 /* ---------------------------------------------------------------- characters */
@@ -81,22 +81,6 @@ int jj_cp_alpha(uint32_t c) {   /* approximation of str.isalpha: cased letters, 
 
 /* ---------------------------------------------------------------- strings */
 
-size_t jj_cplen(const char *s, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return k;
-}
-/* byte offsets of the code points of s, plus n at the end (in a tracked buffer) */
-size_t *jj_cpoffs(R *r, const char *s, size_t n, size_t *count, obj **hold) {
-    size_t k = jj_cplen(s, n);
-    obj *b = jj_snew(r);
-    jj_sgrow(r, b, (k + 1) * sizeof(size_t));
-    size_t *o = (size_t *)(void *)b->s, j = 0;
-    for (size_t i = 0; i < n; i++) if (((unsigned char)s[i] & 0xC0) != 0x80) o[j++] = i;
-    o[k] = n;
-    *count = k; *hold = b;
-    return o;
-}
 val jj_casemap(R *r, const char *s, size_t n, int mode) {
     obj *o = jj_snew(r);
     int first = 1, prev_cased = 0;

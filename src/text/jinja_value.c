@@ -1,6 +1,6 @@
-/* Jinja runtime values: refcounted objects on the render's list and its limits, strings,
- * lists and dicts, the context from JSON, printing (str and repr), comparisons and arithmetic,
- * attribute and item access. See jinja_internal.h. */
+/* Jinja runtime values: refcounted objects on the render's list and its limits, strings (and
+ * their code point counts), lists and dicts, the context from JSON, printing (str and repr),
+ * comparisons and arithmetic, attribute and item access. See jinja_internal.h. */
 #include "text/jinja_internal.h"
 
 #include <math.h>
@@ -9,13 +9,6 @@
 
 /* ---------------------------------------------------------------- runtime state */
 
-NORETURN PRINTF(2, 3) void jj_die(R *r, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    jj_line_msg(r->err, r->errlen, r->line, fmt, ap);
-    va_end(ap);
-    longjmp(r->jb, 1);
-}
 static void charge(R *r, size_t n) {
     r->mem += n; r->work += n;
     if (r->mem > MAX_MEM) jj_die(r, "memory limit exceeded (1 GiB)");
@@ -92,6 +85,22 @@ void jj_sputcp(R *r, obj *o, uint32_t c) { char b[4]; jj_sput(r, o, b, sk_utf8_e
 obj *jj_snew(R *r) { obj *o = jj_onew(r, T_STR); jj_sgrow(r, o, 0); o->s[0] = 0; return o; }
 val jj_vstrn(R *r, const char *s, size_t n) { obj *o = jj_snew(r); jj_sput(r, o, s, n); return sval(o); }
 val jj_vstr(R *r, const char *s) { return jj_vstrn(r, s, strlen(s)); }
+size_t jj_cplen(const char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
+}
+/* byte offsets of the code points of s, plus n at the end (in a tracked buffer) */
+size_t *jj_cpoffs(R *r, const char *s, size_t n, size_t *count, obj **hold) {
+    size_t k = jj_cplen(s, n);
+    obj *b = jj_snew(r);
+    jj_sgrow(r, b, (k + 1) * sizeof(size_t));
+    size_t *o = (size_t *)(void *)b->s, j = 0;
+    for (size_t i = 0; i < n; i++) if (((unsigned char)s[i] & 0xC0) != 0x80) o[j++] = i;
+    o[k] = n;
+    *count = k; *hold = b;
+    return o;
+}
 PRINTF(2, 3) val jj_undef(R *r, const char *fmt, ...) {
     char b[256];
     va_list ap;

@@ -1,7 +1,7 @@
 /* A tokenizer from a vocabulary as GGUF files hold it (tokenizer.ggml.*: tokens, merges,
  * scores, token types, special ids), mapped onto skiplm's Hugging Face tokenizer: the
  * vocabulary is written as the tokenizer.json that Hugging Face's converters write for the
- * same tokenizer, and loaded by tokenizer.c (sk_tok_load_hf_text), so it encodes as that file
+ * same tokenizer, and loaded by tok_hf.c (sk_tok_load_hf_text), so it encodes as that file
  * does and anything skiplm cannot reproduce is refused by the same checks.
  *   - "gpt2" (byte-level BPE): its merges in their order; the pre-tokenizer chosen by
  *     tokenizer.ggml.pre: GPT-2's regex (default, gpt-2), Llama 3's Split with ignore_merges

@@ -1,6 +1,6 @@
-/* Tokenizer internals: what tokenizer.c exposes to the BPE trainer (bpe_train.c), so that the
- * trainer splits text exactly as the GPT-2 encoder does and writes its byte alphabet, and to
- * tests/tool_tok.c, which checks the Unicode classes against Node's. */
+/* Tokenizer internals: what the tokenizer (tok_bpe.c, tok_common.c) exposes to the BPE trainer
+ * (bpe_train.c), so that the trainer splits text exactly as the GPT-2 encoder does and writes
+ * its byte alphabet, and to tests/tool_tok.c, which checks the Unicode classes against Node's. */
 #ifndef SK_TOKENIZER_INTERNAL_H
 #define SK_TOKENIZER_INTERNAL_H
 #include <stddef.h>

@@ -60,6 +60,13 @@ static int derive_sizes(sk_config *c);
 
 int sk_config_check(sk_config *c) { return sk_config_check_plan(c, NULL); }
 
+/* a config's plan, checked as sk_config_check checks it (here, not in route.c: the check
+ * builds the plan, so route.c never calls back into this file) */
+int sk_route_plan_new(sk_route_plan **plan, const sk_config *cfg) {
+    sk_config c = *cfg;
+    return sk_config_check_plan(&c, plan);
+}
+
 int sk_config_check_plan(sk_config *c, sk_route_plan **plan) {
     if (plan) *plan = NULL;
     if (c->family != SK_GPT2 && c->family != SK_LLAMA)

@@ -177,11 +177,6 @@ int sk_route_plan_build(sk_route_plan **out, const sk_config *c) {
 
 /* ------------------------------------------------------------- public readers */
 
-int sk_route_plan_new(sk_route_plan **plan, const sk_config *cfg) {
-    sk_config c = *cfg;
-    return sk_config_check_plan(&c, plan);
-}
-
 void sk_route_plan_free(sk_route_plan *plan) { free(plan); }
 
 int sk_route_plan_runs(const sk_route_plan *p, int layer, const sk_route **runs) {

@@ -9,7 +9,9 @@
 static int length_kind(const char *v, size_t n) {
     while (n && (*v == ' ' || *v == '\t')) { v++; n--; }
     while (n && (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == '\r')) n--;
-    if (!n || strspn(v, "0123456789") < n) return SRV_LEN_BAD;
+    if (!n) return SRV_LEN_BAD;
+    for (size_t i = 0; i < n; i++)              /* v is not NUL-terminated: no strspn */
+        if (v[i] < '0' || v[i] > '9') return SRV_LEN_BAD;
     while (n > 1 && *v == '0') { v++; n--; }
     return n > 20 || (n == 20 && strncmp(v, "18446744073709551615", 20) > 0) ? SRV_LEN_HUGE : SRV_LEN_OK;
 }

@@ -19,6 +19,7 @@
  * eval --q8 measures what decoding computes; infer.c sends a prompt's chunks of more than
  * SK_ROWS_MAX tokens here on CPUs with AVX512-VNNI. SKIPLM_DOT_EMULATE=1 (sk_rows_set_emulate)
  * makes such a CPU take the AVX2 / C path here too. */
+#include "core/ops.h"
 #include "core/quant.h"
 #include <math.h>
 #include <stdlib.h>
@@ -52,8 +53,7 @@ static int cpu_has_vnni(void) {
 static int use_native(void) {
     int m = __atomic_load_n(&g_mode, __ATOMIC_RELAXED);
     if (m < 0) {
-        const char *e = getenv("SKIPLM_DOT_EMULATE");
-        m = !(e && *e && strcmp(e, "0")) && cpu_has_vnni();
+        m = !sk_dot_emulate_env() && cpu_has_vnni();
         __atomic_store_n(&g_mode, m, __ATOMIC_RELAXED);
     }
     return m;

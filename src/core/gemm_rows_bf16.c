@@ -62,8 +62,7 @@ static int cpu_has_bf16(void) {
 static int use_native(void) {
     int m = __atomic_load_n(&g_mode, __ATOMIC_RELAXED);
     if (m < 0) {
-        const char *e = getenv("SKIPLM_DOT_EMULATE");
-        m = !(e && *e && strcmp(e, "0")) && cpu_has_bf16();
+        m = !sk_dot_emulate_env() && cpu_has_bf16();
         __atomic_store_n(&g_mode, m, __ATOMIC_RELAXED);
     }
     return m;

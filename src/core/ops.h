@@ -5,6 +5,7 @@
 #define SK_OPS_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* out (N, OC) = inp (N, IC) @ w^T + b,  w (OC, IC), b (OC) or NULL. */
@@ -88,6 +89,14 @@ float sk_rng_uniform(sk_rng *r);          /* [0, 1) */
 float sk_rng_normal(sk_rng *r);
 
 double sk_now(void);                      /* monotonic seconds */
+/* SKIPLM_DOT_EMULATE set (and not "0"): decoding's and prompts' bf16 and int8 dot-product
+ * kernels (gemm_rows_bf16.c, gemm_q8dot.c) take their exact emulation instead of the
+ * instruction, the same bits either way */
+static inline int sk_dot_emulate_env(void) {
+    const char *e = getenv("SKIPLM_DOT_EMULATE");
+    return e && *e && strcmp(e, "0");
+}
+
 #endif
 
 /* RMSNorm: out = w * x / sqrt(mean(x^2) + eps). Saves rstd (N). */
